@@ -1,0 +1,165 @@
+# /// script
+# dependencies = ["nox>=2025.2.9"]
+# ///
+"""Every way to run towerkit: tests, conformance, lint, typecheck, demo, bench, horovod.
+
+Each lib's tests run in a virtual environment holding only that lib, the
+towerkit libs it declares, and their dependencies: a missing declaration fails
+here. `nox -t ci` is what CI runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+
+LIBS = ["sessinit", "towers", "callbacks", "trainers", "export"]
+"""The libs in dependency order: each depends only on libs before it."""
+
+DISTS = {f"towerkit-{lib}": ROOT / "libs" / lib for lib in LIBS}
+DISTS["towerkit-conformance"] = ROOT / "conformance"
+DISTS["towerkit-tools"] = ROOT / "tools"
+
+TF_EXTRA = os.environ.get("TOWERKIT_TF_EXTRA", "cpu")
+"""Which TensorFlow the test venvs get: `cpu` (tensorflow-cpu), `gpu`, `tf`, or `none`."""
+
+HOROVOD_VENV = ROOT / ".nox" / "horovod"
+
+
+def _declared_towerkit_deps(path: Path) -> list[str]:
+    """The towerkit distributions that the pyproject at `path` depends on."""
+    data = tomllib.loads((path / "pyproject.toml").read_text())
+    names = [re.split(r"[ <>=!~;\[]", dep, maxsplit=1)[0] for dep in data["project"]["dependencies"]]
+    return [n for n in names if n.startswith("towerkit-")]
+
+
+def local_closure(dist: str) -> list[Path]:
+    """`dist`'s folder and the folders of every towerkit lib it needs, dependencies first."""
+    seen: list[Path] = []
+
+    def visit(name: str) -> None:
+        path = DISTS[name]
+        for dep in _declared_towerkit_deps(path):
+            visit(dep)
+        if path not in seen:
+            seen.append(path)
+
+    visit(dist)
+    return seen
+
+
+def install_local(session: nox.Session, *dists: str) -> None:
+    """Install `dists` and their in-repo dependencies (not editable) with the TF extra.
+
+    Our own libs are reinstalled every time, so a reused venv tests the tree as it is now.
+    """
+    paths: list[Path] = []
+    for dist in dists:
+        paths += [p for p in local_closure(dist) if p not in paths]
+    extra = "" if TF_EXTRA == "none" else f"[{TF_EXTRA}]"
+    args = [f"{p}{extra}" for p in paths]
+    if session.venv_backend == "uv":
+        for path in paths:
+            args += ["--reinstall-package", DISTS_BY_PATH[path]]
+        session.install(*args)
+    else:
+        session.install(*args)
+        session.install("--force-reinstall", "--no-deps", *map(str, paths))
+
+
+DISTS_BY_PATH = {path: name for name, path in DISTS.items()}
+
+
+def install_groups(session: nox.Session, *groups: str) -> None:
+    """Install PEP 735 dependency groups from the root pyproject."""
+    for group in groups:
+        session.install(*nox.project.dependency_groups(PYPROJECT, group))
+
+
+def pytest_env() -> dict[str, str]:
+    """Quiet TensorFlow's C++ logging in test runs."""
+    return {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0"}
+
+
+@nox.session(tags=["ci"])
+@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in LIBS])
+def tests(session: nox.Session, lib: str) -> None:
+    """One lib's tests and doctests, in a venv with only that lib and its declared dependencies."""
+    install_local(session, f"towerkit-{lib}")
+    install_groups(session, "test")
+    session.run(
+        "pytest",
+        f"libs/{lib}/tests",
+        "--doctest-modules",
+        "--pyargs",
+        f"towerkit.{lib}",
+        *session.posargs,
+        env=pytest_env(),
+    )
+
+
+@nox.session(tags=["ci"])
+def crosslib(session: nox.Session) -> None:
+    """Tests that need several libs together (tools, examples, integration)."""
+    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "test", "demo")
+    paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
+    session.run("pytest", *paths, *session.posargs, env=pytest_env())
+
+
+@nox.session(tags=["lint"])
+@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in LIBS])
+def lint(session: nox.Session, lib: str) -> None:
+    """ruff check and ruff format --check on one lib."""
+    install_groups(session, "lint")
+    session.run("ruff", "check", f"libs/{lib}")
+    session.run("ruff", "format", "--check", f"libs/{lib}")
+
+
+@nox.session(tags=["lint"])
+@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in LIBS])
+def typecheck(session: nox.Session, lib: str) -> None:
+    """mypy on one lib's public API, against the installed lib."""
+    install_local(session, f"towerkit-{lib}")
+    install_groups(session, "typecheck")
+    session.run("mypy", "-p", f"towerkit.{lib}")
+
+
+@nox.session(default=False)
+def conformance(session: nox.Session) -> None:
+    """The documented semantics, run against every shipped trainer (or yours: -- --trainer mod:fn)."""
+    session.error("conformance: not built yet")
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The main job: train a small convnet on scikit-learn's digits, export it, plot it."""
+    session.error("demo: not built yet")
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Every benchmark, one Markdown report."""
+    session.error("bench: not built yet")
+
+
+@nox.session(default=False)
+def horovod(session: nox.Session) -> None:
+    """Build horovod (gloo) against the installed TensorFlow and run the 2-process tests."""
+    session.error("horovod: not built yet")
+
+
+if __name__ == "__main__":
+    nox.main()
