@@ -1,5 +1,35 @@
-"""towerkit.callbacks."""
+"""towerkit.callbacks: callbacks, monitors, hyper-parameter setters, schedules and triggers."""
 
+from towerkit.callbacks._base import (
+    HOOK_METHODS,
+    Callback,
+    CallbackFactory,
+    Callbacks,
+    ProxyCallback,
+)
+from towerkit.callbacks._errors import CallbackError, MissingStatError, StopTraining
+from towerkit.callbacks._hooked import HookedSession
+from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
+from towerkit.callbacks._types import TrainerView
 from towerkit.callbacks._version import __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    # the loop, pure
+    "EventKind",
+    "LoopEvent",
+    "LoopPosition",
+    "loop_events",
+    "count_steps",
+    # base
+    "Callback",
+    "ProxyCallback",
+    "CallbackFactory",
+    "Callbacks",
+    "HOOK_METHODS",
+    "HookedSession",
+    "TrainerView",
+    "StopTraining",
+    "CallbackError",
+    "MissingStatError",
+]

@@ -1,0 +1,22 @@
+"""The callbacks lib's errors."""
+
+from __future__ import annotations
+
+
+class StopTraining(Exception):
+    """Raise from any callback method (or ``run_step``) to end training cleanly.
+
+    The loop stops, ``after_train`` still runs on every callback, monitors are
+    flushed and the session is closed.
+    """
+
+
+class CallbackError(RuntimeError):
+    """A callback was used against its contract (wrong phase, missing trainer, ...)."""
+
+
+class MissingStatError(KeyError):
+    """A statistic was asked for that the monitors never received."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -1,0 +1,100 @@
+"""The pure event stream of the training loop."""
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import loop_params
+
+from towerkit.callbacks import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
+
+
+def reference_trace(starting, max_epoch, steps, start_gs, runs):
+    """The loop written as plain nested for-loops: what the stream must equal."""
+    out = [("before_train", starting - 1, -1, start_gs)]
+    gs = start_gs
+    local = -1
+    epoch = starting - 1
+    for epoch in range(starting, max_epoch + 1):
+        out.append(("before_epoch", epoch, -1, gs))
+        for local in range(steps):
+            for _ in range(runs):
+                out.append(("before_run", epoch, local, gs))
+                gs += 1
+                out.append(("after_run", epoch, local, gs))
+            out.append(("trigger_step", epoch, local, gs))
+        out.append(("after_epoch", epoch, local, gs))
+        out.append(("trigger_epoch", epoch, local, gs))
+    out.append(("after_train", epoch, local, gs))
+    return out
+
+
+class TestLoopEvents:
+    """`loop_events` yields the documented order and positions."""
+
+    @given(loop_params(), st.integers(0, 3))
+    def test_matches_reference_loop(self, params, runs):
+        """The stream equals a plain nested loop for any parameters."""
+        starting, max_epoch, steps, start_gs = params
+        got = [
+            (e.kind.value, e.epoch_num, e.local_step, e.global_step)
+            for e in loop_events(
+                starting, max_epoch, steps, start_global_step=start_gs, runs_per_step=runs
+            )
+        ]
+        assert got == reference_trace(starting, max_epoch, steps, start_gs, runs)
+
+    @given(loop_params())
+    def test_step_count(self, params):
+        """There is one trigger_step per step, as `count_steps` says."""
+        starting, max_epoch, steps, _ = params
+        n = sum(e.kind is EventKind.TRIGGER_STEP for e in loop_events(starting, max_epoch, steps))
+        assert n == count_steps(starting, max_epoch, steps)
+
+    def test_trigger_epoch_of_epoch_3(self):
+        """In the trigger_epoch of epoch 3, epoch_num is 3 (the documented example)."""
+        evs = [e for e in loop_events(1, 5, 2) if e.kind is EventKind.TRIGGER_EPOCH]
+        assert [e.epoch_num for e in evs] == [1, 2, 3, 4, 5]
+        assert all(e.local_step == 1 for e in evs)
+
+    def test_fail(self):
+        """Bad loop parameters are rejected with the field named."""
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be > 0"):
+            list(loop_events(1, 2, 0))
+        with pytest.raises(ValueError, match="'max_epoch' must be >= 'starting_epoch' - 1"):
+            list(loop_events(5, 2, 1))
+        with pytest.raises(ValueError, match="'runs_per_step' must be >= 0"):
+            list(loop_events(1, 2, 1, runs_per_step=-1))
+
+
+class TestLoopPosition:
+    """The position record."""
+
+    def test_repr(self):
+        """The repr names every field."""
+        pos = LoopPosition(max_epoch=3, steps_per_epoch=2, epoch_num=1)
+        assert repr(pos) == (
+            "LoopPosition(starting_epoch=1, max_epoch=3, steps_per_epoch=2, epoch_num=1, local_step=-1, global_step=0)"
+        )
+        assert repr(LoopEvent(EventKind.BEFORE_TRAIN, pos)).startswith(
+            "LoopEvent(kind=EventKind.BEFORE_TRAIN"
+        )
+
+    def test_frozen(self):
+        """Positions change only through `attrs.evolve`, which validates."""
+        pos = LoopPosition(max_epoch=3, steps_per_epoch=2, epoch_num=1)
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            pos.epoch_num = 2
+        with pytest.raises(ValueError, match="'global_step' must be >= 0"):
+            attrs.evolve(pos, global_step=-1)
+
+    @given(loop_params())
+    def test_is_last_step(self, params):
+        """Exactly one trigger_step is the last step of a non-empty run."""
+        starting, max_epoch, steps, _ = params
+        lasts = [
+            e
+            for e in loop_events(starting, max_epoch, steps)
+            if e.kind is EventKind.TRIGGER_STEP and e.position.is_last_step
+        ]
+        assert len(lasts) == (1 if max_epoch >= starting else 0)
