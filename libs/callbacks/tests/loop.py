@@ -1,0 +1,105 @@
+"""A small real training loop over a real session, for driving callbacks in tests.
+
+It follows the loop semantics of `towerkit.callbacks.loop_events` (and the trainers
+lib's `Trainer`): epochs `starting_epoch..max_epoch` inclusive, `steps_per_epoch`
+steps each, one `hooked_sess.run(train_op)` per step, `StopTraining` ends the loop
+and `after_train` still runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from towerkit.callbacks import Callbacks, HookedSession, StopTraining
+from towerkit.towers._compat import tf1
+
+
+class LoopTrainer:
+    """A minimal trainer implementing `TrainerView`, for tests of single callbacks.
+
+    Build the graph (with `train_op`) first, inside `graph`; then `train()`.
+    """
+
+    def __init__(
+        self,
+        graph,
+        train_op,
+        callbacks=(),
+        monitors=None,
+        *,
+        steps_per_epoch=3,
+        max_epoch=2,
+        starting_epoch=1,
+        logdir=None,
+        is_chief=True,
+        tower_func=None,
+        session_init=None,
+    ):
+        self.graph = graph
+        self.train_op = train_op
+        self.logdir = str(logdir) if logdir is not None else None
+        self.is_chief = is_chief
+        self.tower_func = tower_func
+        self.steps_per_epoch = steps_per_epoch
+        self.max_epoch = max_epoch
+        self.starting_epoch = starting_epoch
+        self.epoch_num = starting_epoch - 1
+        self.local_step = -1
+        self.session_init = session_init
+        cbs = [cb for cb in callbacks if is_chief or not cb.chief_only]
+        if monitors is None:
+            from towerkit.callbacks import Monitors
+
+            monitors = Monitors([])
+        self.monitors = monitors
+        self._callbacks = Callbacks([*cbs, monitors])
+        self.sess = None
+        self.hooked_sess = None
+        with graph.as_default():
+            self._gs = tf1.train.get_or_create_global_step()
+            self._gs_inc = tf1.assign_add(self._gs, 1)
+        self._start_gs = 0
+
+    @property
+    def towers(self):
+        return self.tower_func.towers if self.tower_func is not None else None
+
+    @property
+    def global_step(self):
+        return self._start_gs + (self.hooked_sess.run_calls if self.hooked_sess else 0)
+
+    def run_step(self):
+        self.hooked_sess.run(self.train_op)
+
+    def train(self):
+        """Set up callbacks, make the session, run the loop; returns the trainer."""
+        self._callbacks.setup_graph(self)
+        self.sess = tf1.Session(graph=self.graph)
+        with self.graph.as_default():
+            self.sess.run(tf1.global_variables_initializer())
+            if self.session_init is not None:
+                self.session_init.init(self.sess)
+        self.graph.finalize()
+        self._start_gs = int(np.asarray(self.sess.run(self._gs)))
+        self.hooked_sess = HookedSession(self.sess, self._callbacks.cbs, step_op=self._gs_inc)
+        cbs = self._callbacks
+        try:
+            with self.sess.as_default():
+                cbs.before_train()
+                for self.epoch_num in range(self.starting_epoch, self.max_epoch + 1):
+                    self.local_step = -1
+                    cbs.before_epoch()
+                    for self.local_step in range(self.steps_per_epoch):
+                        self.run_step()
+                        cbs.trigger_step()
+                        if self.hooked_sess.should_stop():
+                            raise StopTraining
+                    cbs.after_epoch()
+                    cbs.trigger_epoch()
+        except StopTraining:
+            pass
+        finally:
+            with self.sess.as_default():
+                cbs.after_train()
+            self.sess.close()
+        return self
