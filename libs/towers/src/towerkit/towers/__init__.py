@@ -1,5 +1,106 @@
-"""towerkit.towers."""
+"""towerkit.towers: tower functions, tower context, scope and variable utilities, summaries, devices."""
 
+from towerkit.towers._context import (
+    BaseTowerContext,
+    PredictTowerContext,
+    TowerContext,
+    TowerSpec,
+    TrainTowerContext,
+    get_current_tower_context,
+    has_own_variables,
+    is_main_training_tower,
+    tower_reuse,
+)
+from towerkit.towers._devices import (
+    cpu_devices_needed,
+    resolve_devices,
+    session_config_for_devices,
+    visible_gpu_count,
+)
+from towerkit.towers._errors import TowerCheckError, TowerContextError, TowerRuleError
+from towerkit.towers._names import (
+    get_op_tensor_name,
+    join_scope,
+    scope_segments,
+    strip_port,
+    strip_tower_prefix,
+)
+from towerkit.towers._predict import OnlinePredictor, handle_to_predictor
+from towerkit.towers._scope import (
+    auto_reuse_variable_scope,
+    cached_name_scope,
+    under_name_scope,
+    under_variable_scope,
+)
+from towerkit.towers._summary import (
+    MOVING_SUMMARY_OPS_KEY,
+    SUMMARY_TYPES,
+    add_activation_summary,
+    add_moving_summary,
+    add_param_summary,
+    add_tensor_summary,
+    check_summary_lists,
+    check_summary_types,
+    summary_tag,
+)
+from towerkit.towers._tower import (
+    TowerFunc,
+    TowerTensorHandle,
+    TowerTensorHandles,
+    build_placeholders,
+    validate_input_signature,
+)
 from towerkit.towers._version import __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    # tower context
+    "TowerContext",
+    "BaseTowerContext",
+    "TrainTowerContext",
+    "PredictTowerContext",
+    "TowerSpec",
+    "get_current_tower_context",
+    "tower_reuse",
+    "is_main_training_tower",
+    "has_own_variables",
+    # tower functions
+    "TowerFunc",
+    "TowerTensorHandle",
+    "TowerTensorHandles",
+    "build_placeholders",
+    "validate_input_signature",
+    # prediction
+    "OnlinePredictor",
+    "handle_to_predictor",
+    # devices
+    "resolve_devices",
+    "visible_gpu_count",
+    "cpu_devices_needed",
+    "session_config_for_devices",
+    # names
+    "get_op_tensor_name",
+    "strip_port",
+    "strip_tower_prefix",
+    "join_scope",
+    "scope_segments",
+    # scopes
+    "auto_reuse_variable_scope",
+    "cached_name_scope",
+    "under_name_scope",
+    "under_variable_scope",
+    # summaries
+    "MOVING_SUMMARY_OPS_KEY",
+    "SUMMARY_TYPES",
+    "add_tensor_summary",
+    "add_param_summary",
+    "add_activation_summary",
+    "add_moving_summary",
+    "check_summary_types",
+    "check_summary_lists",
+    "summary_tag",
+    # errors
+    "TowerContextError",
+    "TowerRuleError",
+    "TowerCheckError",
+]

@@ -1,0 +1,15 @@
+"""Domain errors of towerkit.towers."""
+
+from __future__ import annotations
+
+
+class TowerContextError(RuntimeError):
+    """A tower context is missing, nested, or used where it cannot be."""
+
+
+class TowerRuleError(ValueError):
+    """A tower function breaks one or more of the tower-function rules."""
+
+
+class TowerCheckError(RuntimeError):
+    """The tower-rule checker could not build the tower function even once."""
