@@ -1,0 +1,185 @@
+"""npz files: list entries from their headers, read arrays straight into memory, write atomically."""
+
+from __future__ import annotations
+
+import os
+import struct
+import zipfile
+from collections.abc import Iterable, Mapping
+
+import attrs
+import numpy as np
+
+from towerkit.sessinit._atomic import atomic_path
+from towerkit.sessinit._errors import CheckpointNotFoundError, NotACheckpointError
+from towerkit.sessinit._plan import VarInfo, normalize_name
+
+_LOCAL_HEADER = struct.Struct("<4s5H3L2H")
+_LOCAL_MAGIC = b"PK\x03\x04"
+
+
+@attrs.frozen(kw_only=True)
+class _Member:
+    info: VarInfo
+    member: str
+    np_dtype: np.dtype
+    fortran: bool
+    data_offset: int | None
+    """Where the raw array bytes start in the file; None for compressed members."""
+
+
+def _not_npz(path: str, why: str) -> NotACheckpointError:
+    msg = f"{path!r} is not an npz file of arrays: {why}"
+    return NotACheckpointError(msg)
+
+
+def _read_members(path: str) -> list[_Member]:
+    if not os.path.exists(path):
+        msg = f"npz file {path!r} does not exist"
+        raise CheckpointNotFoundError(msg)
+    try:
+        with open(path, "rb") as f, zipfile.ZipFile(f) as zf:
+            infos = zf.infolist()
+            bad = [i.filename for i in infos if not i.filename.endswith(".npy")]
+            if bad:
+                raise _not_npz(path, f"members {bad} are not '.npy' arrays")
+            return [_read_member(path, f, zf, info) for info in infos]
+    except zipfile.BadZipFile as err:
+        raise _not_npz(path, f"not a zip archive ({err})") from None
+    except IsADirectoryError:
+        raise _not_npz(path, "it is a directory") from None
+
+
+def _read_member(path: str, f, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
+    name = info.filename.removesuffix(".npy")
+    if info.compress_type == zipfile.ZIP_STORED:
+        f.seek(info.header_offset)
+        header = f.read(_LOCAL_HEADER.size)
+        fields = _LOCAL_HEADER.unpack(header) if len(header) == _LOCAL_HEADER.size else None
+        if fields is None or fields[0] != _LOCAL_MAGIC:
+            raise _not_npz(path, f"member {info.filename!r} has a broken zip header")
+        f.seek(info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10])
+        shape, fortran, dtype = _read_npy_header(path, info.filename, f)
+        offset: int | None = f.tell()
+    else:
+        with zf.open(info) as member:
+            shape, fortran, dtype = _read_npy_header(path, info.filename, member)
+        offset = None
+    if dtype.hasobject:
+        raise _not_npz(path, f"entry {name!r} holds Python objects: expected numeric arrays")
+    var = VarInfo(name=name, shape=shape, dtype=dtype)
+    return _Member(
+        info=var, member=info.filename, np_dtype=dtype, fortran=fortran, data_offset=offset
+    )
+
+
+def _read_npy_header(path: str, member: str, f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(f)
+        return np.lib.format.read_array_header_2_0(f)
+    except ValueError as err:
+        raise _not_npz(path, f"member {member!r} is not a .npy array ({err})") from None
+
+
+def list_npz_vars(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
+    """The entries of an npz file (names, shapes, dtypes), read from headers without the values.
+
+    Args:
+        path: An ``.npz`` file as written by ``np.savez`` or `save_checkpoint_vars`.
+
+    Returns:
+        One record per array, sorted by name.
+
+    Raises:
+        CheckpointNotFoundError: `path` does not exist.
+        NotACheckpointError: `path` is not an npz file of numeric arrays.
+    """
+    members = _read_members(os.fspath(path))
+    return tuple(sorted((m.info for m in members), key=lambda v: v.name))
+
+
+def _readinto(f, array: np.ndarray) -> int:
+    view = memoryview(array.reshape(-1, order="A")).cast("B")
+    done = 0
+    while done < len(view):
+        got = f.readinto(view[done:])
+        if not got:
+            break
+        done += got
+    return done
+
+
+def load_npz(
+    path: str | os.PathLike[str], names: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Read arrays of an npz file, straight from the file into fresh arrays.
+
+    Uncompressed members (what ``np.savez`` writes) are read with one ``readinto`` each;
+    compressed ones go through ``zipfile``.
+
+    Args:
+        path: The ``.npz`` file.
+        names: The entries to read (with or without ``:0``); all of them when None.
+
+    Returns:
+        ``{name: array}``.
+
+    Raises:
+        CheckpointNotFoundError: `path` does not exist.
+        NotACheckpointError: `path` is not an npz file of arrays, or is truncated.
+        KeyError: An entry of `names` is not in the file.
+    """
+    path = os.fspath(path)
+    members = {m.info.name: m for m in _read_members(path)}
+    wanted = list(members) if names is None else [normalize_name(n) for n in names]
+    absent = sorted(set(wanted) - set(members))
+    if absent:
+        msg = f"npz file {path!r} has no entries {absent}; it has {sorted(members)[:20]}"
+        raise KeyError(msg)
+    out: dict[str, np.ndarray] = {}
+    with open(path, "rb", buffering=0) as f:
+        zf = None
+        for name in wanted:
+            m = members[name]
+            if m.data_offset is None:
+                zf = zf or zipfile.ZipFile(path)
+                with zf.open(m.member) as member:
+                    out[name] = np.lib.format.read_array(member, allow_pickle=False)
+                continue
+            array = np.empty(m.info.shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
+            f.seek(m.data_offset)
+            if _readinto(f, array) != array.nbytes:
+                raise _not_npz(path, f"entry {name!r} is truncated")
+            out[name] = array
+        if zf is not None:
+            zf.close()
+    return out
+
+
+def save_npz(
+    path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray], *, fsync: bool = True
+) -> None:
+    """Write `arrays` to an uncompressed ``.npz`` file atomically.
+
+    Args:
+        path: The file to write; must end with ``.npz``.
+        arrays: ``{name: array}``; names are stored without ``:0``.
+        fsync: Flush to disk before the file appears under `path`.
+
+    Raises:
+        ValueError: `path` does not end with ``.npz``.
+    """
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        msg = f"npz path {path!r} does not end with '.npz'"
+        raise ValueError(msg)
+    named = {normalize_name(k): v for k, v in arrays.items()}
+    with (
+        atomic_path(path, fsync=fsync) as tmp,
+        zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf,
+    ):
+        for name, value in named.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
