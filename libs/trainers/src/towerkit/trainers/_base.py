@@ -1,0 +1,576 @@
+"""The base trainer: callbacks, session, and the loop that drives them step by step."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopPosition, StopTraining
+from towerkit.towers._compat import tf1
+from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._interrupt import deferred_sigint
+from towerkit.trainers._resume import plan_logdir
+
+logger = logging.getLogger("towerkit.trainers")
+
+_PHASES = ("new", "callbacks", "initialized", "running", "done")
+
+
+def _as_callback_list(what: str, value: Any) -> list[Callback]:
+    """`value` (a callback, a list of them, or None) as a list; TypeError listing bad entries."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, Callback) else value
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        msg = f"{what!r} must be a Callback or a list of Callbacks; got {type(value).__name__}"
+        raise TypeError(msg)
+    items = list(items)
+    bad = [
+        f"#{i}: {type(cb).__name__}" for i, cb in enumerate(items) if not isinstance(cb, Callback)
+    ]
+    if bad:
+        msg = f"{what!r} must hold Callback instances; entries at fault: {', '.join(bad)}"
+        raise TypeError(msg)
+    return items
+
+
+def default_session_creator(session_config: Any = None) -> Any:
+    """A ``NewSessionCreator`` with `session_config`, else the default session config."""
+    from towerkit.trainers._sesscreate import NewSessionCreator
+    from towerkit.trainers._tfutils import get_default_sess_config
+
+    return NewSessionCreator(
+        config=session_config if session_config is not None else get_default_sess_config()
+    )
+
+
+class Trainer:
+    """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
+
+    A run has three phases, which ``train`` calls in order (call them yourself for
+    finer control):
+
+    1. ``setup_callbacks(callbacks, monitors)``: every callback builds its ops
+       (``setup_graph``), while the graph can still change.
+    2. ``initialize(session_creator, session_init)``: creates the session, loads
+       values with ``session_init``, finalizes the graph and makes ``hooked_sess``.
+    3. ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``: the loop. Epochs
+       run from ``starting_epoch`` to ``max_epoch`` inclusive (1-based), each
+       ``steps_per_epoch`` calls of ``run_step`` followed by the ``trigger_step`` of
+       the callbacks that have one.
+
+    The trainer works in the graph that was the default graph when it was created
+    (``self.graph``). A subclass defines the iteration by setting ``train_op`` (run
+    by the default ``run_step``) or by overriding ``run_step``.
+
+    The log directory is an argument of ``train`` (and of ``TrainConfig``), or set
+    with ``set_logdir`` before ``setup_callbacks`` when driving the phases by hand.
+    ``logdir=None`` means the run writes no files. Callbacks read it as
+    ``trainer.logdir``.
+
+    Counters follow the documented loop semantics (see
+    `towerkit.callbacks.loop_events`): ``epoch_num`` is the running epoch from just
+    before ``before_epoch`` to just after ``trigger_epoch``; ``local_step`` is the
+    0-based index of the step in its epoch; ``global_step`` counts
+    ``hooked_sess.run`` calls, restored ones included.
+
+    Ctrl-C (SIGINT) while the loop runs asks it to stop after the current step: the
+    loop ends as with `StopTraining` (``after_train`` runs, monitors flush, the
+    session closes), then ``KeyboardInterrupt`` is raised so the process ends. A
+    second Ctrl-C interrupts at once.
+
+    Attributes:
+        is_chief: whether this process is the chief worker; callbacks with
+            ``chief_only`` are not registered on other workers.
+        train_op: the op the default ``run_step`` runs.
+        sess: the ``tf.compat.v1.Session``, from ``initialize`` on.
+        hooked_sess: the `HookedSession` whose ``run`` calls the callbacks'
+            ``before_run``/``after_run``, from ``initialize`` on.
+    """
+
+    is_chief: bool = True
+
+    def __init__(self) -> None:
+        self._graph = tf1.get_default_graph()
+        self.train_op: Any = None
+        self.sess: Any = None
+        self.hooked_sess: Any = None
+        self._registered: list[Callback] = []
+        self._callbacks: Callbacks | None = None
+        self._monitors: Any = None
+        self._logdir: str | None = None
+        self._phase = "new"
+        self._epoch_num = 0
+        self._local_step = -1
+        self._starting_epoch = 1
+        self._max_epoch = 0
+        self._steps_per_epoch = 0
+        self._start_global_step = 0
+        self._global_step_var: Any = None
+        self._step_op: Any = None
+        self._interrupt: Any = None
+
+    # -- the view callbacks have (TrainerView) ------------------------------------------
+
+    @property
+    def graph(self) -> Any:
+        """The ``tf.Graph`` the trainer builds and runs."""
+        return self._graph
+
+    @property
+    def epoch_num(self) -> int:
+        """The running epoch (1-based); ``starting_epoch - 1`` before the first ``before_epoch``."""
+        return self._epoch_num
+
+    @property
+    def local_step(self) -> int:
+        """0-based index of the current step in its epoch; -1 before an epoch's first step."""
+        return self._local_step
+
+    @property
+    def global_step(self) -> int:
+        """``hooked_sess.run`` calls so far, counting those restored from a checkpoint.
+
+        It is the count after the call that just returned (in ``after_run`` and
+        ``trigger_step``) and before the call about to run (in ``before_run``).
+        """
+        hs = self.hooked_sess
+        return self._start_global_step + (hs.run_calls if hs is not None else 0)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps (``run_step`` calls) in each epoch; set by ``main_loop``."""
+        return self._steps_per_epoch
+
+    @property
+    def starting_epoch(self) -> int:
+        """The first epoch of this run (1-based); set by ``main_loop``."""
+        return self._starting_epoch
+
+    @property
+    def max_epoch(self) -> int:
+        """The last epoch of this run, inclusive; set by ``main_loop``."""
+        return self._max_epoch
+
+    @property
+    def monitors(self) -> Any:
+        """The `Monitors` group statistics go to; set by ``setup_callbacks``."""
+        return self._monitors
+
+    @property
+    def logdir(self) -> str | None:
+        """The directory this run writes to, or None when it writes no files."""
+        return self._logdir
+
+    @property
+    def tower_func(self) -> Any:
+        """The tower function; None for a trainer without one."""
+        return None
+
+    @property
+    def towers(self) -> Any:
+        """The tower handles; None for a trainer without a tower function."""
+        return None
+
+    @property
+    def callbacks(self) -> tuple[Callback, ...]:
+        """The callbacks registered so far, in the order they are called."""
+        return tuple(self._registered)
+
+    # -- phase 0: the log directory ------------------------------------------------------
+
+    def set_logdir(
+        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
+    ) -> None:
+        """Choose the directory the run writes to; call before ``setup_callbacks``.
+
+        Args:
+            logdir: the directory (created when missing), or None to write nothing.
+            logdir_action: what to do when it already holds files: ``"error"``
+                (refuse), ``"overwrite"`` (rename the old directory to
+                ``<logdir>.old-<timestamp>`` atomically, never deleting it, and start
+                in an empty one), or ``"keep"`` (write into it as it is, as resuming does).
+
+        Raises:
+            LogdirNotEmptyError: the directory holds files and the action is ``"error"``.
+            ValueError: an unknown action.
+            TrainerStateError: callbacks are already set up.
+        """
+        self._require_phase("set_logdir", "new")
+        if logdir is None:
+            plan_logdir(None, logdir_action)
+            self._logdir = None
+            return
+        path = os.path.abspath(os.fspath(logdir))
+        entries = sorted(os.listdir(path)) if os.path.isdir(path) else None
+        if entries is None and os.path.exists(path):
+            msg = f"'logdir' {path!r} exists and is not a directory"
+            raise NotADirectoryError(msg)
+        action = plan_logdir(entries, logdir_action)
+        if action == "move":
+            aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}"
+            n = 1
+            while os.path.exists(aside):
+                n += 1
+                aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+            os.rename(path, aside)
+            logger.warning("moved the existing logdir %s aside to %s", path, aside)
+        os.makedirs(path, exist_ok=True)
+        self._logdir = path
+
+    # -- phase 1: callbacks ------------------------------------------------------------
+
+    def register_callback(self, cb: Callback | Sequence[Callback]) -> bool:
+        """Register a callback (or a list of them) before ``setup_callbacks`` finishes.
+
+        A ``chief_only`` callback is not registered on a non-chief worker.
+
+        Returns:
+            Whether the (last) callback was registered.
+
+        Raises:
+            TypeError: not a Callback.
+            TrainerStateError: callbacks are already set up.
+        """
+        cbs = _as_callback_list("cb", cb)
+        if self._phase != "new":
+            msg = (
+                f"register_callback({', '.join(map(str, cbs))}) must be called before "
+                f"setup_callbacks; the trainer is already in phase {self._phase!r}"
+            )
+            raise TrainerStateError(msg)
+        ok = True
+        for one in cbs:
+            if not self.is_chief and one.chief_only:
+                logger.info("callback %s is chief-only: skipped on this worker", one)
+                ok = False
+                continue
+            if any(one is seen for seen in self._registered):
+                msg = f"callback {one} is registered twice: register each callback once"
+                raise ValueError(msg)
+            self._registered.append(one)
+            ok = True
+        return ok
+
+    def setup_callbacks(
+        self, callbacks: Sequence[Callback] | None, monitors: Sequence[Any] | None
+    ) -> None:
+        """Register `callbacks`, then `monitors`, and call every callback's ``setup_graph``.
+
+        Monitors are grouped in a `Monitors` (``trainer.monitors``) that runs after
+        all other callbacks in each phase, so statistics put in ``trigger_epoch``
+        reach the files in the same epoch.
+
+        Raises:
+            TypeError: entries that are not callbacks.
+            TrainerStateError: called twice.
+        """
+        from towerkit.callbacks import Monitors
+
+        self._require_phase("setup_callbacks", "new")
+        self.register_callback(_as_callback_list("callbacks", callbacks))
+        mons = [
+            m for m in _as_callback_list("monitors", monitors) if self.is_chief or not m.chief_only
+        ]
+        self._ensure_global_step()
+        self._monitors = Monitors(mons)
+        self._registered.append(self._monitors)
+        self._callbacks = Callbacks(self._registered)
+        with self._graph.as_default():
+            self._callbacks.setup_graph(self)
+        self._phase = "callbacks"
+
+    def _ensure_global_step(self) -> None:
+        """Create the global step variable and the op that increments it with every run."""
+        if self._step_op is not None:
+            return
+        with self._graph.as_default():
+            gs = tf1.train.get_or_create_global_step()
+            with tf1.name_scope("global_step_increment"):
+                self._step_op = tf1.assign_add(gs, tf1.constant(1, dtype=gs.dtype.base_dtype)).op
+        self._global_step_var = gs
+
+    # -- phase 2: session ----------------------------------------------------------------
+
+    def initialize(self, session_creator: Any, session_init: Any) -> None:
+        """Create the session, load values, finalize the graph and hook the callbacks on.
+
+        ``session_init.setup_graph`` (when it has one) runs before the graph is
+        finalized, ``session_init.init(sess)`` after the session has initialized its
+        variables. The global step is read from the session then, so a restored
+        checkpoint's step counts.
+
+        Args:
+            session_creator: has ``create_session()`` (e.g. ``NewSessionCreator()``).
+            session_init: has ``init(sess)`` (e.g. ``SmartInit(path)``), or None.
+
+        Raises:
+            TypeError: objects without those methods.
+            TrainerStateError: ``setup_callbacks`` has not run, or ``initialize`` ran already.
+        """
+        self._require_phase("initialize", "callbacks")
+        if not callable(getattr(session_creator, "create_session", None)):
+            msg = f"'session_creator' must have a create_session() method; got {type(session_creator).__name__}"
+            raise TypeError(msg)
+        if session_init is not None and not callable(getattr(session_init, "init", None)):
+            msg = f"'session_init' must have an init(sess) method or be None; got {type(session_init).__name__}"
+            raise TypeError(msg)
+        self._ensure_global_step()
+        with self._graph.as_default():
+            setup = getattr(session_init, "setup_graph", None)
+            if callable(setup):
+                setup()
+            self.sess = session_creator.create_session()
+            if self.sess.graph is not self._graph:
+                msg = "the session creator made a session for another graph than the trainer's"
+                raise ValueError(msg)
+            if session_init is not None:
+                session_init.init(self.sess)
+        self._graph.finalize()
+        self._start_global_step = int(self.sess.run(self._global_step_var))
+        self.initialize_hooks()
+        self._phase = "initialized"
+
+    def initialize_hooks(self) -> None:
+        """Make ``hooked_sess``: ``self.sess`` with every callback's before_run/after_run.
+
+        Each ``hooked_sess.run`` also increments the global step variable, in the same
+        session call. A trainer with several kinds of iteration may override this to
+        make several hooked sessions.
+        """
+        self.hooked_sess = HookedSession(self.sess, self._callbacks.cbs, step_op=self._step_op)
+
+    # -- phase 3: the loop ---------------------------------------------------------------
+
+    def run_step(self) -> None:
+        """One iteration: ``self.hooked_sess.run(self.train_op)`` by default.
+
+        Set ``train_op`` or override this to change what an iteration does.
+        """
+        self.hooked_sess.run(self.train_op)
+
+    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+        """Run epochs ``starting_epoch..max_epoch`` (inclusive) of ``steps_per_epoch`` steps.
+
+        `StopTraining` raised by a callback or ``run_step``, or a hook asking the
+        hooked session to stop, ends the loop cleanly; ``after_train`` always runs
+        and the session is closed.
+
+        Raises:
+            ValueError: bad loop parameters.
+            TrainerStateError: ``initialize`` has not run.
+            KeyboardInterrupt: after a clean shutdown, when Ctrl-C stopped the loop.
+        """
+        self._require_phase("main_loop", "initialized")
+        LoopPosition(
+            starting_epoch=starting_epoch,
+            max_epoch=max_epoch,
+            steps_per_epoch=steps_per_epoch,
+            epoch_num=starting_epoch - 1,
+        )
+        self._steps_per_epoch = steps_per_epoch
+        self._starting_epoch = starting_epoch
+        self._max_epoch = max_epoch
+        self._epoch_num = starting_epoch - 1
+        self._local_step = -1
+        self._phase = "running"
+        cbs = self._callbacks
+        interrupted = False
+        failed: BaseException | None = None
+        with self.sess.as_default(), deferred_sigint() as interrupt:
+            self._interrupt = interrupt
+            try:
+                logger.info(
+                    "training epochs %d..%d, %d steps each, from global step %d",
+                    starting_epoch,
+                    max_epoch,
+                    steps_per_epoch,
+                    self.global_step,
+                )
+                cbs.before_train()
+                self._loop(steps_per_epoch, starting_epoch, max_epoch, interrupt)
+            except StopTraining as err:
+                logger.info(
+                    "training stopped at epoch %d, global step %d%s",
+                    self._epoch_num,
+                    self.global_step,
+                    f": {err}" if str(err) else "",
+                )
+            except KeyboardInterrupt:
+                interrupted = True
+                logger.warning("training interrupted at global step %d", self.global_step)
+            except BaseException as err:
+                failed = err
+                raise
+            finally:
+                interrupted = interrupted or interrupt.requested
+                self._finish(failed)
+        if interrupted:
+            raise KeyboardInterrupt
+
+    def _loop(
+        self, steps_per_epoch: int, starting_epoch: int, max_epoch: int, interrupt: Any
+    ) -> None:
+        """The loop proper; everything invariant in an epoch is looked up once."""
+        cbs = self._callbacks
+        run_step = self.run_step
+        triggers = tuple(cb.trigger_step for cb in cbs.with_hook("_trigger_step"))
+        should_stop = self.hooked_sess.should_stop
+        steps = range(steps_per_epoch)
+        for epoch in range(starting_epoch, max_epoch + 1):
+            self._epoch_num = epoch
+            self._local_step = -1
+            start = time.perf_counter()
+            cbs.before_epoch()
+            for step in steps:
+                self._local_step = step
+                run_step()
+                for trigger in triggers:
+                    trigger()
+                if should_stop() or interrupt.requested:
+                    raise StopTraining("stop requested")
+            logger.info(
+                "epoch %d done: %d steps in %.2f s (global step %d)",
+                epoch,
+                steps_per_epoch,
+                time.perf_counter() - start,
+                self.global_step,
+            )
+            cbs.after_epoch()
+            cbs.trigger_epoch()
+            if should_stop() or interrupt.requested:
+                raise StopTraining("stop requested")
+
+    def _finish(self, failed: BaseException | None) -> None:
+        """``after_train`` on every callback, then close the session; never hides `failed`."""
+        try:
+            with self.sess.as_default():
+                self._callbacks.after_train()
+        except StopTraining:
+            pass
+        except Exception:
+            if failed is None:
+                raise
+            logger.exception("after_train failed while handling an earlier error")
+        finally:
+            self._phase = "done"
+            self._interrupt = None
+            self.sess.close()
+
+    # -- all three -------------------------------------------------------------------------
+
+    def train(
+        self,
+        callbacks: Sequence[Callback] | None,
+        monitors: Sequence[Any] | None,
+        session_creator: Any,
+        session_init: Any,
+        steps_per_epoch: int,
+        starting_epoch: int = 1,
+        max_epoch: int = 9999999,
+        *,
+        logdir: str | os.PathLike[str] | None = None,
+        logdir_action: str = "error",
+    ) -> None:
+        """Set the log directory, set up callbacks, initialize and run the loop.
+
+        Same as ``set_logdir(logdir, logdir_action)``, ``setup_callbacks(callbacks,
+        monitors)``, ``initialize(session_creator, session_init)``,
+        ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``.
+        """
+        if self._phase == "new":
+            self.set_logdir(logdir, logdir_action)
+        elif logdir is not None:
+            msg = "train(logdir=...) needs a fresh trainer: callbacks are already set up"
+            raise TrainerStateError(msg)
+        self.setup_callbacks(callbacks, monitors)
+        self.initialize(session_creator, session_init)
+        self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
+
+    def train_with_defaults(
+        self,
+        _sentinel: Any = None,
+        callbacks: Sequence[Callback] | None = None,
+        monitors: Sequence[Any] | None = None,
+        session_creator: Any = None,
+        session_init: Any = None,
+        steps_per_epoch: int | None = None,
+        starting_epoch: int = 1,
+        max_epoch: int = 9999999,
+        extra_callbacks: Sequence[Callback] | None = None,
+        *,
+        logdir: str | os.PathLike[str] | None = None,
+        logdir_action: str = "error",
+    ) -> None:
+        """``train`` with defaults for every option but ``steps_per_epoch``.
+
+        - callbacks are ``callbacks + extra_callbacks``; ``extra_callbacks``
+          defaults to ``DEFAULT_CALLBACKS()``;
+        - ``monitors`` defaults to ``DEFAULT_MONITORS()`` (which write files, so they
+          need a ``logdir``);
+        - ``session_creator`` defaults to ``NewSessionCreator`` with the default
+          session config; ``session_init`` to none.
+
+        ``steps_per_epoch`` defaults to the size of the trainer's input when it has one.
+        All arguments are keywords.
+
+        Raises:
+            TypeError: positional arguments.
+            ValueError: no ``steps_per_epoch`` and no input size to take it from, or
+                default monitors without a ``logdir``.
+        """
+        from towerkit.trainers._defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
+
+        if _sentinel is not None:
+            msg = "train_with_defaults() takes keyword arguments only"
+            raise TypeError(msg)
+        if steps_per_epoch is None:
+            steps_per_epoch = self._default_steps_per_epoch()
+        if monitors is None:
+            if logdir is None:
+                msg = (
+                    "train_with_defaults(monitors=None) uses DEFAULT_MONITORS(), which write "
+                    "event and stats files: pass logdir=... or monitors=[...] (e.g. monitors=[])"
+                )
+                raise ValueError(msg)
+            monitors = DEFAULT_MONITORS()
+        if extra_callbacks is None:
+            extra_callbacks = DEFAULT_CALLBACKS()
+        cbs = _as_callback_list("callbacks", callbacks) + _as_callback_list(
+            "extra_callbacks", extra_callbacks
+        )
+        if session_creator is None:
+            session_creator = default_session_creator()
+        self.train(
+            cbs,
+            monitors,
+            session_creator,
+            session_init,
+            steps_per_epoch,
+            starting_epoch,
+            max_epoch,
+            logdir=logdir,
+            logdir_action=logdir_action,
+        )
+
+    def _default_steps_per_epoch(self) -> int:
+        """The ``steps_per_epoch`` to use when none is given: none for the base trainer."""
+        msg = "'steps_per_epoch' is required: this trainer has no input whose size could give it"
+        raise ValueError(msg)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _require_phase(self, what: str, phase: str) -> None:
+        if self._phase != phase:
+            order = " -> ".join(_PHASES)
+            msg = (
+                f"{type(self).__name__}.{what}() needs the trainer in phase {phase!r} "
+                f"({order}); it is in phase {self._phase!r}"
+            )
+            raise TrainerStateError(msg)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(phase={self._phase!r}, logdir={self._logdir!r})"

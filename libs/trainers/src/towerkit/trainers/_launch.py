@@ -1,0 +1,82 @@
+"""`launch_train_with_config`: the classic one-call interface over a `TrainConfig` and a trainer."""
+
+from __future__ import annotations
+
+import logging
+
+from towerkit.trainers._base import default_session_creator
+from towerkit.trainers._config import TrainConfig
+from towerkit.trainers._resume import truncate_stats
+from towerkit.trainers._tower import SingleCostTrainer
+
+logger = logging.getLogger("towerkit.trainers")
+
+
+def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) -> None:
+    """Train ``config.model`` on ``config.data`` (or ``config.dataflow``) with `trainer`.
+
+    It does three things, which you can do yourself for more control:
+
+    1. wrap the input with ``apply_default_prefetch`` (a data flow gets a
+       prefetching input source; an input source is used as it is, with prefetching
+       added where it helps);
+    2. ``trainer.setup_graph(model.get_input_signature(), input, model.build_graph,
+       model.get_optimizer)``;
+    3. ``trainer.train_with_defaults(...)`` with the other options of `config`
+       (``steps_per_epoch`` defaults to the input's size; an `AutoResumeTrainConfig`
+       decides ``session_init`` and ``starting_epoch`` from its logdir now).
+
+    Raises:
+        TypeError: `config` is not a `TrainConfig`, or `trainer` not a `SingleCostTrainer`.
+        ValueError: the config has no model or no data.
+        InputSizeUnknownError: no ``steps_per_epoch`` and an input of unknown size.
+    """
+    from towerkit.trainers._input import apply_default_prefetch
+
+    if not isinstance(config, TrainConfig):
+        msg = f"'config' must be a TrainConfig; got {type(config).__name__}"
+        raise TypeError(msg)
+    if not isinstance(trainer, SingleCostTrainer):
+        msg = (
+            f"'trainer' must be a SingleCostTrainer (e.g. SimpleTrainer()); got "
+            f"{type(trainer).__name__}: other trainers are driven with trainer.train(...)"
+        )
+        raise TypeError(msg)
+    missing = [
+        name
+        for name, value in (
+            ("model", config.model),
+            ("data or dataflow", config.data or config.dataflow),
+        )
+        if value is None
+    ]
+    if missing:
+        msg = f"launch_train_with_config needs a config with {' and '.join(missing)}"
+        raise ValueError(msg)
+    model = config.model
+    source = apply_default_prefetch(
+        config.data if config.data is not None else config.dataflow, trainer
+    )
+    trainer.setup_graph(model.get_input_signature(), source, model.build_graph, model.get_optimizer)
+    steps_per_epoch = config.steps_per_epoch
+    if steps_per_epoch is None:
+        steps_per_epoch = source.size()
+        logger.info("steps_per_epoch not given: using the input's size, %d", steps_per_epoch)
+    plan = config._resolve(steps_per_epoch)
+    if plan is not None and plan.keep_stats_until_step is not None:
+        truncate_stats(config.logdir, plan.keep_stats_until_step)
+    session_creator = config.session_creator
+    if session_creator is None:
+        session_creator = default_session_creator(config.session_config)
+    trainer.train_with_defaults(
+        callbacks=config.callbacks,
+        monitors=config.monitors,
+        session_creator=session_creator,
+        session_init=config.session_init,
+        steps_per_epoch=steps_per_epoch,
+        starting_epoch=config.starting_epoch,
+        max_epoch=config.max_epoch,
+        extra_callbacks=config.extra_callbacks,
+        logdir=config.logdir,
+        logdir_action=config.logdir_action,
+    )

@@ -1,0 +1,76 @@
+"""`ModelDesc`: a model described by its inputs, its graph-building function and its optimizer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from towerkit.towers import validate_input_signature
+
+
+class ModelDescBase:
+    """A model for inference or training: its input signature and how to build its graph.
+
+    Subclasses override ``inputs()`` and ``build_graph(*inputs)``.
+    """
+
+    def inputs(self) -> list[tf.TensorSpec]:
+        """The model's inputs: a list of named ``tf.TensorSpec``.
+
+        Override this; it is called once per model.
+        """
+        msg = (
+            f"{type(self).__name__} must override inputs() to return a list of named tf.TensorSpec"
+        )
+        raise TypeError(msg)
+
+    def get_input_signature(self) -> tuple[tf.TensorSpec, ...]:
+        """``inputs()``, validated and cached.
+
+        Raises:
+            TypeError: ``inputs()`` is not overridden or returns something else than
+                ``tf.TensorSpec``s.
+            ValueError: unnamed or repeated names.
+        """
+        cached = self.__dict__.get("_input_signature")
+        if cached is None:
+            specs = self.inputs()
+            if isinstance(specs, tf.TensorSpec):
+                specs = [specs]
+            cached = self.__dict__["_input_signature"] = validate_input_signature(specs)
+        return cached
+
+    @property
+    def input_names(self) -> list[str]:
+        """The names of the inputs, in order."""
+        return [s.name for s in self.get_input_signature()]
+
+    def build_graph(self, *args: Any) -> Any:
+        """Build the model from one tensor per input (in the order of ``inputs()``).
+
+        Override this. In a training tower it returns the cost to minimize (a scalar
+        tensor). It is a tower function: it may be called several times (training and
+        inference towers) and must follow the tower rules.
+        """
+        del args
+        msg = f"{type(self).__name__} must override build_graph(*inputs)"
+        raise TypeError(msg)
+
+
+class ModelDesc(ModelDescBase):
+    """A trainable model: ``inputs()``, ``build_graph(*inputs) -> cost`` and ``optimizer()``."""
+
+    def optimizer(self) -> Any:
+        """The optimizer to minimize the cost with (a ``tf.compat.v1.train.Optimizer``).
+
+        Override this; it is called once per model, through ``get_optimizer``.
+        """
+        msg = f"{type(self).__name__} must override optimizer() to return a tf.compat.v1.train.Optimizer"
+        raise TypeError(msg)
+
+    def get_optimizer(self) -> Any:
+        """``optimizer()``, called once and cached: every caller gets the same optimizer."""
+        if "_optimizer" not in self.__dict__:
+            self.__dict__["_optimizer"] = self.optimizer()
+        return self.__dict__["_optimizer"]

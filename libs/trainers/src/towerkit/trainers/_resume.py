@@ -1,0 +1,354 @@
+"""Pure decisions about a log directory: what to do when it is not empty, and how to resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+from attrs.validators import ge, instance_of, optional
+
+from towerkit.sessinit import atomic_write_text
+from towerkit.trainers._errors import LogdirNotEmptyError
+
+logger = logging.getLogger("towerkit.trainers")
+
+LogdirAction = Literal["error", "overwrite", "keep"]
+LOGDIR_ACTIONS: tuple[str, ...] = ("error", "overwrite", "keep")
+"""What to do with a log directory that already holds files:
+
+- ``"error"``: refuse to start (the default for a fresh run);
+- ``"overwrite"``: move the old directory aside, renamed ``<logdir>.old-<timestamp>``
+  in one atomic rename (nothing is deleted), and start in an empty one;
+- ``"keep"``: write into it as it is (what resuming does).
+"""
+
+STATS_FILENAME = "stats.json"
+"""The JSON statistics file that monitors keep in the log directory."""
+
+
+def plan_logdir(entries: Sequence[str] | None, action: str) -> Literal["create", "use", "move"]:
+    """What to do with a log directory that holds `entries` (None: it does not exist).
+
+    Args:
+        entries: the names in the directory, or None when there is no directory.
+        action: one of `LOGDIR_ACTIONS`.
+
+    Returns:
+        ``"create"`` (make the directory), ``"use"`` (write into it as is) or
+        ``"move"`` (rename it aside, then create a fresh one).
+
+    Raises:
+        ValueError: an unknown `action`.
+        LogdirNotEmptyError: the directory holds files and `action` is ``"error"``;
+            the message lists them.
+
+    Examples:
+        >>> plan_logdir(None, "error")
+        'create'
+        >>> plan_logdir([], "error")
+        'use'
+        >>> plan_logdir(["stats.json"], "overwrite")
+        'move'
+        >>> plan_logdir(["stats.json"], "keep")
+        'use'
+        >>> plan_logdir(["stats.json", "checkpoint"], "error")
+        Traceback (most recent call last):
+        ...
+        towerkit.trainers._errors.LogdirNotEmptyError: the logdir is not empty (it holds 'checkpoint', 'stats.json'): pass logdir_action='keep' to write into it, 'overwrite' to move it aside to '<logdir>.old-<timestamp>', use AutoResumeTrainConfig to resume from it, or choose another logdir
+    """
+    if action not in LOGDIR_ACTIONS:
+        msg = f"'logdir_action' must be one of {LOGDIR_ACTIONS}; got {action!r}"
+        raise ValueError(msg)
+    if entries is None:
+        return "create"
+    if not entries:
+        return "use"
+    if action == "keep":
+        return "use"
+    if action == "overwrite":
+        return "move"
+    shown = ", ".join(repr(e) for e in sorted(entries)[:20])
+    more = f" and {len(entries) - 20} more" if len(entries) > 20 else ""
+    msg = (
+        f"the logdir is not empty (it holds {shown}{more}): pass logdir_action='keep' to write "
+        "into it, 'overwrite' to move it aside to '<logdir>.old-<timestamp>', use "
+        "AutoResumeTrainConfig to resume from it, or choose another logdir"
+    )
+    raise LogdirNotEmptyError(msg)
+
+
+def _pairs(value: Iterable[Sequence[Any]]) -> tuple[tuple[Any, Any], ...]:
+    return tuple((a, b) for a, b in value)
+
+
+def _check_checkpoints(_inst: object, _attr: attrs.Attribute, value: tuple) -> None:
+    bad = [f"{p!r}" for p, s in value if not isinstance(p, str) or not isinstance(s, int) or s < 0]
+    if bad:
+        msg = f"'checkpoints' must hold (path, step >= 0) pairs; entries at fault: {', '.join(bad)}"
+        raise ValueError(msg)
+
+
+def _check_epochs(_inst: object, _attr: attrs.Attribute, value: tuple) -> None:
+    bad = [
+        f"({e!r}, {s!r})"
+        for e, s in value
+        if not isinstance(e, int) or not isinstance(s, int) or e < 0 or s < 0
+    ]
+    if bad:
+        msg = (
+            "'epochs' must hold (epoch_num >= 0, global_step >= 0) pairs; "
+            f"entries at fault: {', '.join(bad)}"
+        )
+        raise ValueError(msg)
+
+
+@attrs.frozen(kw_only=True)
+class LogdirSnapshot:
+    """What an earlier run left in a log directory, as far as resuming cares.
+
+    Attributes:
+        checkpoints: ``(path, step)`` of each complete checkpoint, any order; ``step``
+            is the global step (``hooked_sess.run`` calls) at which it was saved.
+        epochs: ``(epoch_num, global_step)`` of each record of the statistics file, in
+            file order (1-based epochs; the global step when the record was written).
+
+    Examples:
+        >>> LogdirSnapshot(checkpoints=[("d/model-20", 20)], epochs=[(1, 10), (2, 20)])
+        LogdirSnapshot(checkpoints=(('d/model-20', 20),), epochs=((1, 10), (2, 20)))
+    """
+
+    checkpoints: tuple[tuple[str, int], ...] = attrs.field(
+        default=(), converter=_pairs, validator=_check_checkpoints
+    )
+    epochs: tuple[tuple[int, int], ...] = attrs.field(
+        default=(), converter=_pairs, validator=_check_epochs
+    )
+
+    def epoch_ends(self) -> dict[int, int]:
+        """The last recorded global step of each epoch, ``{global_step: epoch_num}``.
+
+        Examples:
+            >>> LogdirSnapshot(epochs=[(1, 5), (1, 10), (2, 20)]).epoch_ends()
+            {10: 1, 20: 2}
+        """
+        last: dict[int, int] = {}
+        for epoch, step in self.epochs:
+            last[epoch] = max(step, last.get(epoch, step))
+        return {step: epoch for epoch, step in last.items()}
+
+
+@attrs.frozen(kw_only=True)
+class ResumePlan:
+    """How a run continues from its log directory.
+
+    Attributes:
+        checkpoint: the checkpoint to restore, or None to use the user's ``session_init``.
+        checkpoint_step: the global step saved in `checkpoint` (0 without one).
+        starting_epoch: the first epoch to run (1-based).
+        keep_stats_until_step: drop the statistics records written after this global
+            step (they describe training the restored model never saw), or None to keep
+            them all.
+        reason: one sentence for the log.
+    """
+
+    checkpoint: str | None = attrs.field(validator=optional(instance_of(str)))
+    checkpoint_step: int = attrs.field(default=0, validator=[instance_of(int), ge(0)])
+    starting_epoch: int = attrs.field(validator=[instance_of(int), ge(1)])
+    keep_stats_until_step: int | None = attrs.field(
+        default=None, validator=optional([instance_of(int), ge(0)])
+    )
+    reason: str = attrs.field(default="", validator=instance_of(str))
+
+    @property
+    def resumes(self) -> bool:
+        """Whether a checkpoint is restored."""
+        return self.checkpoint is not None
+
+
+def resume_plan(
+    snapshot: LogdirSnapshot,
+    *,
+    steps_per_epoch: int,
+    starting_epoch: int = 1,
+    user_session_init: bool = False,
+    user_starting_epoch: bool = False,
+    always_resume: bool = True,
+) -> ResumePlan:
+    """Decide which checkpoint to restore and which epoch to start, from a log directory.
+
+    The checkpoint chosen is the newest one saved at the end of an epoch (its step a
+    multiple of `steps_per_epoch`) that the statistics file has recorded; the run
+    continues with the epoch after it, and the statistics records written after it
+    are dropped. So a process killed at any point (mid-epoch, between saving and
+    writing statistics, or the other way round) restarts with the global step,
+    epoch number and statistics of one consistent moment. When no checkpoint is
+    recorded in the statistics, the newest epoch-end checkpoint is used (its epoch
+    is ``step // steps_per_epoch``); failing that, the newest checkpoint.
+
+    Args:
+        snapshot: what the log directory holds.
+        steps_per_epoch: steps per epoch of this run (> 0).
+        starting_epoch: the user's ``starting_epoch`` (1-based).
+        user_session_init: whether the user gave a ``session_init``.
+        user_starting_epoch: whether the user gave a ``starting_epoch``.
+        always_resume: when False, the user's ``session_init`` and ``starting_epoch``
+            win over the resumed ones (each one separately); when True, resuming wins.
+
+    Returns:
+        The `ResumePlan`.
+
+    Examples:
+        Killed in epoch 3, after the checkpoint and statistics of epoch 2:
+
+        >>> snap = LogdirSnapshot(checkpoints=[("d/model-10", 10), ("d/model-20", 20)],
+        ...                       epochs=[(1, 10), (2, 20)])
+        >>> p = resume_plan(snap, steps_per_epoch=10)
+        >>> (p.checkpoint, p.starting_epoch, p.keep_stats_until_step)
+        ('d/model-20', 3, 20)
+
+        Killed after saving epoch 3 but before its statistics were written: epoch 3 runs again.
+
+        >>> snap = LogdirSnapshot(checkpoints=[("d/model-20", 20), ("d/model-30", 30)],
+        ...                       epochs=[(1, 10), (2, 20)])
+        >>> resume_plan(snap, steps_per_epoch=10).starting_epoch
+        3
+
+        Nothing to resume from:
+
+        >>> resume_plan(LogdirSnapshot(), steps_per_epoch=10, starting_epoch=4).starting_epoch
+        4
+    """
+    if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+        msg = f"'steps_per_epoch' must be an int > 0; got {steps_per_epoch!r}"
+        raise ValueError(msg)
+    checkpoints = sorted(snapshot.checkpoints, key=lambda pair: pair[1])
+    if not checkpoints:
+        keep = 0 if snapshot.epochs else None
+        return ResumePlan(
+            checkpoint=None,
+            starting_epoch=starting_epoch,
+            keep_stats_until_step=keep,
+            reason="no checkpoint in the logdir: training starts afresh"
+            + (" and the statistics of the earlier run are dropped" if keep == 0 else ""),
+        )
+    ends = snapshot.epoch_ends()
+    recorded = [(p, s) for p, s in checkpoints if s in ends and s % steps_per_epoch == 0]
+    aligned = [(p, s) for p, s in checkpoints if s % steps_per_epoch == 0]
+    if recorded:
+        path, step = recorded[-1]
+        epoch = ends[step]
+        why = f"the newest checkpoint recorded in the statistics ({path!r}, epoch {epoch})"
+    elif aligned:
+        path, step = aligned[-1]
+        epoch = step // steps_per_epoch
+        why = f"the newest epoch-end checkpoint ({path!r}, epoch {epoch} from its step)"
+    else:
+        path, step = checkpoints[-1]
+        epoch = step // steps_per_epoch
+        why = (
+            f"the newest checkpoint ({path!r}, step {step}, not a multiple of "
+            f"steps_per_epoch={steps_per_epoch}: epoch {epoch} assumed)"
+        )
+    use_ckpt = always_resume or not user_session_init
+    use_epoch = always_resume or not user_starting_epoch
+    resumed_epoch = epoch + 1
+    return ResumePlan(
+        checkpoint=path if use_ckpt else None,
+        checkpoint_step=step if use_ckpt else 0,
+        starting_epoch=resumed_epoch if use_epoch else starting_epoch,
+        keep_stats_until_step=step if use_ckpt else None,
+        reason=(f"resuming from {why}" if use_ckpt else "the user's session_init takes priority")
+        + (
+            f"; starting at epoch {resumed_epoch}"
+            if use_epoch
+            else f"; the user's starting_epoch={starting_epoch} takes priority"
+        ),
+    )
+
+
+# -- the shell: reading the log directory and rewriting the statistics ---------------------
+
+
+def epoch_records(stats: Sequence[Mapping[str, Any]] | None) -> list[tuple[int, int]]:
+    """``(epoch_num, global_step)`` of every statistics record that has both.
+
+    Examples:
+        >>> epoch_records([{"epoch_num": 1, "global_step": 10, "loss": 0.5}, {"x": 1}])
+        [(1, 10)]
+        >>> epoch_records(None)
+        []
+    """
+    out = []
+    for rec in stats or ():
+        epoch, step = rec.get("epoch_num"), rec.get("global_step")
+        if isinstance(epoch, int) and isinstance(step, int):
+            out.append((epoch, step))
+    return out
+
+
+def read_stats(logdir: str) -> list[dict[str, Any]] | None:
+    """The records of ``<logdir>/stats.json``, or None when there is no such file.
+
+    Raises:
+        ValueError: the file is not a JSON list of objects.
+    """
+    path = os.path.join(logdir, STATS_FILENAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as err:
+            msg = f"{path!r} is not valid JSON ({err}): cannot resume from it"
+            raise ValueError(msg) from err
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        msg = f"{path!r} must hold a JSON list of objects; got {type(data).__name__}"
+        raise ValueError(msg)
+    return data
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Write `data` as JSON to `path`, atomically (a temporary sibling renamed over it)."""
+    atomic_write_text(path, json.dumps(data, indent=1))
+
+
+def truncate_stats(logdir: str, keep_until_step: int) -> list[dict[str, Any]]:
+    """Drop the records of ``<logdir>/stats.json`` written after global step `keep_until_step`.
+
+    The file is rewritten atomically; the full old file is kept as ``stats.json.bak``.
+
+    Returns:
+        The records dropped (empty when nothing changed).
+    """
+    stats = read_stats(logdir)
+    if not stats:
+        return []
+    kept = [
+        r
+        for r in stats
+        if not isinstance(r.get("global_step"), int) or r["global_step"] <= keep_until_step
+    ]
+    dropped = [r for r in stats if r not in kept]
+    if dropped:
+        path = os.path.join(logdir, STATS_FILENAME)
+        write_json_atomic(path + ".bak", stats)
+        write_json_atomic(path, kept)
+        logger.warning(
+            "dropped %d statistics record(s) after global step %d from %s (epochs %s); "
+            "the old file is kept as %s.bak",
+            len(dropped),
+            keep_until_step,
+            path,
+            sorted({r.get("epoch_num") for r in dropped}, key=str),
+            STATS_FILENAME,
+        )
+    return dropped
+
+
+def take_snapshot(logdir: str, checkpoints: Iterable[tuple[str, int]]) -> LogdirSnapshot:
+    """A `LogdirSnapshot` of `logdir`, given its checkpoints (``(path, step)`` pairs)."""
+    return LogdirSnapshot(checkpoints=list(checkpoints), epochs=epoch_records(read_stats(logdir)))
