@@ -1,5 +1,25 @@
 """towerkit.towers: tower functions, tower context, scope and variable utilities, summaries, devices."""
 
+from towerkit.towers._argscope import (
+    ArgScope,
+    argscope,
+    enable_argscope_for_function,
+    enable_argscope_for_module,
+    get_arg_scope,
+    merge_argscope,
+)
+from towerkit.towers._checker import (
+    RULE_NAMES,
+    Violation,
+    check_tower_function,
+    dedupe_violations,
+    ensure_tower_rules,
+    format_violations,
+    normalize_tower_name,
+    outputs_signature,
+    reserved_scopes,
+)
+from towerkit.towers._collection import backup_collection, freeze_collection, restore_collection
 from towerkit.towers._context import (
     BaseTowerContext,
     PredictTowerContext,
@@ -10,6 +30,11 @@ from towerkit.towers._context import (
     has_own_variables,
     is_main_training_tower,
     tower_reuse,
+)
+from towerkit.towers._dependency import (
+    backward_closure,
+    dependency_of_fetches,
+    dependency_of_targets,
 )
 from towerkit.towers._devices import (
     cpu_devices_needed,
@@ -50,6 +75,7 @@ from towerkit.towers._tower import (
     build_placeholders,
     validate_input_signature,
 )
+from towerkit.towers._varreplace import custom_getter_scope, freeze_variables, remap_variables
 from towerkit.towers._version import __version__
 
 __all__ = [
@@ -89,6 +115,35 @@ __all__ = [
     "cached_name_scope",
     "under_name_scope",
     "under_variable_scope",
+    # variable replacement
+    "custom_getter_scope",
+    "freeze_variables",
+    "remap_variables",
+    # argscope
+    "argscope",
+    "get_arg_scope",
+    "enable_argscope_for_function",
+    "enable_argscope_for_module",
+    "ArgScope",
+    "merge_argscope",
+    # collections
+    "backup_collection",
+    "restore_collection",
+    "freeze_collection",
+    # dependencies
+    "dependency_of_targets",
+    "dependency_of_fetches",
+    "backward_closure",
+    # tower-rule checker
+    "check_tower_function",
+    "ensure_tower_rules",
+    "Violation",
+    "RULE_NAMES",
+    "format_violations",
+    "dedupe_violations",
+    "normalize_tower_name",
+    "reserved_scopes",
+    "outputs_signature",
     # summaries
     "MOVING_SUMMARY_OPS_KEY",
     "SUMMARY_TYPES",
