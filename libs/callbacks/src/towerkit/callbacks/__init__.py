@@ -10,6 +10,8 @@ from towerkit.callbacks._base import (
 from towerkit.callbacks._errors import CallbackError, MissingStatError, StopTraining
 from towerkit.callbacks._hooked import HookedSession
 from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
+from towerkit.callbacks._monitors import MonitorBase, Monitors
+from towerkit.callbacks._stats import StatMonitorState, advance, estimate_time_left, should_change
 from towerkit.callbacks._types import TrainerView
 from towerkit.callbacks._version import __version__
 
@@ -32,4 +34,12 @@ __all__ = [
     "StopTraining",
     "CallbackError",
     "MissingStatError",
+    # monitors
+    "MonitorBase",
+    "Monitors",
+    # statistics, pure
+    "estimate_time_left",
+    "should_change",
+    "StatMonitorState",
+    "advance",
 ]
