@@ -1,0 +1,160 @@
+"""Pure statistics for callbacks: time-left estimates and the stat-monitor decision."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+import attrs
+from attrs.validators import instance_of
+
+__all__ = [
+    "StatMonitorState",
+    "advance",
+    "estimate_time_left",
+    "should_change",
+]
+
+
+def estimate_time_left(durations: Sequence[float], epochs_left: int, median: bool = True) -> float:
+    """Seconds left in training, from the durations of recent epochs.
+
+    Args:
+        durations: wall-clock seconds of the most recent epochs (at least one), in
+            any order; the caller keeps as many as it wants to average over.
+        epochs_left: epochs still to run (>= 0).
+        median: average the durations by their median (robust to one slow epoch)
+            instead of their mean.
+
+    Returns:
+        ``epochs_left`` times the average duration, in seconds.
+
+    Raises:
+        ValueError: ``durations`` is empty or holds a negative or non-finite value, or
+            ``epochs_left`` is negative.
+
+    Examples:
+        >>> estimate_time_left([10.0, 12.0, 50.0], 4)
+        48.0
+        >>> estimate_time_left([10.0, 12.0, 50.0], 4, median=False)
+        96.0
+        >>> estimate_time_left([3.0], 0)
+        0.0
+    """
+    values = [float(d) for d in durations]
+    if not values:
+        msg = "'durations' must hold at least one epoch duration (seconds); got none"
+        raise ValueError(msg)
+    bad = [d for d in values if not math.isfinite(d) or d < 0]
+    if bad:
+        msg = f"'durations' must be finite seconds >= 0; got {bad}"
+        raise ValueError(msg)
+    if epochs_left < 0:
+        msg = f"'epochs_left' must be >= 0; got {epochs_left}"
+        raise ValueError(msg)
+    average = statistics.median(values) if median else statistics.fmean(values)
+    return float(epochs_left * average)
+
+
+def should_change(
+    history: Sequence[float], threshold: float, last_k: int, reverse: bool = False
+) -> bool:
+    """Whether a monitored statistic has stopped improving.
+
+    The decision looks at the last ``last_k + 1`` observations: the oldest of them is
+    the reference, and the statistic has stopped improving when none of the ``last_k``
+    newer ones beat it by more than ``threshold``. Written over that window ``w``:
+    ``min(w) >= w[0] - threshold`` (decreasing is better), or with ``reverse``
+    ``max(w) <= w[0] + threshold`` (increasing is better). With fewer than
+    ``last_k + 1`` observations there is not enough evidence and the answer is False.
+
+    Args:
+        history: observations since the parameter last changed, oldest first.
+        threshold: the least improvement that counts (>= 0), in the statistic's units.
+        last_k: how many observations after the reference must fail to improve (>= 1).
+        reverse: the statistic should increase (an accuracy) rather than decrease.
+
+    Examples:
+        >>> should_change([0.5, 0.5, 0.51], threshold=0.0, last_k=2)
+        True
+        >>> should_change([0.5, 0.5, 0.49], threshold=0.0, last_k=2)
+        False
+        >>> should_change([0.5, 0.49], threshold=0.05, last_k=1)
+        True
+        >>> should_change([0.5, 0.5], threshold=0.0, last_k=2)
+        False
+        >>> should_change([0.9, 0.95, 0.9], threshold=0.0, last_k=2, reverse=True)
+        False
+    """
+    if len(history) < last_k + 1:
+        return False
+    window = history[len(history) - last_k - 1 :]
+    if reverse:
+        return max(window) <= window[0] + threshold
+    return min(window) >= window[0] - threshold
+
+
+def _to_floats(values: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+@attrs.frozen(kw_only=True)
+class StatMonitorState:
+    """What ``StatMonitorParamSetter`` remembers between triggers.
+
+    Attributes:
+        history: observations of the statistic since the parameter last changed
+            (or since training started), oldest first; at most ``last_k + 1`` kept.
+        last_step: the global step of the newest observation taken, or None before
+            the first; an observation at the same step is the same one seen again.
+    """
+
+    history: tuple[float, ...] = attrs.field(default=(), converter=_to_floats)
+    last_step: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(instance_of(int))
+    )
+
+
+def advance(
+    state: StatMonitorState,
+    step: int,
+    value: float,
+    *,
+    threshold: float,
+    last_k: int,
+    reverse: bool = False,
+) -> tuple[StatMonitorState, bool]:
+    """Take one observation of the statistic and decide whether to change the parameter.
+
+    An observation with the same ``step`` as the previous one is not new (the
+    statistic was not updated since) and changes nothing. After a change, the history
+    restarts empty: the next decision needs ``last_k + 1`` observations made after
+    this one, so a change happens at most once every ``last_k + 1`` new observations.
+
+    Args:
+        state: the state after the previous observation.
+        step: the global step at which the observation was put to the monitors.
+        value: the observed value.
+        threshold: as in :func:`should_change`.
+        last_k: as in :func:`should_change`.
+        reverse: as in :func:`should_change`.
+
+    Returns:
+        The new state and whether to change the parameter now.
+
+    Examples:
+        >>> s = StatMonitorState()
+        >>> decisions = []
+        >>> for step, v in enumerate([3.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]):
+        ...     s, change = advance(s, step, v, threshold=0.0, last_k=2)
+        ...     decisions.append(change)
+        >>> decisions
+        [False, False, False, True, False, False, True]
+    """
+    if state.last_step is not None and step == state.last_step:
+        return state, False
+    history = (*state.history, float(value))[-(last_k + 1) :]
+    if should_change(history, threshold, last_k, reverse):
+        return StatMonitorState(history=(), last_step=step), True
+    return StatMonitorState(history=history, last_step=step), False
