@@ -1,243 +1,41 @@
-"""The input-source protocol that trainers consume, its errors and its signature checks."""
+"""Inputs: the `InputSource` protocol, its implementations and the default prefetching."""
 
-from __future__ import annotations
-
-import abc
-from collections.abc import Sequence
-from typing import Any
-
-import tensorflow as tf
-
-from towerkit.callbacks import Callback
-from towerkit.towers import validate_input_signature
-from towerkit.towers._compat import tf1
+from towerkit.trainers._input_base import (
+    InputSignatureError,
+    InputSizeUnknownError,
+    InputSource,
+    check_input_tensors,
+    spec_mismatches,
+)
+from towerkit.trainers._input_sources import (
+    DummyConstantInput,
+    FeedInput,
+    IterableInput,
+    NumpyInput,
+    StagingInput,
+    TFDatasetInput,
+    apply_default_prefetch,
+    datapoint_tuple,
+    iterable_size,
+    num_batches,
+    wants_staging,
+)
 
 __all__ = [
+    "InputSource",
     "InputSignatureError",
     "InputSizeUnknownError",
-    "InputSource",
     "check_input_tensors",
     "spec_mismatches",
+    "TFDatasetInput",
+    "IterableInput",
+    "NumpyInput",
+    "DummyConstantInput",
+    "FeedInput",
+    "StagingInput",
+    "apply_default_prefetch",
+    "datapoint_tuple",
+    "iterable_size",
+    "num_batches",
+    "wants_staging",
 ]
-
-
-class InputSizeUnknownError(TypeError):
-    """The input has no known number of steps per epoch: pass ``steps_per_epoch`` explicitly."""
-
-
-class InputSignatureError(TypeError):
-    """Tensors produced by an input do not match the input signature."""
-
-
-def spec_mismatches(specs: Sequence[tf.TensorSpec], produced: Sequence[tf.TensorSpec]) -> list[str]:
-    """Describe every way `produced` fails to match `specs`, entry by entry.
-
-    Dtypes must be equal; shapes must be compatible (``None`` dimensions match anything,
-    an unknown rank matches any rank). An empty list means they match.
-
-    Args:
-        specs: the input signature.
-        produced: the specs (or tensors) an input produced, in signature order.
-
-    Returns:
-        One line per entry at fault, or ``["count ..."]`` when the lengths differ.
-
-    Examples:
-        >>> import tensorflow as tf
-        >>> sig = [tf.TensorSpec([None, 3], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
-        >>> spec_mismatches(sig, [tf.TensorSpec([8, 3], tf.float32), tf.TensorSpec([8], tf.int32)])
-        []
-        >>> spec_mismatches(sig, [tf.TensorSpec([8, 4], tf.float32), tf.TensorSpec([8], tf.int64)])
-        ["#0 'x': expected float32(None, 3), got float32(8, 4)", "#1 'y': expected int32(None,), got int64(8,)"]
-        >>> spec_mismatches(sig, [tf.TensorSpec([8, 3], tf.float32)])
-        ['count: expected 2 tensors (x, y), got 1']
-    """
-    if len(specs) != len(produced):
-        names = ", ".join(s.name or "?" for s in specs)
-        return [f"count: expected {len(specs)} tensors ({names}), got {len(produced)}"]
-    wrong = []
-    for i, (spec, got) in enumerate(zip(specs, produced)):
-        got_dtype = tf.as_dtype(got.dtype)
-        got_shape = tf.TensorShape(got.shape)
-        if got_dtype != spec.dtype or not spec.shape.is_compatible_with(got_shape):
-            wrong.append(
-                f"#{i} {spec.name!r}: expected {_fmt(spec.dtype, spec.shape)}, "
-                f"got {_fmt(got_dtype, got_shape)}"
-            )
-    return wrong
-
-
-def _fmt(dtype: tf.DType, shape: tf.TensorShape) -> str:
-    """``float32(None, 3)``; ``float32<unknown rank>`` when the rank is unknown."""
-    if shape.rank is None:
-        return f"{dtype.name}<unknown rank>"
-    return f"{dtype.name}{tuple(shape.as_list())}"
-
-
-def check_input_tensors(
-    source: str, specs: Sequence[tf.TensorSpec], tensors: Sequence[Any]
-) -> list[tf.Tensor]:
-    """Check that `tensors` match `specs` and give them the signature's static shapes.
-
-    Args:
-        source: the input's description, used in the message.
-        specs: the input signature.
-        tensors: one tower's input tensors, in signature order.
-
-    Returns:
-        The tensors, each with its static shape merged with its spec's.
-
-    Raises:
-        InputSignatureError: a count, dtype or shape mismatch; the message lists every
-            entry at fault with both specs.
-    """
-    tensors = list(tensors)
-    wrong = spec_mismatches(specs, tensors)
-    if wrong:
-        msg = f"{source} does not produce the input signature: {'; '.join(wrong)}"
-        raise InputSignatureError(msg)
-    out = []
-    for spec, t in zip(specs, tensors):
-        if not t.shape.is_fully_defined() and spec.shape.rank is not None:
-            t.set_shape(t.shape.merge_with(spec.shape))
-        out.append(t)
-    return out
-
-
-class InputSource(abc.ABC):
-    """Where a trainer's input tensors come from.
-
-    A trainer uses an input source in this order:
-
-    1. ``setup(input_signature)`` once, with the graph being built as the default
-       graph: the source builds what it needs there (iterators, queues, placeholders).
-    2. ``get_input_tensors()`` once per tower: each call returns tensors that take
-       their OWN batch when run, so with ``k`` towers one step consumes ``k`` batches
-       (the total batch is ``batch * k``).
-    3. ``get_callbacks()``: callbacks the trainer must register with its own; they
-       initialize iterators, start and stop prefetching, warm up staging areas,
-       feed placeholders. Without them the tensors may not produce anything.
-    4. ``size()``: the number of steps in one epoch when the source knows it
-       (the default of ``steps_per_epoch``).
-
-    Subclasses implement ``_setup``, ``_get_input_tensors`` and optionally ``_size``,
-    ``_get_callbacks`` and ``_reset_state``.
-    """
-
-    _specs: tuple[tf.TensorSpec, ...] | None = None
-    _graph: Any = None
-    _callbacks: list[Callback] | None = None
-    _calls: int = 0
-
-    # -- the protocol --------------------------------------------------------------
-
-    def setup(self, input_signature: Sequence[tf.TensorSpec]) -> None:
-        """Build this source's graph parts in the current default graph, once.
-
-        Calling it again with the same signature in the same graph does nothing.
-
-        Args:
-            input_signature: named ``tf.TensorSpec``s, one per input tensor.
-
-        Raises:
-            TypeError, ValueError: a malformed signature.
-            RuntimeError: setup again with another signature or in another graph.
-        """
-        specs = validate_input_signature(input_signature)
-        graph = tf1.get_default_graph()
-        if self._specs is not None:
-            if self._specs == specs and self._graph is graph:
-                return
-            msg = (
-                f"{self} is already set up with signature {list(self._specs)} in graph "
-                f"{id(self._graph):#x}; got signature {list(specs)} in graph {id(graph):#x}"
-            )
-            raise RuntimeError(msg)
-        self._setup(specs)
-        self._specs = specs
-        self._graph = graph
-
-    def setup_done(self) -> bool:
-        """Whether ``setup`` has run."""
-        return self._specs is not None
-
-    @property
-    def input_signature(self) -> tuple[tf.TensorSpec, ...]:
-        """The signature given to ``setup``."""
-        self._require_setup("input_signature")
-        return self._specs  # type: ignore[return-value]
-
-    def get_input_tensors(self) -> list[tf.Tensor]:
-        """One tower's input tensors, in signature order; each call takes its own batch.
-
-        Raises:
-            RuntimeError: ``setup`` has not run.
-            InputSignatureError: the produced tensors do not match the signature.
-        """
-        self._require_setup("get_input_tensors")
-        with self._graph.as_default():
-            tensors = self._get_input_tensors()
-        self._calls += 1
-        return check_input_tensors(str(self), self._specs, tensors)  # type: ignore[arg-type]
-
-    def size(self) -> int:
-        """Steps in one epoch when the source knows it (e.g. batches in one pass).
-
-        Raises:
-            InputSizeUnknownError: the size is unknown; give ``steps_per_epoch`` instead.
-        """
-        n = self._size()
-        if n is None:
-            msg = (
-                f"the size of {self} is unknown: pass 'steps_per_epoch' explicitly "
-                f"(e.g. TrainConfig(steps_per_epoch=...))"
-            )
-            raise InputSizeUnknownError(msg)
-        return int(n)
-
-    def get_callbacks(self) -> list[Callback]:
-        """Callbacks the trainer registers for this source (the same objects on every call).
-
-        Raises:
-            RuntimeError: ``setup`` has not run.
-        """
-        self._require_setup("get_callbacks")
-        if self._callbacks is None:
-            with self._graph.as_default():
-                self._callbacks = list(self._get_callbacks())
-        return list(self._callbacks)
-
-    def reset_state(self) -> None:
-        """Reset Python-side state (e.g. a data flow's ``reset_state``) before data is drawn.
-
-        The callbacks of ``get_callbacks`` call it in ``before_train``; call it yourself
-        only when driving the source without a trainer.
-        """
-        self._reset_state()
-
-    # -- for subclasses ----------------------------------------------------------------
-
-    @abc.abstractmethod
-    def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
-        """Build graph parts for `specs` in the default graph."""
-
-    @abc.abstractmethod
-    def _get_input_tensors(self) -> Sequence[tf.Tensor]:
-        """Tensors that take one batch when run."""
-
-    def _size(self) -> int | None:
-        return None
-
-    def _get_callbacks(self) -> Sequence[Callback]:
-        return []
-
-    def _reset_state(self) -> None:
-        return None
-
-    def _require_setup(self, what: str) -> None:
-        if self._specs is None:
-            msg = f"{self}.{what}: call setup(input_signature) first"
-            raise RuntimeError(msg)
-
-    def __str__(self) -> str:
-        return type(self).__name__

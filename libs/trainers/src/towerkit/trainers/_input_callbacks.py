@@ -1,0 +1,201 @@
+"""The callbacks that input sources give the trainer: initialize, feed, stage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from towerkit.callbacks import Callback, StopTraining
+from towerkit.towers._compat import tf1
+
+__all__ = ["depends_on", "fetched_ops"]
+
+
+def fetched_ops(graph: Any, fetches: Any) -> list[Any]:
+    """The operations behind `fetches` (a nested structure of tensors, ops or names)."""
+    if fetches is None:
+        return []
+    ops = []
+    for el in tf.nest.flatten(fetches):
+        if el is None:
+            continue
+        found = graph.as_graph_element(el, allow_tensor=True, allow_operation=True)
+        ops.append(found if isinstance(found, tf.Operation) else found.op)
+    return ops
+
+
+def depends_on(roots: Iterable[Any], targets: Iterable[Any]) -> bool:
+    """Whether running the ops `roots` runs any op of `targets` (through data or control edges).
+
+    Args:
+        roots: operations (e.g. the fetches of a run).
+        targets: operations or tensors to look for.
+    """
+    wanted = {t if isinstance(t, tf.Operation) else t.op for t in targets}
+    seen: set[Any] = set()
+    stack = list(roots)
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        if op in wanted:
+            return True
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return False
+
+
+class _FetchDependency:
+    """Remembers, per fetches object, whether running it runs some target ops."""
+
+    def __init__(self, targets: Sequence[Any]) -> None:
+        self._targets = list(targets)
+        self._memo: dict[int, tuple[Any, bool]] = {}
+
+    def __call__(self, graph: Any, fetches: Any) -> bool:
+        hit = self._memo.get(id(fetches))
+        if hit is not None and hit[0] is fetches:
+            return hit[1]
+        found = depends_on(fetched_ops(graph, fetches), self._targets)
+        if len(self._memo) > 256:
+            self._memo.clear()
+        self._memo[id(fetches)] = (fetches, found)
+        return found
+
+
+class _InputCallback(Callback):
+    """Base of input callbacks: they run on every worker, chief or not."""
+
+    _chief_only = False
+
+
+class InitializeInput(_InputCallback):
+    """Before training: reset the source's Python state, then run its initializer ops.
+
+    Args:
+        name: the source's description, for ``str``.
+        reset: the source's ``reset_state``.
+        ops: initializer ops (e.g. an iterator's initializer).
+        feed: values to feed while running `ops` (e.g. arrays behind placeholders).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        reset: Callable[[], None],
+        ops: Sequence[Any],
+        feed: Callable[[], dict[Any, Any] | None] | None = None,
+    ) -> None:
+        self._name = name
+        self._reset = reset
+        self._ops = list(ops)
+        self._feed = feed
+
+    def _before_train(self) -> None:
+        self._reset()
+        if self._ops:
+            self.trainer.sess.run(self._ops, feed_dict=self._feed() if self._feed else None)
+
+    def __str__(self) -> str:
+        return f"InitializeInput({self._name})"
+
+
+class FeedInputCallback(_InputCallback):
+    """Feed one datapoint per tower into the placeholders of runs that need them.
+
+    A run whose fetches do not depend on the placeholders gets no feed and takes no
+    datapoint.
+
+    Args:
+        name: the source's description.
+        reset: the source's ``reset_state``, called in ``before_train``.
+        placeholders: one list of placeholders per tower.
+        start: returns a fresh iterator of datapoints (tuples in signature order).
+        infinite: start again when the iterator ends; otherwise raise ``StopTraining``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        reset: Callable[[], None],
+        placeholders: Sequence[Sequence[Any]],
+        start: Callable[[], Any],
+        infinite: bool,
+    ) -> None:
+        self._name = name
+        self._reset = reset
+        self._placeholders = [list(p) for p in placeholders]
+        self._start = start
+        self._infinite = infinite
+        self._depends = _FetchDependency([p for group in self._placeholders for p in group])
+        self._it: Any = None
+
+    def _before_train(self) -> None:
+        self._reset()
+        self._it = self._start()
+
+    def _next(self) -> Sequence[Any]:
+        try:
+            return next(self._it)
+        except StopIteration:
+            if not self._infinite:
+                msg = f"{self._name}: the data is exhausted"
+                raise StopTraining(msg) from None
+        self._it = self._start()
+        try:
+            return next(self._it)
+        except StopIteration:
+            msg = f"{self._name}: the iterable yielded no datapoint in a whole pass"
+            raise RuntimeError(msg) from None
+
+    def _before_run(self, run_context: Any) -> Any:
+        if not self._depends(run_context.session.graph, run_context.original_args.fetches):
+            return None
+        if self._it is None:
+            self._it = self._start()
+        feed = {}
+        for group in self._placeholders:
+            for ph, value in zip(group, self._next()):
+                feed[ph] = value
+        return tf1.train.SessionRunArgs(fetches=None, feed_dict=feed)
+
+    def __str__(self) -> str:
+        return f"FeedInputCallback({self._name})"
+
+
+class StageInputCallback(_InputCallback):
+    """Keep staging areas one batch ahead: warm them up, then refill them on each run.
+
+    Before training, `nr_stage` batches are put into each area. A run whose fetches
+    take from the areas also runs the put op, which stages the next batch while the
+    current one is used. Runs that do not take from the areas put nothing, so the areas
+    never grow.
+
+    Args:
+        name: the source's description.
+        put: one op putting a batch into every area.
+        gets: the tensors taken from the areas.
+        nr_stage: batches staged ahead, >= 1.
+    """
+
+    def __init__(self, name: str, put: Any, gets: Sequence[Any], nr_stage: int) -> None:
+        self._name = name
+        self._put = put
+        self._nr_stage = nr_stage
+        self._depends = _FetchDependency(list(gets))
+        self._args = tf1.train.SessionRunArgs(fetches=put)
+
+    def _before_train(self) -> None:
+        for _ in range(self._nr_stage):
+            self.trainer.sess.run(self._put)
+
+    def _before_run(self, run_context: Any) -> Any:
+        if self._depends(run_context.session.graph, run_context.original_args.fetches):
+            return self._args
+        return None
+
+    def __str__(self) -> str:
+        return f"StageInputCallback({self._name})"
