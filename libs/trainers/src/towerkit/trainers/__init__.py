@@ -20,6 +20,59 @@ from towerkit.trainers._tower import SingleCostTrainer, TowerTrainer
 from towerkit.trainers._trainers import NoOpTrainer, SimpleTrainer
 
 # -- end of trainers, configs, the loop, resuming --
+# isort: split
+# -- inputs, gradient processors, optimizers, sessions, utilities --
+from towerkit.trainers._gradproc import (
+    Chain,
+    CheckGradient,
+    FilterNoneGrad,
+    GlobalNormClip,
+    GradientProcessor,
+    MapGradient,
+    PrintGradient,
+    ScaleGradient,
+    SummaryGradient,
+    chain,
+    check_multipliers,
+    first_multiplier,
+    regex_matches,
+)
+from towerkit.trainers._input import (
+    DummyConstantInput,
+    FeedInput,
+    InputSignatureError,
+    InputSizeUnknownError,
+    InputSource,
+    IterableInput,
+    NumpyInput,
+    StagingInput,
+    TFDatasetInput,
+    apply_default_prefetch,
+    datapoint_tuple,
+    num_batches,
+    spec_mismatches,
+    wants_staging,
+)
+from towerkit.trainers._optimizer import (
+    AccumGradOptimizer,
+    PostProcessOptimizer,
+    ProxyOptimizer,
+    VariableAssignmentOptimizer,
+    apply_grad_processors,
+)
+from towerkit.trainers._sesscreate import (
+    NewSessionCreator,
+    ReuseSessionCreator,
+    SessionCreatorAdapter,
+)
+from towerkit.trainers._tfutils import (
+    get_default_sess_config,
+    get_global_step_value,
+    get_global_step_var,
+    get_tf_version_tuple,
+)
+
+# -- end of inputs, gradient processors, optimizers, sessions, utilities --
 from towerkit.trainers._version import __version__
 
 __all__ = [
@@ -46,4 +99,45 @@ __all__ = [
     "LogdirNotEmptyError",
     "TrainerStateError",
     # -- end of trainers, configs, the loop, resuming --
+    # -- inputs, gradient processors, optimizers, sessions, utilities --
+    "InputSource",
+    "TFDatasetInput",
+    "IterableInput",
+    "NumpyInput",
+    "DummyConstantInput",
+    "FeedInput",
+    "StagingInput",
+    "apply_default_prefetch",
+    "InputSizeUnknownError",
+    "InputSignatureError",
+    "spec_mismatches",
+    "datapoint_tuple",
+    "num_batches",
+    "wants_staging",
+    "GradientProcessor",
+    "FilterNoneGrad",
+    "GlobalNormClip",
+    "MapGradient",
+    "SummaryGradient",
+    "PrintGradient",
+    "CheckGradient",
+    "ScaleGradient",
+    "Chain",
+    "chain",
+    "regex_matches",
+    "first_multiplier",
+    "check_multipliers",
+    "apply_grad_processors",
+    "ProxyOptimizer",
+    "PostProcessOptimizer",
+    "VariableAssignmentOptimizer",
+    "AccumGradOptimizer",
+    "NewSessionCreator",
+    "ReuseSessionCreator",
+    "SessionCreatorAdapter",
+    "get_default_sess_config",
+    "get_global_step_var",
+    "get_global_step_value",
+    "get_tf_version_tuple",
+    # -- end of inputs, gradient processors, optimizers, sessions, utilities --
 ]
