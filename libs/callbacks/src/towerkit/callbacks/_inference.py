@@ -1,0 +1,756 @@
+"""Inference during training: inferencers, their pure statistics, and the runners that feed them."""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import tensorflow as tf
+import tqdm
+
+from towerkit.callbacks._base import Callback
+from towerkit.callbacks._errors import CallbackError
+from towerkit.callbacks._graph import tensor_names
+from towerkit.towers import TowerContext, build_placeholders, get_op_tensor_name, resolve_devices
+from towerkit.towers._compat import tf1
+
+logger = logging.getLogger("towerkit.callbacks")
+
+
+# -- the pure statistics --------------------------------------------------------------
+
+
+def _as_tuple_of_floats(values: Iterable[Any]) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+@attrs.frozen(kw_only=True)
+class MeanState:
+    """Running sums of some scalars over batches, for their mean over batches.
+
+    Attributes:
+        sums: the sum of each scalar over the batches seen.
+        count: batches seen.
+    """
+
+    sums: tuple[float, ...] = attrs.field(converter=_as_tuple_of_floats)
+    count: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+
+
+def mean_add(state: MeanState, values: Sequence[Any]) -> MeanState:
+    """``state`` with one more batch of scalar ``values`` (one per sum).
+
+    Raises:
+        ValueError: a value is not a scalar, or the number of values differs from the sums'.
+
+    Examples:
+        >>> s = mean_add(mean_add(MeanState(sums=(0, 0)), [1.0, 2.0]), [3, 4])
+        >>> s, mean_values(s)
+        (MeanState(sums=(4.0, 6.0), count=2), (2.0, 3.0))
+    """
+    if len(values) != len(state.sums):
+        msg = f"expected {len(state.sums)} values, one per statistic; got {len(values)}"
+        raise ValueError(msg)
+    arrays = [np.asarray(v) for v in values]
+    not_scalar = [f"#{i}: shape {a.shape}" for i, a in enumerate(arrays) if a.size != 1]
+    if not_scalar:
+        msg = f"the values must be scalars; got {', '.join(not_scalar)}"
+        raise ValueError(msg)
+    return MeanState(
+        sums=[s + float(a.reshape(())) for s, a in zip(state.sums, arrays)], count=state.count + 1
+    )
+
+
+def mean_values(state: MeanState) -> tuple[float, ...]:
+    """The mean of each scalar over the batches seen (NaN before any batch).
+
+    Examples:
+        >>> mean_values(MeanState(sums=(3.0,), count=2))
+        (1.5,)
+    """
+    if state.count == 0:
+        return tuple(float("nan") for _ in state.sums)
+    return tuple(s / state.count for s in state.sums)
+
+
+@attrs.frozen(kw_only=True)
+class Tally:
+    """Counts of ones among the entries of 0/1 vectors seen so far.
+
+    Attributes:
+        ones: entries equal to 1 (true, nonzero).
+        total: entries seen.
+    """
+
+    ones: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    total: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+
+
+def tally_add(tally: Tally, vector: Any) -> Tally:
+    """``tally`` with the entries of one more 0/1 (or boolean) vector of any length.
+
+    Examples:
+        >>> tally_add(tally_add(Tally(), [1, 0, 0]), [True])
+        Tally(ones=2, total=4)
+    """
+    arr = np.asarray(vector).reshape(-1)
+    return Tally(ones=tally.ones + int(np.count_nonzero(arr)), total=tally.total + arr.size)
+
+
+def tally_ratio(tally: Tally) -> float:
+    """The fraction of ones among all entries seen (NaN when none were seen).
+
+    Batches of uneven sizes weigh by their sizes, so this is the true fraction
+    over the whole data, not a mean of per-batch fractions.
+
+    Examples:
+        >>> tally_ratio(Tally(ones=1, total=4))
+        0.25
+    """
+    return tally.ones / tally.total if tally.total else float("nan")
+
+
+@attrs.frozen(kw_only=True)
+class Confusion:
+    """The confusion counts of binary predictions against binary labels.
+
+    Attributes:
+        tp: predicted 1, label 1.
+        fp: predicted 1, label 0.
+        fn: predicted 0, label 1.
+        tn: predicted 0, label 0.
+    """
+
+    tp: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    fp: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    fn: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    tn: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+
+
+def confusion_add(confusion: Confusion, pred: Any, label: Any) -> Confusion:
+    """``confusion`` with one more batch of 0/1 predictions and labels (nonzero means 1).
+
+    Raises:
+        ValueError: ``pred`` and ``label`` have different numbers of entries.
+
+    Examples:
+        >>> confusion_add(Confusion(), [1, 1, 0, 0], [1, 0, 1, 0])
+        Confusion(tp=1, fp=1, fn=1, tn=1)
+    """
+    p = np.asarray(pred).reshape(-1) != 0
+    y = np.asarray(label).reshape(-1) != 0
+    if p.size != y.size:
+        msg = f"predictions and labels must have as many entries; got {p.size} and {y.size}"
+        raise ValueError(msg)
+    return Confusion(
+        tp=confusion.tp + int(np.count_nonzero(p & y)),
+        fp=confusion.fp + int(np.count_nonzero(p & ~y)),
+        fn=confusion.fn + int(np.count_nonzero(~p & y)),
+        tn=confusion.tn + int(np.count_nonzero(~p & ~y)),
+    )
+
+
+def precision_recall(confusion: Confusion) -> tuple[float, float]:
+    """Precision ``tp / (tp + fp)`` and recall ``tp / (tp + fn)``; 0.0 where undefined.
+
+    Examples:
+        >>> precision_recall(Confusion(tp=3, fp=1, fn=2, tn=9))
+        (0.75, 0.6)
+        >>> precision_recall(Confusion(tn=5))
+        (0.0, 0.0)
+    """
+    predicted = confusion.tp + confusion.fp
+    actual = confusion.tp + confusion.fn
+    return (
+        confusion.tp / predicted if predicted else 0.0,
+        confusion.tp / actual if actual else 0.0,
+    )
+
+
+def chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive lists of ``size`` items; the last one may be shorter.
+
+    Examples:
+        >>> list(chunks(range(5), 2))
+        [[0, 1], [2, 3], [4]]
+    """
+    if size < 1:
+        msg = f"'size' must be >= 1; got {size}"
+        raise ValueError(msg)
+    group: list[Any] = []
+    for item in items:
+        group.append(item)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+# -- inferencers ----------------------------------------------------------------------
+
+
+class Inferencer(Callback, metaclass=abc.ABCMeta):
+    """A callback that an inference runner drives over a round of inference.
+
+    A runner calls ``before_inference``, then for every batch ``on_fetches``
+    with the values of the tensors named by ``get_fetches``, then
+    ``after_inference``, whose dict of scalar statistics goes to the monitors.
+    Subclasses implement ``_get_fetches`` and ``_on_fetches``, and usually
+    ``_before_inference`` and ``_after_inference``.
+    """
+
+    def before_inference(self) -> None:
+        """Called before a round of inference."""
+        self._before_inference()
+
+    def after_inference(self) -> dict[str, float] | None:
+        """Called after a round of inference; returns scalar statistics by name (or None)."""
+        return self._after_inference()
+
+    def get_fetches(self) -> list[str]:
+        """The tensor names this inferencer needs (op names become their output ``:0``)."""
+        names = self._get_fetches()
+        return [get_op_tensor_name(n)[1] for n in tensor_names(names, "get_fetches()")]
+
+    def on_fetches(self, results: list[Any]) -> None:
+        """Called after each batch with one value per name of ``get_fetches``, in order."""
+        self._on_fetches(results)
+
+    def _before_inference(self) -> None:
+        pass
+
+    def _after_inference(self) -> dict[str, float] | None:
+        return None
+
+    @abc.abstractmethod
+    def _get_fetches(self) -> Sequence[str]:
+        """The tensor names to fetch with every batch."""
+
+    @abc.abstractmethod
+    def _on_fetches(self, results: list[Any]) -> None:
+        """Take the values of one batch."""
+
+
+class ScalarStats(Inferencer):
+    """The mean over batches of some scalar tensors.
+
+    Each statistic is put as ``<prefix>_<name>`` (``<name>`` alone when ``prefix``
+    is empty), the name without ``:0``. A mean of per-batch accuracies is not the
+    accuracy over the data when batches differ in size: see `ClassificationError`.
+
+    Args:
+        names: a name or a list of names of scalar tensors.
+        prefix: the statistics' prefix.
+
+    Raises:
+        TypeError: ``names`` is not a name or list of names, or ``prefix`` not a string.
+        ValueError: ``names`` is empty.
+    """
+
+    def __init__(self, names: str | Sequence[str], prefix: str = "validation") -> None:
+        self._names = tensor_names(names)
+        if not isinstance(prefix, str):
+            msg = f"'prefix' must be a string; got {type(prefix).__name__}"
+            raise TypeError(msg)
+        self._prefix = prefix
+        self._state = MeanState(sums=[0.0] * len(self._names))
+
+    @property
+    def stat_names(self) -> tuple[str, ...]:
+        """The names the means are put under."""
+        short = [get_op_tensor_name(n)[0] if n.endswith(":0") else n for n in self._names]
+        return tuple(f"{self._prefix}_{n}" if self._prefix else n for n in short)
+
+    def _get_fetches(self) -> Sequence[str]:
+        return self._names
+
+    def _before_inference(self) -> None:
+        self._state = MeanState(sums=[0.0] * len(self._names))
+
+    def _on_fetches(self, results: list[Any]) -> None:
+        self._state = mean_add(self._state, results)
+
+    def _after_inference(self) -> dict[str, float]:
+        return dict(zip(self.stat_names, mean_values(self._state)))
+
+
+class ClassificationError(Inferencer):
+    """The true classification error over the data, from a 0/1 "wrong" vector per batch.
+
+    The vector holds, for each sample of the batch, whether it is misclassified
+    (``tf.logical_not(tf.nn.in_top_k(...))`` gives one). Counting misclassified
+    samples over all samples gives the true error even when the last batch is
+    smaller, which a mean of per-batch error rates (``ScalarStats``) does not. Given
+    a "correct" vector instead, the statistic is the accuracy.
+
+    Args:
+        wrong_tensor_name: the name of the 0/1 vector.
+        summary_name: the statistic's name.
+    """
+
+    def __init__(
+        self, wrong_tensor_name: str = "incorrect_vector", summary_name: str = "validation_error"
+    ) -> None:
+        (self._name,) = tensor_names(wrong_tensor_name, "wrong_tensor_name")
+        if not isinstance(summary_name, str) or not summary_name:
+            msg = f"'summary_name' must be a non-empty string; got {summary_name!r}"
+            raise ValueError(msg)
+        self._summary = summary_name
+        self._tally = Tally()
+
+    def _get_fetches(self) -> Sequence[str]:
+        return [self._name]
+
+    def _before_inference(self) -> None:
+        self._tally = Tally()
+
+    def _on_fetches(self, results: list[Any]) -> None:
+        (vector,) = results
+        self._tally = tally_add(self._tally, vector)
+
+    def _after_inference(self) -> dict[str, float]:
+        if self._tally.total == 0:
+            logger.warning("%s: no sample seen in this round of inference", self)
+            return {}
+        return {self._summary: tally_ratio(self._tally)}
+
+
+class BinaryClassificationStats(Inferencer):
+    """Precision and recall of binary predictions against binary labels, over the data.
+
+    They are put as ``<prefix>_precision`` and ``<prefix>_recall``; each is 0.0
+    when undefined (no positive prediction, no positive label).
+
+    Args:
+        pred_tensor_name: the name of the 0/1 prediction tensor.
+        label_tensor_name: the name of the 0/1 label tensor.
+        prefix: the statistics' prefix.
+    """
+
+    def __init__(self, pred_tensor_name: str, label_tensor_name: str, prefix: str = "val") -> None:
+        (self._pred,) = tensor_names(pred_tensor_name, "pred_tensor_name")
+        (self._label,) = tensor_names(label_tensor_name, "label_tensor_name")
+        if not isinstance(prefix, str):
+            msg = f"'prefix' must be a string; got {type(prefix).__name__}"
+            raise TypeError(msg)
+        self._prefix = prefix
+        self._confusion = Confusion()
+
+    def _get_fetches(self) -> Sequence[str]:
+        return [self._pred, self._label]
+
+    def _before_inference(self) -> None:
+        self._confusion = Confusion()
+
+    def _on_fetches(self, results: list[Any]) -> None:
+        pred, label = results
+        self._confusion = confusion_add(self._confusion, pred, label)
+
+    def _after_inference(self) -> dict[str, float]:
+        precision, recall = precision_recall(self._confusion)
+        return {f"{self._prefix}_precision": precision, f"{self._prefix}_recall": recall}
+
+
+# -- runners --------------------------------------------------------------------------
+
+
+def _check_infs(infs: Any) -> tuple[Inferencer, ...]:
+    items = [infs] if isinstance(infs, Inferencer) else infs
+    if not isinstance(items, (list, tuple)):
+        msg = f"'infs' must be an Inferencer or a list of them; got {type(infs).__name__}"
+        raise TypeError(msg)
+    bad = [
+        f"#{i}: {type(x).__name__}" for i, x in enumerate(items) if not isinstance(x, Inferencer)
+    ]
+    if bad:
+        msg = f"'infs' must hold Inferencer instances; entries at fault: {', '.join(bad)}"
+        raise TypeError(msg)
+    if not items:
+        msg = "'infs' is empty: expected at least one Inferencer"
+        raise ValueError(msg)
+    return tuple(items)
+
+
+def _check_input(input: Any) -> Any:
+    if isinstance(input, tf.data.Dataset):
+        return input
+    if not hasattr(input, "__iter__"):
+        msg = (
+            "'input' must be a tf.data.Dataset or a re-iterable of datapoints "
+            f"(a list, or an object with __iter__ and __len__); got {type(input).__name__}"
+        )
+        raise TypeError(msg)
+    if iter(input) is input:
+        msg = (
+            f"'input' is an iterator ({type(input).__name__}): it could run only one round of "
+            "inference; give a re-iterable (a list, or an object whose __iter__ starts over)"
+        )
+        raise TypeError(msg)
+    return input
+
+
+def _check_tower_func(tower_func: Any) -> Any:
+    if tower_func is not None and not (
+        callable(tower_func) and hasattr(tower_func, "input_signature")
+    ):
+        msg = (
+            "'tower_func' must be a towerkit.towers.TowerFunc (callable, with an input_signature) "
+            f"or None; got {type(tower_func).__name__}"
+        )
+        raise TypeError(msg)
+    return tower_func
+
+
+def _dataset_inputs(element: Any, signature: Sequence[tf.TensorSpec]) -> list[Any]:
+    """The tensors of a dataset element in the order of ``signature``."""
+    names = [s.name for s in signature]
+    if isinstance(element, dict):
+        missing = [n for n in names if n not in element]
+        if missing:
+            msg = f"the dataset's elements lack the inputs {missing} of the input signature {names}"
+            raise ValueError(msg)
+        return [element[n] for n in names]
+    flat = list(element) if isinstance(element, (tuple, list)) else [element]
+    if len(flat) != len(signature):
+        msg = (
+            f"the dataset's elements have {len(flat)} component(s); the input signature "
+            f"has {len(signature)}: {names}"
+        )
+        raise ValueError(msg)
+    return flat
+
+
+def _datapoint_values(dp: Any, index: int, signature: Sequence[tf.TensorSpec]) -> list[Any]:
+    """The arrays of a Python datapoint, checked against ``signature``."""
+    if isinstance(dp, dict):
+        return _dataset_inputs(dp, signature)
+    if not isinstance(dp, (list, tuple)) or len(dp) != len(signature):
+        got = f"{len(dp)} component(s)" if isinstance(dp, (list, tuple)) else type(dp).__name__
+        msg = (
+            f"datapoint #{index} (0-based) must be a list or tuple of {len(signature)} arrays, "
+            f"one per input {[s.name for s in signature]}; got {got}"
+        )
+        raise ValueError(msg)
+    return [np.asarray(v, dtype=s.dtype.as_numpy_dtype) for v, s in zip(dp, signature)]
+
+
+class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
+    """What inference runners share: the input, the inferencers and a round of inference.
+
+    On every ``trigger`` (after each epoch by default) a runner runs a round of
+    inference over the whole input: each inferencer's ``before_inference``, its
+    ``on_fetches`` for every batch, then ``after_inference``, whose statistics go to
+    ``trainer.monitors.put_scalar``. Subclasses build the towers
+    (``_build_towers``) and produce the batches' values (``_results``).
+
+    Args:
+        input: a ``tf.data.Dataset`` created in the trainer's graph, or a
+            re-iterable of datapoints: lists or tuples holding one array per input
+            of the tower function's input signature (or dicts keyed by input name).
+        infs: an Inferencer or a list of them.
+
+    Raises:
+        TypeError: a bad input or inferencers.
+        ValueError: no inferencer.
+    """
+
+    def __init__(self, input: Any, infs: Inferencer | Sequence[Inferencer]) -> None:
+        self._input = _check_input(input)
+        self._infs = _check_infs(infs)
+        self._is_dataset = isinstance(self._input, tf.data.Dataset)
+        # For each inferencer, the indices of its fetches in a tower's fetch list.
+        self._slots: list[list[int]] = []
+
+    @property
+    def inferencers(self) -> tuple[Inferencer, ...]:
+        """The inferencers run."""
+        return self._infs
+
+    def _resolve_fetches(self, handle: Any) -> list[Any]:
+        """The tower's tensors that the inferencers need, each once; sets ``_slots``."""
+        tensors: list[Any] = []
+        where: dict[Any, int] = {}
+        missing = []
+        self._slots = []
+        for inf in self._infs:
+            slots = []
+            for name in inf.get_fetches():
+                try:
+                    t = handle.get_tensor(name)
+                except KeyError:
+                    missing.append(f"{inf}: {name!r}")
+                    continue
+                key = t.ref() if isinstance(t, tf.Tensor) else id(t)
+                if key not in where:
+                    where[key] = len(tensors)
+                    tensors.append(t)
+                slots.append(where[key])
+            self._slots.append(slots)
+        if missing:
+            msg = f"{self}: tower {handle.ns_name!r} has no tensor for: {', '.join(missing)}"
+            raise KeyError(msg)
+        return tensors
+
+    def _tower_func(self, tower_func: Any) -> Any:
+        tower_func = tower_func if tower_func is not None else self.trainer.tower_func
+        if tower_func is None:
+            msg = (
+                f"{self} needs a tower function: give 'tower_func', or use a trainer "
+                "whose tower_func is set"
+            )
+            raise CallbackError(msg)
+        return tower_func
+
+    def _make_iterator(self) -> Any:
+        try:
+            return tf1.data.make_initializable_iterator(self._input)
+        except ValueError as err:
+            msg = f"{self}: the dataset must be created in the trainer's graph: {err}"
+            raise ValueError(msg) from err
+
+    def _setup_graph(self) -> None:
+        self._build_towers()
+        for inf in self._infs:
+            inf.setup_graph(self.trainer)
+
+    def _before_train(self) -> None:
+        self._make_callables()
+        for inf in self._infs:
+            inf.before_train()
+
+    def _after_train(self) -> None:
+        for inf in self._infs:
+            inf.after_train()
+
+    def _dispatch(self, values: Sequence[Any]) -> None:
+        for inf, slots in zip(self._infs, self._slots):
+            inf.on_fetches([values[i] for i in slots])
+
+    def _trigger(self) -> None:
+        for inf in self._infs:
+            inf.before_inference()
+        total = None
+        if not self._is_dataset and hasattr(self._input, "__len__"):
+            total = len(self._input)
+        with tqdm.tqdm(total=total, desc=str(self), unit="batch", leave=False, disable=None) as bar:
+            for values in self._results():
+                self._dispatch(values)
+                bar.update(1)
+        stats: dict[str, float] = {}
+        for inf in self._infs:
+            got = inf.after_inference() or {}
+            clash = sorted(set(got) & set(stats))
+            if clash:
+                msg = f"{self}: inferencers put the same statistics twice: {clash}"
+                raise CallbackError(msg)
+            stats.update(got)
+        for name, value in stats.items():
+            self.trainer.monitors.put_scalar(name, float(value))
+
+    @abc.abstractmethod
+    def _build_towers(self) -> None:
+        """Build the inference tower(s) and resolve the fetches (in ``setup_graph``)."""
+
+    @abc.abstractmethod
+    def _make_callables(self) -> None:
+        """Make the session callables (in ``before_train``)."""
+
+    @abc.abstractmethod
+    def _results(self) -> Iterator[Sequence[Any]]:
+        """The fetched values of each batch, as lists in the order of one tower's fetches."""
+
+
+class InferenceRunner(InferenceRunnerBase):
+    """Run inferencers over an input on every ``trigger``, in an inference tower.
+
+    In ``setup_graph`` it calls the tower function (the trainer's by default)
+    under ``TowerContext(tower_name, is_training=False)`` on ``device``: on
+    placeholders made from its input signature for a Python input, or on the
+    dataset iterator's output for a ``tf.data.Dataset``. The inference tower
+    reuses the training variables. Each batch is one call of one session callable
+    that fetches every inferencer's tensors.
+
+    Args:
+        input: a ``tf.data.Dataset`` (made in the trainer's graph; the round ends
+            when it is exhausted) or a re-iterable of datapoints (see `InferenceRunnerBase`).
+        infs: an Inferencer or a list of them.
+        tower_name: the inference tower's name scope; each runner needs its own.
+        tower_func: the tower function to build the tower with; the trainer's when None.
+        device: the GPU id of the tower (a logical CPU device on machines without GPUs,
+            see `towerkit.towers.resolve_devices`).
+
+    Raises:
+        TypeError: bad input, inferencers or tower function.
+        CallbackError: (in ``setup_graph``) no tower function at all.
+        KeyError: (in ``setup_graph``) the tower lacks tensors an inferencer needs.
+    """
+
+    def __init__(
+        self,
+        input: Any,
+        infs: Inferencer | Sequence[Inferencer],
+        tower_name: str = "InferenceTower",
+        tower_func: Any = None,
+        device: int = 0,
+    ) -> None:
+        super().__init__(input, infs)
+        if not isinstance(tower_name, str) or not tower_name:
+            msg = f"'tower_name' must be a non-empty string; got {tower_name!r}"
+            raise ValueError(msg)
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)) or device < 0:
+            msg = f"'device' must be a GPU id (an int >= 0); got {device!r}"
+            raise ValueError(msg)
+        self._tower_name = tower_name
+        self._tower_func_arg = _check_tower_func(tower_func)
+        self._device = int(device)
+        self._placeholders: list[Any] = []
+        self._fetches: list[Any] = []
+        self._iterator: Any = None
+        self._call: Any = None
+        self._signature: tuple[tf.TensorSpec, ...] = ()
+        self.handle: Any = None
+        """The inference tower's `towerkit.towers.TowerTensorHandle` (from ``setup_graph`` on)."""
+
+    def _build_towers(self) -> None:
+        tower_func = self._tower_func(self._tower_func_arg)
+        self._signature = tuple(tower_func.input_signature)
+        (device,) = resolve_devices([self._device])
+        if self._is_dataset:
+            self._iterator = self._make_iterator()
+            inputs = _dataset_inputs(self._iterator.get_next(), self._signature)
+        with tf1.device(device), TowerContext(self._tower_name, is_training=False):
+            if not self._is_dataset:
+                inputs = self._placeholders = build_placeholders(self._signature)
+            tower_func(*inputs)
+        self.handle = tower_func.towers[-1]
+        self._fetches = self._resolve_fetches(self.handle)
+
+    def _make_callables(self) -> None:
+        sess = self.trainer.sess
+        self._call = sess.make_callable(self._fetches, feed_list=self._placeholders or None)
+
+    def _results(self) -> Iterator[Sequence[Any]]:
+        if self._is_dataset:
+            self.trainer.sess.run(self._iterator.initializer)
+            while True:
+                try:
+                    yield self._call()
+                except tf.errors.OutOfRangeError:
+                    return
+        else:
+            for i, dp in enumerate(self._input):
+                yield self._call(*_datapoint_values(dp, i, self._signature))
+
+    def __str__(self) -> str:
+        return f"InferenceRunner({self._tower_name})"
+
+
+class DataParallelInferenceRunner(InferenceRunnerBase):
+    """Run inferencers with one inference tower per device, a batch on each at once.
+
+    It builds tower ``<tower_name><k>`` on the k-th device of
+    ``towerkit.towers.resolve_devices(gpus)`` (GPUs, or logical CPU devices
+    ``/cpu:k`` on machines without GPUs, which the session config must provide),
+    each on its own placeholders. Datapoints are taken ``len(devices)`` at a time,
+    one per tower, and run in one session call; the remaining datapoints (fewer
+    than the towers) run one by one on the first tower. Inferencers see each
+    tower's batch as a batch. A ``tf.data.Dataset`` input is read on the host,
+    one element per datapoint.
+
+    Args:
+        input: a ``tf.data.Dataset`` (made in the trainer's graph) or a re-iterable
+            of datapoints (see `InferenceRunnerBase`).
+        infs: an Inferencer or a list of them.
+        gpus: a number of devices or a list of GPU ids.
+        tower_name: the towers' name prefix.
+        tower_func: the tower function; the trainer's when None.
+
+    Raises:
+        TypeError, ValueError: bad arguments (``gpus`` as for ``resolve_devices``).
+    """
+
+    def __init__(
+        self,
+        input: Any,
+        infs: Inferencer | Sequence[Inferencer],
+        gpus: int | Sequence[int],
+        tower_name: str = "InferenceTower",
+        tower_func: Any = None,
+    ) -> None:
+        super().__init__(input, infs)
+        if not isinstance(tower_name, str) or not tower_name:
+            msg = f"'tower_name' must be a non-empty string; got {tower_name!r}"
+            raise ValueError(msg)
+        resolve_devices(gpus, num_visible_gpus=0)  # validates the argument's form
+        self._gpus = gpus
+        self._tower_name = tower_name
+        self._tower_func_arg = _check_tower_func(tower_func)
+        self._signature: tuple[tf.TensorSpec, ...] = ()
+        self._placeholders: list[list[Any]] = []
+        self._fetches: list[list[Any]] = []
+        self._iterator: Any = None
+        self._next: list[Any] = []
+        self._call_all: Any = None
+        self._call_one: Any = None
+        self._pull: Any = None
+        self.devices: tuple[str, ...] = ()
+        """The towers' devices (from ``setup_graph`` on)."""
+        self.handles: list[Any] = []
+        """The towers' `towerkit.towers.TowerTensorHandle` (from ``setup_graph`` on)."""
+
+    def _build_towers(self) -> None:
+        tower_func = self._tower_func(self._tower_func_arg)
+        self._signature = tuple(tower_func.input_signature)
+        self.devices = resolve_devices(self._gpus)
+        n = len(self.devices)
+        if self._is_dataset:
+            self._iterator = self._make_iterator()
+            self._next = _dataset_inputs(self._iterator.get_next(), self._signature)
+        self.handles, self._placeholders, self._fetches = [], [], []
+        for k, device in enumerate(self.devices):
+            name = f"{self._tower_name}{k}"
+            with tf1.device(device), TowerContext(name, is_training=False, index=k, total=n):
+                placeholders = build_placeholders(self._signature)
+                tower_func(*placeholders)
+            handle = tower_func.towers[-1]
+            self.handles.append(handle)
+            self._placeholders.append(placeholders)
+            self._fetches.append(self._resolve_fetches(handle))
+
+    def _make_callables(self) -> None:
+        sess = self.trainer.sess
+        self._call_all = sess.make_callable(
+            self._fetches, feed_list=[p for ph in self._placeholders for p in ph]
+        )
+        self._call_one = sess.make_callable(self._fetches[0], feed_list=self._placeholders[0])
+        if self._is_dataset:
+            self._pull = sess.make_callable(self._next)
+
+    def _datapoints(self) -> Iterator[list[Any]]:
+        if self._is_dataset:
+            self.trainer.sess.run(self._iterator.initializer)
+            while True:
+                try:
+                    yield self._pull()
+                except tf.errors.OutOfRangeError:
+                    return
+        else:
+            for i, dp in enumerate(self._input):
+                yield _datapoint_values(dp, i, self._signature)
+
+    def _results(self) -> Iterator[Sequence[Any]]:
+        n = len(self.devices)
+        for group in chunks(self._datapoints(), n):
+            if len(group) == n:
+                yield from self._call_all(*[v for values in group for v in values])
+            else:
+                for values in group:
+                    yield self._call_one(*values)
+
+    def __str__(self) -> str:
+        return f"DataParallelInferenceRunner({self._tower_name})"

@@ -1,0 +1,194 @@
+"""Callbacks around each step: the progress bar, tensor printing, session-call timeouts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tqdm
+
+from towerkit.callbacks._base import Callback
+from towerkit.callbacks._graph import fetchable_tensors, tensor_names
+from towerkit.towers._compat import tf1
+
+logger = logging.getLogger("towerkit.callbacks")
+
+
+def display_name(name: str) -> str:
+    """A tensor name without its ``:0`` output index (other indices are kept).
+
+    Examples:
+        >>> display_name("tower0/loss:0"), display_name("split:1"), display_name("cost")
+        ('tower0/loss', 'split:1', 'cost')
+    """
+    return name[:-2] if name.endswith(":0") else name
+
+
+def format_value(value: Any) -> str:
+    """A fetched value in a few characters: numbers with 4 significant digits.
+
+    Examples:
+        >>> format_value(np.float32(0.123456)), format_value(3), format_value(np.array([1.0, 2.0]))
+        ('0.1235', '3', '[1. 2.]')
+    """
+    arr = np.asarray(value)
+    if arr.ndim == 0 and np.issubdtype(arr.dtype, np.number):
+        return f"{arr.item():.4g}"
+    return str(value)
+
+
+class ProgressBar(Callback):
+    """A tqdm progress bar per epoch (``steps_per_epoch`` steps), optionally showing tensors.
+
+    With ``names``, the bar shows their latest values. They are fetched with a
+    step's session call only when the bar is about to redraw (at most every
+    ``mininterval`` = 0.5 seconds), so the other steps fetch nothing more.
+    It runs on every worker.
+
+    Args:
+        names: names of (scalar) tensors to show on the bar.
+
+    Raises:
+        TypeError: ``names`` is not a name or a sequence of names.
+    """
+
+    _chief_only = False
+    mininterval = 0.5
+    """Seconds between two updates of the shown values."""
+
+    def __init__(self, names: str | Sequence[str] = ()) -> None:
+        self._names = tensor_names(names) if names else ()
+        self._tags = tuple(display_name(n) for n in self._names)
+        self._args: Any = None
+        self._bar: Any = None
+        self._next_fetch = 0.0
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of the shown tensors."""
+        return self._names
+
+    def has_hook(self, method: str) -> bool:
+        if method in ("_before_run", "_after_run"):
+            return bool(self._names)
+        return super().has_hook(method)
+
+    def _setup_graph(self) -> None:
+        if self._names:
+            self._args = tf1.train.SessionRunArgs(fetches=fetchable_tensors(self, self._names))
+
+    def _before_epoch(self) -> None:
+        self._close()
+        self._bar = tqdm.tqdm(
+            total=self.trainer.steps_per_epoch,
+            desc=f"Epoch {self.trainer.epoch_num}",
+            unit="step",
+            dynamic_ncols=True,
+            mininterval=self.mininterval,
+            leave=True,
+        )
+        self._next_fetch = 0.0
+
+    def _before_run(self, run_context: Any) -> Any:
+        del run_context
+        if time.monotonic() >= self._next_fetch:
+            return self._args
+        return None
+
+    def _after_run(self, run_context: Any, run_values: Any) -> None:
+        del run_context
+        values = run_values.results
+        if values is None or self._bar is None:
+            return
+        self._next_fetch = time.monotonic() + self.mininterval
+        self._bar.set_postfix_str(
+            ", ".join(f"{t}={format_value(v)}" for t, v in zip(self._tags, values)), refresh=False
+        )
+
+    def _trigger_step(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def _after_epoch(self) -> None:
+        self._close()
+
+    def _after_train(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class TensorPrinter(Callback):
+    """Log the values of some tensors after every step (at INFO level).
+
+    Args:
+        names: names of the tensors to print.
+
+    Raises:
+        TypeError: ``names`` is not a name or a sequence of names.
+        ValueError: ``names`` is empty.
+    """
+
+    def __init__(self, names: str | Sequence[str]) -> None:
+        self._names = tensor_names(names)
+        self._args: Any = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of the printed tensors."""
+        return self._names
+
+    def _setup_graph(self) -> None:
+        self._args = tf1.train.SessionRunArgs(fetches=fetchable_tensors(self, self._names))
+
+    def _before_run(self, run_context: Any) -> Any:
+        del run_context
+        return self._args
+
+    def _after_run(self, run_context: Any, run_values: Any) -> None:
+        del run_context
+        for name, value in zip(self._names, run_values.results):
+            logger.info("%s: %s", name, value)
+
+
+class SessionRunTimeout(Callback):
+    """Give every ``hooked_sess.run`` call a deadline.
+
+    A call that runs longer fails with ``tf.errors.DeadlineExceededError``.
+
+    Args:
+        timeout_in_ms: the deadline in milliseconds (> 0).
+
+    Raises:
+        TypeError: not an int.
+        ValueError: not positive.
+    """
+
+    _chief_only = False
+
+    def __init__(self, timeout_in_ms: int) -> None:
+        if isinstance(timeout_in_ms, bool) or not isinstance(timeout_in_ms, (int, np.integer)):
+            msg = f"'timeout_in_ms' must be an int; got {type(timeout_in_ms).__name__}"
+            raise TypeError(msg)
+        if timeout_in_ms <= 0:
+            msg = f"'timeout_in_ms' must be > 0 (milliseconds); got {timeout_in_ms}"
+            raise ValueError(msg)
+        self._timeout = int(timeout_in_ms)
+        self._args = tf1.train.SessionRunArgs(
+            fetches=None, options=tf1.RunOptions(timeout_in_ms=self._timeout)
+        )
+
+    @property
+    def timeout_in_ms(self) -> int:
+        """The deadline of each call, in milliseconds."""
+        return self._timeout
+
+    def _before_run(self, run_context: Any) -> Any:
+        del run_context
+        return self._args
