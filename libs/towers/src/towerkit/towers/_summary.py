@@ -73,7 +73,25 @@ def _skip_here(main_tower_only: bool = True) -> bool:
 
 def _tower_free_name(name: str) -> str:
     ctx = get_current_tower_context()
-    return strip_tower_prefix(strip_port(name), ctx.ns_name if ctx is not None else "")
+    name = strip_port(name) if name else ""
+    if ctx is not None and ctx.ns_name and name == ctx.ns_name:
+        return ""
+    return strip_tower_prefix(name, ctx.ns_name if ctx is not None else "")
+
+
+def _op_name(tag: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", tag.rsplit("/", 1)[-1])
+    return name if re.match(r"[A-Za-z0-9.]", name) else f"summary{name}"
+
+
+def _add_summary(kind: str, tag: str, value: Any, collections: Sequence[str] | None) -> Any:
+    if kind == "histogram":
+        op = tf.raw_ops.HistogramSummary(tag=tag, values=value, name=_op_name(tag))
+    else:
+        op = tf.raw_ops.ScalarSummary(tags=tag, values=value, name=_op_name(tag))
+    for key in collections if collections is not None else [tf1.GraphKeys.SUMMARIES]:
+        tf1.add_to_collection(key, op)
+    return op
 
 
 def add_tensor_summary(
@@ -85,36 +103,48 @@ def add_tensor_summary(
 ) -> list[Any]:
     """Summarize tensor `x` in several ways.
 
+    The summary names (tags) are ``<name scope>/<name><suffix>`` with the tower's
+    prefix removed from both, and suffixes ``-histogram``, ``-sparsity``,
+    ``-mean``, ``-rms`` (none for ``scalar``); so every tower-free name appears
+    once in TensorBoard whichever tower wrote it.
+
     Args:
         x: the tensor.
-        types: some of ``scalar``, ``histogram``, ``sparsity`` (fraction of
-            zeros), ``mean``, ``rms``.
+        types: some of ``scalar`` (`x` must be a scalar), ``histogram``,
+            ``sparsity`` (fraction of zeros), ``mean``, ``rms``.
         name: the summary name; defaults to the op name of `x` without the tower prefix.
-        collections: collections of the summary ops (TensorFlow's default when None).
+        collections: collections of the summary ops (``SUMMARIES`` when None).
         main_tower_only: do nothing in towers other than the main training tower.
 
     Returns:
         The summary ops created (empty when skipped).
+
+    Raises:
+        ValueError: unknown types, or ``scalar`` for a tensor that is not a scalar.
     """
     kinds = check_summary_types(types)
+    if "scalar" in kinds and x.shape.rank not in (0, None):
+        msg = f"summary type 'scalar' needs a scalar tensor; {x.name!r} has shape {x.shape}"
+        raise ValueError(msg)
     if _skip_here(main_tower_only):
         return []
-    name = _tower_free_name(name or x.op.name)
-    colls = list(collections) if collections is not None else None
+    base = _tower_free_name(name or x.op.name)
+    scope = _tower_free_name(tf1.get_default_graph().get_name_scope())
+    if name is None and scope and (base == scope or base.startswith(scope + "/")):
+        scope = ""
+    full = join_scope(scope, base)
     ops = []
     for kind in kinds:
-        tag = summary_tag(name, kind)
-        if kind == "scalar":
-            ops.append(tf1.summary.scalar(tag, x, collections=colls))
-        elif kind == "histogram":
-            ops.append(tf1.summary.histogram(tag, x, collections=colls))
+        tag = summary_tag(full, kind)
+        if kind in ("scalar", "histogram"):
+            value = x
         elif kind == "sparsity":
-            ops.append(tf1.summary.scalar(tag, tf.math.zero_fraction(x), collections=colls))
+            value = tf.math.zero_fraction(x)
         elif kind == "mean":
-            ops.append(tf1.summary.scalar(tag, tf.reduce_mean(x), collections=colls))
+            value = tf.reduce_mean(x)
         else:
-            rms = tf.sqrt(tf.reduce_mean(tf.square(tf.cast(x, tf.float32))))
-            ops.append(tf1.summary.scalar(tag, rms, collections=colls))
+            value = tf.sqrt(tf.reduce_mean(tf.square(tf.cast(x, tf.float32))))
+        ops.append(_add_summary(kind, tag, value, collections))
     return ops
 
 
