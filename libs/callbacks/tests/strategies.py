@@ -24,3 +24,90 @@ def stat_series(draw, max_size=20):
         step += draw(st.sampled_from([0, 1, 3]))
         out.append((step, draw(st.floats(-10, 10, allow_nan=False))))
     return out
+
+
+@st.composite
+def every_k(draw):
+    """Keyword arguments of a valid `EveryK` / `PeriodicTrigger`."""
+    steps = draw(st.none() | st.integers(1, 7))
+    epochs = draw(st.none() | st.integers(1, 4))
+    before = draw(st.booleans())
+    if steps is None and epochs is None:
+        before = True
+    return {"steps": steps, "epochs": epochs, "before_train": before}
+
+
+def triggers(max_leaves=6):
+    """Trigger records, combinations included."""
+    from towerkit.callbacks import (
+        AtLastStep,
+        EpochMultiple,
+        EveryK,
+        GlobalStepMultiple,
+        OnKinds,
+        all_of,
+        any_of,
+        negate,
+    )
+
+    leaves = st.one_of(
+        every_k().map(lambda kw: EveryK(**kw)),
+        st.integers(1, 7).map(GlobalStepMultiple),
+        st.integers(1, 4).map(EpochMultiple),
+        st.just(AtLastStep()),
+        st.sets(
+            st.sampled_from(["before_train", "trigger_step", "trigger_epoch", "before_run"]),
+            min_size=1,
+        ).map(OnKinds),
+    )
+    return st.recursive(
+        leaves,
+        lambda children: st.one_of(
+            st.lists(children, max_size=3).map(lambda ts: any_of(*ts)),
+            st.lists(children, max_size=3).map(lambda ts: all_of(*ts)),
+            children.map(negate),
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+# -- reference loops: the documented rules as plain nested loops ------------------------
+
+
+def reference_every_k(starting, max_epoch, steps, start_gs, k_steps, k_epochs, before):
+    """Where tensorpack's PeriodicTrigger documentation says `trigger()` runs, as
+    (kind, epoch, global_step), from a plain nested loop."""
+    out = []
+    if before:
+        out.append(("before_train", starting - 1, start_gs))
+    gs = start_gs
+    for epoch in range(starting, max_epoch + 1):
+        for _ in range(steps):
+            gs += 1
+            if k_steps is not None and gs % k_steps == 0:
+                out.append(("trigger_step", epoch, gs))
+        if k_epochs is not None and epoch % k_epochs == 0:
+            out.append(("trigger_epoch", epoch, gs))
+    return out
+
+
+def reference_periodic(starting, max_epoch, steps, start_gs, k_steps, k_epochs):
+    """Where PeriodicCallback enables `trigger_epoch` and `trigger_step`, from a plain loop."""
+
+    def on(epoch, local, gs):
+        return (
+            (k_steps is not None and gs % k_steps == 0)
+            or (k_epochs is not None and epoch % k_epochs == 0)
+            or (k_epochs is not None and epoch == max_epoch and local == steps - 1)
+        )
+
+    out = []
+    gs = start_gs
+    for epoch in range(starting, max_epoch + 1):
+        for local in range(steps):
+            gs += 1
+            if on(epoch, local, gs):
+                out.append(("trigger_step", epoch, gs))
+        if on(epoch, steps - 1, gs):
+            out.append(("trigger_epoch", epoch, gs))
+    return out

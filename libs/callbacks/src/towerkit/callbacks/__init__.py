@@ -12,6 +12,22 @@ from towerkit.callbacks._hooked import HookedSession
 from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
 from towerkit.callbacks._monitors import MonitorBase, Monitors
 from towerkit.callbacks._stats import StatMonitorState, advance, estimate_time_left, should_change
+from towerkit.callbacks._triggers import (
+    AllOf,
+    AnyOf,
+    AtLastStep,
+    EpochMultiple,
+    EveryK,
+    GlobalStepMultiple,
+    Not,
+    OnKinds,
+    Trigger,
+    all_of,
+    any_of,
+    fires,
+    negate,
+    trainer_event,
+)
 from towerkit.callbacks._types import TrainerView
 from towerkit.callbacks._version import __version__
 
@@ -42,4 +58,23 @@ __all__ = [
     "should_change",
     "StatMonitorState",
     "advance",
+    # triggers
+    "PeriodicTrigger",
+    "PeriodicCallback",
+    "EnableCallbackIf",
+    "periodic_record",
+    "Trigger",
+    "EveryK",
+    "GlobalStepMultiple",
+    "EpochMultiple",
+    "AtLastStep",
+    "OnKinds",
+    "AnyOf",
+    "AllOf",
+    "Not",
+    "any_of",
+    "all_of",
+    "negate",
+    "fires",
+    "trainer_event",
 ]

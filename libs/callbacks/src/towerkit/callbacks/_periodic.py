@@ -1,0 +1,231 @@
+"""PeriodicTrigger, PeriodicCallback and EnableCallbackIf: callback shells over trigger records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from towerkit.callbacks._base import Callback, ProxyCallback
+from towerkit.callbacks._loop import EventKind
+from towerkit.callbacks._triggers import (
+    AnyOf,
+    AtLastStep,
+    EpochMultiple,
+    EveryK,
+    GlobalStepMultiple,
+    Trigger,
+    fires,
+    trainer_event,
+)
+
+_TRIGGER_KINDS = (EventKind.BEFORE_TRAIN, EventKind.TRIGGER_STEP, EventKind.TRIGGER_EPOCH)
+
+
+class PeriodicTrigger(ProxyCallback):
+    """Call a callback's ``trigger()`` every k global steps and/or every k epochs.
+
+    Most callbacks act in ``trigger()``, which the loop calls once per epoch; this
+    wrapper calls it on the schedule of an :class:`EveryK` record instead: in
+    ``trigger_step`` when ``global_step % every_k_steps == 0`` (the global step after
+    the step's run), in ``trigger_epoch`` when ``epoch_num % every_k_epochs == 0``
+    (1-based epochs), and in ``before_train`` when ``before_train`` is set. The
+    wrapped callback's own ``trigger_epoch`` is replaced by this schedule; its other
+    methods (``before_run``, ``trigger_step``, ...) run as usual.
+
+    Args:
+        triggerable: the callback whose ``trigger()`` to call.
+        every_k_steps: period in global steps, or None.
+        every_k_epochs: period in epochs, or None.
+        before_train: also trigger in ``before_train``.
+
+    Raises:
+        ValueError: neither period is set and ``before_train`` is False, or a period is <= 0.
+    """
+
+    def __init__(
+        self,
+        triggerable: Callback,
+        every_k_steps: int | None = None,
+        every_k_epochs: int | None = None,
+        before_train: bool = False,
+    ) -> None:
+        record = EveryK(steps=every_k_steps, epochs=every_k_epochs, before_train=before_train)
+        super().__init__(triggerable)
+        self._record = record
+
+    @property
+    def trigger_record(self) -> EveryK:
+        """The :class:`EveryK` record this wrapper follows."""
+        return self._record
+
+    @property
+    def trigger_kinds(self) -> tuple[EventKind, ...]:
+        """The event kinds at which the record is evaluated."""
+        return _TRIGGER_KINDS
+
+    def has_hook(self, method: str) -> bool:
+        if method == "_trigger_step":
+            return self._record.steps is not None or self.cb.has_hook(method)
+        if method == "_trigger_epoch":
+            return self._record.epochs is not None
+        if method == "_before_train":
+            return self._record.before_train or self.cb.has_hook(method)
+        return super().has_hook(method)
+
+    def _before_train(self) -> None:
+        self.cb.before_train()
+        if self._record.before_train:
+            self.cb.trigger()
+
+    def _trigger_step(self) -> None:
+        self.cb.trigger_step()
+        if self._record.steps is not None and fires(
+            self._record, trainer_event(self.trainer, EventKind.TRIGGER_STEP)
+        ):
+            self.cb.trigger()
+
+    def _trigger_epoch(self) -> None:
+        if self._record.epochs is not None and fires(
+            self._record, trainer_event(self.trainer, EventKind.TRIGGER_EPOCH)
+        ):
+            self.cb.trigger()
+
+    def __str__(self) -> str:
+        r = self._record
+        return f"PeriodicTrigger({self.cb}, steps={r.steps}, epochs={r.epochs}, before_train={r.before_train})"
+
+
+_GATED = (
+    "_before_epoch",
+    "_after_epoch",
+    "_before_run",
+    "_after_run",
+    "_trigger_step",
+    "_trigger_epoch",
+)
+
+
+class EnableCallbackIf(ProxyCallback):
+    """Run some methods of a callback only when a predicate holds.
+
+    ``before_epoch``, ``after_epoch``, ``before_run``, ``after_run``, ``trigger_step``
+    and ``trigger_epoch`` of ``callback`` are called only when ``pred`` is true at that
+    moment; its other methods always run. For a run, ``pred`` is evaluated in
+    ``before_run`` only, and ``after_run`` follows that decision.
+
+    Args:
+        callback: the callback to gate.
+        pred: either a function ``pred(self) -> bool`` of this wrapper (read the loop
+            counters from ``self.trainer``; it should have no side effects), or a
+            trigger record evaluated with :func:`~towerkit.callbacks.fires` at the event
+            of the method being called.
+    """
+
+    def __init__(
+        self, callback: Callback, pred: Callable[[EnableCallbackIf], bool] | Trigger
+    ) -> None:
+        if not isinstance(pred, Trigger) and not callable(pred):
+            msg = f"'pred' must be a callable pred(self) -> bool or a trigger record; got {type(pred).__name__}"
+            raise TypeError(msg)
+        super().__init__(callback)
+        self._pred = pred
+        self._run_enabled = False
+
+    @property
+    def trigger_record(self) -> Trigger | None:
+        """The trigger record gating the callback, or None when ``pred`` is a function."""
+        return self._pred if isinstance(self._pred, Trigger) else None
+
+    @property
+    def trigger_kinds(self) -> tuple[EventKind, ...]:
+        """The gated event kinds the wrapped callback acts in (``after_run`` follows ``before_run``)."""
+        return tuple(EventKind(m[1:]) for m in _GATED if m != "_after_run" and self.cb.has_hook(m))
+
+    def _enabled(self, kind: EventKind) -> bool:
+        pred = self._pred
+        if isinstance(pred, Trigger):
+            return fires(pred, trainer_event(self.trainer, kind))
+        return bool(pred(self))
+
+    def has_hook(self, method: str) -> bool:
+        if method in _GATED:
+            return self.cb.has_hook(method)
+        return super().has_hook(method)
+
+    def _before_epoch(self) -> None:
+        if self._enabled(EventKind.BEFORE_EPOCH):
+            self.cb.before_epoch()
+
+    def _after_epoch(self) -> None:
+        if self._enabled(EventKind.AFTER_EPOCH):
+            self.cb.after_epoch()
+
+    def _before_run(self, run_context: Any) -> Any:
+        self._run_enabled = self._enabled(EventKind.BEFORE_RUN)
+        if self._run_enabled:
+            return self.cb.before_run(run_context)
+        return None
+
+    def _after_run(self, run_context: Any, run_values: Any) -> None:
+        if self._run_enabled:
+            self.cb.after_run(run_context, run_values)
+
+    def _trigger_step(self) -> None:
+        if self._enabled(EventKind.TRIGGER_STEP):
+            self.cb.trigger_step()
+
+    def _trigger_epoch(self) -> None:
+        if self._enabled(EventKind.TRIGGER_EPOCH):
+            self.cb.trigger_epoch()
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({self.cb})"
+
+
+def periodic_record(every_k_steps: int | None, every_k_epochs: int | None) -> AnyOf:
+    """The trigger record of ``PeriodicCallback(cb, every_k_steps, every_k_epochs)``.
+
+    Examples:
+        >>> periodic_record(None, 2)
+        AnyOf(triggers=(EpochMultiple(k=2), AtLastStep()))
+    """
+    if every_k_steps is None and every_k_epochs is None:
+        msg = "PeriodicCallback: set 'every_k_steps' or 'every_k_epochs' (or both); got neither"
+        raise ValueError(msg)
+    parts: list[Trigger] = []
+    if every_k_steps is not None:
+        parts.append(GlobalStepMultiple(every_k_steps))
+    if every_k_epochs is not None:
+        parts += [EpochMultiple(every_k_epochs), AtLastStep()]
+    return AnyOf(parts)
+
+
+class PeriodicCallback(EnableCallbackIf):
+    """Enable a callback only every k global steps and/or every k epochs.
+
+    The gated methods (see :class:`EnableCallbackIf`) of ``callback`` run when
+    ``global_step % every_k_steps == 0`` or ``epoch_num % every_k_epochs == 0``, and,
+    with ``every_k_epochs``, also at the last step of training (``epoch_num ==
+    max_epoch and local_step == steps_per_epoch - 1``), so the final state is always
+    seen. The global step is the event's: before the run in ``before_run``, after it in
+    ``trigger_step``. This only makes a callback act less often than it does by
+    itself; to trigger one more often than every epoch, use :class:`PeriodicTrigger`.
+
+    Args:
+        callback: the callback to gate.
+        every_k_steps: period in global steps, or None.
+        every_k_epochs: period in epochs, or None.
+    """
+
+    def __init__(
+        self,
+        callback: Callback,
+        every_k_steps: int | None = None,
+        every_k_epochs: int | None = None,
+    ) -> None:
+        super().__init__(callback, periodic_record(every_k_steps, every_k_epochs))
+
+    @property
+    def trigger_record(self) -> AnyOf:
+        """The record gating the callback (see :func:`periodic_record`)."""
+        return self._pred  # type: ignore[return-value]

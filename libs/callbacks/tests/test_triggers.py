@@ -1,0 +1,182 @@
+"""Trigger records and `fires`, against a plain reference loop."""
+
+import attrs
+import pytest
+from hypothesis import given
+from strategies import every_k, loop_params, reference_every_k, reference_periodic, triggers
+
+from towerkit.callbacks import (
+    AllOf,
+    AnyOf,
+    AtLastStep,
+    EpochMultiple,
+    EventKind,
+    EveryK,
+    GlobalStepMultiple,
+    LoopEvent,
+    Not,
+    OnKinds,
+    all_of,
+    any_of,
+    fires,
+    loop_events,
+    negate,
+)
+
+
+def firings(trigger, params, kinds=("before_train", "trigger_step", "trigger_epoch")):
+    starting, max_epoch, steps, start_gs = params
+    return [
+        (e.kind.value, e.epoch_num, e.global_step)
+        for e in loop_events(starting, max_epoch, steps, start_global_step=start_gs)
+        if e.kind.value in kinds and fires(trigger, e)
+    ]
+
+
+class TestEveryK:
+    """`EveryK` fires like PeriodicTrigger's documentation says."""
+
+    @given(loop_params(), every_k())
+    def test_matches_reference_loop(self, params, kw):
+        """The events where it fires are the reference loop's."""
+        got = firings(EveryK(**kw), params)
+        assert got == reference_every_k(*params, kw["steps"], kw["epochs"], kw["before_train"])
+
+    @given(loop_params(), every_k())
+    def test_silent_elsewhere(self, params, kw):
+        """It never fires at events other than before_train, trigger_step and trigger_epoch."""
+        other = ("before_epoch", "before_run", "after_run", "after_epoch", "after_train")
+        assert firings(EveryK(**kw), params, kinds=other) == []
+
+    def test_repr(self):
+        """The repr names every field."""
+        assert repr(EveryK(steps=3)) == "EveryK(steps=3, epochs=None, before_train=False)"
+
+    def test_fail(self):
+        """No period and no before_train, bad periods and bad kinds are rejected."""
+        with pytest.raises(
+            ValueError, match="EveryK: set at least one of 'steps', 'epochs' or 'before_train'"
+        ):
+            EveryK()
+        with pytest.raises(ValueError, match="EveryK: 'steps' must be > 0; got 0"):
+            EveryK(steps=0)
+        with pytest.raises(
+            TypeError, match=r"EveryK: 'epochs' must be an int > 0 or None; got float 1.5"
+        ):
+            EveryK(epochs=1.5)
+        with pytest.raises(
+            TypeError, match="EveryK: 'epochs' must be an int > 0 or None; got bool True"
+        ):
+            EveryK(epochs=True)
+        with pytest.raises(TypeError, match="EveryK: 'before_train' must be a bool; got int 1"):
+            EveryK(before_train=1)
+        with pytest.raises(ValueError, match="EveryK: 'steps' must be > 0"):
+            attrs.evolve(EveryK(steps=2), steps=-1)
+
+
+class TestPositionTriggers:
+    """`GlobalStepMultiple`, `EpochMultiple` and `AtLastStep` read the event's position only."""
+
+    @given(loop_params(), every_k())
+    def test_periodic_callback_rule(self, params, kw):
+        """The PeriodicCallback combination matches the reference loop."""
+        steps, epochs = kw["steps"], kw["epochs"]
+        parts = []
+        if steps is not None:
+            parts.append(GlobalStepMultiple(steps))
+        if epochs is not None:
+            parts += [EpochMultiple(epochs), AtLastStep()]
+        got = firings(any_of(*parts), params, kinds=("trigger_step", "trigger_epoch"))
+        assert got == reference_periodic(*params, steps, epochs)
+
+    @given(loop_params())
+    def test_last_step(self, params):
+        """AtLastStep holds from the last step's before_run to after_train, and never before."""
+        starting, max_epoch, steps, start_gs = params
+        events = list(loop_events(starting, max_epoch, steps, start_global_step=start_gs))
+        flags = [fires(AtLastStep(), e) for e in events]
+        if max_epoch < starting:
+            assert not any(flags)
+            return
+        first = flags.index(True)
+        assert all(flags[first:])
+        assert events[first].kind is EventKind.BEFORE_RUN
+        assert events[first].local_step == steps - 1
+        assert events[first].epoch_num == max_epoch
+
+    def test_repr(self):
+        """Reprs are the records'."""
+        assert repr(GlobalStepMultiple(4)) == "GlobalStepMultiple(k=4)"
+        assert repr(EpochMultiple(2)) == "EpochMultiple(k=2)"
+        assert repr(AtLastStep()) == "AtLastStep()"
+
+    def test_fail(self):
+        """Periods must be positive ints."""
+        with pytest.raises(ValueError, match="GlobalStepMultiple: 'k' must be > 0; got -3"):
+            GlobalStepMultiple(-3)
+        with pytest.raises(TypeError, match="EpochMultiple: 'k' must be an int > 0; got None"):
+            EpochMultiple(None)
+
+
+class TestCombinators:
+    """`any_of`, `all_of`, `negate` and `OnKinds` combine records into records."""
+
+    @given(triggers(), loop_params())
+    def test_laws(self, trigger, params):
+        """Combinations follow boolean logic at every event, and `fires` is total."""
+        starting, max_epoch, steps, start_gs = params
+        for e in loop_events(
+            starting, max_epoch, steps, start_global_step=start_gs, runs_per_step=1
+        ):
+            v = fires(trigger, e)
+            assert isinstance(v, bool)
+            assert fires(negate(trigger), e) is (not v)
+            assert fires(any_of(trigger, negate(trigger)), e)
+            assert not fires(all_of(trigger, negate(trigger)), e)
+            assert fires(any_of(trigger), e) is v
+
+    @given(triggers())
+    def test_records(self, trigger):
+        """Combinations are hashable values that compare by content."""
+        assert any_of(trigger, AtLastStep()) == any_of(trigger, AtLastStep())
+        assert hash(negate(trigger)) == hash(negate(trigger))
+        assert isinstance(all_of(trigger).triggers, tuple)
+
+    def test_empty(self):
+        """any_of() never fires; all_of() always does."""
+        e = next(iter(loop_events(1, 1, 1)))
+        assert not fires(any_of(), e)
+        assert fires(all_of(), e)
+
+    def test_on_kinds(self):
+        """OnKinds restricts another trigger to some event kinds."""
+        t = all_of(OnKinds(["trigger_step"]), GlobalStepMultiple(2))
+        got = [(e.kind.value, e.global_step) for e in loop_events(1, 1, 4) if fires(t, e)]
+        assert got == [("trigger_step", 2), ("trigger_step", 4)]
+        assert OnKinds("trigger_epoch") == OnKinds([EventKind.TRIGGER_EPOCH])
+
+    def test_repr(self):
+        """Combinations print their parts."""
+        assert repr(any_of(AtLastStep())) == "AnyOf(triggers=(AtLastStep(),))"
+        assert repr(all_of()) == "AllOf(triggers=())"
+        assert repr(negate(EpochMultiple(2))) == "Not(trigger=EpochMultiple(k=2))"
+        assert isinstance(any_of(), AnyOf)
+        assert isinstance(all_of(), AllOf)
+        assert isinstance(negate(AtLastStep()), Not)
+
+    def test_fail(self):
+        """Non-records and unknown kinds are rejected, each one named."""
+        with pytest.raises(TypeError, match=r"take trigger records; got #1: int, #2: str"):
+            any_of(AtLastStep(), 3, "x")
+        with pytest.raises(TypeError, match="take trigger records; got #0: function"):
+            negate(lambda e: True)
+        with pytest.raises(
+            ValueError, match=r"OnKinds: unknown event kinds \['trigger', 'epoch'\]"
+        ):
+            OnKinds(["trigger", "trigger_epoch", "epoch"])
+        e = next(iter(loop_events(1, 1, 1)))
+        with pytest.raises(TypeError, match="'trigger' must be a trigger record; got function"):
+            fires(lambda e: True, e)
+        with pytest.raises(TypeError, match="'event' must be a LoopEvent; got tuple"):
+            fires(AtLastStep(), ("before_train", 1))
+        assert isinstance(e, LoopEvent)
