@@ -1,0 +1,28 @@
+"""Fixtures: a fresh graph for each test, made the default, and a log directory."""
+
+import pytest
+import tensorflow as tf
+
+from towerkit.towers._compat import tf1
+
+
+@pytest.fixture
+def graph():
+    """A fresh graph, made the default for the test; trainers made in the test use it."""
+    g = tf.Graph()
+    with g.as_default():
+        yield g
+
+
+@pytest.fixture
+def sess(graph):
+    """A session on the test's graph, closed afterwards."""
+    s = tf1.Session(graph=graph)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    """A log directory path that does not exist yet."""
+    return tmp_path / "log"

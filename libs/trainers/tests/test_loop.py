@@ -1,0 +1,358 @@
+"""The base trainer's loop against the pure event stream: order, counters, stopping, phases."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import Probe, as_tuples, counter_trainer, creator, truncated
+from hypothesis import HealthCheck, given, settings
+from strategies import loop_runs
+
+from towerkit.callbacks import Callback, EventKind, loop_events
+from towerkit.sessinit import DictRestore
+from towerkit.towers._compat import tf1
+from towerkit.trainers import StopTraining, Trainer, TrainerStateError
+
+
+def run_probe(starting, max_epoch, steps, start_gs=0, probe=None, trainer_cls=Trainer, **kw):
+    """Train a counter model in a fresh graph with a probe; return (probe, trainer, None)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        trainer, _ = counter_trainer(trainer_cls)
+        probe = probe or Probe()
+        init = DictRestore({"global_step": np.int64(start_gs)}) if start_gs else None
+        trainer.train([probe], [], creator(), init, steps, starting, max_epoch, **kw)
+    return probe, trainer, None
+
+
+class TestEventOrder:
+    """The loop calls callbacks exactly in the order and at the positions of `loop_events`."""
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(loop_runs())
+    def test_matches_loop_events(self, run):
+        """Any (starting_epoch, max_epoch, steps_per_epoch, restored global step) run matches."""
+        starting, max_epoch, steps, start_gs = run
+        probe, trainer, _ = run_probe(starting, max_epoch, steps, start_gs)
+        assert probe.events == as_tuples(
+            loop_events(starting, max_epoch, steps, start_global_step=start_gs)
+        )
+        assert trainer.global_step == start_gs + max(0, max_epoch - starting + 1) * steps
+
+    @pytest.mark.parametrize("runs", [0, 2])
+    def test_runs_per_step(self, graph, runs):
+        """A run_step making 0 or 2 hooked runs gives the stream with that many runs per step."""
+
+        class Multi(Trainer):
+            def run_step(self):
+                for _ in range(runs):
+                    self.hooked_sess.run(self.train_op)
+
+        probe, trainer, _ = run_probe(1, 2, 3, trainer_cls=Multi)
+        assert probe.events == as_tuples(loop_events(1, 2, 3, runs_per_step=runs))
+        assert trainer.global_step == 2 * 3 * runs
+
+    def test_global_step_variable_follows(self, graph):
+        """The TF global step variable equals `global_step` and the train op ran once per step."""
+        trainer, x = counter_trainer()
+        seen = []
+
+        class Read(Callback):
+            def _trigger_epoch(self):
+                gs = tf1.train.get_global_step()
+                seen.append(
+                    (
+                        int(self.trainer.sess.run(gs)),
+                        self.trainer.global_step,
+                        float(self.trainer.sess.run(x)),
+                    )
+                )
+
+        trainer.train([Read()], [], creator(), None, 4, 1, 3)
+        assert seen == [(4, 4, 4.0), (8, 8, 8.0), (12, 12, 12.0)]
+
+    def test_empty_run(self, graph):
+        """max_epoch = starting_epoch - 1 runs before_train and after_train only."""
+        probe, _, _ = run_probe(3, 2, 5)
+        assert probe.events == [("before_train", 2, -1, 0), ("after_train", 2, -1, 0)]
+
+
+STOP_POINTS = [
+    (EventKind.BEFORE_TRAIN, 0),
+    (EventKind.BEFORE_EPOCH, 1),
+    (EventKind.BEFORE_RUN, 4),
+    (EventKind.AFTER_RUN, 2),
+    (EventKind.TRIGGER_STEP, 3),
+    (EventKind.AFTER_EPOCH, 0),
+    (EventKind.TRIGGER_EPOCH, 1),
+]
+
+
+def index_of(events, kind, nth):
+    """Index in `events` of the nth (0-based) event of `kind`."""
+    seen = -1
+    for i, e in enumerate(events):
+        if e.kind is kind:
+            seen += 1
+            if seen == nth:
+                return i
+    raise AssertionError((kind, nth))
+
+
+class TestStopTraining:
+    """StopTraining from any callback method, run_step or a hook ends the loop cleanly."""
+
+    @pytest.mark.parametrize(
+        ("kind", "nth"), STOP_POINTS, ids=[f"{k.value}-{n}" for k, n in STOP_POINTS]
+    )
+    def test_from_callback(self, graph, kind, nth):
+        """The trace is the stream up to the raising event, then after_train at its position."""
+        probe, trainer, _ = run_probe(1, 3, 3, probe=Probe(stop_at=(kind, nth)))
+        full = list(loop_events(1, 3, 3))
+        assert probe.events == as_tuples(truncated(full, index_of(full, kind, nth)))
+        with pytest.raises(RuntimeError, match="closed Session"):
+            trainer.sess.run(trainer.train_op)
+
+    def test_from_run_step(self, graph):
+        """StopTraining raised by run_step after its run ends the loop; after_train runs."""
+
+        class StopAt5(Trainer):
+            def run_step(self):
+                self.hooked_sess.run(self.train_op)
+                if self.global_step == 5:
+                    raise StopTraining
+
+        probe, trainer, _ = run_probe(1, 3, 3, trainer_cls=StopAt5)
+        full = list(loop_events(1, 3, 3))
+        after_run_5 = [i for i, e in enumerate(full) if e.kind is EventKind.AFTER_RUN][4]
+        assert probe.events == as_tuples(truncated(full, after_run_5))
+        assert trainer.global_step == 5
+
+    def test_request_stop(self, graph):
+        """A hook's request_stop ends the loop after that step's trigger_step."""
+        probe, trainer, _ = run_probe(1, 3, 3, probe=Probe(request_stop_at=4))
+        full = list(loop_events(1, 3, 3))
+        fourth_step = [i for i, e in enumerate(full) if e.kind is EventKind.TRIGGER_STEP][3]
+        assert probe.events == as_tuples(truncated(full, fourth_step))
+        assert trainer.hooked_sess.should_stop()
+
+    def test_error_still_runs_after_train(self, graph):
+        """Another error propagates, after after_train ran and the session closed."""
+        probe = Probe(error_at=(EventKind.TRIGGER_STEP, 1), error=ZeroDivisionError("boom"))
+        with pytest.raises(ZeroDivisionError, match="boom"):
+            run_probe(1, 2, 2, probe=probe)
+        assert probe.events[-1][0] == "after_train"
+        assert probe.events[-2][0] == "trigger_step"
+
+    def test_failing_after_train_does_not_hide_the_error(self, graph):
+        """When after_train fails while an error propagates, the first error is raised."""
+
+        class Bad(Callback):
+            def _after_train(self):
+                raise KeyError("after")
+
+        trainer, _ = counter_trainer()
+        probe = Probe(error_at=(EventKind.BEFORE_EPOCH, 0), error=ValueError("first"))
+        with pytest.raises(ValueError, match="first"):
+            trainer.train([probe, Bad()], [], creator(), None, 2, 1, 2)
+        assert trainer.sess._closed
+
+
+class TestInterrupt:
+    """Ctrl-C ends training cleanly, then raises KeyboardInterrupt."""
+
+    def test_keyboard_interrupt_from_callback(self, graph):
+        """A KeyboardInterrupt in a callback still runs after_train and closes the session."""
+        probe = Probe(error_at=(EventKind.TRIGGER_STEP, 2), error=KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            run_probe(1, 2, 2, probe=probe)
+        assert probe.events[-1] == ("after_train", 2, 0, 3)
+
+    @pytest.mark.skipif(
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+        reason="the test runner replaced Python's SIGINT handler, which the loop leaves alone",
+    )
+    def test_sigint_stops_after_the_step(self, graph):
+        """A real SIGINT mid-step lets the step and its trigger_step finish, then stops."""
+
+        class Interrupt(Callback):
+            def _after_run(self, ctx, values):
+                if self.trainer.global_step == 3:
+                    os.kill(os.getpid(), signal.SIGINT)
+
+        probe = Probe()
+        trainer, _ = counter_trainer()
+        with pytest.raises(KeyboardInterrupt):
+            trainer.train([Interrupt(), probe], [], creator(), None, 2, 1, 4)
+        full = list(loop_events(1, 4, 2))
+        third_step = [i for i, e in enumerate(full) if e.kind is EventKind.TRIGGER_STEP][2]
+        assert probe.events == as_tuples(truncated(full, third_step))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class TestChiefOnly:
+    """Chief-only callbacks are not registered on non-chief workers."""
+
+    def test_non_chief(self, graph):
+        """On a non-chief trainer only callbacks with chief_only=False run."""
+        trainer, _ = counter_trainer()
+        trainer.is_chief = False
+        chief, everyone = Probe(chief_only=True), Probe(chief_only=False)
+        assert trainer.register_callback(chief) is False
+        assert trainer.register_callback(everyone) is True
+        trainer.train([], [], creator(), None, 1, 1, 1)
+        assert chief.events == [] and not chief.setup_done
+        assert len(everyone.events) == 8
+
+    def test_chief(self, graph):
+        """On the chief, chief-only callbacks run."""
+        trainer, _ = counter_trainer()
+        chief = Probe(chief_only=True)
+        trainer.train([chief], [], creator(), None, 1, 1, 1)
+        assert len(chief.events) == 8
+
+
+class TestPhases:
+    """Methods called out of order fail with the phase named."""
+
+    def test_register_after_setup(self, graph):
+        """Callbacks cannot be registered once set up."""
+        trainer, _ = counter_trainer()
+        trainer.setup_callbacks([], [])
+        with pytest.raises(
+            TrainerStateError,
+            match=r"register_callback\(Probe\) must be called before setup_callbacks",
+        ):
+            trainer.register_callback(Probe())
+
+    def test_main_loop_before_initialize(self, graph):
+        """main_loop needs initialize first."""
+        trainer, _ = counter_trainer()
+        trainer.setup_callbacks([], [])
+        with pytest.raises(
+            TrainerStateError, match=r"main_loop\(\) needs the trainer in phase 'initialized'"
+        ):
+            trainer.main_loop(1, 1, 1)
+
+    def test_train_twice(self, graph):
+        """A trainer trains once."""
+        trainer, _ = counter_trainer()
+        trainer.train([], [], creator(), None, 1, 1, 1)
+        with pytest.raises(TrainerStateError, match="it is in phase 'done'"):
+            trainer.train([], [], creator(), None, 1, 1, 1)
+
+    def test_bad_callbacks(self, graph):
+        """Non-callbacks are rejected with their position."""
+        trainer, _ = counter_trainer()
+        with pytest.raises(
+            TypeError, match=r"'callbacks' must hold Callback instances; entries at fault: #1: int"
+        ):
+            trainer.setup_callbacks([Probe(), 3], [])
+
+    def test_twice_registered(self, graph):
+        """The same callback object cannot be registered twice."""
+        trainer, _ = counter_trainer()
+        p = Probe()
+        with pytest.raises(ValueError, match="registered twice"):
+            trainer.setup_callbacks([p, p], [])
+
+    def test_bad_loop_parameters(self, graph):
+        """Loop parameters are validated before the loop starts."""
+        trainer, _ = counter_trainer()
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be > 0"):
+            trainer.train([], [], creator(), None, 0, 1, 1)
+
+    def test_bad_session_objects(self, graph):
+        """Session creator and init must have the methods the trainer calls."""
+        trainer, _ = counter_trainer()
+        trainer.setup_callbacks([], [])
+        with pytest.raises(TypeError, match="'session_creator' must have a create_session"):
+            trainer.initialize(object(), None)
+        with pytest.raises(TypeError, match=r"'session_init' must have an init\(sess\)"):
+            trainer.initialize(creator(), 3)
+
+    def test_graph_finalized_and_session_default(self, graph):
+        """After initialize the graph is finalized; in the loop the session is the default."""
+        trainer, _ = counter_trainer()
+        seen = []
+
+        class Default(Callback):
+            def _before_train(self):
+                seen.append(tf1.get_default_session() is self.trainer.sess)
+
+        trainer.train([Default()], [], creator(), None, 1, 1, 1)
+        assert graph.finalized
+        assert seen == [True]
+
+    def test_keyword_only_defaults(self, graph):
+        """train_with_defaults takes keywords only, and default monitors need a logdir."""
+        trainer, _ = counter_trainer()
+        with pytest.raises(TypeError, match="keyword arguments only"):
+            trainer.train_with_defaults([Probe()])
+        with pytest.raises(
+            ValueError,
+            match=r"DEFAULT_MONITORS\(\), which write event and stats files: pass logdir",
+        ):
+            trainer.train_with_defaults(steps_per_epoch=1, max_epoch=1)
+        with pytest.raises(ValueError, match="'steps_per_epoch' is required"):
+            trainer.train_with_defaults(monitors=[], max_epoch=1)
+
+
+class TestLogdir:
+    """The log directory is explicit, and a non-empty one needs a decision."""
+
+    def test_none_writes_nothing(self, graph, tmp_path):
+        """logdir=None: the trainer has no logdir."""
+        trainer, _ = counter_trainer()
+        trainer.train([], [], creator(), None, 1, 1, 1)
+        assert trainer.logdir is None
+
+    def test_created(self, graph, logdir):
+        """A missing logdir is created; callbacks see its absolute path."""
+        trainer, _ = counter_trainer()
+        trainer.train([], [], creator(), None, 1, 1, 1, logdir=logdir)
+        assert trainer.logdir == str(logdir) and logdir.is_dir()
+
+    def test_not_empty_is_an_error(self, graph, logdir):
+        """A logdir holding files is refused, the files listed."""
+        logdir.mkdir()
+        (logdir / "stats.json").write_text("[]")
+        trainer, _ = counter_trainer()
+        with pytest.raises(
+            FileExistsError,
+            match=r"the logdir is not empty \(it holds 'stats.json'\): pass logdir_action='keep'",
+        ):
+            trainer.train([], [], creator(), None, 1, 1, 1, logdir=logdir)
+
+    def test_overwrite_moves_aside(self, graph, logdir):
+        """'overwrite' renames the old directory aside and starts empty."""
+        logdir.mkdir()
+        (logdir / "old.txt").write_text("x")
+        trainer, _ = counter_trainer()
+        trainer.train([], [], creator(), None, 1, 1, 1, logdir=logdir, logdir_action="overwrite")
+        assert list(logdir.iterdir()) == []
+        aside = [p for p in logdir.parent.iterdir() if p.name.startswith("log.old-")]
+        assert len(aside) == 1 and (aside[0] / "old.txt").read_text() == "x"
+
+    def test_keep(self, graph, logdir):
+        """'keep' writes into the directory as it is."""
+        logdir.mkdir()
+        (logdir / "old.txt").write_text("x")
+        trainer, _ = counter_trainer()
+        trainer.train([], [], creator(), None, 1, 1, 1, logdir=logdir, logdir_action="keep")
+        assert (logdir / "old.txt").read_text() == "x"
+
+    def test_bad_action(self, graph, logdir):
+        """Unknown actions are refused."""
+        trainer, _ = counter_trainer()
+        with pytest.raises(ValueError, match="'logdir_action' must be one of"):
+            trainer.set_logdir(logdir, "delete")
+
+    def test_file_in_the_way(self, graph, tmp_path):
+        """A file where the directory should be is an error."""
+        (tmp_path / "f").write_text("")
+        trainer, _ = counter_trainer()
+        with pytest.raises(NotADirectoryError, match="exists and is not a directory"):
+            trainer.set_logdir(tmp_path / "f")

@@ -1,0 +1,147 @@
+"""Pure resume decisions and log-directory decisions."""
+
+import json
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import crashed_runs
+
+from towerkit.trainers import (
+    LOGDIR_ACTIONS,
+    LogdirNotEmptyError,
+    LogdirSnapshot,
+    ResumePlan,
+    plan_logdir,
+    resume_plan,
+)
+from towerkit.trainers._resume import epoch_records, read_stats, truncate_stats
+
+
+class TestResumePlan:
+    """`resume_plan` picks a consistent (checkpoint, epoch, statistics) moment."""
+
+    @given(crashed_runs())
+    def test_consistent_after_any_crash(self, run):
+        """After a kill anywhere, the plan's step is its epoch's end and the kept stats are whole."""
+        spe = run["steps_per_epoch"]
+        snap = LogdirSnapshot(checkpoints=run["checkpoints"], epochs=run["epochs"])
+        plan = resume_plan(snap, steps_per_epoch=spe)
+        kept = [
+            e
+            for e, s in run["epochs"]
+            if plan.keep_stats_until_step is None or s <= plan.keep_stats_until_step
+        ]
+        assert kept == list(range(1, len(kept) + 1)), "kept epochs are 1..k"
+        if not run["checkpoints"]:
+            assert plan.checkpoint is None
+            assert plan.starting_epoch == 1
+            assert kept == []
+            return
+        assert (plan.checkpoint, plan.checkpoint_step) in run["checkpoints"]
+        assert plan.checkpoint_step == (plan.starting_epoch - 1) * spe, "the right global step"
+        assert plan.checkpoint_step <= run["killed_at"]
+        recorded = {s for _, s in run["epochs"]}
+        if any(s in recorded for _, s in run["checkpoints"]):
+            assert kept == list(range(1, plan.starting_epoch)), "stats continue without a gap"
+            newest = max(s for _, s in run["checkpoints"] if s in recorded)
+            assert plan.checkpoint_step == newest
+
+    def test_prefers_user_when_not_always(self):
+        """always_resume=False: each user-given option wins separately."""
+        snap = LogdirSnapshot(checkpoints=[("d/model-6", 6)], epochs=[(1, 3), (2, 6)])
+        p = resume_plan(snap, steps_per_epoch=3, user_session_init=True, always_resume=False)
+        assert (p.checkpoint, p.starting_epoch, p.keep_stats_until_step) == (None, 3, None)
+        p = resume_plan(
+            snap,
+            steps_per_epoch=3,
+            starting_epoch=7,
+            user_starting_epoch=True,
+            always_resume=False,
+        )
+        assert (p.checkpoint, p.starting_epoch) == ("d/model-6", 7)
+        p = resume_plan(snap, steps_per_epoch=3, user_session_init=True, user_starting_epoch=True)
+        assert (p.checkpoint, p.starting_epoch) == ("d/model-6", 3)
+
+    def test_older_checkpoint_drops_later_stats(self):
+        """A checkpoint older than the stats: stats after it are dropped, its next epoch runs."""
+        snap = LogdirSnapshot(checkpoints=[("d/model-4", 4)], epochs=[(1, 2), (2, 4), (3, 6)])
+        p = resume_plan(snap, steps_per_epoch=2)
+        assert (p.checkpoint_step, p.starting_epoch, p.keep_stats_until_step) == (4, 3, 4)
+        assert "recorded in the statistics" in p.reason
+
+    def test_misaligned_checkpoint(self):
+        """A checkpoint between epoch ends is still used, its epoch taken from its step."""
+        snap = LogdirSnapshot(checkpoints=[("d/model-7", 7)])
+        p = resume_plan(snap, steps_per_epoch=3)
+        assert (p.checkpoint, p.starting_epoch) == ("d/model-7", 3)
+        assert "not a multiple of steps_per_epoch=3" in p.reason
+
+    def test_fail(self):
+        """Bad input is refused with the field named."""
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
+            resume_plan(LogdirSnapshot(), steps_per_epoch=0)
+        with pytest.raises(
+            ValueError,
+            match=r"'checkpoints' must hold \(path, step >= 0\) pairs; entries at fault: 'a'",
+        ):
+            LogdirSnapshot(checkpoints=[("a", -1)])
+        with pytest.raises(ValueError, match=r"entries at fault: \(1, 'x'\)"):
+            LogdirSnapshot(epochs=[(1, "x")])
+        with pytest.raises(ValueError, match="'starting_epoch' must be >= 1"):
+            ResumePlan(checkpoint=None, starting_epoch=0)
+
+    def test_repr(self):
+        """Records print their fields."""
+        p = ResumePlan(checkpoint="d/model-3", checkpoint_step=3, starting_epoch=2)
+        assert repr(p) == (
+            "ResumePlan(checkpoint='d/model-3', checkpoint_step=3, starting_epoch=2, "
+            "keep_stats_until_step=None, reason='')"
+        )
+        assert p.resumes
+        assert not attrs.evolve(p, checkpoint=None).resumes
+
+
+class TestPlanLogdir:
+    """`plan_logdir` decides, and refuses a non-empty directory unless told."""
+
+    @given(st.lists(st.text(min_size=1, max_size=5), max_size=30), st.sampled_from(LOGDIR_ACTIONS))
+    def test_total(self, entries, action):
+        """Every listing and action gives a decision or the not-empty error."""
+        try:
+            got = plan_logdir(entries, action)
+        except LogdirNotEmptyError:
+            assert entries and action == "error"
+        else:
+            assert got == ("use" if not entries or action == "keep" else "move")
+
+    def test_many_entries(self):
+        """A long listing is cut after 20 names, with the rest counted."""
+        with pytest.raises(LogdirNotEmptyError, match="and 5 more"):
+            plan_logdir([f"f{i:02d}" for i in range(25)], "error")
+
+
+class TestStatsFile:
+    """Reading and truncating stats.json, atomically."""
+
+    def test_truncate(self, tmp_path):
+        """Records after the step are dropped; the old file is kept as .bak."""
+        recs = [{"epoch_num": e, "global_step": 2 * e, "loss": 1.0 / e} for e in (1, 2, 3)]
+        (tmp_path / "stats.json").write_text(json.dumps(recs))
+        dropped = truncate_stats(str(tmp_path), 4)
+        assert [r["epoch_num"] for r in dropped] == [3]
+        assert read_stats(str(tmp_path)) == recs[:2]
+        assert json.loads((tmp_path / "stats.json.bak").read_text()) == recs
+        assert truncate_stats(str(tmp_path), 4) == []
+        assert epoch_records(read_stats(str(tmp_path))) == [(1, 2), (2, 4)]
+
+    def test_bad_file(self, tmp_path):
+        """A stats file that is not a JSON list is an error naming it."""
+        (tmp_path / "stats.json").write_text("{")
+        with pytest.raises(ValueError, match="is not valid JSON"):
+            read_stats(str(tmp_path))
+        (tmp_path / "stats.json").write_text("{}")
+        with pytest.raises(ValueError, match="must hold a JSON list of objects; got dict"):
+            read_stats(str(tmp_path))
+        assert read_stats(str(tmp_path / "nothing")) is None
