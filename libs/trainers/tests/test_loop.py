@@ -203,7 +203,8 @@ class TestChiefOnly:
         assert trainer.register_callback(chief) is False
         assert trainer.register_callback(everyone) is True
         trainer.train([], [], creator(), None, 1, 1, 1)
-        assert chief.events == [] and not chief.setup_done
+        assert chief.events == []
+        assert not chief.setup_done
         assert len(everyone.events) == 8
 
     def test_chief(self, graph):
@@ -313,7 +314,8 @@ class TestLogdir:
         """A missing logdir is created; callbacks see its absolute path."""
         trainer, _ = counter_trainer()
         trainer.train([], [], creator(), None, 1, 1, 1, logdir=logdir)
-        assert trainer.logdir == str(logdir) and logdir.is_dir()
+        assert trainer.logdir == str(logdir)
+        assert logdir.is_dir()
 
     def test_not_empty_is_an_error(self, graph, logdir):
         """A logdir holding files is refused, the files listed."""
@@ -334,7 +336,8 @@ class TestLogdir:
         trainer.train([], [], creator(), None, 1, 1, 1, logdir=logdir, logdir_action="overwrite")
         assert list(logdir.iterdir()) == []
         aside = [p for p in logdir.parent.iterdir() if p.name.startswith("log.old-")]
-        assert len(aside) == 1 and (aside[0] / "old.txt").read_text() == "x"
+        assert len(aside) == 1
+        assert (aside[0] / "old.txt").read_text() == "x"
 
     def test_keep(self, graph, logdir):
         """'keep' writes into the directory as it is."""

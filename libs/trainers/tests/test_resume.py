@@ -112,7 +112,8 @@ class TestPlanLogdir:
         try:
             got = plan_logdir(entries, action)
         except LogdirNotEmptyError:
-            assert entries and action == "error"
+            assert entries
+            assert action == "error"
         else:
             assert got == ("use" if not entries or action == "keep" else "move")
 
