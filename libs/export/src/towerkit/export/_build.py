@@ -49,7 +49,7 @@ def resolve_outputs(handle: TowerTensorHandle, output_names: tuple[str, ...]) ->
     Raises:
         UnknownTensorError: some names name no tensor of the tower; every one is listed,
             with close names of the graph as suggestions.
-        TypeError: a name resolves to a variable, not a tensor.
+        TypeError: a name resolves to a variable or a variable handle, not a value.
     """
     found, missing = [], []
     for name in output_names:
@@ -60,11 +60,16 @@ def resolve_outputs(handle: TowerTensorHandle, output_names: tuple[str, ...]) ->
     if missing:
         candidates = _candidate_names(handle.graph, handle.ns_name)
         raise UnknownTensorError(render_unknown(missing, candidates))
-    variables = [n for n, t in zip(output_names, found) if not isinstance(t, tf1.Tensor)]
-    if variables:
+    handles = [
+        n
+        for n, t in zip(output_names, found)
+        if not isinstance(t, tf1.Tensor) or t.dtype in (tf1.resource, tf1.variant)
+    ]
+    if handles:
         msg = (
-            f"'output_names' must name tensors, not variables; at fault: "
-            f"{', '.join(map(repr, variables))} (output `tf.identity(var, name=...)` instead)"
+            "'output_names' must name tensors holding values, not variables or their "
+            f"handles; at fault: {', '.join(map(repr, handles))} (return "
+            "`tf.identity(var, name=...)` from the tower and name that instead)"
         )
         raise TypeError(msg)
     return found

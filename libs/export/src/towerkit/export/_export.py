@@ -54,7 +54,6 @@ def _restored_values(config: PredictConfig) -> dict[str, Any]:
     built = build_inference_graph(config)
     with built.graph.as_default():
         variables = {v.op.name: v for v in tf1.global_variables()}
-    built.graph.finalize()
     with open_session(config, built) as sess:
         return sess.run(variables) if variables else {}
 
@@ -129,7 +128,6 @@ class ModelExporter:
         path = _target(filename, overwrite, directory=False)
         config = self._config
         built = build_inference_graph(config)
-        built.graph.finalize()
         input_nodes = [t.op.name for t in built.inputs]
         output_nodes = list(dict.fromkeys(t.op.name for t in built.outputs))
         with open_session(config, built) as sess:

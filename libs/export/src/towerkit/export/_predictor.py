@@ -23,7 +23,7 @@ class OfflinePredictor(OnlinePredictor):
     """
 
     def __init__(self, config: PredictConfig) -> None:
-        """Build the tower, open the session, load the values, finalize the graph.
+        """Build the tower, open the session, load the values, then finalize the graph.
 
         Raises:
             TypeError: `config` is not a `PredictConfig`.
@@ -33,8 +33,8 @@ class OfflinePredictor(OnlinePredictor):
             msg = f"'config' must be a PredictConfig; got {type(config).__name__}"
             raise TypeError(msg)
         built = build_inference_graph(config)
-        built.graph.finalize()
         sess = open_session(config, built)
+        built.graph.finalize()
         self._config = config
         self._built = built
         super().__init__(built.inputs, built.outputs, return_input=config.return_input, sess=sess)
