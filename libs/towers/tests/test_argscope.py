@@ -73,6 +73,13 @@ class TestArgScopeRecord:
         """The record prints as tuples of pairs."""
         assert repr(ArgScope({"conv": {"k": 3}})) == "ArgScope(entries=(('conv', (('k', 3),)),))"
 
+    def test_fail(self):
+        """Anything but layer -> kwargs mappings is rejected with what was given."""
+        with pytest.raises(TypeError, match=r"takes \{layer name: \{argument: value\}\}.*; got 3"):
+            ArgScope(3)
+        with pytest.raises(TypeError, match=r"got \{'conv': 5\}"):
+            ArgScope({"conv": 5})
+
     @given(
         st.dictionaries(st.sampled_from(["conv", "fc", "bn"]), kwargs_dict),
         st.lists(st.sampled_from(["conv", "fc", "pool"]), min_size=1, unique=True),

@@ -9,6 +9,9 @@ from hypothesis import strategies as st
 from strategies import gpu_ids
 
 from towerkit.towers import (
+    TowerContext,
+    TowerFunc,
+    build_placeholders,
     cpu_devices_needed,
     resolve_devices,
     session_config_for_devices,
@@ -105,3 +108,27 @@ class TestSessionConfig:
             "/job:w/replica:0/task:1/device:CPU:0",
         ]
         assert cpu_devices_needed(devices) == max([0, *indices]) + 1
+
+
+class TestMultiTowerEverywhere:
+    """Towers placed by `resolve_devices` run in a session from `session_config_for_devices`."""
+
+    def test_two_towers(self, graph):
+        """Two shared-variable towers on the resolved devices compute the same values."""
+        sig = [tf.TensorSpec([None, 2], tf.float32, "x")]
+
+        def tower(x):
+            w = tf1.get_variable("w", [2, 1], initializer=tf1.ones_initializer())
+            return tf.reduce_sum(tf.matmul(x, w), name="total")
+
+        func = TowerFunc(tower, sig)
+        [x] = build_placeholders(sig)
+        devices = resolve_devices(2)
+        for i, device in enumerate(devices):
+            with tf1.device(device), TowerContext(f"tower{i}", True, index=i, total=2):
+                func(x)
+        outs = [h.get_tensor("total") for h in func.towers]
+        assert [o.device.lower().endswith(d[1:]) for o, d in zip(outs, devices)] == [True, True]
+        with tf1.Session(config=session_config_for_devices(devices)) as sess:
+            sess.run(tf1.global_variables_initializer())
+            assert sess.run(outs, {x: [[1.0, 2.0]]}) == [3.0, 3.0]

@@ -28,7 +28,14 @@ def _pairs(value: Mapping[str, Any] | Sequence[tuple[str, Any]]) -> tuple[tuple[
 
 def _entries(value: Any) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
     items = value.items() if isinstance(value, Mapping) else value
-    return tuple((str(layer), _pairs(kwargs)) for layer, kwargs in items)
+    try:
+        return tuple((str(layer), _pairs(kwargs)) for layer, kwargs in items)
+    except (TypeError, ValueError, AttributeError):
+        msg = (
+            "an ArgScope takes {layer name: {argument: value}} (or the same as pairs); "
+            f"got {value!r}"
+        )
+        raise TypeError(msg) from None
 
 
 @attrs.frozen
