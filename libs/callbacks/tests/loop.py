@@ -34,6 +34,7 @@ class LoopTrainer:
         is_chief=True,
         tower_func=None,
         session_init=None,
+        session_config=None,
     ):
         self.graph = graph
         self.train_op = train_op
@@ -46,6 +47,7 @@ class LoopTrainer:
         self.epoch_num = starting_epoch - 1
         self.local_step = -1
         self.session_init = session_init
+        self.session_config = session_config
         cbs = [cb for cb in callbacks if is_chief or not cb.chief_only]
         if monitors is None:
             from towerkit.callbacks import Monitors
@@ -74,7 +76,7 @@ class LoopTrainer:
     def train(self):
         """Set up callbacks, make the session, run the loop; returns the trainer."""
         self._callbacks.setup_graph(self)
-        self.sess = tf1.Session(graph=self.graph)
+        self.sess = tf1.Session(graph=self.graph, config=self.session_config)
         with self.graph.as_default():
             self.sess.run(tf1.global_variables_initializer())
             if self.session_init is not None:

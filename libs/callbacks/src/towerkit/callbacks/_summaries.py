@@ -107,6 +107,8 @@ def _merged_summary(cb: Callback, key: str | None) -> Any:
 class _MergeAllSummariesRunWithOp(Callback):
     """Fetch the merged summary with the last step's call of each epoch (and every ``period``)."""
 
+    name_scope = "MergeAllSummaries"
+
     def __init__(self, period: int, key: str | None) -> None:
         self._period = period
         self._key = key
@@ -141,6 +143,8 @@ class _MergeAllSummariesRunWithOp(Callback):
 
 class _MergeAllSummariesRunAlone(Callback):
     """Evaluate the merged summary alone on ``trigger`` (and every ``period`` steps)."""
+
+    name_scope = "MergeAllSummaries"
 
     def __init__(self, period: int, key: str | None) -> None:
         self._period = period
