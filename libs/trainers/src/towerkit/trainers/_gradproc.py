@@ -186,22 +186,38 @@ def _map_values(grad: Any, fn: Callable[[Any], Any]) -> Any:
     return fn(grad)
 
 
-def _positional_arity(func: Callable[..., Any]) -> int | None:
-    """How many positional arguments `func` takes at most (None: any number)."""
+def _takes_var(func: Callable[..., Any]) -> bool:
+    """Whether `func` is called as ``func(grad, var)``: it REQUIRES 2 positional arguments.
+
+    Parameters with defaults do not count, so ``lambda g, k=2: g * k`` takes the gradient
+    only; a function with ``*args`` gets both.
+    """
     try:
-        params = inspect.signature(func).parameters.values()
+        params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):
-        return None
+        return False
     if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in params if p.kind in positional and p.default is p.empty]
+    return len(required) >= 2
+
+
+def _accepts_one(func: Callable[..., Any]) -> bool:
+    """Whether `func` can be called with one positional argument."""
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.kind in positional or p.kind is p.VAR_POSITIONAL for p in params)
 
 
 def _check_func(_inst: Any, _attr: Any, func: Any) -> None:
     if not callable(func):
         msg = f"'func' must be callable (grad -> grad, or (grad, var) -> grad); got {type(func).__name__}"
         raise TypeError(msg)
-    if _positional_arity(func) == 0:
+    if not _accepts_one(func):
         msg = f"'func' must take 1 argument (grad) or 2 (grad, var); {func!r} takes none"
         raise TypeError(msg)
 
@@ -299,8 +315,14 @@ class GlobalNormClip(GradientProcessor):
         global_norm: the threshold, > 0.
     """
 
-    global_norm: float = attrs.field(converter=float, validator=attrs.validators.gt(0.0))
+    global_norm: float = attrs.field(converter=float)
     name_scope: str = _name_scope_field("GlobalNormClip")
+
+    @global_norm.validator
+    def _check_norm(self, _attr: Any, value: float) -> None:
+        if not value > 0.0:
+            msg = f"'global_norm' must be > 0; got {value}"
+            raise ValueError(msg)
 
     def _process(self, grads: GradsAndVars) -> GradsAndVars:
         present = [(g, v) for g, v in grads if g is not None]
@@ -319,7 +341,8 @@ class MapGradient(GradientProcessor):
 
     Args:
         func: ``grad -> grad`` or ``(grad, var) -> grad``; returning None drops the pair
-            (the variable is not updated).
+            (the variable is not updated). It gets the variable too when it requires two
+            positional arguments (parameters with defaults do not count) or takes ``*args``.
         regex: fully matched against the variable's op name (no ``:0``); all by default.
     """
 
@@ -328,8 +351,7 @@ class MapGradient(GradientProcessor):
     name_scope: str = _name_scope_field("MapGradient")
 
     def _process(self, grads: GradsAndVars) -> GradsAndVars:
-        arity = _positional_arity(self.func)
-        two = arity is None or arity >= 2
+        two = _takes_var(self.func)
         out = []
         for g, v in grads:
             if g is None or not regex_matches(self.regex, _var_name(v)):
