@@ -109,7 +109,10 @@ class TestRecords:
 
     def test_repr(self):
         """Reprs show the fields."""
-        assert repr(GlobalNormClip(5)) == "GlobalNormClip(global_norm=5.0, name_scope='GlobalNormClip')"
+        assert (
+            repr(GlobalNormClip(5))
+            == "GlobalNormClip(global_norm=5.0, name_scope='GlobalNormClip')"
+        )
         assert repr(ScaleGradient([(".*/b", 2)], verbose=False)) == (
             "ScaleGradient(multipliers=(('.*/b', 2.0),), verbose=False, name_scope='ScaleGradient')"
         )
@@ -122,7 +125,7 @@ class TestRecords:
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             clip.global_norm = 1.0
         assert attrs.evolve(clip, global_norm=2).global_norm == 2.0
-        with pytest.raises(ValueError, match="'global_norm' must be > 0; got 0.0"):
+        with pytest.raises(ValueError, match=r"'global_norm' must be > 0; got 0\.0"):
             attrs.evolve(clip, global_norm=0)
 
     def test_equality(self):
@@ -132,7 +135,7 @@ class TestRecords:
 
     def test_fail(self):
         """Bad arguments fail at construction with the argument named."""
-        with pytest.raises(ValueError, match="'global_norm' must be > 0; got -1.0"):
+        with pytest.raises(ValueError, match=r"'global_norm' must be > 0; got -1\.0"):
             GlobalNormClip(-1)
         with pytest.raises(TypeError, match="'func' must be callable"):
             MapGradient(3)
@@ -142,7 +145,10 @@ class TestRecords:
             MapGradient(tf.identity, regex="[")
         with pytest.raises(TypeError, match="'regex' must be a regular expression string"):
             SummaryGradient(regex=3)
-        with pytest.raises(TypeError, match=r"'collections' must hold collection names \(str\); entries at fault: 3"):
+        with pytest.raises(
+            TypeError,
+            match=r"'collections' must hold collection names \(str\); entries at fault: 3",
+        ):
             SummaryGradient(collections=["a", 3])
         with pytest.raises(ValueError, match="'output_stream' must be 'stderr', 'stdout' or"):
             PrintGradient(output_stream="/tmp/x")
@@ -190,7 +196,9 @@ class TestGlobalNormClip:
         """Above the threshold all gradients scale by threshold / norm; under it, unchanged."""
         norm = np.sqrt(1 + 4 + 9 + 16 + 100 + 400)
         clipped = run_grads(sess, GlobalNormClip(2.0).process(two_vars))
-        np.testing.assert_allclose(clipped["fc/W"], np.array([[1, 2], [3, 4]]) * 2 / norm, rtol=1e-5)
+        np.testing.assert_allclose(
+            clipped["fc/W"], np.array([[1, 2], [3, 4]]) * 2 / norm, rtol=1e-5
+        )
         np.testing.assert_allclose(clipped["fc/b"], np.array([10, 20]) * 2 / norm, rtol=1e-5)
         same = run_grads(sess, GlobalNormClip(100.0).process(two_vars))
         np.testing.assert_allclose(same["fc/b"], [10, 20], rtol=1e-6)
@@ -265,7 +273,9 @@ class TestMapGradient:
         with g.as_default():
             (v,) = make_vars(g, {"v": np.zeros(2)})
             procs = [
-                MapGradient(lambda x, k=k: x + k) if op == "add" else MapGradient(lambda x, k=k: x * k)
+                MapGradient(lambda x, k=k: x + k)
+                if op == "add"
+                else MapGradient(lambda x, k=k: x * k)
                 for op, k in steps
             ]
             out = chain(*procs).process([(tf.constant([1.0, -2.0]), v)])
@@ -284,7 +294,12 @@ class TestScaleGradient:
         """The documented example: biases doubled, layer0 frozen."""
         vs = make_vars(
             graph,
-            {"layer0/W": np.zeros(1), "layer0/b": np.zeros(1), "layer1/W": np.zeros(1), "layer1/b": np.zeros(1)},
+            {
+                "layer0/W": np.zeros(1),
+                "layer0/b": np.zeros(1),
+                "layer1/W": np.zeros(1),
+                "layer1/b": np.zeros(1),
+            },
         )
         pairs = [(tf.constant([1.0]), v) for v in vs]
         proc = ScaleGradient([(".*/b", 2.0), ("layer0/.*", 0.0)])
