@@ -365,7 +365,7 @@ def _xla_grads(
     def compiled(*xs: Any) -> list[Any]:
         cost = get_cost(*xs)
         variables = tf1.trainable_variables()
-        grads = tf.gradients(
+        grads = tf1.gradients(
             cost,
             variables,
             gate_gradients=gate == 1,
