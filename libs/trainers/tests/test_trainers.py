@@ -137,22 +137,22 @@ class TestSimpleTrainer:
     def test_bad_cost(self, graph):
         """A non-scalar or non-tensor cost, or one with no trainable variable, is refused."""
         with pytest.raises(
-            TypeError, match="the cost must be a scalar floating tensor; got .* shape"
+            TypeError, match=r"the cost must be a scalar floating tensor; got .* shape"
         ):
             SimpleTrainer().setup_graph(SIG, numpy_input(), lambda x, y: dense(x, 3, "fc"), sgd)
 
     def test_cost_without_variables(self):
         """A cost that depends on no trainable variable: nothing to train."""
-        with tf.Graph().as_default():
-            with pytest.raises(
-                ValueError, match="the cost depends on none of the trainable variables"
-            ):
-                SimpleTrainer().setup_graph(
-                    SIG,
-                    numpy_input(),
-                    lambda x, y: tf1.get_variable("unused", [1]) is None or tf.reduce_sum(x),
-                    sgd,
-                )
+        with (
+            tf.Graph().as_default(),
+            pytest.raises(ValueError, match="the cost depends on none of the trainable variables"),
+        ):
+            SimpleTrainer().setup_graph(
+                SIG,
+                numpy_input(),
+                lambda x, y: tf1.get_variable("unused", [1]) is None or tf.reduce_sum(x),
+                sgd,
+            )
 
     def test_bad_arguments(self, graph):
         """Arguments of the wrong kind are named."""
