@@ -111,3 +111,33 @@ def reference_periodic(starting, max_epoch, steps, start_gs, k_steps, k_epochs):
         if on(epoch, steps - 1, gs):
             out.append(("trigger_epoch", epoch, gs))
     return out
+
+
+@st.composite
+def schedule_points(draw, max_size=6, max_point=20):
+    """Strictly increasing (point, value) pairs."""
+    xs = sorted(draw(st.sets(st.integers(0, max_point), min_size=1, max_size=max_size)))
+    return [(x, draw(st.floats(-10, 10, allow_nan=False, width=32))) for x in xs]
+
+
+def reference_value_at(points, interp, point):
+    """The documented schedule rule as a linear scan (tensorpack's wording, our code)."""
+    for i, (p, v) in enumerate(points):
+        if p == point:
+            return v
+        if p > point:
+            if i == 0 or interp is None:
+                return None
+            p0, v0 = points[i - 1]
+            return v0 + (v - v0) * (point - p0) / (p - p0)
+    return None
+
+
+def reference_in_effect(points, interp, point):
+    """The value a run resumed at `point` should hold: scan for the last point at or before."""
+    if point < points[0][0]:
+        return None
+    exact = reference_value_at(points, interp, point)
+    if exact is not None:
+        return exact
+    return [v for p, v in points if p <= point][-1]

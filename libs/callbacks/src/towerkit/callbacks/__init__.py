@@ -11,6 +11,25 @@ from towerkit.callbacks._errors import CallbackError, MissingStatError, StopTrai
 from towerkit.callbacks._hooked import HookedSession
 from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
 from towerkit.callbacks._monitors import MonitorBase, Monitors
+from towerkit.callbacks._params import (
+    GraphVarParam,
+    HumanHyperParamSetter,
+    HyperParam,
+    HyperParamSetter,
+    HyperParamSetterWithFunc,
+    ObjAttrParam,
+    ScheduledHyperParamSetter,
+    StatMonitorParamSetter,
+)
+from towerkit.callbacks._schedules import (
+    OnSchedule,
+    PiecewiseSchedule,
+    Schedule,
+    piecewise_schedule,
+    scheduled_value,
+    value_at,
+    value_in_effect,
+)
 from towerkit.callbacks._stats import StatMonitorState, advance, estimate_time_left, should_change
 from towerkit.callbacks._triggers import (
     AllOf,
@@ -77,4 +96,20 @@ __all__ = [
     "negate",
     "fires",
     "trainer_event",
+    # hyper-parameters and schedules
+    "HyperParam",
+    "GraphVarParam",
+    "ObjAttrParam",
+    "HyperParamSetter",
+    "HumanHyperParamSetter",
+    "ScheduledHyperParamSetter",
+    "StatMonitorParamSetter",
+    "HyperParamSetterWithFunc",
+    "Schedule",
+    "PiecewiseSchedule",
+    "piecewise_schedule",
+    "value_at",
+    "value_in_effect",
+    "OnSchedule",
+    "scheduled_value",
 ]
