@@ -286,10 +286,11 @@ def atomic_save_checkpoint(
 ) -> str:
     """Save with a ``tf.compat.v1.train.Saver`` so that no half-written checkpoint is ever visible.
 
-    The saver writes under a temporary prefix (see `atomic_checkpoint_prefix`); then the
-    saver's list of kept checkpoints is updated to the final name (so ``max_to_keep``
-    keeps deleting the right files), and the ``checkpoint`` state file is rewritten
-    atomically.
+    The saver writes under a temporary prefix (see `atomic_checkpoint_prefix`), deleting
+    checkpoints beyond its ``max_to_keep`` as usual (its own state file goes to a scratch
+    name and is dropped). Then the saver's list of kept checkpoints is updated to the
+    final name, so later saves delete the right files, and the ``checkpoint`` state file
+    is rewritten atomically.
 
     Args:
         saver: A ``tf.compat.v1.train.Saver``.
@@ -308,8 +309,19 @@ def atomic_save_checkpoint(
     if global_step is not None:
         step = global_step if isinstance(global_step, int) else sess.run(global_step)
         final = f"{final}-{int(step)}"
+    directory = os.path.dirname(final)
+    scratch_state = temp_name(STATE_FILENAME)
     with atomic_checkpoint_prefix(final, fsync=fsync) as tmp:
-        saver.save(sess, tmp, write_meta_graph=write_meta_graph, write_state=False)
+        try:
+            saver.save(
+                sess,
+                tmp,
+                write_meta_graph=write_meta_graph,
+                write_state=True,
+                latest_filename=scratch_state,
+            )
+        finally:
+            _remove(os.path.join(directory, scratch_state))
     kept = []
     for path in saver.last_checkpoints:
         name = final if os.path.abspath(path) == tmp else path
@@ -320,7 +332,7 @@ def atomic_save_checkpoint(
     saver.set_last_checkpoints_with_time(kept)
     if write_state:
         write_checkpoint_state(
-            os.path.dirname(final),
+            directory,
             final,
             [p for p, _ in kept],
             timestamps=[t for _, t in kept],

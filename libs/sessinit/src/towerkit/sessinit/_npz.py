@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -43,16 +44,19 @@ def _read_members(path: str) -> list[_Member]:
             bad = [i.filename for i in infos if not i.filename.endswith(".npy")]
             if bad:
                 raise _not_npz(path, f"members {bad} are not '.npy' arrays")
-            return [_read_member(path, f, zf, info) for info in infos]
-    except zipfile.BadZipFile as err:
+            size = os.fstat(f.fileno()).st_size
+            return [_read_member(path, f, zf, info, size) for info in infos]
+    except (zipfile.BadZipFile, zlib.error, EOFError) as err:
         raise _not_npz(path, f"not a zip archive ({err})") from None
     except IsADirectoryError:
         raise _not_npz(path, "it is a directory") from None
 
 
-def _read_member(path: str, f, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
+def _read_member(path: str, f, zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> _Member:
     name = info.filename.removesuffix(".npy")
     if info.compress_type == zipfile.ZIP_STORED:
+        if not 0 <= info.header_offset <= size - _LOCAL_HEADER.size:
+            raise _not_npz(path, f"member {info.filename!r} lies outside the file (truncated?)")
         f.seek(info.header_offset)
         header = f.read(_LOCAL_HEADER.size)
         fields = _LOCAL_HEADER.unpack(header) if len(header) == _LOCAL_HEADER.size else None
@@ -83,6 +87,50 @@ def _read_npy_header(path: str, member: str, f) -> tuple[tuple[int, ...], bool, 
         raise _not_npz(path, f"member {member!r} is not a .npy array ({err})") from None
 
 
+@attrs.frozen(kw_only=True)
+class NpzIndex:
+    """Where each array of an npz file lies, read once from the headers.
+
+    Attributes:
+        path: The file.
+        stamp: ``(size in bytes, modification time in ns)`` when it was indexed.
+        members: One entry per array, in file order.
+    """
+
+    path: str
+    stamp: tuple[int, int]
+    members: tuple[_Member, ...]
+
+    @property
+    def infos(self) -> tuple[VarInfo, ...]:
+        """The entries (names, shapes, dtypes), sorted by name."""
+        return tuple(sorted((m.info for m in self.members), key=lambda v: v.name))
+
+    def is_current(self) -> bool:
+        """Whether the file is unchanged since it was indexed."""
+        try:
+            return _stamp(self.path) == self.stamp
+        except OSError:
+            return False
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def index_npz(path: str | os.PathLike[str]) -> NpzIndex:
+    """Index an npz file from its headers, without reading the arrays.
+
+    Raises:
+        CheckpointNotFoundError: `path` does not exist.
+        NotACheckpointError: `path` is not an npz file of numeric arrays.
+    """
+    path = os.fspath(path)
+    members = _read_members(path)
+    return NpzIndex(path=path, stamp=_stamp(path), members=tuple(members))
+
+
 def list_npz_vars(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
     """The entries of an npz file (names, shapes, dtypes), read from headers without the values.
 
@@ -96,8 +144,7 @@ def list_npz_vars(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
         CheckpointNotFoundError: `path` does not exist.
         NotACheckpointError: `path` is not an npz file of numeric arrays.
     """
-    members = _read_members(os.fspath(path))
-    return tuple(sorted((m.info for m in members), key=lambda v: v.name))
+    return index_npz(path).infos
 
 
 def _readinto(f, array: np.ndarray) -> int:
@@ -131,8 +178,15 @@ def load_npz(
         NotACheckpointError: `path` is not an npz file of arrays, or is truncated.
         KeyError: An entry of `names` is not in the file.
     """
-    path = os.fspath(path)
-    members = {m.info.name: m for m in _read_members(path)}
+    return read_npz(index_npz(path), names)
+
+
+def read_npz(index: NpzIndex, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """`load_npz` from an index made earlier (re-indexed if the file changed since)."""
+    if not index.is_current():
+        index = index_npz(index.path)
+    path = index.path
+    members = {m.info.name: m for m in index.members}
     wanted = list(members) if names is None else [normalize_name(n) for n in names]
     absent = sorted(set(wanted) - set(members))
     if absent:
@@ -145,8 +199,11 @@ def load_npz(
             m = members[name]
             if m.data_offset is None:
                 zf = zf or zipfile.ZipFile(path)
-                with zf.open(m.member) as member:
-                    out[name] = np.lib.format.read_array(member, allow_pickle=False)
+                try:
+                    with zf.open(m.member) as member:
+                        out[name] = np.lib.format.read_array(member, allow_pickle=False)
+                except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as err:
+                    raise _not_npz(path, f"entry {name!r} cannot be read ({err})") from None
                 continue
             array = np.empty(m.info.shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
             f.seek(m.data_offset)

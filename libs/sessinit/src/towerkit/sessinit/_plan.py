@@ -426,6 +426,7 @@ def plan_restore(
             msg = f"{label} share names {dups}: expected each name once (':0' is ignored)"
             raise ValueError(msg)
     skip = _ignore_set(ignore)
+    prefix = _normalize_prefix(prefix)
     by_name = {v.name: v for v in graph}
     matched, mismatches, unused, ignored = [], [], [], []
     claimed: set[str] = set()

@@ -20,7 +20,7 @@ from towerkit.sessinit._execute import (
     run_checkpoint_restore,
     run_value_restore,
 )
-from towerkit.sessinit._npz import list_npz_vars, load_npz
+from towerkit.sessinit._npz import index_npz, read_npz
 from towerkit.sessinit._paths import checkpoint_prefix_of, resolve_checkpoint
 from towerkit.sessinit._plan import (
     RestorePlan,
@@ -396,7 +396,8 @@ class _NpzRestore(_ValueRestore):
 
     def __init__(self, path: str | os.PathLike[str], ignore_mismatch: bool = False) -> None:
         self._path = os.fspath(path)
-        self._vars = list_npz_vars(self._path)
+        self._index = index_npz(self._path)
+        self._vars = self._index.infos
         self._ignore_mismatch = bool(ignore_mismatch)
         self._relaxed = self._ignore_mismatch
 
@@ -406,13 +407,16 @@ class _NpzRestore(_ValueRestore):
         return self._path
 
     def _source_vars(self) -> tuple[VarInfo, ...]:
+        if not self._index.is_current():
+            self._index = index_npz(self._path)
+            self._vars = self._index.infos
         return self._vars
 
     def _label(self) -> str:
         return f"npz file {self._path!r}"
 
     def _values(self, plan: RestorePlan) -> Mapping[str, Any]:
-        return load_npz(self._path, [a.source.name for a in plan.restored])
+        return read_npz(self._index, [a.source.name for a in plan.restored])
 
     def __repr__(self) -> str:
         return f"SmartInit({self._path!r}, ignore_mismatch={self._ignore_mismatch})"
