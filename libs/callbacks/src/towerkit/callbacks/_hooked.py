@@ -282,7 +282,9 @@ class HookedSession:
             pieces[0],
             pieces[1:],
             tuple(structures),
-            run_options.trace_level > 0 or run_options.report_tensor_allocations_upon_oom,
+            run_options.trace_level > 0
+            or run_options.report_tensor_allocations_upon_oom
+            or run_options.output_partition_graphs,
         )
 
 
