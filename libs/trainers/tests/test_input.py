@@ -1,0 +1,731 @@
+"""Input sources: the protocol, each source's batches in real sessions, prefetch heuristics."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from towerkit.callbacks import Callbacks, HookedSession, StopTraining
+from towerkit.towers._compat import tf1
+from towerkit.trainers import (
+    DummyConstantInput,
+    FeedInput,
+    InputSignatureError,
+    InputSizeUnknownError,
+    InputSource,
+    IterableInput,
+    NumpyInput,
+    StagingInput,
+    TFDatasetInput,
+    apply_default_prefetch,
+    datapoint_tuple,
+    num_batches,
+    spec_mismatches,
+    wants_staging,
+)
+from towerkit.trainers._input import check_input_tensors, iterable_size
+
+SIG = [tf.TensorSpec([None, 2], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
+
+
+def batch(i):
+    """Datapoint i: a batch of 2 whose x and y are all i."""
+    return (np.full([2, 2], i, np.float32), np.full([2], i, np.int32))
+
+
+def batches_dataset(n=5):
+    """A dataset of n such batches, in order."""
+    xs = np.stack([batch(i)[0] for i in range(n)])
+    ys = np.stack([batch(i)[1] for i in range(n)])
+    return tf.data.Dataset.from_tensor_slices((xs, ys))
+
+
+class View:
+    """What input callbacks use from a trainer: the graph and the session."""
+
+    def __init__(self, sess):
+        self.graph = sess.graph
+        self.sess = sess
+
+
+def start(source, sess):
+    """Set up `source`'s callbacks on `sess`, run before_train; return a hooked session and them."""
+    cbs = Callbacks(source.get_callbacks())
+    cbs.setup_graph(View(sess))
+    cbs.before_train()
+    return HookedSession(sess, list(cbs)), cbs
+
+
+def ids(hooked, ys, runs):
+    """The batch id (first y) of each tensor in `ys`, over `runs` hooked runs."""
+    return [[int(y[0]) for y in hooked.run(ys)] for _ in range(runs)]
+
+
+class CountingFlow:
+    """A DataFlow-like iterable of `n` batches that counts its passes and resets."""
+
+    def __init__(self, n=5, as_dict=False):
+        self.n = n
+        self.as_dict = as_dict
+        self.passes = 0
+        self.resets = 0
+
+    def __len__(self):
+        return self.n
+
+    def reset_state(self):
+        self.resets += 1
+
+    def __iter__(self):
+        self.passes += 1
+        for i in range(self.n):
+            x, y = batch(i)
+            yield {"y": y, "x": x} if self.as_dict else (x, y)
+
+
+class NoLen:
+    """An iterable of 3 batches without a length."""
+
+    def __iter__(self):
+        return (batch(i) for i in range(3))
+
+
+class TestProtocol:
+    """The `InputSource` protocol that every source follows."""
+
+    def test_setup_once(self, graph):
+        """setup twice with the same signature is a no-op; another signature is an error."""
+        source = TFDatasetInput(batches_dataset())
+        assert not source.setup_done()
+        source.setup(SIG)
+        source.setup(list(SIG))
+        assert source.setup_done()
+        assert source.input_signature == tuple(SIG)
+        with pytest.raises(RuntimeError, match="already set up with signature"):
+            source.setup([tf.TensorSpec([None, 2], tf.float32, "x")])
+
+    def test_before_setup(self):
+        """Tensors, callbacks and the signature need setup first."""
+        source = TFDatasetInput(batches_dataset)
+        with pytest.raises(
+            RuntimeError, match=r"get_input_tensors: call setup\(input_signature\) first"
+        ):
+            source.get_input_tensors()
+        with pytest.raises(RuntimeError, match=r"get_callbacks: call setup"):
+            source.get_callbacks()
+        with pytest.raises(RuntimeError, match=r"input_signature: call setup"):
+            _ = source.input_signature
+
+    def test_bad_signature(self, graph):
+        """The signature is checked: named TensorSpecs."""
+        with pytest.raises(ValueError, match="unnamed entries: 0"):
+            TFDatasetInput(batches_dataset()).setup([tf.TensorSpec([None, 2], tf.float32)])
+
+    def test_callbacks_stable_and_not_chief_only(self, graph):
+        """get_callbacks returns the same callbacks each time; they run on every worker."""
+        source = IterableInput(CountingFlow())
+        source.setup(SIG)
+        first = source.get_callbacks()
+        assert first == source.get_callbacks()
+        assert all(not cb.chief_only for cb in first)
+
+    def test_size_unknown_is_type_error(self, graph):
+        """InputSizeUnknownError is a TypeError whose message says what to do."""
+        source = DummyConstantInput([[2, 2], [2]])
+        with pytest.raises(TypeError, match="unknown: pass 'steps_per_epoch' explicitly"):
+            source.size()
+        assert issubclass(InputSizeUnknownError, TypeError)
+
+    def test_wrong_tensors(self, graph):
+        """A source producing the wrong tensors fails in get_input_tensors, naming both specs."""
+
+        class Wrong(InputSource):
+            def _setup(self, specs):
+                pass
+
+            def _get_input_tensors(self):
+                return [tf.zeros([2, 3], tf.float64), tf.zeros([2], tf.int32)]
+
+        source = Wrong()
+        source.setup(SIG)
+        with pytest.raises(
+            InputSignatureError,
+            match=r"Wrong does not produce the input signature: #0 'x': expected float32\(None, 2\), got float64\(2, 3\)",
+        ):
+            source.get_input_tensors()
+
+    def test_static_shape_merged(self, graph):
+        """Tensors of unknown shape get the signature's static shape."""
+        t = tf1.placeholder(tf.float32, None)
+        (out,) = check_input_tensors("src", [tf.TensorSpec([None, 2], tf.float32, "x")], [t])
+        assert out.shape.as_list() == [None, 2]
+
+
+class TestSpecMismatches:
+    """`spec_mismatches` lists every entry at fault."""
+
+    specs = st.lists(
+        st.tuples(
+            st.sampled_from([tf.float32, tf.int32, tf.int64, tf.uint8]),
+            st.lists(st.none() | st.integers(1, 5), max_size=3),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+
+    @given(specs)
+    def test_self_matches(self, entries):
+        """A signature matches itself and any fully known instance of itself."""
+        sig = [tf.TensorSpec(s, d, f"i{k}") for k, (d, s) in enumerate(entries)]
+        assert spec_mismatches(sig, sig) == []
+        known = [tf.TensorSpec([n or 7 for n in s], d) for d, s in entries]
+        assert spec_mismatches(sig, known) == []
+
+    @given(specs, st.data())
+    def test_dtype_changes_reported(self, entries, data):
+        """Each entry given another dtype is reported, by index and name."""
+        sig = [tf.TensorSpec(s, d, f"i{k}") for k, (d, s) in enumerate(entries)]
+        changed = data.draw(st.sets(st.integers(0, len(entries) - 1)))
+        produced = [
+            tf.TensorSpec(s, tf.float64 if k in changed else d) for k, (d, s) in enumerate(entries)
+        ]
+        wrong = spec_mismatches(sig, produced)
+        assert [w.split(" ")[0] for w in wrong] == [f"#{k}" for k in sorted(changed)]
+
+    def test_count(self):
+        """A wrong number of tensors is one entry naming the inputs."""
+        assert spec_mismatches(SIG, SIG[:1]) == ["count: expected 2 tensors (x, y), got 1"]
+
+
+class TestTFDatasetInput:
+    """`TFDatasetInput` reads a user's dataset, repeated forever."""
+
+    def test_batches_repeat(self, graph, sess):
+        """Batches come in order and continue into the next pass."""
+        source = TFDatasetInput(batches_dataset(5))
+        source.setup(SIG)
+        x, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert ids(hooked, [y], 7) == [[0], [1], [2], [3], [4], [0], [1]]
+        np.testing.assert_array_equal(hooked.run(x), np.full([2, 2], 2.0))
+
+    def test_reinit_each_train(self, graph, sess):
+        """before_train starts again from the first element; epochs do not re-initialize."""
+        source = TFDatasetInput(batches_dataset(5))
+        source.setup(SIG)
+        _, y = source.get_input_tensors()
+        hooked, cbs = start(source, sess)
+        assert ids(hooked, [y], 3) == [[0], [1], [2]]
+        cbs.before_epoch()
+        cbs.after_epoch()
+        cbs.trigger_epoch()
+        assert ids(hooked, [y], 1) == [[3]]
+        cbs.before_train()
+        assert ids(hooked, [y], 2) == [[0], [1]]
+
+    def test_two_towers(self, graph, sess):
+        """Two get_input_tensors calls take two different batches in one run."""
+        source = TFDatasetInput(batches_dataset(6))
+        source.setup(SIG)
+        _, y0 = source.get_input_tensors()
+        _, y1 = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        runs = ids(hooked, [y0, y1], 3)
+        for k, pair in enumerate(runs):
+            assert sorted(pair) == [2 * k, 2 * k + 1]
+
+    def test_size(self, graph):
+        """size is the number of elements of the dataset, before the repeat."""
+        assert TFDatasetInput(batches_dataset(5)).size() == 5
+        source = TFDatasetInput(lambda: batches_dataset(3).batch(2))
+        with pytest.raises(InputSizeUnknownError):
+            source.size()
+        source.setup(
+            [
+                tf.TensorSpec([None, 2, 2], tf.float32, "x"),
+                tf.TensorSpec([None, 2], tf.int32, "y"),
+            ]
+        )
+        assert source.size() == 2
+
+    def test_size_unknown(self, graph):
+        """Infinite datasets and datasets of unknown length have no size."""
+        with pytest.raises(InputSizeUnknownError, match="TFDatasetInput is unknown"):
+            TFDatasetInput(batches_dataset().repeat()).size()
+        with pytest.raises(InputSizeUnknownError):
+            TFDatasetInput(batches_dataset().filter(lambda x, y: True)).size()
+
+    def test_factory_and_dict(self, graph, sess):
+        """A function building the dataset, with dict elements keyed by input name."""
+
+        def build():
+            return batches_dataset(3).map(lambda x, y: {"y": y, "x": x, "extra": y})
+
+        source = TFDatasetInput(build, prefetch=2)
+        source.setup(SIG)
+        x, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert ids(hooked, [y], 4) == [[0], [1], [2], [0]]
+        assert x.shape.as_list() == [2, 2]
+
+    def test_single_tensor(self, graph, sess):
+        """Elements that are one tensor feed a one-input signature."""
+        source = TFDatasetInput(tf.data.Dataset.range(3).batch(1))
+        source.setup([tf.TensorSpec([None], tf.int64, "i")])
+        (i,) = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert [int(hooked.run(i)[0]) for _ in range(4)] == [0, 1, 2, 0]
+
+    def test_mismatch_at_setup(self, graph):
+        """Elements that cannot match the signature fail in setup with both specs."""
+        bad = batches_dataset().map(lambda x, y: (tf.cast(x, tf.float64), y))
+        with pytest.raises(
+            InputSignatureError,
+            match=r"#0 'x': expected float32\(None, 2\), got float64\(2, 2\)",
+        ):
+            TFDatasetInput(bad).setup(SIG)
+        no_y = batches_dataset().map(lambda x, y: {"x": x})
+        with pytest.raises(InputSignatureError, match=r"dicts without \['y'\]"):
+            TFDatasetInput(no_y).setup(SIG)
+
+    def test_wrong_graph(self, graph):
+        """A dataset built eagerly or in another graph is rejected with the fix."""
+        other = tf.Graph()
+        with other.as_default():
+            ds = batches_dataset()
+        with pytest.raises(
+            ValueError, match=r"built in another graph.*pass a function that builds it"
+        ):
+            TFDatasetInput(ds).setup(SIG)
+        with pytest.raises(TypeError, match=r"returned list, not a tf\.data\.Dataset"):
+            TFDatasetInput(lambda: [1]).setup(SIG)
+
+    def test_eager_dataset(self):
+        """An eager dataset knows its size but cannot feed a graph."""
+        ds = batches_dataset(4)
+        source = TFDatasetInput(ds)
+        assert source.size() == 4
+        with tf.Graph().as_default(), pytest.raises(ValueError, match="built eagerly"):
+            source.setup(SIG)
+
+    def test_fail(self):
+        """Bad arguments fail at construction."""
+        with pytest.raises(TypeError, match=r"'dataset' must be a tf\.data\.Dataset or a function"):
+            TFDatasetInput([1, 2])
+        with pytest.raises(ValueError, match="'prefetch' must be None, an int >= 1, or -1"):
+            TFDatasetInput(batches_dataset, prefetch=0)
+
+
+class TestIterableInput:
+    """`IterableInput` feeds Python datapoints through a prefetching tf.data pipeline."""
+
+    def test_batches(self, graph, sess):
+        """Datapoints come in order, pass after pass; reset_state ran once before training."""
+        flow = CountingFlow(5)
+        source = IterableInput(flow, prefetch=2)
+        source.setup(SIG)
+        x, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert flow.resets == 1
+        assert ids(hooked, [y], 7) == [[0], [1], [2], [3], [4], [0], [1]]
+        assert flow.passes >= 2
+        assert x.dtype == tf.float32
+        assert source.size() == 5
+
+    def test_dicts_and_cast(self, graph, sess):
+        """Dict datapoints are read by name; float64 arrays become float32."""
+        data = [{"x": np.ones([3, 2]) * i, "y": np.arange(3) + i} for i in range(2)]
+        source = IterableInput(data)
+        source.setup(SIG)
+        x, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        xv, yv = hooked.run([x, y])
+        assert xv.dtype == np.float32
+        np.testing.assert_array_equal(yv, [0, 1, 2])
+
+    def test_two_towers(self, graph, sess):
+        """Two towers take two different datapoints per run."""
+        source = IterableInput(CountingFlow(4, as_dict=True))
+        source.setup(SIG)
+        _, y0 = source.get_input_tensors()
+        _, y1 = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        runs = ids(hooked, [y0, y1], 2)
+        assert sorted(runs[0] + runs[1]) == [0, 1, 2, 3]
+
+    def test_bad_datapoint(self, graph, sess):
+        """A datapoint of the wrong arity fails the run with a message naming the inputs."""
+        source = IterableInput([(np.zeros([2, 2], np.float32),)])
+        source.setup(SIG)
+        tensors = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match=r"the input signature \('x', 'y'\) needs 2"
+        ):
+            hooked.run(tensors)
+
+    def test_size_unknown(self, graph):
+        """An iterable without len has no size."""
+        with pytest.raises(InputSizeUnknownError, match="IterableInput\\(NoLen\\) is unknown"):
+            IterableInput(NoLen()).size()
+
+    def test_fail(self):
+        """One-pass iterators, strings, arrays and non-iterables are rejected."""
+        with pytest.raises(
+            TypeError, match="is an iterator \\(generator\\), which gives one pass only"
+        ):
+            IterableInput(batch(i) for i in range(3))
+        with pytest.raises(TypeError, match="'iterable' must be a re-iterable"):
+            IterableInput(np.zeros(3))
+        with pytest.raises(TypeError, match="'iterable' must be a re-iterable"):
+            IterableInput(3)
+        with pytest.raises(TypeError, match="'prefetch' of IterableInput must be an int"):
+            IterableInput([], prefetch=None)
+
+
+class TestNumpyInput:
+    """`NumpyInput` batches in-memory arrays."""
+
+    def arrays(self, n):
+        return [np.repeat(np.arange(n, dtype=np.float32), 2).reshape(n, 2), np.arange(n)]
+
+    def test_in_order(self, graph, sess):
+        """Without shuffle, batches come in order; the remainder is dropped."""
+        source = NumpyInput(self.arrays(5), batch_size=2, shuffle=False)
+        source.setup(SIG)
+        x, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        got = [hooked.run(y).tolist() for _ in range(3)]
+        assert got == [[0, 1], [2, 3], [0, 1]]
+        assert source.size() == 2
+        assert x.shape.as_list() == [2, 2]
+
+    def test_keep_remainder(self, graph, sess):
+        """drop_remainder=False keeps the smaller last batch."""
+        source = NumpyInput(self.arrays(5), batch_size=2, shuffle=False, drop_remainder=False)
+        source.setup(SIG)
+        _, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert [hooked.run(y).tolist() for _ in range(3)] == [[0, 1], [2, 3], [4]]
+        assert source.size() == 3
+
+    def test_shuffle(self, graph, sess):
+        """Each pass is a new permutation of all datapoints, the same for the same seed."""
+        source = NumpyInput(self.arrays(20), batch_size=5, seed=3)
+        source.setup(SIG)
+        _, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        first = np.concatenate([hooked.run(y) for _ in range(4)])
+        second = np.concatenate([hooked.run(y) for _ in range(4)])
+        assert sorted(first.tolist()) == list(range(20))
+        assert sorted(second.tolist()) == list(range(20))
+        assert first.tolist() != second.tolist()
+        with tf.Graph().as_default() as g2, tf1.Session(graph=g2) as s2:
+            again = NumpyInput(self.arrays(20), batch_size=5, seed=3)
+            again.setup(SIG)
+            _, y2 = again.get_input_tensors()
+            hooked2, _ = start(again, s2)
+            assert np.concatenate([hooked2.run(y2) for _ in range(4)]).tolist() == first.tolist()
+
+    def test_dict_and_not_in_graph(self, graph, sess):
+        """Arrays keyed by name; they are fed, not stored in the graph."""
+        big = np.zeros([4096, 2], np.float64)
+        source = NumpyInput({"y": np.arange(4096), "x": big}, batch_size=4, shuffle=False)
+        source.setup(SIG)
+        x, _ = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert hooked.run(x).dtype == np.float32
+        assert graph.as_graph_def().ByteSize() < big.nbytes // 4
+
+    def test_mismatch(self, graph):
+        """Dtypes that would lose their kind, wrong shapes and missing names fail in setup."""
+        bad = NumpyInput([np.zeros([4, 3]), np.zeros(4)], batch_size=2)
+        with pytest.raises(
+            InputSignatureError,
+            match=r"'x': datapoint shape \(3,\) vs signature \(None, 2\); 'y': array dtype float64 cannot become int32",
+        ):
+            bad.setup(SIG)
+        with pytest.raises(InputSignatureError, match=r"no array for inputs \['y'\]"):
+            NumpyInput({"x": np.zeros([4, 2])}, batch_size=2).setup(SIG)
+        with pytest.raises(InputSignatureError, match="1 arrays for the 2 inputs"):
+            NumpyInput([np.zeros([4, 2])], batch_size=2).setup(SIG)
+
+    def test_fail(self):
+        """Bad arrays or batch sizes fail at construction, listing what is wrong."""
+        with pytest.raises(ValueError, match="same first dimension; got #0: 4, #1: 3"):
+            NumpyInput([np.zeros([4, 2]), np.zeros(3)], batch_size=2)
+        with pytest.raises(ValueError, match="0-d entries: y"):
+            NumpyInput({"x": np.zeros([4, 2]), "y": 1}, batch_size=2)
+        with pytest.raises(ValueError, match="'batch_size' 8 exceeds the 4 datapoints"):
+            NumpyInput([np.zeros([4, 2])], batch_size=8)
+        with pytest.raises(ValueError, match="'batch_size' must be >= 1; got 0"):
+            NumpyInput([np.zeros([4, 2])], batch_size=0)
+        with pytest.raises(TypeError, match="'batch_size' must be an int >= 1; got float"):
+            NumpyInput([np.zeros([4, 2])], batch_size=2.0)
+        with pytest.raises(ValueError, match="'arrays' is empty"):
+            NumpyInput([], batch_size=2)
+        with pytest.raises(ValueError, match="hold no datapoint"):
+            NumpyInput([np.zeros([0, 2])], batch_size=1, drop_remainder=False)
+        with pytest.raises(TypeError, match="'seed' must be an int or None; got str"):
+            NumpyInput([np.zeros([4, 2])], batch_size=2, seed="1")
+        with pytest.raises(TypeError, match="'arrays' must be a list of arrays or a dict"):
+            NumpyInput(np.zeros([4, 2]).tobytes(), batch_size=2)
+
+    @given(st.integers(1, 1000), st.integers(1, 100))
+    def test_num_batches(self, n, batch_size):
+        """Dropping: whole batches only; keeping: every datapoint in ceil(n / b) batches."""
+        dropped = num_batches(n, batch_size, drop_remainder=True)
+        kept = num_batches(n, batch_size, drop_remainder=False)
+        assert dropped * batch_size <= n < (dropped + 1) * batch_size
+        assert (kept - 1) * batch_size < n <= kept * batch_size
+
+
+class TestDummyConstantInput:
+    """`DummyConstantInput` gives fixed tensors."""
+
+    def test_values(self, graph, sess):
+        """Floats uniform in [0, 1), integers zero; the same every run; one copy per tower."""
+        source = DummyConstantInput([[4, 2], [4]])
+        source.setup(SIG)
+        x, y = source.get_input_tensors()
+        x1, _ = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        a, b = hooked.run([x, y]), hooked.run([x, y])
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[0].shape == (4, 2)
+        assert a[0].min() >= 0
+        assert a[0].max() < 1
+        assert a[0].std() > 0
+        np.testing.assert_array_equal(a[1], np.zeros(4))
+        assert x1.op.inputs[0].op is not x.op.inputs[0].op
+        assert x.shape.as_list() == [4, 2]
+
+    def test_not_trained_or_saved(self, graph):
+        """Its variables are local and not trainable."""
+        source = DummyConstantInput([[4, 2], [4]])
+        source.setup(SIG)
+        source.get_input_tensors()
+        assert tf1.trainable_variables() == []
+        assert tf1.global_variables() == []
+        assert len(tf1.local_variables()) == 2
+
+    def test_fail(self, graph):
+        """Shapes must be fully defined and match the signature."""
+        with pytest.raises(ValueError, match=r"entries at fault: #1 \[None\]"):
+            DummyConstantInput([[4, 2], [None]])
+        with pytest.raises(
+            InputSignatureError, match=r"#0 'x': expected float32\(None, 2\), got float32\(4, 3\)"
+        ):
+            DummyConstantInput([[4, 3], [4]]).setup(SIG)
+        with pytest.raises(InputSignatureError, match="count: expected 2 tensors"):
+            DummyConstantInput([[4, 2]]).setup(SIG)
+        with pytest.raises(TypeError, match="'shapes' must be a list of shapes"):
+            DummyConstantInput(3)
+
+
+class TestFeedInput:
+    """`FeedInput` feeds placeholders in before_run."""
+
+    def test_feeds_in_order(self, graph, sess):
+        """Each run that needs the input takes the next datapoint; others take none."""
+        flow = CountingFlow(3)
+        source = FeedInput(flow)
+        source.setup(SIG)
+        x, y = source.get_input_tensors()
+        unrelated = tf.constant(1.0) + 1
+        hooked, _ = start(source, sess)
+        assert flow.resets == 1
+        got = []
+        for _ in range(4):
+            got.append(int(hooked.run(y)[0]))
+            hooked.run(unrelated)
+        assert got == [0, 1, 2, 0]
+        assert source.size() == 3
+        assert x.op.type == "Placeholder"
+
+    def test_two_towers(self, graph, sess):
+        """Each tower gets its own placeholders and its own datapoint."""
+        source = FeedInput(CountingFlow(4))
+        source.setup(SIG)
+        _, y0 = source.get_input_tensors()
+        _, y1 = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert ids(hooked, [y0, y1], 3) == [[0, 1], [2, 3], [0, 1]]
+
+    def test_finite(self, graph, sess):
+        """With infinite=False the end of the data stops training."""
+        source = FeedInput(CountingFlow(2), infinite=False)
+        source.setup(SIG)
+        _, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert ids(hooked, [y], 2) == [[0], [1]]
+        with pytest.raises(StopTraining, match="the data is exhausted"):
+            hooked.run(y)
+
+    def test_plain_run_fails(self, graph, sess):
+        """A plain sess.run has nobody to feed the placeholders."""
+        source = FeedInput(CountingFlow(2))
+        source.setup(SIG)
+        _, y = source.get_input_tensors()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="must feed a value"):
+            sess.run(y)
+
+    def test_fail(self):
+        """One-pass iterators are rejected."""
+        with pytest.raises(TypeError, match="is an iterator"):
+            FeedInput(iter([batch(0)]))
+
+
+def stage_size(sess, get_tensor):
+    """Elements in the staging area that `get_tensor` reads from."""
+    op = get_tensor.op
+    with sess.graph.as_default(), tf.device(op.device or None):
+        size = tf.raw_ops.StageSize(
+            dtypes=op.get_attr("dtypes"), shared_name=op.get_attr("shared_name")
+        )
+    return int(sess.run(size))
+
+
+class TestStagingInput:
+    """`StagingInput` keeps each tower's batches one step ahead on its device."""
+
+    def test_order_and_one_ahead(self, graph, sess):
+        """Batches arrive in order; the area holds one batch between runs, whatever else runs."""
+        source = StagingInput(IterableInput(CountingFlow(5)))
+        source.setup(SIG)
+        _, y = source.get_input_tensors()
+        unrelated = tf.constant(2.0) * 3
+        hooked, _ = start(source, sess)
+        assert stage_size(sess, y) == 1
+        got = []
+        for _ in range(6):
+            got.append(int(hooked.run(y)[0]))
+            assert stage_size(sess, y) == 1
+            hooked.run(unrelated)
+            assert stage_size(sess, y) == 1
+        assert got == [0, 1, 2, 3, 4, 0]
+        assert source.size() == 5
+
+    def test_devices(self):
+        """With two devices, each tower's area is on its device and takes its own batches."""
+        graph = tf.Graph()
+        with graph.as_default():
+            source = StagingInput(
+                TFDatasetInput(batches_dataset(6)), devices=["/cpu:0", "/cpu:1"], nr_stage=2
+            )
+            source.setup(SIG)
+            _, y0 = source.get_input_tensors()
+            _, y1 = source.get_input_tensors()
+            assert y1.op.device.lower().endswith("cpu:1")
+            with tf1.Session(graph=graph, config=tf1.ConfigProto(device_count={"CPU": 2})) as sess:
+                hooked, _ = start(source, sess)
+                assert stage_size(sess, y0) == 2
+                runs = ids(hooked, [y0, y1], 3)
+                assert stage_size(sess, y1) == 2
+            flat = sorted(i for pair in runs for i in pair)
+            assert flat == [0, 1, 2, 3, 4, 5]
+            assert all(a != b for a, b in runs)
+            with pytest.raises(
+                RuntimeError, match="tower #2 asks for input, but 'devices' names only 2"
+            ):
+                source.get_input_tensors()
+
+    def test_fail(self):
+        """Sources that cannot be staged and bad arguments are rejected."""
+        with pytest.raises(TypeError, match="cannot be staged"):
+            StagingInput(FeedInput([batch(0)]))
+        with pytest.raises(TypeError, match="cannot be staged"):
+            StagingInput(DummyConstantInput([[2, 2], [2]]))
+        with pytest.raises(TypeError, match="'input' must be an InputSource; got list"):
+            StagingInput([batch(0)])
+        with pytest.raises(ValueError, match="'nr_stage' must be >= 1; got 0"):
+            StagingInput(IterableInput([batch(0)]), nr_stage=0)
+        with pytest.raises(TypeError, match="'devices' must be a list of device strings"):
+            StagingInput(IterableInput([batch(0)]), devices="/gpu:0")
+
+
+class Trainer:
+    """A stand-in for a trainer's ``devices``."""
+
+    def __init__(self, devices):
+        self.devices = devices
+
+
+class TestApplyDefaultPrefetch:
+    """`apply_default_prefetch` picks the source and stages on GPUs."""
+
+    def test_kinds(self, graph):
+        """Datasets and dataset functions, iterables and sources each get their source."""
+        source = IterableInput([batch(0)])
+        assert apply_default_prefetch(source) is source
+        assert isinstance(apply_default_prefetch(batches_dataset()), TFDatasetInput)
+        assert isinstance(apply_default_prefetch(batches_dataset), TFDatasetInput)
+        assert isinstance(apply_default_prefetch(CountingFlow()), IterableInput)
+        assert isinstance(apply_default_prefetch([batch(0)], Trainer(["/cpu:0"])), IterableInput)
+
+    def test_staging(self):
+        """GPU devices get a StagingInput on those devices; feeds and dummies stay as they are."""
+        staged = apply_default_prefetch(CountingFlow(), Trainer(["/gpu:0", "/gpu:1"]))
+        assert isinstance(staged, StagingInput)
+        assert isinstance(staged.input, IterableInput)
+        feed = FeedInput([batch(0)])
+        assert apply_default_prefetch(feed, Trainer(["/gpu:0"])) is feed
+        assert isinstance(apply_default_prefetch(staged, Trainer(["/gpu:0"])), StagingInput)
+        assert apply_default_prefetch(staged, Trainer(["/gpu:0"])).input is staged.input
+
+    def test_feeds_a_session(self, graph, sess):
+        """The dataset path prefetches and gives the batches in order."""
+        source = apply_default_prefetch(batches_dataset(3))
+        source.setup(SIG)
+        _, y = source.get_input_tensors()
+        hooked, _ = start(source, sess)
+        assert ids(hooked, [y], 4) == [[0], [1], [2], [0]]
+
+    def test_fail(self):
+        """Anything else is a TypeError listing what is accepted."""
+        with pytest.raises(TypeError, match="a re-iterable of datapoints; got int"):
+            apply_default_prefetch(3)
+        with pytest.raises(TypeError, match="got ndarray"):
+            apply_default_prefetch(np.zeros(3))
+
+    @given(
+        st.lists(st.sampled_from(["/cpu:0", "/cpu:1", "/device:CPU:2", "/job:w/cpu:0"]), max_size=4)
+    )
+    def test_cpus_never_staged(self, devices):
+        """Devices that are all CPUs never want staging."""
+        assert not wants_staging(devices, num_visible_gpus=0)
+        assert not wants_staging(devices, num_visible_gpus=2)
+
+    @given(
+        st.lists(st.sampled_from(["/cpu:0", "/gpu:0", "/GPU:1", "/job:w/device:GPU:0"]), min_size=1)
+    )
+    def test_any_gpu_staged(self, devices):
+        """A device list wants staging exactly when it names a GPU."""
+        assert wants_staging(devices, 0) == any("gpu" in d.lower() for d in devices)
+
+
+class TestDatapointHelpers:
+    """`datapoint_tuple` and `iterable_size`."""
+
+    @given(
+        st.lists(st.text(min_size=1, max_size=3), min_size=1, max_size=4, unique=True), st.data()
+    )
+    def test_dict_and_sequence_agree(self, names, data):
+        """A dict keyed by the names gives the same tuple as the list in order."""
+        values = data.draw(st.lists(st.integers(), min_size=len(names), max_size=len(names)))
+        extra = {"__extra__": 0} if "__extra__" not in names else {}
+        as_dict = {**dict(zip(names, values)), **extra}
+        assert datapoint_tuple(as_dict, names) == tuple(values) == datapoint_tuple(values, names)
+
+    def test_fail(self):
+        """Missing names and non-datapoints are reported."""
+        with pytest.raises(ValueError, match=r"datapoint lacks \['y'\]; it has keys \['x'\]"):
+            datapoint_tuple({"x": 1}, ["x", "y"])
+        with pytest.raises(TypeError, match="a datapoint must be a list/tuple"):
+            datapoint_tuple(3, ["x"])
+
+    def test_iterable_size(self):
+        """len when there is one, None otherwise."""
+        assert iterable_size(CountingFlow(4)) == 4
+        assert iterable_size(NoLen()) is None
