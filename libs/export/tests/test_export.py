@@ -105,18 +105,23 @@ class TestExportCompact:
         assert os.listdir(tmp_path) == ["model.pb"]
 
     def test_unoptimized_same_outputs(self, checkpoint, tmp_path):
-        """With and without optimization the graphs agree to 1e-6."""
+        """Optimized, TOCO-compatible and unoptimized graphs agree to 1e-6."""
         exporter = ModelExporter(_config(checkpoint))
         image, _ = make_data(10, seed=12)
         outs = [
             _run_graph_def(
-                _read_graph_def(exporter.export_compact(str(tmp_path / f"{opt}.pb"), optimize=opt)),
+                _read_graph_def(
+                    exporter.export_compact(
+                        str(tmp_path / f"{opt}-{toco}.pb"), optimize=opt, toco_compatible=toco
+                    )
+                ),
                 {"image:0": image},
                 "prob:0",
             )
-            for opt in (True, False)
+            for opt, toco in ((True, False), (True, True), (False, False))
         ]
-        np.testing.assert_allclose(outs[0], outs[1], atol=1e-6)
+        np.testing.assert_allclose(outs[0], outs[2], atol=1e-6)
+        np.testing.assert_allclose(outs[1], outs[2], atol=1e-6)
 
     def test_optimization_impossible(self, checkpoint, tmp_path, caplog):
         """When optimization cannot work it says why; the fallback writes the unoptimized graph."""

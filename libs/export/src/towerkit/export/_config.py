@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,6 +15,10 @@ from towerkit.towers import TowerFunc, validate_input_signature
 
 def _all_input_names(spec: PredictSpec) -> tuple[str, ...]:
     return tuple(s.name for s in spec.input_signature)
+
+
+def _input_names_tuple(value: Any) -> tuple[str, ...]:
+    return as_names("input_names", value)
 
 
 def _check_input_names(spec: PredictSpec, _attr: attrs.Attribute, value: tuple[str, ...]) -> None:
@@ -44,7 +47,7 @@ class PredictSpec:
     input_signature: tuple[tf.TensorSpec, ...] = attrs.field(converter=validate_input_signature)
     input_names: tuple[str, ...] = attrs.field(
         default=attrs.Factory(_all_input_names, takes_self=True),
-        converter=functools.partial(as_names, "input_names"),
+        converter=_input_names_tuple,
         validator=_check_input_names,
     )
     output_names: tuple[str, ...] = attrs.field(converter=check_output_names)
