@@ -93,7 +93,7 @@ class TestInterrupt:
         with open(logdir / "after_train.txt") as f:
             assert int(f.read()) == 6
         assert [r["epoch_num"] for r in stats(logdir)] == [1]
-        assert [s for _, s in get_all_checkpoints(str(logdir))][0] == 4
+        assert 4 in [s for _, s in get_all_checkpoints(str(logdir))]
         assert not [p for p in os.listdir(logdir) if ".tmp" in p], "no half-written files"
         again = run(logdir)
         assert again.returncode == 0, again.stdout + again.stderr
