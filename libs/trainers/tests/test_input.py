@@ -6,7 +6,7 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.callbacks import Callbacks, HookedSession, StopTraining
+from towerkit.callbacks import Callback, Callbacks, HookedSession, StopTraining
 from towerkit.towers._compat import tf1
 from towerkit.trainers import (
     DummyConstantInput,
@@ -15,11 +15,15 @@ from towerkit.trainers import (
     InputSizeUnknownError,
     InputSource,
     IterableInput,
+    ModelDesc,
     NumpyInput,
+    SimpleTrainer,
     StagingInput,
     TFDatasetInput,
+    TrainConfig,
     apply_default_prefetch,
     datapoint_tuple,
+    launch_train_with_config,
     num_batches,
     spec_mismatches,
     wants_staging,
@@ -729,3 +733,67 @@ class TestDatapointHelpers:
         """len when there is one, None otherwise."""
         assert iterable_size(CountingFlow(4)) == 4
         assert iterable_size(NoLen()) is None
+
+
+class Linear(ModelDesc):
+    """x @ w against y, trained by SGD."""
+
+    def inputs(self):
+        return SIG
+
+    def build_graph(self, x, y):
+        w = tf1.get_variable("w", [2], initializer=tf1.zeros_initializer())
+        err = tf.linalg.matvec(x, w) - tf.cast(y, tf.float32)
+        return tf.reduce_mean(tf.square(err), name="cost")
+
+    def optimizer(self):
+        return tf1.train.GradientDescentOptimizer(0.01)
+
+
+class SeenIds(Callback):
+    """Records the trainer's steps_per_epoch and the batch id each step trained on."""
+
+    def __init__(self):
+        self.ids = []
+
+    def _setup_graph(self):
+        self.y = self.trainer.towers.training()[0].get_tensor("y")
+
+    def _before_run(self, ctx):
+        return [self.y]
+
+    def _after_run(self, ctx, values):
+        self.ids.append(int(values.results[0][0]))
+        self.steps_per_epoch = self.trainer.steps_per_epoch
+
+
+class TestLaunchTrainWithConfig:
+    """The input side of `launch_train_with_config`: prefetching and steps_per_epoch."""
+
+    def config(self, **kw):
+        return TrainConfig(model=Linear(), max_epoch=2, monitors=[], extra_callbacks=[], **kw)
+
+    def test_dataflow_size(self, graph):
+        """A Python dataflow is prefetched; an epoch is len(dataflow) steps by default."""
+        flow = CountingFlow(3)
+        seen = SeenIds()
+        launch_train_with_config(self.config(dataflow=flow, callbacks=[seen]), SimpleTrainer())
+        assert seen.steps_per_epoch == 3
+        assert seen.ids == [0, 1, 2, 0, 1, 2]
+        assert flow.resets == 1
+
+    def test_unknown_size(self, graph):
+        """An input without size and no steps_per_epoch is a clear error."""
+        config = self.config(data=DummyConstantInput([[2, 2], [2]]))
+        with pytest.raises(InputSizeUnknownError, match="pass 'steps_per_epoch' explicitly"):
+            launch_train_with_config(config, SimpleTrainer())
+
+    def test_explicit_steps(self, graph):
+        """An explicit steps_per_epoch wins over the size, and passes run across epochs."""
+        seen = SeenIds()
+        config = self.config(
+            data=TFDatasetInput(batches_dataset(3)), steps_per_epoch=2, callbacks=[seen]
+        )
+        launch_train_with_config(config, SimpleTrainer())
+        assert seen.steps_per_epoch == 2
+        assert seen.ids == [0, 1, 2, 0]
