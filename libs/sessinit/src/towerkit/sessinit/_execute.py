@@ -152,7 +152,7 @@ def convert_value(pair: Assignment, value: Any, np_dtype: Any) -> np.ndarray:
     if pair.cast:
         array = array.astype(np_dtype)
     if pair.reshape:
-        array = array.reshape(pair.target.shape)
+        array = array.reshape(tuple(int(d or 0) for d in pair.target.shape))
     return array
 
 

@@ -148,7 +148,7 @@ def list_npz_vars(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
 
 
 def _readinto(f, array: np.ndarray) -> int:
-    view = memoryview(array.reshape(-1, order="A")).cast("B")
+    view = memoryview(array.reshape(-1, order="A")).cast("B")  # type: ignore[arg-type]
     done = 0
     while done < len(view):
         got = f.readinto(view[done:])
@@ -205,7 +205,8 @@ def read_npz(index: NpzIndex, names: Iterable[str] | None = None) -> dict[str, n
                 except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as err:
                     raise _not_npz(path, f"entry {name!r} cannot be read ({err})") from None
                 continue
-            array = np.empty(m.info.shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
+            shape = tuple(int(d or 0) for d in m.info.shape)
+            array = np.empty(shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
             f.seek(m.data_offset)
             if _readinto(f, array) != array.nbytes:
                 raise _not_npz(path, f"entry {name!r} is truncated")

@@ -428,7 +428,10 @@ def plan_restore(
     skip = _ignore_set(ignore)
     prefix = _normalize_prefix(prefix)
     by_name = {v.name: v for v in graph}
-    matched, mismatches, unused, ignored = [], [], [], []
+    matched: list[Assignment] = []
+    mismatches: list[Assignment] = []
+    unused: list[VarInfo] = []
+    ignored: list[VarInfo] = []
     claimed: set[str] = set()
     for src in sources:
         tgt_name = target_name(src.name, prefix)

@@ -127,7 +127,7 @@ def _write_checkpoint(arrays: Mapping[str, np.ndarray], prefix: str) -> None:
         op = tf.raw_ops.SaveV2(
             prefix=path, tensor_names=names, shape_and_slices=[""] * len(names), tensors=holders
         )
-    feed = {path: prefix}
+    feed: dict[Any, Any] = {path: prefix}
     feed.update((h, arrays[n]) for h, n in zip(holders, names))
     config = tf1.ConfigProto(device_count={"GPU": 0})
     with tf1.Session(graph=graph, config=config) as sess:
