@@ -1,0 +1,377 @@
+"""ModelDesc, TrainConfig, AutoResumeTrainConfig, launch_train_with_config and the defaults."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import blobs, mlp_cost
+
+from towerkit.callbacks import (
+    Callback,
+    MergeAllSummaries,
+    ModelSaver,
+    MovingAverageSummary,
+    ProgressBar,
+    RunUpdateOps,
+)
+from towerkit.sessinit import DictRestore, SaverRestore, get_all_checkpoints
+from towerkit.towers._compat import tf1
+from towerkit.trainers import (
+    DEFAULT_CALLBACKS,
+    AutoResumeTrainConfig,
+    InputSizeUnknownError,
+    ModelDesc,
+    NumpyInput,
+    SimpleTrainer,
+    TrainConfig,
+    launch_train_with_config,
+)
+
+
+class Blobs(ModelDesc):
+    """The helpers' MLP as a ModelDesc."""
+
+    def __init__(self):
+        self.opt_calls = 0
+
+    def inputs(self):
+        return [tf.TensorSpec([None, 32], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
+
+    def build_graph(self, x, y):
+        return mlp_cost(x, y)
+
+    def optimizer(self):
+        self.opt_calls += 1
+        lr = tf1.get_variable("learning_rate", initializer=0.1, trainable=False)
+        return tf1.train.GradientDescentOptimizer(lr)
+
+
+class Losses(Callback):
+    """Keeps the cost of every step, and the global step seen at before_train."""
+
+    def __init__(self):
+        self.values = []
+        self.start = None
+
+    def _setup_graph(self):
+        self.cost = self.graph.get_tensor_by_name("cost:0")
+
+    def _before_train(self):
+        self.start = (self.trainer.epoch_num, self.trainer.global_step)
+
+    def _before_run(self, ctx):
+        return self.cost
+
+    def _after_run(self, ctx, values):
+        self.values.append(float(values.results))
+
+
+def data(n=256, batch=32):
+    """Blobs as a NumpyInput (n/batch steps per pass)."""
+    return NumpyInput(list(blobs(n)), batch_size=batch, seed=0)
+
+
+class TestModelDesc:
+    """ModelDesc describes the inputs, the cost and the optimizer."""
+
+    def test_signature_and_optimizer(self, graph):
+        """inputs() is validated and cached; optimizer() is called once."""
+        m = Blobs()
+        assert m.input_names == ["x", "y"]
+        assert m.get_input_signature() is m.get_input_signature()
+        assert m.get_optimizer() is m.get_optimizer()
+        assert m.opt_calls == 1
+
+    def test_fail(self):
+        """Missing overrides and bad signatures are named."""
+
+        class Empty(ModelDesc):
+            pass
+
+        with pytest.raises(TypeError, match=r"Empty must override inputs\(\)"):
+            Empty().get_input_signature()
+        with pytest.raises(TypeError, match=r"Empty must override build_graph\(\*inputs\)"):
+            Empty().build_graph()
+        with pytest.raises(TypeError, match=r"Empty must override optimizer\(\)"):
+            Empty().get_optimizer()
+
+        class Unnamed(ModelDesc):
+            def inputs(self):
+                return [tf.TensorSpec([None], tf.float32)]
+
+        with pytest.raises(ValueError, match="needs a name"):
+            Unnamed().get_input_signature()
+
+
+class TestTrainConfig:
+    """Every option is validated at construction."""
+
+    def test_defaults(self):
+        """The documented defaults."""
+        c = TrainConfig()
+        assert (c.starting_epoch, c.max_epoch, c.steps_per_epoch) == (1, 99999, None)
+        assert c.callbacks == []
+        assert c.extra_callbacks is None
+        assert c.monitors is None
+        assert c.logdir is None
+        assert c.logdir_action == "error"
+
+    @pytest.mark.parametrize(
+        ("kwargs", "error", "match"),
+        [
+            ({"data": data(), "dataflow": [1]}, ValueError, "'dataflow' or 'data', not both"),
+            ({"data": [1, 2]}, TypeError, "'data' must be an InputSource; got list"),
+            ({"model": object()}, TypeError, "'model' must be a ModelDesc; got object"),
+            (
+                {"callbacks": [1]},
+                TypeError,
+                "'callbacks' must hold Callback instances; entries at fault: #0: int",
+            ),
+            ({"monitors": ["x"]}, TypeError, "'monitors' must hold Callback"),
+            (
+                {"session_creator": object()},
+                TypeError,
+                r"'session_creator' must have a create_session\(\)",
+            ),
+            (
+                {"session_config": 1, "session_creator": 2},
+                ValueError,
+                "'session_creator' or 'session_config', not both",
+            ),
+            ({"session_init": 3}, TypeError, r"'session_init' must have an init\(sess\) method"),
+            (
+                {"starting_epoch": 0},
+                ValueError,
+                r"'starting_epoch' must be an int >= 1 \(1-based\); got 0",
+            ),
+            (
+                {"starting_epoch": 5, "max_epoch": 2},
+                ValueError,
+                "'max_epoch' must be >= starting_epoch - 1",
+            ),
+            (
+                {"steps_per_epoch": 0},
+                ValueError,
+                "'steps_per_epoch' must be an int > 0 or None; got 0",
+            ),
+            ({"logdir_action": "wipe"}, ValueError, "'logdir_action' must be one of"),
+            ({"logdir": 3}, TypeError, "'logdir' must be a path or None; got int"),
+            ({"nr_tower": 2}, TypeError, r"TrainConfig got unknown options \['nr_tower'\]"),
+        ],
+    )
+    def test_fail(self, kwargs, error, match):
+        """Each bad option is refused with the option named."""
+        with pytest.raises(error, match=match):
+            TrainConfig(**kwargs)
+
+    def test_several_epoch_errors_at_once(self):
+        """All loop-parameter errors are listed together."""
+        with pytest.raises(ValueError, match="'starting_epoch'.*; 'steps_per_epoch'"):
+            TrainConfig(starting_epoch=-1, steps_per_epoch=-1)
+
+    def test_repr(self):
+        """The repr shows the loop options and the logdir."""
+        r = repr(TrainConfig(model=Blobs(), steps_per_epoch=3, logdir=None))
+        assert (
+            r
+            == "TrainConfig(model=Blobs, steps_per_epoch=3, starting_epoch=1, max_epoch=99999, logdir=None)"
+        )
+
+
+class TestLaunch:
+    """launch_train_with_config trains a ModelDesc end to end."""
+
+    def test_trains(self, graph, logdir):
+        """The loss falls, steps_per_epoch comes from the input, checkpoints land in logdir."""
+        losses = Losses()
+        config = TrainConfig(
+            model=Blobs(),
+            data=data(),
+            callbacks=[losses, ModelSaver()],
+            monitors=[],
+            max_epoch=3,
+            logdir=logdir,
+        )
+        trainer = SimpleTrainer()
+        launch_train_with_config(config, trainer)
+        assert trainer.steps_per_epoch == 8
+        assert trainer.global_step == 24
+        assert np.mean(losses.values[-4:]) < 0.5 * np.mean(losses.values[:4])
+        assert [s for _, s in get_all_checkpoints(str(logdir))] == [8, 16, 24]
+        names = [type(cb).__name__ for cb in trainer.callbacks]
+        assert names[:1] == ["InitializeInput"] or "Input" in names[0], "input callbacks come first"
+        assert "ProgressBar" in names, "extra_callbacks default to DEFAULT_CALLBACKS()"
+
+    def test_dataflow(self, graph):
+        """A plain list of datapoints as `dataflow` gets a prefetching input."""
+        x, y = blobs(64)
+        points = [(x[i : i + 16], y[i : i + 16]) for i in range(0, 64, 16)]
+        losses = Losses()
+        config = TrainConfig(
+            model=Blobs(),
+            dataflow=points,
+            callbacks=[losses],
+            monitors=[],
+            extra_callbacks=[],
+            max_epoch=2,
+        )
+        trainer = SimpleTrainer()
+        launch_train_with_config(config, trainer)
+        assert trainer.steps_per_epoch == 4
+        assert len(losses.values) == 8
+
+    def test_session_init_and_starting_epoch(self, graph):
+        """session_init loads values; starting_epoch starts the loop there."""
+        losses = Losses()
+        config = TrainConfig(
+            model=Blobs(),
+            data=data(),
+            callbacks=[losses],
+            monitors=[],
+            extra_callbacks=[],
+            session_init=DictRestore(
+                {"global_step": np.int64(40), "learning_rate": np.float32(0.0)}
+            ),
+            starting_epoch=6,
+            max_epoch=6,
+        )
+        launch_train_with_config(config, SimpleTrainer())
+        assert losses.start == (5, 40)
+        assert losses.values[0] == pytest.approx(losses.values[-1], rel=0.3), "lr 0: nothing learnt"
+
+    def test_session_config(self, graph):
+        """session_config reaches the default session creator."""
+        seen = []
+
+        class Threads(Callback):
+            def _before_train(self):
+                seen.append(self.trainer.sess._config.inter_op_parallelism_threads)
+
+        config = TrainConfig(
+            model=Blobs(),
+            data=data(),
+            callbacks=[Threads()],
+            monitors=[],
+            extra_callbacks=[],
+            session_config=tf1.ConfigProto(inter_op_parallelism_threads=1),
+            max_epoch=1,
+        )
+        launch_train_with_config(config, SimpleTrainer())
+        assert seen == [1]
+
+    def test_unknown_size(self, graph):
+        """No steps_per_epoch and an input of unknown size: a clear error."""
+        x, y = blobs(64)
+        config = TrainConfig(
+            model=Blobs(),
+            data=None,
+            dataflow=lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(),
+            monitors=[],
+        )
+        with pytest.raises(InputSizeUnknownError, match="pass 'steps_per_epoch' explicitly"):
+            launch_train_with_config(config, SimpleTrainer())
+
+    def test_fail(self, graph):
+        """Wrong kinds of config or trainer, and configs without model or data."""
+        with pytest.raises(TypeError, match="'config' must be a TrainConfig; got dict"):
+            launch_train_with_config({}, SimpleTrainer())
+        with pytest.raises(TypeError, match="'trainer' must be a SingleCostTrainer"):
+            launch_train_with_config(TrainConfig(), object())
+        with pytest.raises(ValueError, match="needs a config with model and data or dataflow"):
+            launch_train_with_config(TrainConfig(), SimpleTrainer())
+
+    def test_default_monitors_need_logdir(self, graph):
+        """Default monitors without a logdir: the error says what to pass."""
+        config = TrainConfig(model=Blobs(), data=data(), max_epoch=1)
+        with pytest.raises(ValueError, match="pass logdir=... or monitors="):
+            launch_train_with_config(config, SimpleTrainer())
+
+
+def resume_run(logdir, max_epoch, **kw):
+    """Train Blobs with AutoResumeTrainConfig (ModelSaver every epoch) in a fresh graph."""
+    losses = Losses()
+    with tf.Graph().as_default():
+        config = AutoResumeTrainConfig(
+            model=Blobs(),
+            data=data(),
+            callbacks=[losses, ModelSaver()],
+            monitors=[],
+            extra_callbacks=[],
+            max_epoch=max_epoch,
+            logdir=logdir,
+            **kw,
+        )
+        trainer = SimpleTrainer()
+        launch_train_with_config(config, trainer)
+    return config, trainer, losses
+
+
+class TestAutoResume:
+    """AutoResumeTrainConfig continues a run from its logdir (in-process; see test_processes)."""
+
+    def test_continues(self, logdir):
+        """A second run with a larger max_epoch continues at the next epoch and global step."""
+        first, _, _ = resume_run(logdir, 2)
+        assert first.resume.checkpoint is None
+        config, trainer, losses = resume_run(logdir, 4)
+        assert config.resume.checkpoint == os.path.join(str(logdir), "model-16")
+        assert isinstance(config.session_init, SaverRestore)
+        assert config.starting_epoch == 3
+        assert losses.start == (2, 16)
+        assert trainer.global_step == 32
+
+    def test_plan_at_construction(self, logdir):
+        """With steps_per_epoch given, session_init and starting_epoch are set at construction."""
+        resume_run(logdir, 1, steps_per_epoch=8)
+        config = AutoResumeTrainConfig(model=Blobs(), data=data(), steps_per_epoch=8, logdir=logdir)
+        assert config.starting_epoch == 2
+        assert isinstance(config.session_init, SaverRestore)
+
+    def test_always_resume_false(self, logdir):
+        """always_resume=False: a user's session_init and starting_epoch win."""
+        resume_run(logdir, 1)
+        user_init = DictRestore({"global_step": np.int64(0)})
+        config = AutoResumeTrainConfig(
+            always_resume=False,
+            model=Blobs(),
+            data=data(),
+            steps_per_epoch=8,
+            session_init=user_init,
+            starting_epoch=1,
+            logdir=logdir,
+        )
+        assert config.session_init is user_init
+        assert config.starting_epoch == 1
+        config = AutoResumeTrainConfig(
+            model=Blobs(), data=data(), steps_per_epoch=8, session_init=user_init, logdir=logdir
+        )
+        assert isinstance(config.session_init, SaverRestore), "always_resume=True: resuming wins"
+
+    def test_fail(self):
+        """A logdir is required, and it is kept."""
+        with pytest.raises(ValueError, match="AutoResumeTrainConfig needs 'logdir'"):
+            AutoResumeTrainConfig(model=Blobs())
+        with pytest.raises(ValueError, match="'logdir_action' must be 'keep'; got 'overwrite'"):
+            AutoResumeTrainConfig(model=Blobs(), logdir="x", logdir_action="overwrite")
+
+
+class TestDefaults:
+    """DEFAULT_CALLBACKS and DEFAULT_MONITORS give new instances of the documented classes."""
+
+    def test_callbacks(self):
+        """The four default callbacks, in order, new each call."""
+        cbs = DEFAULT_CALLBACKS()
+        assert len(cbs) == 4
+        assert isinstance(cbs[0], MovingAverageSummary)
+        assert isinstance(cbs[1], ProgressBar)
+        assert type(cbs[2]) is type(MergeAllSummaries()), "MergeAllSummaries() with its defaults"
+        assert isinstance(cbs[3], RunUpdateOps)
+        assert all(a is not b for a, b in zip(cbs, DEFAULT_CALLBACKS()))
+
+    def test_monitors(self):
+        """The three default monitors, in order."""
+        from towerkit.callbacks import JSONWriter, ScalarPrinter, TFEventWriter
+        from towerkit.trainers import DEFAULT_MONITORS
+
+        assert [type(m) for m in DEFAULT_MONITORS()] == [TFEventWriter, JSONWriter, ScalarPrinter]
