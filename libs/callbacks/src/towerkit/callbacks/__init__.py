@@ -8,8 +8,36 @@ from towerkit.callbacks._base import (
     ProxyCallback,
 )
 from towerkit.callbacks._errors import CallbackError, MissingStatError, StopTraining
+from towerkit.callbacks._graph import (
+    CheckNumerics,
+    DumpTensorAsImage,
+    DumpTensors,
+    ProcessTensors,
+    RunOp,
+    RunUpdateOps,
+)
 from towerkit.callbacks._hooked import HookedSession
+from towerkit.callbacks._hooks import CallbackToHook, HookToCallback, TFLocalCLIDebugHook
+from towerkit.callbacks._inference import (
+    BinaryClassificationStats,
+    ClassificationError,
+    Confusion,
+    DataParallelInferenceRunner,
+    Inferencer,
+    InferenceRunner,
+    InferenceRunnerBase,
+    MeanState,
+    ScalarStats,
+    Tally,
+    confusion_add,
+    mean_add,
+    mean_values,
+    precision_recall,
+    tally_add,
+    tally_ratio,
+)
 from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
+from towerkit.callbacks._misc import EstimatedTimeLeft, InjectShell, StartProcOrThread
 from towerkit.callbacks._monitors import MonitorBase, Monitors
 from towerkit.callbacks._params import (
     GraphVarParam,
@@ -21,6 +49,13 @@ from towerkit.callbacks._params import (
     ScheduledHyperParamSetter,
     StatMonitorParamSetter,
 )
+from towerkit.callbacks._periodic import (
+    EnableCallbackIf,
+    PeriodicCallback,
+    PeriodicTrigger,
+    periodic_record,
+)
+from towerkit.callbacks._profiler import GraphProfiler
 from towerkit.callbacks._schedules import (
     OnSchedule,
     PiecewiseSchedule,
@@ -31,6 +66,19 @@ from towerkit.callbacks._schedules import (
     value_in_effect,
 )
 from towerkit.callbacks._stats import StatMonitorState, advance, estimate_time_left, should_change
+from towerkit.callbacks._steps import ProgressBar, SessionRunTimeout, TensorPrinter
+from towerkit.callbacks._summaries import (
+    MergeAllSummaries,
+    MovingAverageSummary,
+    SimpleMovingAverage,
+    summary_due,
+)
+from towerkit.callbacks._trackers import (
+    GPUMemoryTracker,
+    GPUUtilizationTracker,
+    HostMemoryTracker,
+    ThroughputTracker,
+)
 from towerkit.callbacks._triggers import (
     AllOf,
     AnyOf,
@@ -112,4 +160,51 @@ __all__ = [
     "value_in_effect",
     "OnSchedule",
     "scheduled_value",
+    # graph
+    "RunOp",
+    "RunUpdateOps",
+    "ProcessTensors",
+    "DumpTensors",
+    "DumpTensorAsImage",
+    "CheckNumerics",
+    # hooks
+    "CallbackToHook",
+    "HookToCallback",
+    "TFLocalCLIDebugHook",
+    # inference
+    "Inferencer",
+    "ScalarStats",
+    "ClassificationError",
+    "BinaryClassificationStats",
+    "InferenceRunnerBase",
+    "InferenceRunner",
+    "DataParallelInferenceRunner",
+    # inference statistics, pure
+    "MeanState",
+    "mean_add",
+    "mean_values",
+    "Tally",
+    "tally_add",
+    "tally_ratio",
+    "Confusion",
+    "confusion_add",
+    "precision_recall",
+    # summaries
+    "MovingAverageSummary",
+    "MergeAllSummaries",
+    "SimpleMovingAverage",
+    "summary_due",
+    # steps and misc
+    "ProgressBar",
+    "TensorPrinter",
+    "SessionRunTimeout",
+    "StartProcOrThread",
+    "InjectShell",
+    "EstimatedTimeLeft",
+    # trackers and profiling
+    "ThroughputTracker",
+    "HostMemoryTracker",
+    "GPUUtilizationTracker",
+    "GPUMemoryTracker",
+    "GraphProfiler",
 ]
