@@ -56,6 +56,7 @@ from towerkit.callbacks._periodic import (
     periodic_record,
 )
 from towerkit.callbacks._profiler import GraphProfiler
+from towerkit.callbacks._savers import MaxSaver, MinSaver, ModelSaver
 from towerkit.callbacks._schedules import (
     OnSchedule,
     PiecewiseSchedule,
@@ -160,6 +161,10 @@ __all__ = [
     "value_in_effect",
     "OnSchedule",
     "scheduled_value",
+    # savers
+    "ModelSaver",
+    "MinSaver",
+    "MaxSaver",
     # graph
     "RunOp",
     "RunUpdateOps",
