@@ -1,0 +1,314 @@
+"""ModelSaver, MinSaver and MaxSaver: checkpoints written atomically under the checkpoint directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import numbers
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+from towerkit.callbacks._base import Callback
+from towerkit.callbacks._errors import CallbackError
+from towerkit.callbacks._monitors import require_logdir
+from towerkit.sessinit import atomic_checkpoint_prefix, atomic_save_checkpoint
+from towerkit.towers._compat import tf1
+
+logger = logging.getLogger("towerkit.callbacks")
+
+_CKPT_FILE = re.compile(r"\.(index|data-\d+-of-\d+)$")
+
+
+def _collections(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return (tf1.GraphKeys.GLOBAL_VARIABLES,)
+    if isinstance(value, str):
+        return (value,)
+    out = tuple(value)
+    bad = [c for c in out if not isinstance(c, str)]
+    if bad or not out:
+        msg = f"'var_collections' must be a collection name or a non-empty list of names; got {value!r}"
+        raise TypeError(msg)
+    return out
+
+
+class ModelSaver(Callback):
+    """Save the model to ``<checkpoint_dir>/model-<global_step>`` when triggered (every epoch).
+
+    A ``tf.compat.v1.train.Saver`` (format V2, one data shard, paths relative to the
+    directory) is built in ``setup_graph`` over the variables of ``var_collections``.
+    Each checkpoint is written under a temporary name and published whole, and the
+    ``checkpoint`` state file is replaced atomically, so a crash never leaves a
+    half-written checkpoint or a state file naming one.
+
+    At ``after_train`` it also saves the final state when training stopped at an epoch
+    boundary after the last save (for instance when the saver is triggered every few
+    epochs, or a callback stopped training at the end of an epoch); a run stopped in
+    the middle of an epoch is not saved there, so every checkpoint marks the end of an
+    epoch and a resumed run restarts at an epoch boundary. Checkpoints already in the
+    directory (from the state file) count towards ``max_to_keep`` when a run resumes.
+
+    Args:
+        max_to_keep: how many recent checkpoints to keep (older ones are deleted; 0
+            keeps all), as in ``tf.compat.v1.train.Saver``.
+        keep_checkpoint_every_n_hours: additionally keep (never delete) one checkpoint
+            per this many hours; "keep" does not mean "create".
+        checkpoint_dir: where to save; the trainer's ``logdir`` by default.
+        var_collections: the graph collection(s) whose variables to save; global
+            variables by default.
+    """
+
+    def __init__(
+        self,
+        max_to_keep: int = 10,
+        keep_checkpoint_every_n_hours: float = 0.5,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        var_collections: str | Sequence[str] | None = None,
+    ) -> None:
+        if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 0:
+            msg = f"'max_to_keep' must be an int >= 0; got {max_to_keep!r}"
+            raise ValueError(msg)
+        hours = keep_checkpoint_every_n_hours
+        if isinstance(hours, bool) or not isinstance(hours, numbers.Real) or not hours > 0:
+            msg = f"'keep_checkpoint_every_n_hours' must be a number > 0; got {hours!r}"
+            raise ValueError(msg)
+        self._max_to_keep = max_to_keep
+        self._hours = float(hours)
+        self._dir_arg = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+        self._collections = _collections(var_collections)
+        self._dir: str | None = None
+        self._saver: Any = None
+        self._last_saved: int | None = None
+        self._start_step: int | None = None
+
+    @property
+    def checkpoint_dir(self) -> str | None:
+        """The directory checkpoints go to (known after ``setup_graph``)."""
+        return self._dir if self._dir is not None else self._dir_arg
+
+    @property
+    def saver(self) -> Any:
+        """The ``tf.compat.v1.train.Saver`` (after ``setup_graph``)."""
+        return self._saver
+
+    def _setup_graph(self) -> None:
+        self._dir = require_logdir(self, self._dir_arg, "checkpoint_dir")
+        seen, var_list = set(), []
+        for name in self._collections:
+            for v in self.graph.get_collection(name):
+                if v.name not in seen:
+                    seen.add(v.name)
+                    var_list.append(v)
+        if not var_list:
+            msg = f"ModelSaver: the collections {list(self._collections)} hold no variables to save"
+            raise ValueError(msg)
+        self._saver = tf1.train.Saver(
+            var_list=var_list,
+            max_to_keep=self._max_to_keep,
+            keep_checkpoint_every_n_hours=self._hours,
+            write_version=tf1.train.SaverDef.V2,
+            save_relative_paths=True,
+            sharded=False,
+        )
+
+    def _before_train(self) -> None:
+        os.makedirs(self._dir, exist_ok=True)  # type: ignore[arg-type]
+        self._start_step = self.trainer.global_step
+        state = tf1.train.get_checkpoint_state(self._dir)
+        if state is not None:
+            existing = [
+                p if os.path.isabs(p) else os.path.join(self._dir, p)  # type: ignore[arg-type]
+                for p in state.all_model_checkpoint_paths
+            ]
+            existing = [p for p in existing if os.path.isfile(p + ".index")]
+            if existing:
+                self._saver.recover_last_checkpoints(existing)
+
+    def _trigger(self) -> None:
+        self._save()
+
+    def _after_train(self) -> None:
+        t = self.trainer
+        at_boundary = t.local_step in (-1, t.steps_per_epoch - 1)
+        if at_boundary and t.global_step != self._start_step and t.global_step != self._last_saved:
+            self._save()
+
+    def _save(self) -> None:
+        step = int(self.trainer.global_step)
+        if step == self._last_saved:
+            return
+        path = atomic_save_checkpoint(
+            self._saver,
+            self.trainer.sess,
+            os.path.join(self._dir, "model"),  # type: ignore[arg-type]
+            global_step=step,
+            write_meta_graph=False,
+        )
+        self._last_saved = step
+        logger.info("model saved to %s", path)
+
+
+def _file_safe(name: str) -> str:
+    return name.replace(os.sep, "_").replace("/", "_")
+
+
+class MinSaver(Callback):
+    """Keep a copy of the checkpoint with the lowest (or highest) value of a statistic.
+
+    When triggered, it reads the latest value of ``monitor_stat`` from the monitors;
+    when it beats the best so far, the latest checkpoint of the directory (written by
+    a :class:`ModelSaver` earlier in the callback list) is copied, published
+    atomically, to ``<checkpoint_dir>/<filename>`` (its ``.index`` and ``.data-*``
+    files). The copy loads like any checkpoint (``SaverRestore(".../min-val-error.tfmodel")``).
+
+    On a resumed run, the best value so far is read back from the directory's
+    ``stats.json`` (records of finished epochs before the starting epoch) when the
+    copy already exists, so an earlier better model is not overwritten.
+
+    Put it after the callback that produces the statistic, and after the ModelSaver.
+
+    Args:
+        monitor_stat: the statistic's name.
+        reverse: keep the highest value instead of the lowest.
+        filename: the checkpoint name; ``min-<monitor_stat>.tfmodel`` (``max-`` with
+            ``reverse``) by default, ``/`` in the statistic's name becoming ``_``.
+        checkpoint_dir: the directory of the ModelSaver's checkpoints and of the copy;
+            the trainer's ``logdir`` by default.
+
+    Raises:
+        MissingStatError: when triggered, ``monitor_stat`` was never put; the message
+            lists the statistics that were.
+        CallbackError: when a copy is due, the directory holds no checkpoint.
+    """
+
+    def __init__(
+        self,
+        monitor_stat: str,
+        reverse: bool = False,
+        filename: str | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not isinstance(monitor_stat, str) or not monitor_stat:
+            msg = f"'monitor_stat' must be a statistic's name; got {monitor_stat!r}"
+            raise TypeError(msg)
+        if filename is not None and (not filename or os.sep in filename):
+            msg = f"'filename' must be a file name without directories; got {filename!r}"
+            raise ValueError(msg)
+        self._stat = monitor_stat
+        self._reverse = bool(reverse)
+        kind = "max" if self._reverse else "min"
+        self._filename = filename or f"{kind}-{_file_safe(monitor_stat)}.tfmodel"
+        self._dir_arg = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+        self._dir: str | None = None
+        self._best: float | None = None
+
+    @property
+    def monitor_stat(self) -> str:
+        """The statistic watched."""
+        return self._stat
+
+    @property
+    def filename(self) -> str:
+        """The name of the copy."""
+        return self._filename
+
+    @property
+    def best(self) -> float | None:
+        """The best value seen so far, or None."""
+        return self._best
+
+    def _setup_graph(self) -> None:
+        self._dir = require_logdir(self, self._dir_arg, "checkpoint_dir")
+
+    def _better(self, value: float, than: float | None) -> bool:
+        if than is None:
+            return True
+        return value > than if self._reverse else value < than
+
+    def _before_train(self) -> None:
+        self._best = None
+        target = os.path.join(self._dir, self._filename)  # type: ignore[arg-type]
+        stats = os.path.join(self._dir, "stats.json")  # type: ignore[arg-type]
+        if not (os.path.isfile(target + ".index") and os.path.isfile(stats)):
+            return
+        try:
+            with open(stats, encoding="utf-8") as f:
+                records = json.load(f)
+        except (OSError, ValueError):
+            return
+        start = self.trainer.starting_epoch
+        for rec in records if isinstance(records, list) else ():
+            if not isinstance(rec, dict):
+                continue
+            epoch, value = rec.get("epoch_num"), rec.get(self._stat)
+            if (
+                isinstance(epoch, int)
+                and epoch < start
+                and isinstance(value, int | float)
+                and self._better(float(value), self._best)
+            ):
+                self._best = float(value)
+
+    def _trigger(self) -> None:
+        value = float(self.trainer.monitors.get_latest(self._stat))
+        if self._better(value, self._best):
+            self._best = value
+            self._copy_latest(value)
+
+    def _copy_latest(self, value: float) -> None:
+        latest = tf1.train.latest_checkpoint(self._dir)
+        if latest is None:
+            msg = (
+                f"{self} found no checkpoint in {self._dir!r} to copy: put a ModelSaver "
+                "with the same checkpoint_dir before it in the callbacks"
+            )
+            raise CallbackError(msg)
+        directory, base = os.path.split(latest)
+        files = [
+            n
+            for n in os.listdir(directory)
+            if n.startswith(base) and _CKPT_FILE.fullmatch(n[len(base) :])
+        ]
+        target = os.path.join(self._dir, self._filename)  # type: ignore[arg-type]
+        with atomic_checkpoint_prefix(target) as tmp:
+            for name in files:
+                shutil.copyfile(os.path.join(directory, name), tmp + name[len(base) :])
+        step = self.trainer.global_step
+        if not base.endswith(f"-{step}"):
+            logger.warning(
+                "%s: the latest checkpoint %s is not from the current global step %d",
+                self,
+                base,
+                step,
+            )
+        logger.info(
+            "%s: %s = %g is the best so far; %s saved to %s", self, self._stat, value, base, target
+        )
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({self._stat!r})"
+
+
+class MaxSaver(MinSaver):
+    """Keep a copy of the checkpoint with the highest value of a statistic.
+
+    See :class:`MinSaver`; the default file name is ``max-<monitor_stat>.tfmodel``.
+
+    Args:
+        monitor_stat: the statistic's name.
+        filename: the checkpoint name.
+        checkpoint_dir: the checkpoint directory; the trainer's ``logdir`` by default.
+    """
+
+    def __init__(
+        self,
+        monitor_stat: str,
+        filename: str | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(
+            monitor_stat, reverse=True, filename=filename, checkpoint_dir=checkpoint_dir
+        )

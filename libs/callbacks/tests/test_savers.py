@@ -1,0 +1,244 @@
+"""ModelSaver, MinSaver and MaxSaver with real checkpoints on disk."""
+
+import os
+
+import pytest
+import tensorflow as tf
+from loop import LoopTrainer
+
+from towerkit.callbacks import (
+    Callback,
+    CallbackError,
+    MaxSaver,
+    MinSaver,
+    MissingStatError,
+    ModelSaver,
+    PeriodicTrigger,
+    ScheduledHyperParamSetter,
+    StopTraining,
+)
+from towerkit.sessinit import SaverRestore
+from towerkit.towers._compat import tf1
+
+
+def train(callbacks, logdir, *, steps=2, max_epoch=3, starting=1, session_init=None):
+    """w += 1 per step; a learning_rate variable for schedules; returns the trainer."""
+    g = tf.Graph()
+    with g.as_default():
+        tf1.get_variable("learning_rate", initializer=1.0, trainable=False)
+        w = tf1.get_variable("w", initializer=0.0)
+        extra = tf1.get_variable("extra", initializer=5.0)
+        tf1.add_to_collection("ONLY_W", w)
+        del extra
+        return LoopTrainer(
+            g,
+            tf1.assign_add(w, 1.0),
+            callbacks,
+            steps_per_epoch=steps,
+            max_epoch=max_epoch,
+            starting_epoch=starting,
+            logdir=logdir,
+            session_init=session_init,
+        ).train()
+
+
+def values(prefix):
+    """The variables stored in a checkpoint."""
+    reader = tf1.train.load_checkpoint(str(prefix))
+    return {name: reader.get_tensor(name) for name, _ in tf1.train.list_variables(str(prefix))}
+
+
+def listing(d):
+    return sorted(os.listdir(d))
+
+
+class PutSeries(Callback):
+    """Puts series[epoch - 1] as 'val-error' each epoch."""
+
+    def __init__(self, series):
+        self.series = series
+
+    def _trigger(self):
+        self.trainer.monitors.put_scalar("val-error", self.series[self.trainer.epoch_num - 1])
+
+
+class StopAt(Callback):
+    """Raises StopTraining after a given global step."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def _trigger_step(self):
+        if self.trainer.global_step == self.step:
+            raise StopTraining
+
+
+class TestModelSaver:
+    """Checkpoints named model-<global_step>, a consistent state file, nothing half-written."""
+
+    def test_saves_every_epoch(self, tmp_path):
+        """Each epoch leaves model-<step>; the state file names the last one, relatively."""
+        train([ModelSaver()], tmp_path)
+        assert listing(tmp_path) == [
+            "checkpoint",
+            *[f"model-{s}.{ext}" for s in (2, 4, 6) for ext in ("data-00000-of-00001", "index")],
+        ]
+        state = tf1.train.get_checkpoint_state(str(tmp_path))
+        assert os.path.basename(state.model_checkpoint_path) == "model-6"
+        assert 'model_checkpoint_path: "model-6"' in (tmp_path / "checkpoint").read_text()
+        v = values(tmp_path / "model-4")
+        assert v["w"] == 4.0
+        assert v["global_step"] == 4
+
+    def test_max_to_keep_across_resume(self, tmp_path):
+        """Old checkpoints are deleted, also those of an earlier run in the same directory."""
+        train([ModelSaver(max_to_keep=2)], tmp_path, max_epoch=3)
+        assert [n for n in listing(tmp_path) if n.endswith(".index")] == [
+            "model-4.index",
+            "model-6.index",
+        ]
+        train(
+            [ModelSaver(max_to_keep=2)],
+            tmp_path,
+            starting=4,
+            max_epoch=5,
+            session_init=SaverRestore(str(tmp_path)),
+        )
+        assert [n for n in listing(tmp_path) if n.endswith(".index")] == [
+            "model-10.index",
+            "model-8.index",
+        ]
+        assert values(tmp_path / "model-10")["w"] == 10.0
+
+    def test_final_save_at_epoch_boundary(self, tmp_path):
+        """Saved every 2 epochs, a 3-epoch run also saves its final state at after_train."""
+        train([PeriodicTrigger(ModelSaver(), every_k_epochs=2)], tmp_path, max_epoch=3)
+        assert [n for n in listing(tmp_path) if n.endswith(".index")] == [
+            "model-4.index",
+            "model-6.index",
+        ]
+
+    def test_no_save_mid_epoch(self, tmp_path):
+        """A run stopped in the middle of an epoch keeps its last epoch-end checkpoint as latest."""
+        train([StopAt(5), ModelSaver()], tmp_path, max_epoch=3)
+        assert tf1.train.latest_checkpoint(str(tmp_path)).endswith("model-4")
+
+    def test_resume_keeps_hyper_parameters(self, tmp_path):
+        """A resumed run continues from the checkpoint, and a schedule re-applies its value."""
+        sched = [(1, 0.5), (3, 0.25)]
+        train(
+            [ScheduledHyperParamSetter("learning_rate", sched), ModelSaver()], tmp_path, max_epoch=2
+        )
+        assert values(tmp_path / "model-4")["learning_rate"] == 0.5
+        seen = []
+
+        class Look(Callback):
+            def _setup_graph(self):
+                (self.lr,) = [v for v in tf1.global_variables() if v.op.name == "learning_rate"]
+                self.read = self.lr.read_value()
+
+            def _before_train(self):
+                seen.append((self.trainer.global_step, float(self.trainer.sess.run(self.read))))
+
+        train(
+            [ScheduledHyperParamSetter("learning_rate", sched), Look(), ModelSaver()],
+            tmp_path,
+            starting=3,
+            max_epoch=3,
+            session_init=SaverRestore(str(tmp_path)),
+        )
+        assert seen == [(4, 0.5)]
+        assert values(tmp_path / "model-6")["learning_rate"] == 0.25
+        assert values(tmp_path / "model-6")["w"] == 6.0
+
+    def test_var_collections(self, tmp_path):
+        """Only the variables of the given collections are saved."""
+        train(
+            [ModelSaver(checkpoint_dir=tmp_path / "ckpt", var_collections="ONLY_W")],
+            None,
+            max_epoch=1,
+        )
+        assert set(values(tmp_path / "ckpt" / "model-2")) == {"w"}
+
+    def test_no_temporary_files(self, tmp_path):
+        """Nothing hidden or temporary is left behind."""
+        train([ModelSaver(), PutSeries([3.0, 2.0, 1.0]), MinSaver("val-error")], tmp_path)
+        assert (tmp_path / "min-val-error.tfmodel.index").is_file()
+        assert not [n for n in listing(tmp_path) if n.startswith(".") or "tmp" in n]
+
+    def test_fail(self, tmp_path):
+        """Bad arguments fail at construction; no directory fails at setup, naming the callback."""
+        with pytest.raises(ValueError, match="'max_to_keep' must be an int >= 0; got -1"):
+            ModelSaver(max_to_keep=-1)
+        with pytest.raises(
+            ValueError, match="'keep_checkpoint_every_n_hours' must be a number > 0; got 0"
+        ):
+            ModelSaver(keep_checkpoint_every_n_hours=0)
+        with pytest.raises(TypeError, match="'var_collections' must be a collection name"):
+            ModelSaver(var_collections=[1])
+        with pytest.raises(
+            CallbackError, match=r"ModelSaver writes files and needs a directory.*'checkpoint_dir'"
+        ):
+            train([ModelSaver()], None)
+        with pytest.raises(ValueError, match=r"the collections \['EMPTY'\] hold no variables"):
+            train([ModelSaver(var_collections=["EMPTY"])], tmp_path)
+
+
+class TestMinMaxSaver:
+    """The best checkpoint by a statistic is copied to min-/max-<stat>.tfmodel."""
+
+    def test_min(self, tmp_path):
+        """The copy holds the variables of the epoch with the lowest value."""
+        saver = MinSaver("val-error")
+        train([ModelSaver(), PutSeries([3.0, 1.0, 2.0]), saver], tmp_path)
+        assert saver.best == 1.0
+        copy = tmp_path / "min-val-error.tfmodel"
+        assert values(copy)["w"] == 4.0
+        assert (tmp_path / "min-val-error.tfmodel.index").is_file()
+        assert (tmp_path / "min-val-error.tfmodel.data-00000-of-00001").is_file()
+        # the copy restores like any checkpoint
+        g = tf.Graph()
+        with g.as_default(), tf1.Session(graph=g) as s:
+            w = tf1.get_variable("w", initializer=0.0)
+            tf1.train.Saver([w]).restore(s, str(copy))
+            assert s.run(w) == 4.0
+
+    def test_max(self, tmp_path):
+        """MaxSaver keeps the highest value under max-<stat>.tfmodel."""
+        train([ModelSaver(), PutSeries([3.0, 1.0, 5.0]), MaxSaver("val-error")], tmp_path)
+        assert values(tmp_path / "max-val-error.tfmodel")["w"] == 6.0
+        train(
+            [
+                ModelSaver(),
+                PutSeries([3.0, 4.0]),
+                MinSaver("val-error", reverse=True, filename="best"),
+            ],
+            tmp_path / "b",
+            max_epoch=2,
+        )
+        assert values(tmp_path / "b" / "best")["w"] == 4.0
+
+    def test_names(self):
+        """Default file names follow the documentation; '/' in a statistic becomes '_'."""
+        assert MinSaver("val-error").filename == "min-val-error.tfmodel"
+        assert MaxSaver("validation/acc").filename == "max-validation_acc.tfmodel"
+        assert MaxSaver("acc", filename="x").filename == "x"
+
+    def test_missing_stat(self, tmp_path):
+        """A statistic never put is an error naming those that exist."""
+        with pytest.raises(
+            MissingStatError, match=r"no statistic named 'val-acc' .* \['val-error'\]"
+        ):
+            train([ModelSaver(), PutSeries([1.0, 2.0, 3.0]), MinSaver("val-acc")], tmp_path)
+
+    def test_needs_model_saver(self, tmp_path):
+        """Without a checkpoint to copy, the error says to add a ModelSaver first."""
+        with pytest.raises(CallbackError, match=r"found no checkpoint .* put a ModelSaver"):
+            train([PutSeries([1.0, 2.0, 3.0]), MinSaver("val-error")], tmp_path)
+
+    def test_fail(self):
+        """Bad names fail at construction."""
+        with pytest.raises(TypeError, match="'monitor_stat' must be a statistic's name"):
+            MinSaver("")
+        with pytest.raises(ValueError, match="'filename' must be a file name without directories"):
+            MinSaver("a", filename="x/y")
