@@ -167,7 +167,7 @@ class TestTrainConfig:
 
     def test_several_epoch_errors_at_once(self):
         """All loop-parameter errors are listed together."""
-        with pytest.raises(ValueError, match="'starting_epoch'.*; 'steps_per_epoch'"):
+        with pytest.raises(ValueError, match=r"'starting_epoch'.*; 'steps_per_epoch'"):
             TrainConfig(starting_epoch=-1, steps_per_epoch=-1)
 
     def test_repr(self):
@@ -284,7 +284,7 @@ class TestLaunch:
     def test_default_monitors_need_logdir(self, graph):
         """Default monitors without a logdir: the error says what to pass."""
         config = TrainConfig(model=Blobs(), data=data(), max_epoch=1)
-        with pytest.raises(ValueError, match="pass logdir=... or monitors="):
+        with pytest.raises(ValueError, match=r"pass logdir=\.\.\. or monitors="):
             launch_train_with_config(config, SimpleTrainer())
 
 
