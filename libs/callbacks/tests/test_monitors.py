@@ -1,15 +1,28 @@
 """Monitors: the trainer's statistics hub and the monitors that write them out."""
 
+import json
+import logging
+import os
+import sys
+
 import numpy as np
 import pytest
+import tensorflow as tf
 from loop import LoopTrainer
 
 from towerkit.callbacks import (
     Callback,
     CallbackError,
+    CometMLMonitor,
+    JSONWriter,
     MissingStatError,
     MonitorBase,
     Monitors,
+    ScalarPrinter,
+    SendMonitorData,
+    SendStat,
+    StopTraining,
+    TFEventWriter,
 )
 from towerkit.towers._compat import tf1
 
@@ -74,23 +87,40 @@ class TestMonitors:
         """Scalars put by a callback each epoch are in the history with their global step."""
         rec = Recorder()
         mons = Monitors([rec])
-        LoopTrainer(graph, make_train_op(), [PutEveryEpoch()], mons, steps_per_epoch=3, max_epoch=3).train()
+        LoopTrainer(
+            graph, make_train_op(), [PutEveryEpoch()], mons, steps_per_epoch=3, max_epoch=3
+        ).train()
         assert mons.get_history("val") == [(3, 10.0), (6, 20.0), (9, 30.0)]
         assert mons.get_latest("steps") == 9
         assert isinstance(mons.get_latest("steps"), int)
         assert isinstance(mons.get_latest("val"), float)
-        assert [s[:2] for s in rec.scalars] == [(3, "val"), (3, "steps"), (6, "val"), (6, "steps"), (9, "val"), (9, "steps")]
+        assert [s[:2] for s in rec.scalars] == [
+            (3, "val"),
+            (3, "steps"),
+            (6, "val"),
+            (6, "steps"),
+            (9, "val"),
+            (9, "steps"),
+        ]
         assert len(rec.summaries) == 6
         assert rec.summaries[0].value[0].tag == "val"
         assert rec.summaries[0].value[0].simple_value == 10.0
-        assert rec.phases == ["before_train", ("trigger_epoch", 1), ("trigger_epoch", 2), ("trigger_epoch", 3), "after_train"]
+        assert rec.phases == [
+            "before_train",
+            ("trigger_epoch", 1),
+            ("trigger_epoch", 2),
+            ("trigger_epoch", 3),
+            "after_train",
+        ]
         assert mons.stat_names == ["steps", "val"]
 
     def test_missing_stat(self, graph):
         """Asking for a stat never put names the stats that exist."""
         mons = Monitors([])
         LoopTrainer(graph, make_train_op(), [PutEveryEpoch()], mons, max_epoch=1).train()
-        with pytest.raises(MissingStatError, match=r"no statistic named 'loss' .* \['steps', 'val'\]"):
+        with pytest.raises(
+            MissingStatError, match=r"no statistic named 'loss' .* \['steps', 'val'\]"
+        ):
             mons.get_latest("loss")
         with pytest.raises(KeyError, match="'loss'"):
             mons.get_history("loss")
@@ -115,7 +145,9 @@ class TestMonitors:
                 m.put_image("many", np.full((2, 4, 5, 1), 255.0))
                 m.put_event(tf1.Event(file_version="x"))
 
-        LoopTrainer(graph, make_train_op(), [PutAll()], mons, steps_per_epoch=2, max_epoch=1).train()
+        LoopTrainer(
+            graph, make_train_op(), [PutAll()], mons, steps_per_epoch=2, max_epoch=1
+        ).train()
         assert mons.get_history("x") == [(2, 2.5)]
         assert only.names == ["x"]
         assert rec.images == [("img", (1, 4, 5, 3)), ("many", (2, 4, 5, 1))]
@@ -142,7 +174,9 @@ class TestMonitors:
 
     def test_fail(self, graph):
         """Wrong kinds and shapes are rejected with the entry at fault."""
-        with pytest.raises(TypeError, match=r"'monitors' must hold MonitorBase instances; got #1: Callback"):
+        with pytest.raises(
+            TypeError, match=r"'monitors' must hold MonitorBase instances; got #1: Callback"
+        ):
             Monitors([Recorder(), Callback()])
 
         class Hooking(MonitorBase):
@@ -159,7 +193,9 @@ class TestMonitors:
             mons.put_scalar("a", "1.0")
         with pytest.raises(ValueError, match=r"image 'im' must be a 2-D .* got shape \(3,\)"):
             mons.put_image("im", np.zeros(3))
-        with pytest.raises(ValueError, match=r"image 'im' must have 1, 2, 3 or 4 channels .* \(2, 2, 7\)"):
+        with pytest.raises(
+            ValueError, match=r"image 'im' must have 1, 2, 3 or 4 channels .* \(2, 2, 7\)"
+        ):
             mons.put_image("im", np.zeros((2, 2, 7)))
         with pytest.raises(TypeError, match=r"'summary' must be a tf\.compat\.v1\.Summary"):
             mons.put_summary("x")
@@ -170,3 +206,363 @@ class TestMonitors:
         assert not mons.has_hook("_trigger_epoch")
         assert not mons.has_hook("_before_run")
         assert Monitors([Recorder()]).has_hook("_trigger_epoch")
+
+
+def events_in(logdir):
+    """Every event of every event file under `logdir`, in file order."""
+    files = sorted(p for p in os.listdir(logdir) if p.startswith("events.out.tfevents"))
+    return files, [e for f in files for e in tf1.train.summary_iterator(os.path.join(logdir, f))]
+
+
+def scalars_in(events):
+    return [
+        (e.step, v.tag, round(v.simple_value, 6))
+        for e in events
+        for v in e.summary.value
+        if v.WhichOneof("value") == "simple_value"
+    ]
+
+
+class TestTFEventWriter:
+    """Real event files, read back with summary_iterator."""
+
+    def test_scalars_images_graph(self, graph, tmp_path):
+        """Scalars land at their global step, images as PNG, the graph once."""
+
+        class Put(Callback):
+            def _before_train(self):
+                self.trainer.monitors.put_scalar("early", 1.0)
+
+            def _trigger(self):
+                self.trainer.monitors.put_scalar("val", self.trainer.epoch_num * 1.5)
+                self.trainer.monitors.put_image("img", np.full((3, 4), 128))
+
+        LoopTrainer(
+            graph,
+            make_train_op(),
+            [Put()],
+            Monitors([TFEventWriter()]),
+            steps_per_epoch=2,
+            max_epoch=2,
+            logdir=tmp_path,
+        ).train()
+        files, events = events_in(tmp_path)
+        assert len(files) == 1
+        assert scalars_in(events) == [(0, "early", 1.0), (2, "val", 1.5), (4, "val", 3.0)]
+        images = [
+            v.image for e in events for v in e.summary.value if v.WhichOneof("value") == "image"
+        ]
+        assert [(i.height, i.width, i.colorspace) for i in images] == [(3, 4, 1)] * 2
+        assert sum(e.HasField("graph_def") for e in events) == 1
+
+    def test_split_files(self, graph, tmp_path):
+        """With split_files, each epoch starts a new event file."""
+        LoopTrainer(
+            graph,
+            make_train_op(),
+            [PutEveryEpoch()],
+            Monitors([TFEventWriter(logdir=tmp_path / "ev", split_files=True)]),
+            max_epoch=3,
+        ).train()
+        files, events = events_in(tmp_path / "ev")
+        assert len(files) == 4  # one per epoch, and the one opened after the last
+        assert [s[:2] for s in scalars_in(events) if s[1] == "val"] == [
+            (3, "val"),
+            (6, "val"),
+            (9, "val"),
+        ]
+
+    def test_events(self, graph, tmp_path):
+        """put_event writes the event with the step filled in."""
+
+        class PutEvent(Callback):
+            def _trigger(self):
+                self.trainer.monitors.put_event(tf1.Event(log_message=tf1.LogMessage(message="hi")))
+
+        LoopTrainer(
+            graph,
+            make_train_op(),
+            [PutEvent()],
+            Monitors([TFEventWriter()]),
+            max_epoch=1,
+            logdir=tmp_path,
+        ).train()
+        _, events = events_in(tmp_path)
+        assert [(e.step, e.log_message.message) for e in events if e.HasField("log_message")] == [
+            (3, "hi")
+        ]
+
+    def test_fail(self, graph):
+        """No logdir is an error naming the monitor; bad options fail at construction."""
+        with pytest.raises(
+            CallbackError,
+            match="TFEventWriter writes files and needs a directory: the trainer has no logdir",
+        ):
+            LoopTrainer(graph, make_train_op(), [], Monitors([TFEventWriter()])).train()
+        with pytest.raises(ValueError, match="'max_queue' must be an int >= 1; got 0"):
+            TFEventWriter(max_queue=0)
+        with pytest.raises(ValueError, match="'flush_secs' must be a number > 0"):
+            TFEventWriter(flush_secs=-1)
+
+
+class StopAtStep(Callback):
+    """Raises StopTraining after global step `step`."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def _trigger_step(self):
+        if self.trainer.global_step == self.step:
+            raise StopTraining
+
+
+def train_json(logdir, callbacks=(), **kw):
+    g = tf.Graph()
+    with g.as_default():
+        mons = Monitors([JSONWriter()])
+        LoopTrainer(
+            g, make_train_op(), [*callbacks, PutEveryEpoch()], mons, logdir=logdir, **kw
+        ).train()
+    return mons
+
+
+class TestJSONWriter:
+    """stats.json: one record per finished epoch, atomic, consistent across resumes."""
+
+    def test_records(self, tmp_path):
+        """Each epoch appends epoch_num, global_step and the scalars put during it."""
+        train_json(tmp_path, steps_per_epoch=3, max_epoch=2)
+        data = json.loads((tmp_path / "stats.json").read_text())
+        assert data == [
+            {"epoch_num": 1, "global_step": 3, "val": 10.0, "steps": 3},
+            {"epoch_num": 2, "global_step": 6, "val": 20.0, "steps": 6},
+        ]
+        assert JSONWriter.load_existing_json(tmp_path) == data
+        assert JSONWriter.load_existing_epoch_number(tmp_path) == 2
+        assert sorted(os.listdir(tmp_path)) == ["stats.json"]
+
+    def test_resume_appends_and_drops_rerun_epochs(self, tmp_path):
+        """A resumed run keeps the records before its starting epoch and replaces the rest."""
+        train_json(tmp_path, steps_per_epoch=3, max_epoch=4)
+        assert JSONWriter.load_existing_epoch_number(tmp_path) == 4
+        # resume from a checkpoint at the end of epoch 2 (records 3 and 4 were written after it)
+        train_json(
+            tmp_path, steps_per_epoch=3, starting_epoch=3, max_epoch=5, session_init=SetStep(6)
+        )
+        data = JSONWriter.load_existing_json(tmp_path)
+        assert [(r["epoch_num"], r["global_step"]) for r in data] == [
+            (1, 3),
+            (2, 6),
+            (3, 9),
+            (4, 12),
+            (5, 15),
+        ]
+
+    def test_unfinished_epoch_not_written(self, tmp_path):
+        """Scalars of an epoch stopped in the middle are not written; the last record is a finished epoch."""
+
+        class PutEveryStep(Callback):
+            def _trigger_step(self):
+                self.trainer.monitors.put_scalar("loss", 0.5)
+
+        train_json(tmp_path, [PutEveryStep(), StopAtStep(5)], steps_per_epoch=3, max_epoch=3)
+        data = JSONWriter.load_existing_json(tmp_path)
+        assert [(r["epoch_num"], r["loss"]) for r in data] == [(1, 0.5)]
+        assert JSONWriter.load_existing_epoch_number(tmp_path) == 1
+
+    def test_no_file(self, tmp_path):
+        """Without a file, the loaders return None."""
+        assert JSONWriter.load_existing_json(tmp_path) is None
+        assert JSONWriter.load_existing_epoch_number(tmp_path) is None
+
+    def test_fail(self, tmp_path, graph):
+        """A corrupt file and a missing logdir are clear errors."""
+        (tmp_path / "stats.json").write_text("[{")
+        with pytest.raises(ValueError, match=r"stats\.json' is not valid JSON"):
+            JSONWriter.load_existing_json(tmp_path)
+        (tmp_path / "stats.json").write_text('{"a": 1}')
+        with pytest.raises(ValueError, match="must hold a JSON list of records"):
+            JSONWriter.load_existing_json(tmp_path)
+        with pytest.raises(CallbackError, match="JSONWriter writes files and needs a directory"):
+            LoopTrainer(graph, make_train_op(), [], Monitors([JSONWriter()])).train()
+
+
+class SetStep:
+    """A session init that sets the global step, as a restored checkpoint would."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def init(self, sess):
+        tf1.train.get_global_step(sess.graph).load(self.step, sess)
+
+
+class TestScalarPrinter:
+    """Scalars logged through `towerkit.callbacks`, filtered by regular expressions."""
+
+    def test_epoch(self, graph, caplog):
+        """After each epoch, each allowed scalar is logged once."""
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            LoopTrainer(
+                graph,
+                make_train_op(),
+                [PutEveryEpoch()],
+                Monitors([ScalarPrinter(blacklist=["^ste"])]),
+                max_epoch=2,
+            ).train()
+        assert [r.getMessage() for r in caplog.records] == ["val: 10", "val: 20"]
+
+    def test_step_and_whitelist(self, graph, caplog):
+        """With enable_step, scalars put in a step are logged after it."""
+
+        class PutEveryStep(Callback):
+            def _trigger_step(self):
+                self.trainer.monitors.put_scalar("loss", self.trainer.global_step / 4)
+                self.trainer.monitors.put_scalar("other", 1)
+
+        printer = ScalarPrinter(enable_step=True, enable_epoch=False, whitelist=["loss"])
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            LoopTrainer(
+                graph,
+                make_train_op(),
+                [PutEveryStep()],
+                Monitors([printer]),
+                steps_per_epoch=2,
+                max_epoch=1,
+            ).train()
+        assert [r.getMessage() for r in caplog.records] == ["loss: 0.25", "loss: 0.5"]
+        assert printer.allows("val-loss")
+        assert not printer.allows("other")
+
+    def test_has_hook(self):
+        """Steps cost nothing unless enable_step."""
+        assert not ScalarPrinter().has_hook("_trigger_step")
+        assert ScalarPrinter(enable_step=True).has_hook("_trigger_step")
+
+    def test_fail(self):
+        """Invalid regular expressions are all listed; printing nothing is refused."""
+        with pytest.raises(
+            ValueError, match=r"'whitelist' must hold regular expressions; invalid: '\(' .*, '\[' "
+        ):
+            ScalarPrinter(whitelist=["(", "ok", "["])
+        with pytest.raises(ValueError, match="would print nothing"):
+            ScalarPrinter(enable_epoch=False)
+
+
+class TestSendMonitorData:
+    """A real shell command runs with the values once all are in."""
+
+    def test_sends(self, graph, tmp_path):
+        """The command runs each time every name has a value."""
+        out = tmp_path / "sent.txt"
+        send = SendMonitorData(f"echo {{val:.1f}} {{steps}} >> {out}", ["val", "steps"])
+        LoopTrainer(
+            graph, make_train_op(), [PutEveryEpoch()], Monitors([send]), max_epoch=2
+        ).train()
+        assert out.read_text().split("\n") == ["10.0 3", "20.0 6", ""]
+
+    def test_failing_command_is_logged(self, graph, caplog):
+        """A failing command is logged and training goes on."""
+        send = SendMonitorData("exit 3", "val")
+        with caplog.at_level(logging.ERROR, logger="towerkit.callbacks"):
+            LoopTrainer(
+                graph, make_train_op(), [PutEveryEpoch()], Monitors([send]), max_epoch=1
+            ).train()
+        assert "command exited with status 3: exit 3" in caplog.text
+
+    def test_fail(self):
+        """Fields not among the names, and empty names, are rejected at construction."""
+        with pytest.raises(
+            ValueError, match=r"'command' uses fields \['loss'\] that are not in 'names' \['val'\]"
+        ):
+            SendMonitorData("echo {val} {loss}", "val")
+        with pytest.raises(TypeError, match="'names' must be a statistic name or a non-empty list"):
+            SendMonitorData("echo", [])
+        with pytest.raises(ValueError, match="'command' is not a valid format string"):
+            SendMonitorData("echo {val", "val")
+
+
+class TestSendStat:
+    """A callback sending the latest values of statistics."""
+
+    def test_sends(self, graph, tmp_path):
+        """Each trigger runs the command with the latest values, names with '/' included."""
+        out = tmp_path / "sent.txt"
+
+        class Put(Callback):
+            def _trigger(self):
+                self.trainer.monitors.put_scalar("val/error", self.trainer.epoch_num / 10)
+
+        LoopTrainer(
+            graph,
+            make_train_op(),
+            [Put(), SendStat(f"echo {{val/error}} >> {out}", "val/error")],
+            max_epoch=2,
+        ).train()
+        assert out.read_text() == "0.1\n0.2\n"
+
+    def test_missing(self, graph, tmp_path):
+        """A statistic never put is an error naming those that exist."""
+        with pytest.raises(
+            MissingStatError, match=r"no statistic named 'acc' .* \['steps', 'val'\]"
+        ):
+            LoopTrainer(
+                graph,
+                make_train_op(),
+                [PutEveryEpoch(), SendStat("echo {acc}", "acc")],
+                max_epoch=1,
+            ).train()
+
+
+class TestCometMLMonitor:
+    """The optional comet_ml monitor."""
+
+    def test_without_comet_ml(self):
+        """Without comet_ml installed, construction says how to get it."""
+        try:
+            import comet_ml  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            pytest.skip("comet_ml is installed here; this checks the error raised without it")
+        with pytest.raises(
+            ImportError, match="CometMLMonitor needs comet_ml: pip install comet_ml"
+        ):
+            CometMLMonitor(project_name="x")
+
+    def test_dispatch(self, graph, tmp_path, monkeypatch):
+        """With an experiment object, scalars, images, epochs and the end reach it."""
+        # a stand-in comet_ml module on the path: the real one needs network access
+        (tmp_path / "comet_ml.py").write_text(
+            "class Experiment:\n"
+            "    def __init__(self, **kw):\n"
+            "        self.kw, self.calls = kw, []\n"
+            "    def __getattr__(self, name):\n"
+            "        return lambda *a, **k: self.calls.append((name, a, k))\n"
+        )
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "comet_ml", raising=False)
+        mon = CometMLMonitor(project_name="p", tags=["t"])
+        assert mon.experiment.kw == {"project_name": "p", "auto_output_logging": None}
+
+        class Put(Callback):
+            def _trigger(self):
+                self.trainer.monitors.put_scalar("val", 2.0)
+                self.trainer.monitors.put_image("im", np.zeros((2, 2, 2, 3)))
+
+        LoopTrainer(
+            graph, make_train_op(), [Put()], Monitors([mon]), steps_per_epoch=2, max_epoch=1
+        ).train()
+        names = [c[0] for c in mon.experiment.calls]
+        assert names == [
+            "add_tags",
+            "set_model_graph",
+            "log_metric",
+            "log_image",
+            "log_image",
+            "log_epoch_end",
+            "end",
+        ]
+        assert mon.experiment.calls[2] == ("log_metric", ("val", 2.0), {"step": 2})
+        with pytest.raises(ValueError, match="an 'experiment' was given"):
+            CometMLMonitor(experiment=mon.experiment, tags=["x"])

@@ -38,7 +38,16 @@ from towerkit.callbacks._inference import (
 )
 from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
 from towerkit.callbacks._misc import EstimatedTimeLeft, InjectShell, StartProcOrThread
-from towerkit.callbacks._monitors import MonitorBase, Monitors
+from towerkit.callbacks._monitors import (
+    CometMLMonitor,
+    JSONWriter,
+    MonitorBase,
+    Monitors,
+    ScalarPrinter,
+    SendMonitorData,
+    SendStat,
+    TFEventWriter,
+)
 from towerkit.callbacks._params import (
     GraphVarParam,
     HumanHyperParamSetter,
@@ -121,6 +130,12 @@ __all__ = [
     # monitors
     "MonitorBase",
     "Monitors",
+    "TFEventWriter",
+    "JSONWriter",
+    "ScalarPrinter",
+    "SendMonitorData",
+    "SendStat",
+    "CometMLMonitor",
     # statistics, pure
     "estimate_time_left",
     "should_change",

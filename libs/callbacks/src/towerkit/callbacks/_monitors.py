@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import numbers
+import os
+import re
+import string
 import struct
+import subprocess
 import time
 import zlib
 from collections.abc import Iterable
@@ -15,6 +20,7 @@ import numpy as np
 from towerkit.callbacks._base import Callback, Callbacks
 from towerkit.callbacks._errors import CallbackError, MissingStatError
 from towerkit.callbacks._types import TrainerView
+from towerkit.sessinit import atomic_write_text
 from towerkit.towers._compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -159,7 +165,11 @@ class Monitors(Callback):
 
     def __init__(self, monitors: Iterable[MonitorBase]) -> None:
         mons = list(monitors)
-        bad = [f"#{i}: {type(m).__name__}" for i, m in enumerate(mons) if not isinstance(m, MonitorBase)]
+        bad = [
+            f"#{i}: {type(m).__name__}"
+            for i, m in enumerate(mons)
+            if not isinstance(m, MonitorBase)
+        ]
         if bad:
             msg = f"'monitors' must hold MonitorBase instances; got {', '.join(bad)}"
             raise TypeError(msg)
@@ -359,3 +369,472 @@ def require_logdir(callback: Callback, explicit: str | None = None, what: str = 
         )
         raise CallbackError(msg)
     return str(logdir)
+
+
+class TFEventWriter(MonitorBase):
+    """Write every summary and event to a TensorFlow event file (for TensorBoard).
+
+    The writer opens in ``setup_graph`` (statistics put in ``before_train`` are kept),
+    adds the graph in ``before_train``, flushes after each epoch and closes after
+    training. Summaries are written at the trainer's global step.
+
+    Args:
+        logdir: the directory of the event files; the trainer's ``logdir`` by default.
+        max_queue: events queued before a write, as in ``tf.compat.v1.summary.FileWriter``.
+        flush_secs: seconds between automatic flushes, as in ``FileWriter``.
+        split_files: start a new event file after each epoch instead of appending to
+            one (for file systems where appending is expensive).
+    """
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str] | None = None,
+        max_queue: int = 10,
+        flush_secs: float = 120,
+        split_files: bool = False,
+    ) -> None:
+        if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
+            msg = f"'max_queue' must be an int >= 1; got {max_queue!r}"
+            raise ValueError(msg)
+        if not isinstance(flush_secs, numbers.Real) or not flush_secs > 0:
+            msg = f"'flush_secs' must be a number > 0; got {flush_secs!r}"
+            raise ValueError(msg)
+        self._logdir_arg = None if logdir is None else os.fspath(logdir)
+        self._max_queue = max_queue
+        self._flush_secs = flush_secs
+        self._split = bool(split_files)
+        self._writer: Any = None
+        self.logdir: str | None = None
+
+    def _setup_graph(self) -> None:
+        self.logdir = require_logdir(self, self._logdir_arg)
+        self._files = 0
+        self._open()
+
+    def _open(self) -> None:
+        # a distinct suffix per file: event file names hold the time in seconds only
+        self._files += 1
+        with self.graph.as_default():
+            self._writer = tf1.summary.FileWriter(
+                self.logdir,
+                max_queue=self._max_queue,
+                flush_secs=self._flush_secs,
+                filename_suffix=f".{os.getpid()}.{self._files}",
+            )
+
+    def _before_train(self) -> None:
+        self._writer.add_graph(self.graph)
+
+    def process_summary(self, summary: Any) -> None:
+        self._writer.add_summary(summary, self.trainer.global_step)
+
+    def process_event(self, evt: Any) -> None:
+        self._writer.add_event(evt)
+
+    def _trigger_epoch(self) -> None:
+        if self._split:
+            self._writer.close()
+            self._open()
+        else:
+            self._writer.flush()
+
+    def _after_train(self) -> None:
+        self._writer.close()
+
+
+def _last_epoch(records: list[dict[str, Any]]) -> int | None:
+    """The ``epoch_num`` of the last record that has one."""
+    for rec in reversed(records):
+        epoch = rec.get("epoch_num")
+        if isinstance(epoch, int) and not isinstance(epoch, bool):
+            return epoch
+    return None
+
+
+class JSONWriter(MonitorBase):
+    """Write the scalars of each epoch to ``<logdir>/stats.json``.
+
+    After each epoch, one record ``{"epoch_num": ..., "global_step": ..., <name>:
+    <value>, ...}`` is appended, holding the scalars put since the previous record
+    (the latest value of each; the full history is in the monitors and the event
+    files), and the whole file is rewritten atomically. The file is a JSON list of
+    records.
+
+    On a resumed run (``starting_epoch`` > 1) the records of an existing file are kept,
+    except those with ``epoch_num >= starting_epoch``: those epochs are about to run
+    again (they were written after the checkpoint the run resumes from), and keeping
+    them would leave the file with two records for one epoch. Scalars put in an epoch
+    that does not finish (training stopped in the middle) are not written, so the last
+    record always marks a finished epoch.
+
+    Attributes:
+        FILENAME: the file's name, ``"stats.json"``.
+    """
+
+    FILENAME = "stats.json"
+
+    def __init__(self) -> None:
+        self._records: list[dict[str, Any]] = []
+        self._pending: dict[str, Any] = {}
+        self._path: str | None = None
+
+    @property
+    def path(self) -> str | None:
+        """The file written (after ``setup_graph``)."""
+        return self._path
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The records written so far (a copy)."""
+        return [dict(r) for r in self._records]
+
+    @staticmethod
+    def load_existing_json(dir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+        """The records of ``<dir>/stats.json``, or None when there is no such file.
+
+        Raises:
+            ValueError: the file is not a JSON list of records.
+        """
+        path = os.path.join(os.fspath(dir), JSONWriter.FILENAME)
+        if not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except json.JSONDecodeError as err:
+            msg = f"{path!r} is not valid JSON ({err}); expected a list of statistics records"
+            raise ValueError(msg) from err
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            msg = f"{path!r} must hold a JSON list of records (objects); got {type(data).__name__}"
+            raise ValueError(msg)
+        return data
+
+    @staticmethod
+    def load_existing_epoch_number(dir: str | os.PathLike[str]) -> int | None:
+        """The ``epoch_num`` of the last record of ``<dir>/stats.json``, or None without one."""
+        return _last_epoch(JSONWriter.load_existing_json(dir) or [])
+
+    def _setup_graph(self) -> None:
+        self._path = os.path.join(require_logdir(self), self.FILENAME)
+
+    def _before_train(self) -> None:
+        directory = os.path.dirname(self._path)  # type: ignore[arg-type]
+        existing = self.load_existing_json(directory) or []
+        start = self.trainer.starting_epoch
+        kept = [
+            r
+            for r in existing
+            if not (isinstance(r.get("epoch_num"), int) and r["epoch_num"] >= start)
+        ]
+        if len(kept) != len(existing):
+            logger.info(
+                "JSONWriter: dropping %d records of epochs >= %d from %s: those epochs run again",
+                len(existing) - len(kept),
+                start,
+                self._path,
+            )
+        self._records = kept
+        last = _last_epoch(kept)
+        if last is not None and last != start - 1:
+            logger.warning(
+                "JSONWriter: %s ends at epoch %d but training starts at epoch %d",
+                self._path,
+                last,
+                start,
+            )
+        if kept != existing:
+            self._write()
+
+    def process_scalar(self, name: str, val: float) -> None:
+        self._pending[name] = val
+
+    def _trigger_epoch(self) -> None:
+        record: dict[str, Any] = {
+            "epoch_num": self.trainer.epoch_num,
+            "global_step": self.trainer.global_step,
+        }
+        for k, v in self._pending.items():
+            record.setdefault(k, v)
+        self._pending = {}
+        self._records.append(record)
+        self._write()
+
+    def _after_train(self) -> None:
+        if self._pending:
+            logger.debug(
+                "JSONWriter: %d scalars of an unfinished epoch not written", len(self._pending)
+            )
+            self._pending = {}
+
+    def _write(self) -> None:
+        atomic_write_text(self._path, json.dumps(self._records, indent=1, sort_keys=False) + "\n")
+
+
+def _compile_all(what: str, patterns: Iterable[str] | None) -> tuple[re.Pattern[str], ...] | None:
+    if patterns is None:
+        return None
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    out, bad = [], []
+    for p in patterns:
+        try:
+            out.append(re.compile(p))
+        except (re.error, TypeError) as err:
+            bad.append(f"{p!r} ({err})")
+    if bad:
+        msg = f"{what!r} must hold regular expressions; invalid: {', '.join(bad)}"
+        raise ValueError(msg)
+    return tuple(out)
+
+
+class ScalarPrinter(MonitorBase):
+    """Log scalars (logger ``towerkit.callbacks``, level INFO) after each epoch and/or step.
+
+    Each scalar put since the last print is logged once, as ``name: value``, sorted by
+    name.
+
+    Args:
+        enable_step: print after each step the scalars put during it.
+        enable_epoch: print after each epoch.
+        whitelist: regular expressions; only names in which one matches (``re.search``)
+            are printed. All names by default.
+        blacklist: regular expressions; names in which one matches are not printed.
+    """
+
+    _chief_only = True
+
+    def __init__(
+        self,
+        enable_step: bool = False,
+        enable_epoch: bool = True,
+        whitelist: Iterable[str] | None = None,
+        blacklist: Iterable[str] | None = None,
+    ) -> None:
+        if not (enable_step or enable_epoch):
+            msg = "ScalarPrinter with enable_step=False and enable_epoch=False would print nothing"
+            raise ValueError(msg)
+        self._step = bool(enable_step)
+        self._epoch = bool(enable_epoch)
+        self._white = _compile_all("whitelist", whitelist)
+        self._black = _compile_all("blacklist", blacklist) or ()
+        self._allowed: dict[str, bool] = {}
+        self._pending: dict[str, Any] = {}
+
+    def allows(self, name: str) -> bool:
+        """Whether ``name`` passes the whitelist and the blacklist."""
+        ok = self._allowed.get(name)
+        if ok is None:
+            ok = (self._white is None or any(r.search(name) for r in self._white)) and not any(
+                r.search(name) for r in self._black
+            )
+            self._allowed[name] = ok
+        return ok
+
+    def process_scalar(self, name: str, val: float) -> None:
+        if self.allows(name):
+            self._pending[name] = val
+
+    def has_hook(self, method: str) -> bool:
+        if method == "_trigger_step":
+            return self._step
+        if method == "_trigger_epoch":
+            return self._epoch
+        return super().has_hook(method)
+
+    def _print(self) -> None:
+        for name in sorted(self._pending):
+            val = self._pending[name]
+            if isinstance(val, float):
+                logger.info("%s: %.5g", name, val)
+            else:
+                logger.info("%s: %s", name, val)
+        self._pending = {}
+
+    def _trigger_step(self) -> None:
+        if self._step and self._pending:
+            self._print()
+
+    def _trigger_epoch(self) -> None:
+        if self._epoch:
+            self._print()
+
+
+def _names(value: str | Iterable[str]) -> tuple[str, ...]:
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        msg = f"'names' must be a statistic name or a non-empty list of names; got {value!r}"
+        raise TypeError(msg)
+    return names
+
+
+def _check_command(command: str, names: tuple[str, ...]) -> None:
+    if not isinstance(command, str) or not command.strip():
+        msg = f"'command' must be a non-empty shell command; got {command!r}"
+        raise TypeError(msg)
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(command) if f is not None]
+    except ValueError as err:
+        msg = f"'command' is not a valid format string: {err}; command: {command!r}"
+        raise ValueError(msg) from err
+    unknown = [f for f in fields if f not in names]
+    if unknown:
+        msg = f"'command' uses fields {unknown} that are not in 'names' {list(names)}"
+        raise ValueError(msg)
+
+
+def fill_command(command: str, values: dict[str, Any]) -> str:
+    """``command`` with each ``{name}`` (or ``{name:spec}``) replaced by ``values[name]``.
+
+    Names may hold any character but braces and ``:``/``!`` (``{val/error}`` works).
+
+    Examples:
+        >>> fill_command("echo {val/error:.2f} {step}", {"val/error": 0.1234, "step": 7})
+        'echo 0.12 7'
+    """
+    out = []
+    for literal, field, spec, conv in string.Formatter().parse(command):
+        out.append(literal)
+        if field is None:
+            continue
+        v = values[field]
+        if conv == "r":
+            v = repr(v)
+        elif conv == "s":
+            v = str(v)
+        elif conv == "a":
+            v = ascii(v)
+        out.append(format(v, spec or ""))
+    return "".join(out)
+
+
+def run_command(owner: object, command: str) -> int:
+    """Run a shell command; log its failure (training goes on) and return its exit status."""
+    result = subprocess.run(command, shell=True, check=False)
+    if result.returncode != 0:
+        logger.error("%s: command exited with status %d: %s", owner, result.returncode, command)
+    return result.returncode
+
+
+class SendMonitorData(MonitorBase):
+    """Run a shell command with some scalars once all of them have been put.
+
+    The command is a format string whose fields are statistic names
+    (``"notify {val-error}"``). Each time every one of ``names`` has received a value,
+    the command runs with the latest values, and the collection starts over. A
+    command that fails is logged; training goes on.
+
+    Args:
+        command: the shell command, with ``{name}`` fields.
+        names: the statistic name(s) to collect.
+
+    Raises:
+        ValueError: the command uses a field that is not in ``names``.
+    """
+
+    def __init__(self, command: str, names: str | Iterable[str]) -> None:
+        self._names = _names(names)
+        _check_command(command, self._names)
+        self._command = command
+        self._wanted = frozenset(self._names)
+        self._values: dict[str, Any] = {}
+
+    def process_scalar(self, name: str, val: float) -> None:
+        if name not in self._wanted:
+            return
+        self._values[name] = val
+        if len(self._values) == len(self._wanted):
+            values, self._values = self._values, {}
+            run_command(self, fill_command(self._command, values))
+
+
+class SendStat(Callback):
+    """Run a shell command with the latest values of some statistics, on each trigger.
+
+    Like :class:`SendMonitorData`, as a plain callback: when triggered (every epoch by
+    default) it reads the latest value of each of ``names`` from the monitors.
+
+    Args:
+        command: the shell command, with ``{name}`` fields.
+        names: the statistic name(s) to send.
+
+    Raises:
+        MissingStatError: when triggered, a statistic was never put (the message
+            lists those that were).
+    """
+
+    def __init__(self, command: str, names: str | Iterable[str]) -> None:
+        self._names = _names(names)
+        _check_command(command, self._names)
+        self._command = command
+
+    def _trigger(self) -> None:
+        monitors = self.trainer.monitors
+        values = {n: monitors.get_latest(n) for n in self._names}
+        run_command(self, fill_command(self._command, values))
+
+
+class CometMLMonitor(MonitorBase):
+    """Send scalars, images and the graph to comet.ml (needs the optional ``comet_ml``).
+
+    ``comet_ml`` likes to be imported before TensorFlow; import it first in the
+    training script. Its automatic output logging (which makes a progress bar appear
+    frozen) is off unless asked for in ``kwargs``.
+
+    Args:
+        experiment: a ``comet_ml.Experiment`` to use; then ``tags`` and ``kwargs``
+            must be empty.
+        tags: tags to add to a new experiment.
+        kwargs: arguments of ``comet_ml.Experiment`` (project name, API key, ...).
+
+    Raises:
+        ImportError: ``comet_ml`` is not installed.
+        ValueError: ``experiment`` given together with ``tags`` or ``kwargs``.
+    """
+
+    def __init__(
+        self, experiment: Any = None, tags: Iterable[str] | None = None, **kwargs: Any
+    ) -> None:
+        try:
+            import comet_ml
+        except ImportError as err:
+            msg = "CometMLMonitor needs comet_ml: pip install comet_ml"
+            raise ImportError(msg) from err
+        if experiment is not None:
+            if tags or kwargs:
+                msg = (
+                    "CometMLMonitor: an 'experiment' was given, so 'tags' and the Experiment "
+                    f"arguments would be ignored; got tags={tags!r}, kwargs={sorted(kwargs)}"
+                )
+                raise ValueError(msg)
+            self._exp = experiment
+        else:
+            kwargs.setdefault("auto_output_logging", None)
+            self._exp = comet_ml.Experiment(**kwargs)
+            if tags:
+                self._exp.add_tags(list(tags))
+
+    @property
+    def experiment(self) -> Any:
+        """The ``comet_ml.Experiment``."""
+        return self._exp
+
+    def _before_train(self) -> None:
+        self._exp.set_model_graph(self.graph)
+
+    def process_scalar(self, name: str, val: float) -> None:
+        self._exp.log_metric(name, val, step=self.trainer.global_step)
+
+    def process_image(self, name: str, val: np.ndarray) -> None:
+        step = self.trainer.global_step
+        for i, img in enumerate(val):
+            self._exp.log_image(
+                np.clip(img, 0, 255).astype(np.uint8),
+                name=name if len(val) == 1 else f"{name}_{i}",
+                step=step,
+            )
+
+    def _trigger_epoch(self) -> None:
+        self._exp.log_epoch_end(self.trainer.epoch_num)
+
+    def _after_train(self) -> None:
+        self._exp.end()
