@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -919,28 +921,55 @@ def _execute(
     print(f"done in {time.monotonic() - started:.0f} s", flush=True)
 
 
+def _run_job(
+    argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float
+) -> tuple[int | None, str]:
+    """Run a launcher in its own process group; on timeout stop the whole group.
+
+    Returns the exit status (None after a timeout) and the combined output. Killing only the
+    launcher would leave its workers running, so the group gets SIGTERM, then SIGKILL.
+    """
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            out, _ = proc.communicate()
+            return None, out or ""
+    return proc.returncode, out or ""
+
+
+def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the process group (horovodrun then stops its workers), SIGKILL after ``grace`` s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _verify(step: Step, *, workdir: Path, timeout: float) -> None:
     script = Path(step.argv[-1])
     _write_atomic(script, VERIFY_SCRIPT)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"}
     print(f"$ {shlex.join(step.argv)}", flush=True)
-    try:
-        done = subprocess.run(
-            step.argv,
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=workdir,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as err:
-        out = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else err.stdout
-        msg = f"step 'verify' took over {timeout:g} s: {shlex.join(step.argv)}\noutput:\n{out}"
-        raise HorovodInstallError(msg) from None
-    text = done.stdout + done.stderr
-    if done.returncode != 0:
-        msg = f"step 'verify' failed with exit status {done.returncode}\noutput:\n{text}"
+    code, text = _run_job(step.argv, env=env, cwd=workdir, timeout=timeout)
+    if code is None:
+        msg = f"step 'verify' took over {timeout:g} s: {shlex.join(step.argv)}\noutput:\n{text}"
+        raise HorovodInstallError(msg)
+    if code != 0:
+        msg = f"step 'verify' failed with exit status {code}\noutput:\n{text}"
         raise HorovodInstallError(msg)
     reports = check_verify_output(text, np=2)
     for report in reports:
