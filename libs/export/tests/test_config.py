@@ -93,6 +93,19 @@ class TestPredictConfig:
         assert config.input_signature == SIGNATURE
         assert config.tower_fn == model.build_graph
 
+    def test_model_signature_preferred(self):
+        """A model's validated `get_input_signature()` is used when it has one."""
+
+        class Described(Model):
+            def inputs(self):
+                raise AssertionError("inputs() is reached through get_input_signature()")
+
+            def get_input_signature(self):
+                return SIGNATURE
+
+        config = PredictConfig(model=Described(), output_names=["prob"])
+        assert config.input_signature == SIGNATURE
+
     def test_fail(self):
         """Each wrong argument is named, with what was expected and what was received."""
         with pytest.raises(
