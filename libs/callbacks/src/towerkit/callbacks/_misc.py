@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from towerkit.callbacks._base import Callback
+from towerkit.callbacks._stats import estimate_time_left
 
 logger = logging.getLogger("towerkit.callbacks")
 
@@ -233,8 +234,6 @@ class EstimatedTimeLeft(Callback):
         self._last = time.perf_counter()
 
     def _trigger_epoch(self) -> None:
-        from towerkit.callbacks._stats import estimate_time_left
-
         now = time.perf_counter()
         self._durations.append(now - self._last)
         self._last = now
