@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import functools
 import inspect
 import logging
 import re
@@ -184,6 +185,14 @@ def _map_values(grad: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(grad, tf.IndexedSlices):
         return tf.IndexedSlices(fn(grad.values), grad.indices, grad.dense_shape)
     return fn(grad)
+
+
+def _check_numerics(x: Any, message: str) -> Any:
+    return tf.debugging.check_numerics(x, message)
+
+
+def _scale(x: Any, factor: float) -> Any:
+    return x * tf.cast(factor, x.dtype)
 
 
 def _takes_var(func: Callable[..., Any]) -> bool:
@@ -472,7 +481,7 @@ class CheckGradient(GradientProcessor):
                 out.append((g, v))
                 continue
             message = f"gradient of {_var_name(v)}"
-            out.append((_map_values(g, lambda x, m=message: tf.debugging.check_numerics(x, m)), v))
+            out.append((_map_values(g, functools.partial(_check_numerics, message=message)), v))
         return out
 
 
@@ -508,7 +517,7 @@ class ScaleGradient(GradientProcessor):
             else:
                 if self.verbose:
                     logger.info("gradient of %s scaled by %g", name, mult)
-                out.append((_map_values(g, lambda x, m=mult: x * tf.cast(m, x.dtype)), v))
+                out.append((_map_values(g, functools.partial(_scale, factor=mult)), v))
         return out
 
 

@@ -21,6 +21,9 @@ __all__ = [
 ]
 
 
+_Optimizer: Any = tf1.train.Optimizer
+
+
 def _check_optimizer(opt: Any) -> None:
     if not isinstance(opt, tf1.train.Optimizer):
         msg = (
@@ -30,7 +33,7 @@ def _check_optimizer(opt: Any) -> None:
         raise TypeError(msg)
 
 
-class ProxyOptimizer(tf1.train.Optimizer):
+class ProxyOptimizer(_Optimizer):
     """An optimizer that forwards everything to another one; the base of optimizer wrappers.
 
     ``compute_gradients``, ``apply_gradients``, ``get_slot``, ``get_slot_names`` and
@@ -244,14 +247,14 @@ class AccumGradOptimizer(ProxyOptimizer):
 
     def get_slot(self, var: Any, name: str) -> Any:
         if name == self.SLOT:
-            return tf1.train.Optimizer.get_slot(self, var, name)
+            return _Optimizer.get_slot(self, var, name)
         return self._opt.get_slot(var, name)
 
     def get_slot_names(self) -> list[str]:
         return [self.SLOT, *self._opt.get_slot_names()]
 
     def variables(self) -> list[Any]:
-        return tf1.train.Optimizer.variables(self) + self._opt.variables()
+        return _Optimizer.variables(self) + self._opt.variables()
 
     def counter(self, graph: Any = None) -> Any:
         """The counter variable of `graph` (the default graph when None), or None."""

@@ -13,6 +13,8 @@ __all__ = ["NewSessionCreator", "ReuseSessionCreator", "SessionCreatorAdapter"]
 
 logger = logging.getLogger("towerkit.trainers")
 
+_SessionCreator: Any = tf1.train.SessionCreator
+
 
 def _initializer_ops(graph: Any) -> list[Any]:
     """The initializers of every global and local variable and table in `graph`.
@@ -25,7 +27,7 @@ def _initializer_ops(graph: Any) -> list[Any]:
     return [v.initializer for v in variables] + list(tables)
 
 
-class NewSessionCreator(tf1.train.SessionCreator):
+class NewSessionCreator(_SessionCreator):
     """Create a new session on the default graph and initialize its variables.
 
     ``create_session`` opens a ``tf.compat.v1.Session`` on the graph that is the default
@@ -84,7 +86,7 @@ class NewSessionCreator(tf1.train.SessionCreator):
         return f"NewSessionCreator(target={self._target!r})"
 
 
-class ReuseSessionCreator(tf1.train.SessionCreator):
+class ReuseSessionCreator(_SessionCreator):
     """Return an existing session, as it is (nothing is initialized).
 
     Args:
@@ -108,7 +110,7 @@ class ReuseSessionCreator(tf1.train.SessionCreator):
         return f"ReuseSessionCreator({self._sess!r})"
 
 
-class SessionCreatorAdapter(tf1.train.SessionCreator):
+class SessionCreatorAdapter(_SessionCreator):
     """Apply a function to the session another creator makes (e.g. to wrap it for debugging).
 
     Args:
