@@ -83,6 +83,13 @@ from towerkit.callbacks._summaries import (
     SimpleMovingAverage,
     summary_due,
 )
+from towerkit.callbacks._timeline import (
+    Firing,
+    TimelineEntry,
+    format_timeline,
+    timeline,
+    timeline_entry,
+)
 from towerkit.callbacks._trackers import (
     GPUMemoryTracker,
     GPUUtilizationTracker,
@@ -180,6 +187,12 @@ __all__ = [
     "ModelSaver",
     "MinSaver",
     "MaxSaver",
+    # timeline, pure
+    "timeline",
+    "timeline_entry",
+    "format_timeline",
+    "Firing",
+    "TimelineEntry",
     # graph
     "RunOp",
     "RunUpdateOps",

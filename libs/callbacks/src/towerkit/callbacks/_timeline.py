@@ -1,0 +1,249 @@
+"""When each callback fires over a run, computed from trigger records alone (no TensorFlow)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition
+from towerkit.callbacks._schedules import OnSchedule, scheduled_value
+from towerkit.callbacks._triggers import EveryK, Trigger
+
+__all__ = [
+    "DEFAULT_KINDS",
+    "Firing",
+    "TimelineEntry",
+    "format_timeline",
+    "timeline",
+    "timeline_entry",
+]
+
+DEFAULT_KINDS = (EventKind.BEFORE_TRAIN, EventKind.TRIGGER_STEP, EventKind.TRIGGER_EPOCH)
+"""The events where triggers act: before training, after each step, after each epoch."""
+
+_STEP_KINDS = frozenset({EventKind.BEFORE_RUN, EventKind.AFTER_RUN, EventKind.TRIGGER_STEP})
+
+
+def _kinds(value: Iterable[Any]) -> tuple[EventKind, ...]:
+    return tuple(EventKind(v) for v in value)
+
+
+@attrs.frozen(kw_only=True)
+class TimelineEntry:
+    """One line of a timeline's input: a name, its trigger, the event kinds it acts at.
+
+    Attributes:
+        name: what to call it in the output.
+        trigger: the trigger record.
+        kinds: the event kinds at which the record is evaluated.
+    """
+
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    trigger: Trigger = attrs.field(validator=attrs.validators.instance_of(Trigger))
+    kinds: tuple[EventKind, ...] = attrs.field(default=DEFAULT_KINDS, converter=_kinds)
+
+
+@attrs.frozen(kw_only=True)
+class Firing:
+    """One firing: who, at which event, where in the loop, and the value set (schedules).
+
+    Attributes:
+        name: the entry's name.
+        kind: the event kind.
+        epoch_num: the running epoch (1-based; ``starting_epoch - 1`` before training).
+        local_step: the 0-based step in the epoch (-1 before its first step).
+        global_step: the global step at the event (after the step's run in
+            ``trigger_step``, before it in ``before_run``).
+        value: for a schedule, the value it sets; else None.
+    """
+
+    name: str
+    kind: EventKind
+    epoch_num: int
+    local_step: int
+    global_step: int
+    value: float | None = None
+
+
+def timeline_entry(item: Any) -> TimelineEntry | None:
+    """The timeline entry of a callback, a trigger record or a ``(name, trigger)`` pair.
+
+    A callback is read through its ``trigger_record`` and ``trigger_kinds`` properties
+    (the trigger shells, ``ScheduledHyperParamSetter``); another callback that acts
+    in ``trigger_epoch`` fires every epoch, and one that does not gives None.
+
+    Raises:
+        ValueError: a callback whose firing depends on a function, not a record
+            (``EnableCallbackIf`` with a function predicate).
+        TypeError: anything else.
+
+    Examples:
+        >>> timeline_entry(("every 2 epochs", EveryK(epochs=2))).name
+        'every 2 epochs'
+    """
+    if isinstance(item, TimelineEntry):
+        return item
+    if isinstance(item, Trigger):
+        return TimelineEntry(name=repr(item), trigger=item)
+    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Trigger):
+        return TimelineEntry(name=str(item[0]), trigger=item[1])
+    if hasattr(item, "trigger_record"):
+        record = item.trigger_record
+        if record is None:
+            msg = f"cannot tell when {item} fires: it is gated by a function, not a trigger record"
+            raise ValueError(msg)
+        kinds = getattr(item, "trigger_kinds", DEFAULT_KINDS)
+        return TimelineEntry(name=str(item), trigger=record, kinds=kinds)
+    if callable(getattr(item, "has_hook", None)):
+        if item.has_hook("_trigger_epoch"):
+            return TimelineEntry(
+                name=str(item), trigger=EveryK(epochs=1), kinds=(EventKind.TRIGGER_EPOCH,)
+            )
+        return None
+    msg = f"a timeline takes callbacks, trigger records or (name, trigger) pairs; got {type(item).__name__} {item!r:.80}"
+    raise TypeError(msg)
+
+
+def _events(
+    starting_epoch: int,
+    max_epoch: int,
+    steps_per_epoch: int,
+    start_global_step: int,
+    kinds: frozenset[EventKind],
+) -> Iterator[LoopEvent]:
+    """The loop's events (one run per step) of the given kinds only, in loop order."""
+    common = {
+        "starting_epoch": starting_epoch,
+        "max_epoch": max_epoch,
+        "steps_per_epoch": steps_per_epoch,
+    }
+
+    def at(kind: EventKind, epoch: int, local: int, gs: int) -> LoopEvent:
+        pos = LoopPosition(**common, epoch_num=epoch, local_step=local, global_step=gs)
+        return LoopEvent(kind, pos)
+
+    gs, local, epoch = start_global_step, -1, starting_epoch - 1
+    if EventKind.BEFORE_TRAIN in kinds:
+        yield at(EventKind.BEFORE_TRAIN, epoch, local, gs)
+    steps_needed = bool(kinds & _STEP_KINDS)
+    for epoch in range(starting_epoch, max_epoch + 1):
+        if EventKind.BEFORE_EPOCH in kinds:
+            yield at(EventKind.BEFORE_EPOCH, epoch, -1, gs)
+        if steps_needed:
+            for local in range(steps_per_epoch):
+                if EventKind.BEFORE_RUN in kinds:
+                    yield at(EventKind.BEFORE_RUN, epoch, local, gs)
+                gs += 1
+                if EventKind.AFTER_RUN in kinds:
+                    yield at(EventKind.AFTER_RUN, epoch, local, gs)
+                if EventKind.TRIGGER_STEP in kinds:
+                    yield at(EventKind.TRIGGER_STEP, epoch, local, gs)
+        else:
+            gs += steps_per_epoch
+        local = steps_per_epoch - 1
+        for kind in (EventKind.AFTER_EPOCH, EventKind.TRIGGER_EPOCH):
+            if kind in kinds:
+                yield at(kind, epoch, local, gs)
+    if EventKind.AFTER_TRAIN in kinds:
+        yield at(EventKind.AFTER_TRAIN, epoch, local, gs)
+
+
+def timeline(
+    callbacks_or_triggers: Sequence[Any],
+    starting_epoch: int,
+    max_epoch: int,
+    steps_per_epoch: int,
+    *,
+    start_global_step: int = 0,
+    on_unknown: Literal["raise", "skip"] = "raise",
+) -> list[Firing]:
+    """Where each callback (or trigger) fires over a run, in loop order, without running it.
+
+    Epochs run from ``starting_epoch`` to ``max_epoch`` inclusive with
+    ``steps_per_epoch`` steps each and one ``hooked_sess.run`` per step, as in
+    :func:`~towerkit.callbacks.loop_events`. Schedules
+    (``ScheduledHyperParamSetter`` or :class:`OnSchedule` records) also give the
+    value they set.
+
+    Args:
+        callbacks_or_triggers: callbacks, trigger records, ``(name, trigger)`` pairs or
+            :class:`TimelineEntry` values (see :func:`timeline_entry`).
+        starting_epoch: the first epoch (1-based).
+        max_epoch: the last epoch, inclusive.
+        steps_per_epoch: steps per epoch.
+        start_global_step: the global step at the start (restored on a resumed run).
+        on_unknown: what to do with a callback gated by a function: ``"raise"`` a
+            ValueError, or ``"skip"`` it.
+
+    Returns:
+        The firings, ordered by event, then by the order of the input.
+
+    Examples:
+        >>> from towerkit.callbacks._schedules import piecewise_schedule
+        >>> lr = ("lr", OnSchedule(schedule=piecewise_schedule([(0, 0.1), (2, 0.01)])))
+        >>> save = ("save", EveryK(epochs=2))
+        >>> for f in timeline([lr, save], 1, 3, 100):
+        ...     print(f.kind.value, f.epoch_num, f.global_step, f.name, f.value)
+        before_train 0 0 lr 0.1
+        trigger_epoch 2 200 lr 0.01
+        trigger_epoch 2 200 save None
+    """
+    if on_unknown not in ("raise", "skip"):
+        msg = f"'on_unknown' must be 'raise' or 'skip'; got {on_unknown!r}"
+        raise ValueError(msg)
+    entries: list[TimelineEntry] = []
+    unknown: list[str] = []
+    for item in callbacks_or_triggers:
+        try:
+            entry = timeline_entry(item)
+        except ValueError as err:
+            unknown.append(str(err))
+            continue
+        if entry is not None:
+            entries.append(entry)
+    if unknown and on_unknown == "raise":
+        msg = "; ".join(unknown) + " (pass on_unknown='skip' to leave them out)"
+        raise ValueError(msg)
+    wanted = frozenset(k for e in entries for k in e.kinds)
+    out: list[Firing] = []
+    for event in _events(starting_epoch, max_epoch, steps_per_epoch, start_global_step, wanted):
+        for entry in entries:
+            if event.kind not in entry.kinds or not entry.trigger._fires(event):
+                continue
+            value = (
+                scheduled_value(entry.trigger, event)
+                if isinstance(entry.trigger, OnSchedule)
+                else None
+            )
+            out.append(
+                Firing(
+                    name=entry.name,
+                    kind=event.kind,
+                    epoch_num=event.epoch_num,
+                    local_step=event.local_step,
+                    global_step=event.global_step,
+                    value=value,
+                )
+            )
+    return out
+
+
+def format_timeline(firings: Iterable[Firing]) -> str:
+    """The firings as an aligned text table, one line each.
+
+    Examples:
+        >>> print(format_timeline(timeline([("save", EveryK(epochs=1))], 1, 2, 5)))
+        epoch  local_step  global_step  event          name  value
+        1      4           5            trigger_epoch  save
+        2      4           10           trigger_epoch  save
+    """
+    rows = [("epoch", "local_step", "global_step", "event", "name", "value")]
+    for f in firings:
+        value = "" if f.value is None else f"{f.value:.6g}"
+        rows.append(
+            (str(f.epoch_num), str(f.local_step), str(f.global_step), f.kind.value, f.name, value)
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

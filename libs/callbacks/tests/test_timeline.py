@@ -1,0 +1,244 @@
+"""The pure timeline: when each callback fires, without TensorFlow, checked against real loops."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+from loop import LoopTrainer
+from strategies import loop_params, triggers
+
+from towerkit.callbacks import (
+    Callback,
+    EnableCallbackIf,
+    EventKind,
+    EveryK,
+    Firing,
+    ModelSaver,
+    PeriodicCallback,
+    PeriodicTrigger,
+    ScheduledHyperParamSetter,
+    TimelineEntry,
+    fires,
+    format_timeline,
+    loop_events,
+    timeline,
+    timeline_entry,
+)
+from towerkit.towers._compat import tf1
+
+kinds = st.sets(st.sampled_from(list(EventKind)), min_size=1)
+
+
+class TestTimeline:
+    """`timeline` lists the events where `fires` holds, in loop order."""
+
+    @given(
+        st.lists(st.tuples(triggers(max_leaves=3), kinds), min_size=1, max_size=3), loop_params()
+    )
+    def test_matches_event_stream(self, entries, params):
+        """The timeline equals filtering the full event stream with `fires`."""
+        starting, max_epoch, steps, start_gs = params
+        items = [
+            TimelineEntry(name=f"t{i}", trigger=t, kinds=sorted(k))
+            for i, (t, k) in enumerate(entries)
+        ]
+        got = timeline(items, starting, max_epoch, steps, start_global_step=start_gs)
+        want = [
+            (e.kind, e.epoch_num, e.local_step, e.global_step, it.name)
+            for e in loop_events(starting, max_epoch, steps, start_global_step=start_gs)
+            for it in items
+            if e.kind in it.kinds and fires(it.trigger, e)
+        ]
+        assert [(f.kind, f.epoch_num, f.local_step, f.global_step, f.name) for f in got] == want
+
+    def test_callback_list(self):
+        """Shells, schedules and plain callbacks are read from their records."""
+
+        class Plain(Callback):
+            def _trigger(self):
+                pass
+
+        cbs = [
+            ScheduledHyperParamSetter("learning_rate", [(0, 0.1), (2, 0.01)]),
+            PeriodicTrigger(ModelSaver(), every_k_epochs=2),
+            Plain(),
+            Callback(),
+        ]
+        got = [
+            (f.kind.value, f.epoch_num, f.global_step, f.name, f.value)
+            for f in timeline(cbs, 1, 3, 10)
+        ]
+        assert got == [
+            ("before_train", 0, 0, "ScheduledHyperParamSetter(learning_rate)", 0.1),
+            ("trigger_epoch", 1, 10, "Plain", None),
+            ("trigger_epoch", 2, 20, "ScheduledHyperParamSetter(learning_rate)", 0.01),
+            (
+                "trigger_epoch",
+                2,
+                20,
+                "PeriodicTrigger(ModelSaver, steps=None, epochs=2, before_train=False)",
+                None,
+            ),
+            ("trigger_epoch", 2, 20, "Plain", None),
+            ("trigger_epoch", 3, 30, "Plain", None),
+        ]
+
+    def test_resumed_run(self):
+        """A resumed step schedule starts from the value in effect at the restored step."""
+        cb = ScheduledHyperParamSetter("lr", [(5, 1.0), (15, 2.0)], step_based=True)
+        got = [
+            (f.kind.value, f.global_step, f.value)
+            for f in timeline([cb], 3, 4, 5, start_global_step=10)
+        ]
+        assert got == [("before_train", 10, 1.0), ("trigger_step", 15, 2.0)]
+
+    def test_function_predicates(self):
+        """A function predicate cannot be read: an error naming it, or skipped on request."""
+        cbs = [EnableCallbackIf(Callback(), lambda self: True), ("x", EveryK(epochs=1))]
+        with pytest.raises(
+            ValueError,
+            match=r"cannot tell when EnableCallbackIf\(Callback\) fires: .* on_unknown='skip'",
+        ):
+            timeline(cbs, 1, 1, 1)
+        assert [f.name for f in timeline(cbs, 1, 1, 1, on_unknown="skip")] == ["x"]
+
+    def test_format(self):
+        """The table has a header and one line per firing."""
+        text = format_timeline(timeline([("lr", EveryK(steps=2))], 1, 1, 4))
+        assert text.splitlines() == [
+            "epoch  local_step  global_step  event         name  value",
+            "1      1           2            trigger_step  lr",
+            "1      3           4            trigger_step  lr",
+        ]
+
+    def test_repr(self):
+        """Records print their fields."""
+        f = Firing(name="a", kind=EventKind.TRIGGER_EPOCH, epoch_num=1, local_step=0, global_step=1)
+        assert (
+            repr(f)
+            == "Firing(name='a', kind=EventKind.TRIGGER_EPOCH, epoch_num=1, local_step=0, global_step=1, value=None)"
+        )
+        assert (
+            timeline_entry(EveryK(steps=1)).name
+            == "EveryK(steps=1, epochs=None, before_train=False)"
+        )
+
+    def test_fail(self):
+        """Other kinds of input are rejected with their type."""
+        with pytest.raises(
+            TypeError, match=r"a timeline takes callbacks, trigger records or .* got int 3"
+        ):
+            timeline([3], 1, 1, 1)
+        with pytest.raises(ValueError, match="'on_unknown' must be 'raise' or 'skip'"):
+            timeline([], 1, 1, 1, on_unknown="warn")
+        with pytest.raises(ValueError, match="'trigger_end' is not a valid EventKind"):
+            TimelineEntry(name="a", trigger=EveryK(steps=1), kinds=["trigger_end"])
+
+
+class Probe(Callback):
+    """Records (kind, epoch, global step) of its trigger() and gated methods."""
+
+    def __init__(self):
+        self.seen = []
+
+    def _before_run(self, ctx):
+        self.seen.append(("before_run", self.trainer.epoch_num, self.trainer.global_step))
+
+    def _trigger(self):
+        self.seen.append(("trigger", self.trainer.epoch_num, self.trainer.global_step))
+
+
+class TestAgainstRealLoop:
+    """What the timeline says is what a real loop does."""
+
+    @pytest.mark.parametrize(
+        ("make", "kw", "watched"),
+        [
+            (lambda p: PeriodicTrigger(p, every_k_steps=3, before_train=True), {}, {"trigger"}),
+            (lambda p: PeriodicTrigger(p, every_k_epochs=2), {}, {"trigger"}),
+            (lambda p: PeriodicCallback(p, every_k_steps=4), {}, {"trigger", "before_run"}),
+            (
+                lambda p: PeriodicCallback(p, every_k_epochs=2),
+                {"max_epoch": 3},
+                {"trigger", "before_run"},
+            ),
+        ],
+    )
+    def test_same_firings(self, make, kw, watched):
+        """The probe's calls happen exactly at the timeline's firings (PeriodicTrigger
+        schedules trigger() only; PeriodicCallback gates before_run too)."""
+        probe = Probe()
+        cb = make(probe)
+        params = {"steps_per_epoch": 3, "max_epoch": 4, **kw}
+        planned = [
+            (
+                "before_run" if f.kind is EventKind.BEFORE_RUN else "trigger",
+                f.epoch_num,
+                f.global_step,
+            )
+            for f in timeline([cb], 1, params["max_epoch"], params["steps_per_epoch"])
+        ]
+        g = tf.Graph()
+        with g.as_default():
+            w = tf1.get_variable("w", initializer=0.0)
+            LoopTrainer(g, tf1.assign_add(w, 1.0), [cb], **params).train()
+        assert [s for s in probe.seen if s[0] in watched] == planned
+        assert planned
+
+
+PURE_MODULES = ("_loop", "_triggers", "_schedules", "_stats", "_timeline")
+
+BLOCKER = textwrap.dedent(
+    """
+    import importlib.abc, importlib.util, sys, types
+
+    class NoTensorFlow(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "tensorflow" or name.startswith("tensorflow."):
+                raise ImportError(f"{name} is blocked: this module must not need TensorFlow")
+            return None
+
+    sys.meta_path.insert(0, NoTensorFlow())
+    pkg_dir = sys.argv[1]
+    # the package's __init__ imports TensorFlow: stand a bare package in for it
+    pkg = types.ModuleType("towerkit.callbacks")
+    pkg.__path__ = [pkg_dir]
+    sys.modules["towerkit.callbacks"] = pkg
+    for short in sys.argv[2:]:
+        importlib.import_module("towerkit.callbacks." + short)
+    assert "tensorflow" not in sys.modules
+    print("ok", len(sys.argv) - 2)
+    """
+)
+
+
+class TestNoTensorFlow:
+    """The pure modules import in a process where TensorFlow cannot be imported."""
+
+    def test_pure_modules_import_without_tensorflow(self):
+        """Loading them with TensorFlow blocked succeeds; a TF-using module fails the same way."""
+        import towerkit.callbacks._timeline as mod
+
+        pkg_dir = os.path.dirname(mod.__file__)
+        run = subprocess.run(
+            [sys.executable, "-c", BLOCKER, pkg_dir, *PURE_MODULES],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == f"ok {len(PURE_MODULES)}"
+        # the check has teeth: a module that needs TensorFlow is caught
+        run = subprocess.run(
+            [sys.executable, "-c", BLOCKER, pkg_dir, "_monitors"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert run.returncode != 0
+        assert "tensorflow is blocked" in run.stderr
