@@ -276,14 +276,14 @@ TENSORPACK_RUNNER = textwrap.dedent(
     import tensorflow as tf
     tf1 = tf.compat.v1
     tf1.disable_v2_behavior()
-    # shims for TensorFlow 2.21: tensorpack 0.11 reaches for names Keras 3 removed
-    if not hasattr(tf1.layers, "Dense"):
-        class _Gone:
-            def __getattr__(self, name):
-                raise AttributeError(name)
-        for _n in ("Dense", "Conv2D", "Conv2DTranspose", "MaxPooling2D", "AveragePooling2D",
-                   "BatchNormalization", "Dropout", "Flatten"):
-            setattr(tf1.layers, _n, type(_n, (), {}))
+    # shims for TensorFlow 2.21: tensorpack's TFDatasetInput reads TF 1 dataset attributes
+    from tensorflow.python.data.ops import dataset_ops as _dso
+    for _cls in (_dso.DatasetV2,):
+        _cls.output_types = property(lambda self: tf1.data.get_output_types(self))
+        _cls.output_shapes = property(lambda self: tf1.data.get_output_shapes(self))
+        _cls.output_classes = property(lambda self: tf1.data.get_output_classes(self))
+        _cls.make_initializable_iterator = lambda self: tf1.data.make_initializable_iterator(self)
+        _cls.make_one_shot_iterator = lambda self: tf1.data.make_one_shot_iterator(self)
     try:
         import tensorpack
         from tensorpack import (SimpleTrainer, TrainConfig, ModelDesc, TFDatasetInput,

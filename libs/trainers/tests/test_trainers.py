@@ -9,6 +9,7 @@ from towerkit.callbacks import Callback
 from towerkit.towers import TowerFunc, TowerRuleError, visible_gpu_count
 from towerkit.towers._compat import tf1
 from towerkit.trainers import (
+    DEFAULT_CALLBACKS,
     InputSizeUnknownError,
     NoOpTrainer,
     NumpyInput,
@@ -87,13 +88,8 @@ class TestSimpleTrainer:
             callbacks=[log], monitors=[], session_creator=creator(), max_epoch=2
         )
         assert fell(log.values, 4)
-        names = [type(cb).__name__ for cb in trainer.callbacks]
-        assert names[-5:-1] == [
-            "MovingAverageSummary",
-            "ProgressBar",
-            "MergeAllSummaries",
-            "RunUpdateOps",
-        ]
+        defaults = [type(cb) for cb in DEFAULT_CALLBACKS()]
+        assert [type(cb) for cb in trainer.callbacks][-5:-1] == defaults, "before the monitors"
 
     def test_no_global_step_in_optimizer(self, graph):
         """The train op does not touch the global step: only the hooked session counts it."""
