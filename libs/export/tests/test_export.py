@@ -97,6 +97,8 @@ class TestExportCompact:
         ops = {n.name: n.op for n in graph_def.node}
         assert stateful_nodes(ops.items()) == []
         assert not {"RandomUniform", "Mean", "SquaredDifference", "Identity"} & set(ops.values())
+        # The batch normalization is folded into the convolution.
+        assert not {"Rsqrt", "Mul", "Sub", "AddV2", "Add"} & set(ops.values())
         assert ops["image"] == "Placeholder"
         assert "label" not in ops
         image, _ = make_data(10, seed=11)
@@ -122,6 +124,8 @@ class TestExportCompact:
         ]
         np.testing.assert_allclose(outs[0], outs[2], atol=1e-6)
         np.testing.assert_allclose(outs[1], outs[2], atol=1e-6)
+        unoptimized = {n.op for n in _read_graph_def(tmp_path / "False-False.pb").node}
+        assert {"Rsqrt", "AddV2"} <= unoptimized
 
     def test_optimization_impossible(self, checkpoint, tmp_path, caplog):
         """When optimization cannot work it says why; the fallback writes the unoptimized graph."""

@@ -18,7 +18,7 @@ from towerkit.export import (
     stateful_nodes,
     unused_inputs,
 )
-from towerkit.export._freeze import input_node
+from towerkit.export._freeze import input_node, renamed_ops
 from towerkit.towers._compat import tf1
 
 
@@ -45,6 +45,21 @@ class TestReachable:
         outputs = data.draw(st.lists(st.sampled_from(names), min_size=1))
         needed = reachable(edges, outputs)
         assert unused_inputs(edges, inputs, outputs) == [n for n in inputs if n not in needed]
+
+
+class TestRenamedOps:
+    """`renamed_ops` picks the nodes of one op."""
+
+    @given(
+        st.lists(
+            st.tuples(st.text(min_size=1, max_size=4), st.sampled_from(["AddV2", "Add", "Mul"]))
+        )
+    )
+    def test_only_that_op(self, nodes):
+        """Exactly the nodes whose op is the old one are renamed, all to the new one."""
+        renamed = renamed_ops(nodes, "AddV2", "Add")
+        assert set(renamed) == {n for n, op in nodes if op == "AddV2"}
+        assert set(renamed.values()) <= {"Add"}
 
 
 class TestStatefulNodes:
@@ -132,3 +147,4 @@ class TestOptimizeGraphDef:
         names = {n.name for n in optimized.node}
         assert {"x", "y"} <= names
         assert "unused" not in names
+        assert {n.op for n in optimized.node if n.name == "add"} == {"AddV2"}

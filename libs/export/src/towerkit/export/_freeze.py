@@ -129,6 +129,29 @@ def freeze_session_graph(sess: Any, input_nodes: Sequence[str], output_nodes: Se
     return pruned
 
 
+def renamed_ops(nodes: Iterable[tuple[str, str]], old: str, new: str) -> dict[str, str]:
+    """The op of each ``(name, op)`` pair whose op is `old`, renamed to `new`: ``{name: new}``.
+
+    Examples:
+        >>> renamed_ops([("bn/add", "AddV2"), ("fc/mul", "Mul"), ("x", "AddV2")], "AddV2", "Add")
+        {'bn/add': 'Add', 'x': 'Add'}
+    """
+    return {name: new for name, op in nodes if op == old}
+
+
+def _set_ops(graph_def: Any, ops: Mapping[str, str], only_if: str | None = None) -> Any:
+    """A copy of `graph_def` with the ops of the nodes named in `ops` changed.
+
+    With `only_if`, a node changes only when its op is `only_if` now.
+    """
+    result = type(graph_def)()
+    result.CopyFrom(graph_def)
+    for node in result.node:
+        if node.name in ops and (only_if is None or node.op == only_if):
+            node.op = ops[node.name]
+    return result
+
+
 def _reason(err: BaseException) -> str:
     """A readable one-line reason from an exception whose args may be a tuple of parts."""
     parts = [a if isinstance(a, str) else repr(a) for a in err.args]
@@ -152,6 +175,12 @@ def optimize_graph_def(
         toco_compatible: only apply transformations whose results TOCO (the
             TensorFlow Lite converter) supports.
 
+    TensorFlow's optimizer only recognizes batch normalizations written with the
+    ``Add`` op, while graphs built today use ``AddV2`` (the same addition for numbers):
+    they are presented to it as ``Add``, so that batch normalizations after
+    convolutions are folded into the convolution weights, and the ``AddV2`` nodes it
+    leaves are given back their op.
+
     Returns:
         The optimized ``GraphDef``.
 
@@ -168,10 +197,11 @@ def optimize_graph_def(
             "unused inputs: the optimized graph could not be fed them"
         )
         raise InferenceOptimizationError(msg)
+    adds = renamed_ops(((n.name, n.op) for n in graph_def.node), "AddV2", "Add")
     try:
         with deprecation.silence():
-            return optimize_for_inference_lib.optimize_for_inference(
-                graph_def,
+            optimized = optimize_for_inference_lib.optimize_for_inference(
+                _set_ops(graph_def, adds),
                 list(input_nodes),
                 list(output_nodes),
                 [dtype.as_datatype_enum for dtype in input_dtypes],
@@ -180,3 +210,4 @@ def optimize_graph_def(
     except (ValueError, KeyError, TypeError, IndexError) as err:
         msg = f"TensorFlow's optimize-for-inference failed on this graph: {_reason(err)}"
         raise InferenceOptimizationError(msg) from err
+    return _set_ops(optimized, dict.fromkeys(adds, "AddV2"), only_if="Add")
