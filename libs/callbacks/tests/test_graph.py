@@ -252,6 +252,12 @@ class TestProcessTensors:
         with pytest.raises(TypeError, match=r"got int"):
             tensor_names(3)
 
+    @given(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=5))
+    def test_tensor_names_property(self, names):
+        """Any non-empty list of names comes back as a tuple, in order."""
+        assert tensor_names(names) == tuple(names)
+        assert tensor_names(names[0]) == (names[0],)
+
 
 class TestDumpTensors:
     """DumpTensors writes one complete npz per step under the logdir."""

@@ -321,6 +321,44 @@ def split_vector(draw):
     return np.array(vec), parts
 
 
+def run_round(inf, batches):
+    """One round of inference driven by hand, as a runner drives it."""
+    inf.before_inference()
+    for b in batches:
+        inf.on_fetches(list(b))
+    return inf.after_inference()
+
+
+class TestScalarStats:
+    """ScalarStats averages scalars over batches."""
+
+    def test_round(self):
+        """The mean of each scalar over the round's batches; a new round starts afresh."""
+        inf = ScalarStats(["loss", "acc:0"], prefix="val")
+        assert run_round(inf, [(1.0, 0.5), (3.0, 1.0)]) == {"val_loss": 2.0, "val_acc": 0.75}
+        assert run_round(inf, [(5.0, 0.0)]) == {"val_loss": 5.0, "val_acc": 0.0}
+
+
+class TestClassificationError:
+    """ClassificationError counts wrong samples over the whole round."""
+
+    def test_round(self):
+        """Uneven batches weigh by their sizes; an empty round puts nothing."""
+        inf = ClassificationError(summary_name="err")
+        assert run_round(inf, [([1, 0, 0, 0],), ([1],)]) == {"err": 0.4}
+        assert run_round(inf, []) == {}
+
+
+class TestBinaryClassificationStats:
+    """BinaryClassificationStats gives precision and recall over the round."""
+
+    def test_round(self):
+        """Counts add up over batches."""
+        inf = BinaryClassificationStats("p", "y", prefix="test")
+        got = run_round(inf, [([1, 1, 0], [1, 0, 1]), ([1, 0], [1, 0])])
+        assert got == {"test_precision": pytest.approx(2 / 3), "test_recall": pytest.approx(2 / 3)}
+
+
 class TestStatistics:
     """The pure statistics behind the inferencers."""
 

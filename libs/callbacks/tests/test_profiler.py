@@ -5,6 +5,8 @@ import os
 
 import pytest
 import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
 from loop import LoopTrainer
 
 from towerkit.callbacks import CallbackError, GraphProfiler, MonitorBase, Monitors
@@ -67,6 +69,10 @@ class TestGraphProfiler:
         with pytest.raises(CallbackError, match=r"writes files under the trainer's logdir"):
             LoopTrainer(graph, model(), [GraphProfiler()]).train()
 
-    def test_names(self):
-        """File names carry the global step."""
-        assert profile_file_names(7)["tracing"] == "chrome-trace-7.json"
+    @given(st.integers(0, 10**9))
+    def test_names(self, step):
+        """File names carry the global step and differ between steps."""
+        names = profile_file_names(step)
+        assert names["tracing"] == f"chrome-trace-{step}.json"
+        assert names["metadata"] == f"runmetadata-{step}.pb"
+        assert profile_file_names(step + 1)["tracing"] != names["tracing"]

@@ -74,6 +74,12 @@ class TestProgressBar:
         assert display_name("a/b:0") == "a/b"
         assert format_value(1234567.0) == "1.235e+06"
 
+    @given(st.from_regex(r"[a-z/_]{1,10}", fullmatch=True), st.integers(0, 3))
+    def test_display_name(self, op, index):
+        """Only the ':0' output index is dropped."""
+        shown = display_name(f"{op}:{index}")
+        assert shown == (op if index == 0 else f"{op}:{index}")
+
     @given(st.floats(-1e300, 1e300))
     def test_format_value(self, x):
         """A formatted number reads back within 4 significant digits."""

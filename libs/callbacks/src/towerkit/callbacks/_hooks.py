@@ -7,8 +7,10 @@ from typing import Any
 from towerkit.callbacks._base import Callback
 from towerkit.towers._compat import tf1
 
+_SessionRunHook: Any = tf1.train.SessionRunHook
 
-class CallbackToHook(tf1.train.SessionRunHook):
+
+class CallbackToHook(_SessionRunHook):
     """A ``SessionRunHook`` that calls a callback's ``before_run``/``after_run``.
 
     Hooks know less than callbacks, so only these two methods carry over: the

@@ -112,9 +112,11 @@ class StartProcOrThread(Callback):
                     logger.info("%s: terminating %s", self, item)
                     item.terminate()
                     item.join(5.0)
-            elif isinstance(item, threading.Thread) and callable(getattr(item, "stop", None)):
+                continue
+            stop = getattr(item, "stop", None)
+            if isinstance(item, threading.Thread) and callable(stop):
                 logger.info("%s: stopping %s", self, item)
-                item.stop()
+                stop()
 
     def has_hook(self, method: str) -> bool:
         if method == "_after_train":

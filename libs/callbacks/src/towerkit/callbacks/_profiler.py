@@ -61,7 +61,7 @@ class GraphProfiler(Callback):
         self._metadata = bool(dump_metadata)
         self._tracing = bool(dump_tracing)
         self._event = bool(dump_event)
-        self._dir: str | None = None
+        self._dir = ""
         self._args = tf1.train.SessionRunArgs(
             fetches=None, options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
         )
