@@ -24,6 +24,7 @@ class _GraphCache:
     def __init__(self) -> None:
         self.checkpoint_ops: dict[tuple, tuple[Any, Any]] = {}
         self.assign_ops: dict[str, tuple[Any, Any]] = {}
+        self.var_infos: tuple[tuple[Any, ...], tuple[VarInfo, ...]] = ((), ())
 
 
 _CACHES: weakref.WeakKeyDictionary[Any, _GraphCache] = weakref.WeakKeyDictionary()
@@ -53,8 +54,20 @@ def variable_info(var: Any) -> VarInfo:
 
 
 def graph_var_infos(variables: Mapping[str, Any]) -> tuple[VarInfo, ...]:
-    """`variable_info` of every variable in a `graph_variables` mapping."""
-    return tuple(variable_info(v) for v in variables.values())
+    """`variable_info` of every variable in a `graph_variables` mapping.
+
+    The result is remembered per graph while its variables stay the same objects, so a
+    restore into a finalized graph does not describe every variable again.
+    """
+    found = tuple(variables.values())
+    if not found:
+        return ()
+    cache = _cache(found[0].graph)
+    seen, infos = cache.var_infos
+    if len(seen) != len(found) or any(a is not b for a, b in zip(seen, found)):
+        infos = tuple(variable_info(v) for v in found)
+        cache.var_infos = (found, infos)
+    return infos
 
 
 def _is_resource(var: Any) -> bool:
@@ -65,10 +78,6 @@ def _assign(var: Any, value: Any) -> Any:
     if _is_resource(var):
         return var.assign(value, read_value=False)
     return tf1.assign(var, value).op
-
-
-def _plan_key(pairs: Sequence[Assignment]) -> tuple:
-    return tuple((p.source.name, p.source.dtype, p.target.name, p.cast, p.reshape) for p in pairs)
 
 
 def _build_checkpoint_op(graph: Any, pairs: Sequence[Assignment], variables: Mapping[str, Any]):
@@ -103,7 +112,7 @@ def checkpoint_restore_op(
     Returns None when the graph is finalized and no such op was built before it was.
     """
     cache = _cache(graph)
-    key = _plan_key(pairs)
+    key = tuple(pairs)
     found = cache.checkpoint_ops.get(key)
     if found is None and not graph.finalized:
         found = cache.checkpoint_ops[key] = _build_checkpoint_op(graph, pairs, variables)

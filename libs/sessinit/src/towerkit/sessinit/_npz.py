@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import zipfile
@@ -93,12 +94,12 @@ class NpzIndex:
 
     Attributes:
         path: The file.
-        stamp: ``(size in bytes, modification time in ns)`` when it was indexed.
+        stamp: ``(inode, size in bytes, modification time in ns)`` when it was indexed.
         members: One entry per array, in file order.
     """
 
     path: str
-    stamp: tuple[int, int]
+    stamp: tuple[int, int, int]
     members: tuple[_Member, ...]
 
     @property
@@ -114,9 +115,9 @@ class NpzIndex:
             return False
 
 
-def _stamp(path: str) -> tuple[int, int]:
+def _stamp(path: str) -> tuple[int, int, int]:
     st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def index_npz(path: str | os.PathLike[str]) -> NpzIndex:
@@ -127,8 +128,18 @@ def index_npz(path: str | os.PathLike[str]) -> NpzIndex:
         NotACheckpointError: `path` is not an npz file of numeric arrays.
     """
     path = os.fspath(path)
-    members = _read_members(path)
-    return NpzIndex(path=path, stamp=_stamp(path), members=tuple(members))
+    try:
+        stamp = _stamp(path)
+    except FileNotFoundError:
+        msg = f"npz file {path!r} does not exist"
+        raise CheckpointNotFoundError(msg) from None
+    return _index(path, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _index(path: str, stamp: tuple[int, int, int]) -> NpzIndex:
+    """The index of an npz file, remembered while the file is unchanged."""
+    return NpzIndex(path=path, stamp=stamp, members=tuple(_read_members(path)))
 
 
 def list_npz_vars(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:

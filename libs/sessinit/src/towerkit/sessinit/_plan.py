@@ -25,6 +25,10 @@ _UPCASTS: dict[str, frozenset[str]] = {
 """Lossless widenings that relaxed restores apply: source dtype -> graph dtypes it may fill."""
 
 
+_DTYPE_NAMES: dict[str, str] = {}
+"""Canonical names of dtype strings seen so far (a small memo: parsing goes through NumPy)."""
+
+
 def normalize_name(name: str) -> str:
     """Return a variable name without the ``:0`` output suffix of its tensor.
 
@@ -67,11 +71,17 @@ def dtype_name(dtype: Any) -> str:
         'string'
     """
     if isinstance(dtype, str):
+        known = _DTYPE_NAMES.get(dtype)
+        if known is not None:
+            return known
         name = dtype.removesuffix("_ref")
         try:
-            return dtype_name(np.dtype(name))
+            known = dtype_name(np.dtype(name))
         except TypeError:
-            return name
+            known = name
+        if len(_DTYPE_NAMES) < 256:
+            _DTYPE_NAMES[dtype] = known
+        return known
     base = getattr(dtype, "base_dtype", None)
     if base is not None and hasattr(base, "name"):
         return str(base.name)
@@ -322,6 +332,11 @@ class RestorePlan:
         return _assignments(self.matched + self.fixable)
 
     @property
+    def converted(self) -> tuple[Assignment, ...]:
+        """The restored pairs whose values are upcast and/or reshaped (none unless relaxed)."""
+        return self.fixable if self.relaxed else ()
+
+    @property
     def at_fault(self) -> tuple[Assignment, ...]:
         """The mismatches this plan cannot restore: all of them, or the unfixable ones if relaxed."""
         return self.unfixable if self.relaxed else self.mismatches
@@ -329,7 +344,7 @@ class RestorePlan:
     def summary(self) -> str:
         """One line of counts, for logs."""
         parts = [f"{len(self.restored)} restored"]
-        converted = sum(1 for a in self.restored if not a.exact)
+        converted = len(self.converted)
         if converted:
             parts[0] += f" ({converted} converted)"
         for label, items in (
@@ -434,7 +449,7 @@ def plan_restore(
     ignored: list[VarInfo] = []
     claimed: set[str] = set()
     for src in sources:
-        tgt_name = target_name(src.name, prefix)
+        tgt_name = f"{prefix}/{src.name}" if prefix else src.name
         if src.name in skip or tgt_name in skip:
             ignored.append(src)
             claimed.add(tgt_name)

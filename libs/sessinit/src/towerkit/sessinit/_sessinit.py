@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import types
@@ -25,6 +26,8 @@ from towerkit.sessinit._paths import checkpoint_prefix_of, resolve_checkpoint
 from towerkit.sessinit._plan import (
     RestorePlan,
     VarInfo,
+    _ignore_set,
+    _normalize_prefix,
     plan_restore,
     render_mismatches,
     render_names,
@@ -141,6 +144,18 @@ class ChainInit(SessionInit):
         return f"ChainInit({list(self._inits)!r})"
 
 
+@functools.lru_cache(maxsize=32)
+def _plan(
+    sources: tuple[VarInfo, ...],
+    graph_vars: tuple[VarInfo, ...],
+    prefix: str | None,
+    ignore: tuple[str, ...],
+    relaxed: bool,
+) -> RestorePlan:
+    """`plan_restore`, remembered: repeated restores of one source into one graph plan once."""
+    return plan_restore(sources, graph_vars, prefix=prefix, ignore=ignore, relaxed=relaxed)
+
+
 class _PlannedRestore(SessionInit):
     """A restore from a listed source through a `RestorePlan`."""
 
@@ -162,12 +177,12 @@ class _PlannedRestore(SessionInit):
         return self._plan_for(graph_variables(graph))
 
     def _plan_for(self, variables: Mapping[str, Any]) -> RestorePlan:
-        return plan_restore(
+        return _plan(
             self._source_vars(),
             graph_var_infos(variables),
-            prefix=self._prefix,
-            ignore=self._ignore,
-            relaxed=self._relaxed,
+            self._prefix,
+            self._ignore,
+            self._relaxed,
         )
 
     def _checked_plan(self, graph: Any, *, log: bool) -> tuple[RestorePlan, dict[str, Any]]:
@@ -185,7 +200,7 @@ class _PlannedRestore(SessionInit):
 
     def _log(self, plan: RestorePlan) -> None:
         label = self._label()
-        converted = [a for a in plan.restored if not a.exact]
+        converted = plan.converted
         if converted:
             lines = "\n".join(f"  {a.describe()} ({' and '.join(a.fixes)})" for a in converted)
             logger.warning("Converting %d values from %s:\n%s", len(converted), label, lines)
@@ -245,7 +260,6 @@ class SaverRestore(_PlannedRestore):
             lists every variable at fault with both shapes and dtypes.
     """
 
-    _build_ops = True
     _hint = (
         "List them in 'ignore' to skip them, or use SaverRestoreRelaxed to convert the "
         "fixable ones and skip the rest."
@@ -259,9 +273,8 @@ class SaverRestore(_PlannedRestore):
     ) -> None:
         self._path = resolve_checkpoint(model_path)
         self._vars = list_checkpoint_vars(self._path)
-        plan_restore(self._vars, (), prefix=prefix, ignore=ignore)
-        self._prefix = prefix or None
-        self._ignore = tuple(ignore)
+        self._prefix = _normalize_prefix(prefix) or None
+        self._ignore = tuple(sorted(_ignore_set(ignore)))
 
     @property
     def model_path(self) -> str:
@@ -285,15 +298,11 @@ class SaverRestore(_PlannedRestore):
         return f"checkpoint {self._path!r}"
 
     def _prepare(self, graph: Any, plan: RestorePlan, variables: Mapping[str, Any]) -> None:
-        if self._build_ops and plan.restored:
+        if plan.restored:
             checkpoint_restore_op(graph, plan.restored, variables)
-        elif plan.restored:
-            prepare_value_restore([variables[a.target.name] for a in plan.restored])
 
     def _execute(self, sess: Any, plan: RestorePlan, variables: Mapping[str, Any]) -> None:
-        run_checkpoint_restore(
-            sess, self._path, plan.restored, variables, build_ops=self._build_ops
-        )
+        run_checkpoint_restore(sess, self._path, plan.restored, variables)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._path!r}, prefix={self._prefix!r}, ignore={self._ignore!r})"
@@ -307,9 +316,10 @@ class SaverRestoreRelaxed(SaverRestore):
     reshaped; each conversion is logged. Mismatches that neither fixes are logged as a
     warning with both shapes and dtypes, and skipped.
 
-    Values are read with a checkpoint reader and fed into the variables' initializer
-    ops, so no op is added to the graph (except for a variable whose initializer cannot
-    take a fed value: it gets an assign op at setup).
+    Like `SaverRestore`, it runs one op group (RestoreV2, the conversions, the assigns),
+    built once per graph and plan and shared with `SaverRestore` where the plans agree.
+    In a finalized graph that was not set up, it adds no op at all: values are read with
+    a checkpoint reader and fed into the variables' initializer ops.
 
     Args:
         model_path: As in `SaverRestore`.
@@ -317,7 +327,6 @@ class SaverRestoreRelaxed(SaverRestore):
         ignore: As in `SaverRestore`.
     """
 
-    _build_ops = False
     _relaxed = True
     _ignore_mismatch = True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -42,7 +43,16 @@ def list_checkpoint_vars(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
         CheckpointNotFoundError: Nothing exists at `path`.
         NotACheckpointError: `path` exists but is not a readable checkpoint.
     """
-    reader = _reader(resolve_checkpoint(path))
+    prefix = resolve_checkpoint(path)
+    st = os.stat(prefix + ".index")
+    return _list_vars(prefix, (st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=16)
+def _list_vars(prefix: str, stamp: tuple[int, int, int]) -> tuple[VarInfo, ...]:
+    """The listing of a checkpoint, remembered while its index file is unchanged."""
+    del stamp
+    reader = _reader(prefix)
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
     return tuple(
