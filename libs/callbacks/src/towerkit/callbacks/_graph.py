@@ -6,8 +6,6 @@ import io
 import logging
 import os
 import re
-import struct
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +15,7 @@ import tensorflow as tf
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._misc import write_atomic
+from towerkit.callbacks._monitors import encode_png
 from towerkit.towers._compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -390,67 +389,20 @@ class DumpTensors(ProcessTensors):
         write_atomic(path, buf.getvalue())
 
 
-def png_bytes(image: np.ndarray) -> bytes:
-    """Encode a uint8 image of shape [h, w] or [h, w, c] (c in 1..4) as a PNG file.
-
-    Channels 1, 2, 3 and 4 are grey, grey+alpha, RGB and RGBA.
-
-    Raises:
-        TypeError: the array is not uint8.
-        ValueError: a bad shape.
-
-    Examples:
-        >>> data = png_bytes(np.zeros((2, 3), np.uint8))
-        >>> data[:8] == b"\\x89PNG\\r\\n\\x1a\\n", data[12:16]
-        (True, b'IHDR')
-        >>> import struct; struct.unpack(">II", data[16:24])
-        (3, 2)
-    """
-    image = np.asarray(image)
-    if image.dtype != np.uint8:
-        msg = f"png_bytes takes a uint8 array; got dtype {image.dtype}"
-        raise TypeError(msg)
-    if image.ndim == 2:
-        image = image[:, :, None]
-    if image.ndim != 3 or image.shape[2] not in (1, 2, 3, 4) or 0 in image.shape:
-        msg = f"an image must have shape [h, w] or [h, w, c] with c in 1..4 and h, w > 0; got {image.shape}"
-        raise ValueError(msg)
-    height, width, channels = image.shape
-    color_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
-    rows = image.reshape(height, width * channels)
-    raw = np.concatenate([np.zeros((height, 1), np.uint8), rows], axis=1).tobytes()
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(body))
-            + kind
-            + body
-            + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-        )
-
-    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw, 6))
-        + chunk(b"IEND", b"")
-    )
-
-
 def to_images(value: Any, scale: float = 255) -> list[np.ndarray]:
-    """Split ``value`` into uint8 images: ``value * scale``, rounded and clipped to [0, 255].
+    """Split ``value`` into uint8 images [h, w, c]: ``value * scale``, rounded and clipped to [0, 255].
 
     A list (or tuple) holds one image per entry; a 4-d array is a batch [n, h, w, c];
-    a 2-d or 3-d array is one image.
+    a 2-d or 3-d array is one image. A 2-d image gets one channel.
 
     Raises:
-        ValueError: an array that is not 2-, 3- or 4-d.
+        ValueError: an array that is not 2-, 3- or 4-d, or an image with a bad shape.
 
     Examples:
-        >>> [im.tolist() for im in to_images(np.array([[0.0, 0.5], [1.0, 2.0]]))]
+        >>> [im[:, :, 0].tolist() for im in to_images(np.array([[0.0, 0.5], [1.0, 2.0]]))]
         [[[0, 128], [255, 255]]]
-        >>> len(to_images(np.zeros((3, 4, 4, 1)))), to_images([np.ones((1, 1))], scale=7)[0].tolist()
-        (3, [[7]])
+        >>> len(to_images(np.zeros((3, 4, 4, 1)))), to_images([np.ones((1, 1))], scale=7)[0].shape
+        (3, (1, 1, 1))
     """
     if isinstance(value, (list, tuple)):
         items = [np.asarray(v) for v in value]
@@ -463,9 +415,18 @@ def to_images(value: Any, scale: float = 255) -> list[np.ndarray]:
         else:
             msg = f"expected an image [h, w] / [h, w, c], a batch [n, h, w, c] or a list; got shape {arr.shape}"
             raise ValueError(msg)
-    return [
-        np.clip(np.rint(im.astype(np.float64) * scale), 0, 255).astype(np.uint8) for im in items
-    ]
+    images = []
+    for i, im in enumerate(items):
+        if im.ndim == 2:
+            im = im[:, :, None]
+        if im.ndim != 3 or im.shape[2] not in (1, 2, 3, 4) or 0 in im.shape:
+            msg = (
+                f"image #{i} must have shape [h, w] or [h, w, c] with c in 1..4 and h, w > 0; "
+                f"got {items[i].shape}"
+            )
+            raise ValueError(msg)
+        images.append(np.clip(np.rint(im.astype(np.float64) * scale), 0, 255).astype(np.uint8))
+    return images
 
 
 class DumpTensorAsImage(Callback):
@@ -521,4 +482,4 @@ class DumpTensorAsImage(Callback):
             value = self._map(value)
         stem = f"{self._prefix}-ep{self.trainer.epoch_num:03d}-step{self.trainer.global_step}"
         for idx, image in enumerate(to_images(value, self._scale)):
-            write_atomic(os.path.join(self._dir, f"{stem}-{idx}.png"), png_bytes(image))
+            write_atomic(os.path.join(self._dir, f"{stem}-{idx}.png"), encode_png(image))
