@@ -134,6 +134,25 @@ class TestProtocol:
         assert first == source.get_callbacks()
         assert all(not cb.chief_only for cb in first)
 
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda: FeedInput([batch(0)]),
+            lambda: DummyConstantInput([[2, 2], [2]]),
+            lambda: StagingInput(IterableInput([batch(0)])),
+        ],
+    )
+    def test_towers_before_callbacks(self, graph, make):
+        """Sources whose callbacks serve each tower want every tower before get_callbacks."""
+        source = make()
+        source.setup(SIG)
+        with pytest.raises(RuntimeError, match="get_callbacks before any get_input_tensors"):
+            source.get_callbacks()
+        source.get_input_tensors()
+        source.get_callbacks()
+        with pytest.raises(RuntimeError, match="get_input_tensors after get_callbacks"):
+            source.get_input_tensors()
+
     def test_size_unknown_is_type_error(self, graph):
         """InputSizeUnknownError is a TypeError whose message says what to do."""
         source = DummyConstantInput([[2, 2], [2]])
@@ -251,6 +270,7 @@ class TestTFDatasetInput:
                 tf.TensorSpec([None, 2], tf.int32, "y"),
             ]
         )
+        graph.finalize()
         assert source.size() == 2
 
     def test_size_unknown(self, graph):
@@ -630,10 +650,13 @@ class TestStagingInput:
             flat = sorted(i for pair in runs for i in pair)
             assert flat == [0, 1, 2, 3, 4, 5]
             assert all(a != b for a, b in runs)
+            one = StagingInput(TFDatasetInput(batches_dataset(6)), devices=["/cpu:0"])
+            one.setup(SIG)
+            one.get_input_tensors()
             with pytest.raises(
-                RuntimeError, match="tower #2 asks for input, but 'devices' names only 2"
+                RuntimeError, match="tower #1 asks for input, but 'devices' names only 1"
             ):
-                source.get_input_tensors()
+                one.get_input_tensors()
 
     def test_fail(self):
         """Sources that cannot be staged and bad arguments are rejected."""

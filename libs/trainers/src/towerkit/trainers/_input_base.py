@@ -114,9 +114,11 @@ class InputSource(abc.ABC):
     2. ``get_input_tensors()`` once per tower: each call returns tensors that take
        their OWN batch when run, so with ``k`` towers one step consumes ``k`` batches
        (the total batch is ``batch * k``).
-    3. ``get_callbacks()``: callbacks the trainer must register with its own; they
-       initialize iterators, start and stop prefetching, warm up staging areas,
-       feed placeholders. Without them the tensors may not produce anything.
+    3. ``get_callbacks()``, after every tower got its tensors: callbacks the trainer
+       must register with its own; they initialize iterators, warm up staging areas,
+       feed placeholders, reset the source's Python state before training. Without
+       them the tensors may produce nothing. Sources whose callbacks act on each
+       tower (feeds, staging areas, constants) refuse new towers after this call.
     4. ``size()``: the number of steps in one epoch when the source knows it
        (the default of ``steps_per_epoch``).
 
@@ -128,6 +130,8 @@ class InputSource(abc.ABC):
     _graph: Any = None
     _callbacks: list[Callback] | None = None
     _calls: int = 0
+    _per_tower_callbacks: bool = False
+    """Whether the callbacks act on each tower's tensors (then towers come first)."""
 
     # -- the protocol --------------------------------------------------------------
 
@@ -171,10 +175,17 @@ class InputSource(abc.ABC):
         """One tower's input tensors, in signature order; each call takes its own batch.
 
         Raises:
-            RuntimeError: ``setup`` has not run.
+            RuntimeError: ``setup`` has not run, or the source's per-tower callbacks were
+                already made.
             InputSignatureError: the produced tensors do not match the signature.
         """
         self._require_setup("get_input_tensors")
+        if self._per_tower_callbacks and self._callbacks is not None:
+            msg = (
+                f"{self}: get_input_tensors after get_callbacks: the callbacks already "
+                "made would not serve this tower; build every tower first"
+            )
+            raise RuntimeError(msg)
         with self._graph.as_default():
             tensors = self._get_input_tensors()
         self._calls += 1
@@ -199,9 +210,13 @@ class InputSource(abc.ABC):
         """Callbacks the trainer registers for this source (the same objects on every call).
 
         Raises:
-            RuntimeError: ``setup`` has not run.
+            RuntimeError: ``setup`` has not run, or (for sources whose callbacks act on
+                each tower) no tower has taken its tensors yet.
         """
         self._require_setup("get_callbacks")
+        if self._callbacks is None and self._per_tower_callbacks and self._calls == 0:
+            msg = f"{self}: get_callbacks before any get_input_tensors; build every tower first"
+            raise RuntimeError(msg)
         if self._callbacks is None:
             with self._graph.as_default():
                 self._callbacks = list(self._get_callbacks())

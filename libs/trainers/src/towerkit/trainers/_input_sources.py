@@ -184,21 +184,33 @@ def _dataset_graph(dataset: tf.data.Dataset) -> Any | None:
     return None
 
 
+def _run_cardinality(card: Any) -> int | None:
+    """The value of a cardinality tensor (eager or in a graph), or None when unknown or infinite.
+
+    A graph tensor runs in a short-lived CPU-only session, so no GPU memory is taken.
+    """
+    try:
+        if tf.is_symbolic_tensor(card):
+            config = tf1.ConfigProto(device_count={"GPU": 0})
+            with tf1.Session(graph=card.graph, config=config) as sess:
+                n = int(sess.run(card))
+        else:
+            n = int(card)
+    except (tf.errors.OpError, RuntimeError, ValueError) as err:
+        logger.debug("cannot compute a dataset's cardinality: %s", err)
+        return None
+    return n if n >= 0 else None
+
+
 def _cardinality(dataset: tf.data.Dataset) -> int | None:
     """The number of elements of `dataset`, or None when unknown, infinite or not computable."""
     graph = _dataset_graph(dataset)
-    try:
-        if graph is None:
-            n = int(dataset.cardinality())
-        else:
-            with graph.as_default():
-                card = dataset.cardinality()
-            with tf1.Session(graph=graph) as sess:
-                n = int(sess.run(card))
-    except (tf.errors.OpError, RuntimeError, ValueError) as err:
-        logger.debug("cannot compute the cardinality of %s: %s", dataset, err)
+    if graph is None:
+        return _run_cardinality(dataset.cardinality())
+    if graph.finalized:
         return None
-    return n if n >= 0 else None
+    with graph.as_default():
+        return _run_cardinality(dataset.cardinality())
 
 
 def _to_signature(dataset: tf.data.Dataset, specs: Sequence[tf.TensorSpec], source: str) -> Any:
@@ -311,6 +323,7 @@ class TFDatasetInput(_IteratorInput):
         self._card: int | None = None
         self._card_known = False
         self._built: tf.data.Dataset | None = None
+        self._card_tensor: Any = None
 
     def _make_dataset(self, specs: tuple[tf.TensorSpec, ...]) -> tf.data.Dataset:
         del specs
@@ -329,16 +342,17 @@ class TFDatasetInput(_IteratorInput):
             )
             raise ValueError(msg)
         self._built = dataset
+        self._card_tensor = dataset.cardinality()
         return dataset
 
     def _size(self) -> int | None:
         if not self._card_known:
-            dataset = self._built
-            if dataset is None:
-                if not isinstance(self._dataset, tf.data.Dataset):
-                    return None
-                dataset = self._dataset
-            self._card = _cardinality(dataset)
+            if self._card_tensor is not None:
+                self._card = _run_cardinality(self._card_tensor)
+            elif isinstance(self._dataset, tf.data.Dataset):
+                self._card = _cardinality(self._dataset)
+            else:
+                return None
             self._card_known = True
         return self._card
 
@@ -551,6 +565,8 @@ class DummyConstantInput(InputSource):
         TypeError, ValueError: `shapes` is not a list of fully defined shapes.
     """
 
+    _per_tower_callbacks = True
+
     def __init__(self, shapes: Sequence[Sequence[int]]) -> None:
         if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence):
             msg = f"'shapes' must be a list of shapes (lists of ints); got {type(shapes).__name__}"
@@ -627,6 +643,8 @@ class FeedInput(InputSource):
         TypeError: `iterable` is not re-iterable.
     """
 
+    _per_tower_callbacks = True
+
     def __init__(self, iterable: Iterable[Any], infinite: bool = True) -> None:
         _check_reiterable(iterable, "iterable")
         self._iterable = iterable
@@ -685,6 +703,8 @@ class StagingInput(InputSource):
         TypeError: `input` is not a source that can be staged.
         ValueError: `nr_stage` < 1.
     """
+
+    _per_tower_callbacks = True
 
     def __init__(
         self, input: InputSource, devices: Sequence[str] | None = None, nr_stage: int = 1
