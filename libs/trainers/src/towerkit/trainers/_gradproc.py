@@ -151,6 +151,14 @@ def check_grads_and_vars(grads: Any) -> GradsAndVars:
 
     Raises:
         TypeError: `grads` is not a sequence of pairs; every entry at fault is listed.
+
+    Examples:
+        >>> check_grads_and_vars([("g0", "v0"), ["g1", "v1"]])
+        [('g0', 'v0'), ('g1', 'v1')]
+        >>> check_grads_and_vars([("g0", "v0"), "g1", ("g2",)])
+        Traceback (most recent call last):
+        ...
+        TypeError: gradients must be (gradient, variable) pairs; entries at fault: #1: str, #2: tuple
     """
     if isinstance(grads, (str, bytes)) or not isinstance(grads, Sequence):
         msg = f"gradients must be a list of (gradient, variable) pairs; got {type(grads).__name__}"
