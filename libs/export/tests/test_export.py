@@ -253,6 +253,10 @@ class TestExportServing:
         exporter = ModelExporter(_config(checkpoint))
         with pytest.raises(TypeError, match=r"'tags' must be a sequence of strings; got str"):
             exporter.export_serving(str(tmp_path / "a"), tags="serve")
+        with pytest.raises(ValueError, match=r"'tags' is empty: give at least one tag"):
+            exporter.export_serving(str(tmp_path / "a"), tags=[])
+        with pytest.raises(TypeError, match=r"'signature_name' must be a str; got int"):
+            exporter.export_serving(str(tmp_path / "a"), signature_name=1)
         with pytest.raises(ValueError, match=r"'signature_name' is empty"):
             exporter.export_serving(str(tmp_path / "a"), signature_name="")
         assert os.listdir(tmp_path) == []

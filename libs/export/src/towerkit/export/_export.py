@@ -189,10 +189,15 @@ class ModelExporter:
 
         Raises:
             FileExistsError: `filename` exists and `overwrite` is False.
+            TypeError: `tags` is not a sequence of strings, or `signature_name` not a string.
+            ValueError: `tags` is empty or holds an empty tag, or `signature_name` is empty.
         """
         path = _target(filename, overwrite, directory=True)
         signature_name = _check_signature_name(signature_name)
         tags = (tf1.saved_model.tag_constants.SERVING,) if tags is None else as_names("tags", tags)
+        if not tags:
+            msg = "'tags' is empty: give at least one tag (None gives ('serve',))"
+            raise ValueError(msg)
         config = self._config
         values = _restored_values(config)
         built = build_inference_graph(config, setup_restore=False)
