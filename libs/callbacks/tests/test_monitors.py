@@ -566,3 +566,29 @@ class TestCometMLMonitor:
         assert mon.experiment.calls[2] == ("log_metric", ("val", 2.0), {"step": 2})
         with pytest.raises(ValueError, match="an 'experiment' was given"):
             CometMLMonitor(experiment=mon.experiment, tags=["x"])
+
+
+class TestMonitorBase:
+    """The base monitor's generic `process` routes by kind; monitors are driven as callbacks."""
+
+    def test_process_routes(self):
+        """Numbers go to process_scalar (as Python numbers), arrays to process_image."""
+        rec = ScalarOnly()
+        seen = []
+
+        class Images(MonitorBase):
+            def process_image(self, name, val):
+                seen.append((name, val.shape))
+
+        rec.process("a", np.float32(2.5))
+        Images().process("img", np.zeros((1, 2, 2, 3)))
+        assert rec.names == ["a"]
+        assert seen == [("img", (1, 2, 2, 3))]
+        with pytest.raises(TypeError, match="statistic 'b' must be a real number; got list"):
+            rec.process("b", [1])
+
+    def test_is_a_callback(self):
+        """A monitor is a callback that hooks only what it overrides."""
+        assert isinstance(ScalarOnly(), Callback)
+        assert not ScalarOnly().has_hook("_trigger_epoch")
+        assert Recorder().has_hook("_before_train")

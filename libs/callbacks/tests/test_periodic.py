@@ -229,6 +229,25 @@ class TestPeriodicCallback:
         assert [gs for gs, _ in probe.results] == [1, 4, 7]
         assert all(v is not None for _, v in probe.results)
 
+    def test_no_fetches_when_disabled(self):
+        """Steps where the wrapped callback is off run the bare call: no extra fetches."""
+        g = tf.Graph()
+        with g.as_default():
+            w = tf1.get_variable("w", initializer=0.0)
+            train_op = tf1.assign_add(w, 1.0)
+            probe = Probe(fetch=w.read_value())
+            trainer = LoopTrainer(
+                g,
+                train_op,
+                [PeriodicCallback(probe, every_k_steps=3)],
+                steps_per_epoch=3,
+                max_epoch=3,
+            )
+            trainer.train()
+        # two compiled calls: the train op alone, and the train op with the probe's fetch
+        fetched = sorted(len(key[0]) for key in trainer.hooked_sess._by_structure)
+        assert fetched == [1, 2]
+
     def test_record(self):
         """The record is the documented combination, last step included with epochs."""
         pc = PeriodicCallback(TriggerOnly(), every_k_steps=10, every_k_epochs=2)

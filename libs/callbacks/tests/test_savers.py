@@ -242,3 +242,40 @@ class TestMinMaxSaver:
             MinSaver("")
         with pytest.raises(ValueError, match="'filename' must be a file name without directories"):
             MinSaver("a", filename="x/y")
+
+
+class TestMinSaverResume:
+    """A resumed run does not overwrite a better model from before the resume."""
+
+    def test_best_survives_resume(self, tmp_path):
+        """The best value is read back from stats.json; only a better one replaces the copy."""
+        from towerkit.callbacks import JSONWriter, Monitors
+
+        def run(series, starting, max_epoch, session_init=None):
+            g = tf.Graph()
+            with g.as_default():
+                w = tf1.get_variable("w", initializer=0.0)
+                saver = MinSaver("val-error")
+                LoopTrainer(
+                    g,
+                    tf1.assign_add(w, 1.0),
+                    [ModelSaver(), PutSeries(series), saver],
+                    Monitors([JSONWriter()]),
+                    steps_per_epoch=2,
+                    max_epoch=max_epoch,
+                    starting_epoch=starting,
+                    logdir=tmp_path,
+                    session_init=session_init,
+                ).train()
+            return saver
+
+        run([3.0, 1.0], 1, 2)
+        assert values(tmp_path / "min-val-error.tfmodel")["w"] == 4.0
+        # epoch 3 (2.0) is worse than epoch 2 (1.0): the copy stays
+        saver = run([3.0, 1.0, 2.0], 3, 3, session_init=SaverRestore(str(tmp_path)))
+        assert saver.best == 1.0
+        assert values(tmp_path / "min-val-error.tfmodel")["w"] == 4.0
+        # epoch 4 (0.5) replaces it
+        saver = run([3.0, 1.0, 2.0, 0.5], 4, 4, session_init=SaverRestore(str(tmp_path)))
+        assert saver.best == 0.5
+        assert values(tmp_path / "min-val-error.tfmodel")["w"] == 8.0

@@ -180,3 +180,26 @@ class TestCombinators:
         with pytest.raises(TypeError, match="'event' must be a LoopEvent; got tuple"):
             fires(AtLastStep(), ("before_train", 1))
         assert isinstance(e, LoopEvent)
+
+
+class TestTrainerEvent:
+    """`trainer_event` reads a trainer's counters into a LoopEvent."""
+
+    @given(loop_params())
+    def test_round_trip(self, params):
+        """An object holding an event's position gives back the same event."""
+        from types import SimpleNamespace
+
+        from towerkit.callbacks import trainer_event
+
+        for e in loop_events(*params[:3], start_global_step=params[3]):
+            p = e.position
+            t = SimpleNamespace(
+                starting_epoch=p.starting_epoch,
+                max_epoch=p.max_epoch,
+                steps_per_epoch=p.steps_per_epoch,
+                epoch_num=p.epoch_num,
+                local_step=p.local_step,
+                global_step=p.global_step,
+            )
+            assert trainer_event(t, e.kind) == e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 
-class Trigger:
+class Trigger(abc.ABC):
     """Base of trigger records: frozen values that say at which loop events something fires.
 
     Use :func:`fires` to evaluate one; a record's ``_fires`` method holds its rule.
@@ -35,8 +36,9 @@ class Trigger:
 
     __slots__ = ()
 
-    def _fires(self, event: LoopEvent) -> bool:  # pragma: no cover - every record overrides
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _fires(self, event: LoopEvent) -> bool:
+        """Whether the record fires at ``event`` (the rule of :func:`fires`)."""
 
 
 def _positive_int_or_none(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -291,6 +293,14 @@ def trainer_event(trainer: Any, kind: EventKind) -> LoopEvent:
             ``local_step``, ``global_step``, ``steps_per_epoch``, ``starting_epoch``,
             ``max_epoch``).
         kind: the callback method being called.
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> t = SimpleNamespace(starting_epoch=1, max_epoch=3, steps_per_epoch=10,
+        ...                     epoch_num=3, local_step=9, global_step=30)
+        >>> ev = trainer_event(t, EventKind.TRIGGER_STEP)
+        >>> fires(AtLastStep(), ev), fires(EveryK(steps=7), ev)
+        (True, False)
     """
     return LoopEvent(
         kind,
