@@ -1,0 +1,287 @@
+"""plot-stats: draw the curves of a training run's ``stats.json``, one panel per statistic."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from towerkit.tools._files import ToolError, atomic_path, fail
+
+__all__ = [
+    "PANEL_INCHES",
+    "STATS_FILENAME",
+    "X_KEYS",
+    "collect_series",
+    "grid_shape",
+    "image_size",
+    "main",
+    "plot_stats",
+    "read_stats",
+]
+
+STATS_FILENAME = "stats.json"
+"""The file ``JSONWriter`` writes in the logdir: a JSON list of records."""
+
+X_KEYS = {"epoch": "epoch_num", "step": "global_step"}
+"""The x axes and the record key each reads."""
+
+PANEL_INCHES = (4.0, 3.0)
+"""Width and height of one panel, in inches."""
+
+MATPLOTLIB_MISSING = (
+    "plot-stats needs matplotlib, which is not installed: pip install 'towerkit-tools[plot]'"
+)
+
+
+def read_stats(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a ``stats.json`` file, given the file or the logdir holding it.
+
+    Raises:
+        ToolError: no such file, not JSON, or not a list of objects.
+    """
+    path = os.fspath(path)
+    file = os.path.join(path, STATS_FILENAME) if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        where = f"logdir {path!r} has no {STATS_FILENAME!r}" if os.path.isdir(path) else None
+        msg = where or f"{path!r} does not exist: expected a logdir or its {STATS_FILENAME!r}"
+        raise ToolError(msg)
+    try:
+        with open(file, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        msg = f"{file!r} is not valid JSON: {err}"
+        raise ToolError(msg) from None
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        msg = f"{file!r} must hold a JSON list of objects (records); got {type(data).__name__}"
+        raise ToolError(msg)
+    return data
+
+
+def _number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def collect_series(
+    records: Sequence[Mapping[str, Any]], keys: str | None = None, x: str = "epoch"
+) -> dict[str, tuple[list[float], list[float]]]:
+    """The curves in `records`: ``{statistic: (xs, ys)}``, names sorted.
+
+    Every numeric, finite entry other than the x keys is a statistic; records without
+    the x key are skipped.
+
+    Args:
+        records: the records of ``stats.json``.
+        keys: a regex; only statistics whose name matches (``re.search``) are kept.
+        x: ``"epoch"`` (``epoch_num``, 1-based) or ``"step"`` (``global_step``).
+
+    Raises:
+        ValueError: unknown `x`, or an invalid `keys` regex.
+
+    Examples:
+        >>> recs = [{"epoch_num": 1, "global_step": 10, "cost": 0.9, "val_error": 0.2},
+        ...         {"epoch_num": 2, "global_step": 20, "cost": 0.5, "val_error": 0.1}]
+        >>> collect_series(recs)
+        {'cost': ([1, 2], [0.9, 0.5]), 'val_error': ([1, 2], [0.2, 0.1])}
+        >>> collect_series(recs, keys="error$", x="step")
+        {'val_error': ([10, 20], [0.2, 0.1])}
+    """
+    if x not in X_KEYS:
+        msg = f"'x' must be one of {sorted(X_KEYS)}; got {x!r}"
+        raise ValueError(msg)
+    try:
+        pattern = re.compile(keys) if keys is not None else None
+    except re.error as err:
+        msg = f"--keys {keys!r} is not a valid regular expression ({err})"
+        raise ValueError(msg) from None
+    x_key = X_KEYS[x]
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for rec in records:
+        xv = rec.get(x_key)
+        if not _number(xv):
+            continue
+        for name, value in rec.items():
+            if name in X_KEYS.values() or not _number(value):
+                continue
+            if pattern is not None and not pattern.search(name):
+                continue
+            xs, ys = series.setdefault(name, ([], []))
+            xs.append(xv)
+            ys.append(value)
+    return dict(sorted(series.items()))
+
+
+def grid_shape(panels: int, columns: int = 3) -> tuple[int, int]:
+    """``(columns, rows)`` of the panel grid.
+
+    Examples:
+        >>> grid_shape(1), grid_shape(3), grid_shape(4), grid_shape(7, columns=2)
+        ((1, 1), (3, 1), (3, 2), (2, 4))
+    """
+    if panels < 1 or columns < 1:
+        msg = f"'panels' and 'columns' must be >= 1; got panels={panels}, columns={columns}"
+        raise ValueError(msg)
+    cols = min(columns, panels)
+    return cols, math.ceil(panels / cols)
+
+
+def image_size(panels: int, columns: int = 3, dpi: int = 100) -> tuple[int, int]:
+    """Width and height in pixels of the PNG `plot_stats` writes.
+
+    Examples:
+        >>> image_size(4), image_size(2, dpi=50)
+        ((1200, 600), (400, 150))
+    """
+    cols, rows = grid_shape(panels, columns)
+    return round(cols * PANEL_INCHES[0] * dpi), round(rows * PANEL_INCHES[1] * dpi)
+
+
+def _figure_class() -> Any:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ToolError(MATPLOTLIB_MISSING) from None
+    return Figure, FigureCanvasAgg
+
+
+def plot_stats(
+    source: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    keys: str | None = None,
+    x: str = "epoch",
+    columns: int = 3,
+    dpi: int = 100,
+    title: str | None = None,
+) -> str:
+    """Draw one panel per statistic of a run and write the PNG atomically.
+
+    Args:
+        source: a logdir, its ``stats.json``, or the records themselves.
+        out: the PNG to write; by default ``stats.png`` beside ``stats.json``.
+        keys: a regex selecting statistics by name.
+        x: ``"epoch"`` or ``"step"``.
+        columns: panels per row at most.
+        dpi: pixels per inch; each panel is 4 x 3 inches.
+        title: a title over all panels (default: the logdir).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ToolError: no stats, nothing matches `keys`, matplotlib is missing, or the output
+            directory does not exist.
+        ValueError: bad `x`, `keys`, `columns` or `dpi`.
+    """
+    if isinstance(source, str | os.PathLike):
+        src = os.fspath(source)
+        records = read_stats(src)
+        logdir = src if os.path.isdir(src) else os.path.dirname(src) or "."
+    else:
+        records, logdir = list(source), None
+    if out is None:
+        if logdir is None:
+            msg = "plot_stats needs 'out' when given records instead of a logdir"
+            raise ValueError(msg)
+        out = os.path.join(logdir, "stats.png")
+    out = os.fspath(out)
+    if dpi < 1:
+        msg = f"'dpi' must be >= 1; got {dpi}"
+        raise ValueError(msg)
+    series = collect_series(records, keys=keys, x=x)
+    if not series:
+        found = sorted({k for r in records for k in r if k not in X_KEYS.values()})
+        which = f"matching {keys!r} " if keys else ""
+        msg = f"no numeric statistics {which}with {X_KEYS[x]!r} in {len(records)} records; names found: {found[:30]}"
+        raise ToolError(msg)
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        msg = f"output directory {parent!r} does not exist"
+        raise ToolError(msg)
+    figure_cls, canvas_cls = _figure_class()
+    cols, rows = grid_shape(len(series), columns)
+    fig = figure_cls(figsize=(cols * PANEL_INCHES[0], rows * PANEL_INCHES[1]), dpi=dpi)
+    canvas_cls(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (name, (xs, ys)) in zip(axes.flat, series.items()):
+        ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, linewidth=1.2)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("epoch" if x == "epoch" else "global step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(series) :]:
+        ax.set_visible(False)
+    fig.suptitle(title if title is not None else (logdir or ""), fontsize=10)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="plot-stats",
+        description=(
+            "Draw the curves of a training run from its stats.json (one panel per "
+            "statistic) into a PNG. Needs matplotlib: pip install 'towerkit-tools[plot]'."
+        ),
+    )
+    parser.add_argument("logdir", help="the run's logdir, or its stats.json")
+    parser.add_argument("-o", "--out", help="the PNG to write (default: LOGDIR/stats.png)")
+    parser.add_argument("--keys", metavar="REGEX", help="plot only statistics whose name matches")
+    parser.add_argument(
+        "--x", choices=sorted(X_KEYS), default="epoch", help="x axis: epochs or global steps"
+    )
+    parser.add_argument("--columns", type=int, default=3, help="panels per row (default 3)")
+    parser.add_argument("--dpi", type=int, default=100, help="pixels per inch (default 100)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the statistics that would be drawn"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the tool.
+
+    Args:
+        argv: The arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        0 on success, 2 on a missing logdir, bad stats, no match, or missing matplotlib.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        if args.columns < 1 or args.dpi < 1:
+            msg = f"--columns and --dpi must be >= 1; got {args.columns} and {args.dpi}"
+            raise ToolError(msg)
+        if args.dry_run:
+            series = collect_series(read_stats(args.logdir), keys=args.keys, x=args.x)
+            if not series:
+                msg = f"no numeric statistics to plot in {args.logdir!r}"
+                raise ToolError(msg)
+            w, h = image_size(len(series), args.columns, args.dpi)
+            for name, (xs, _) in series.items():
+                print(f"  {name}: {len(xs)} points")
+            print(f"plot-stats: would draw {len(series)} panels ({w}x{h} pixels)")
+            return 0
+        path = plot_stats(
+            args.logdir, args.out, keys=args.keys, x=args.x, columns=args.columns, dpi=args.dpi
+        )
+    except (ToolError, ValueError) as err:
+        return fail("plot-stats", err)
+    print(f"plot-stats: wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

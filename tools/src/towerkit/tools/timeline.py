@@ -1,0 +1,583 @@
+"""timeline: print when each callback of a training run fires and the values schedules set.
+
+Reads a small description of the loop and its callbacks (a TOML file, or a Python file
+that builds trigger records), walks the loop's pure event stream from
+``towerkit.callbacks`` and prints every firing. TensorFlow is never imported.
+
+A TOML description::
+
+    [loop]
+    steps_per_epoch = 100
+    max_epoch = 10
+
+    [[callbacks]]
+    name = "ModelSaver"
+    type = "PeriodicTrigger"        # calls trigger() every 2 epochs
+    every_k_epochs = 2
+
+    [[callbacks]]
+    name = "learning_rate"
+    type = "ScheduledHyperParamSetter"
+    schedule = [[0, 0.1], [5, 0.01], [8, 0.001]]
+
+A Python description defines ``loop`` (a dict) and ``callbacks`` (a list of the same
+tables, or ``(name, trigger)`` / ``(name, trigger, event_kinds)`` tuples). Trigger
+records and their combinators (``EveryK``, ``GlobalStepMultiple``, ``EpochMultiple``,
+``AtLastStep``, ``OnKinds``, ``any_of``, ``all_of``, ``negate``, ``OnSchedule``,
+``piecewise_schedule``, ...) are predefined in its namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import runpy
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+from attrs.validators import ge, gt, instance_of
+
+from towerkit.tools._files import ToolError, fail, read_toml
+from towerkit.tools._pure import pure_callbacks
+
+_mods = pure_callbacks()
+_loop = _mods["_loop"]
+_triggers = _mods["_triggers"]
+_schedules = _mods["_schedules"]
+_timeline = _mods["_timeline"]
+
+EventKind = _loop.EventKind
+OnSchedule = _schedules.OnSchedule
+TimelineEntry = _timeline.TimelineEntry
+
+__all__ = [
+    "CALLBACK_TYPES",
+    "GATED_METHODS",
+    "Description",
+    "LoopSpec",
+    "entry_from_table",
+    "load_description",
+    "main",
+    "periodic_callback_rule",
+    "read_description",
+    "render_json",
+    "render_text",
+    "run_timeline",
+    "summarize",
+]
+
+CALLBACK_TYPES = (
+    "Callback",
+    "PeriodicTrigger",
+    "PeriodicCallback",
+    "ScheduledHyperParamSetter",
+)
+"""The ``type`` values a table entry may name."""
+
+GATED_METHODS = ("before_epoch", "after_epoch", "before_run", "trigger_step", "trigger_epoch")
+"""The methods of a wrapped callback that ``PeriodicCallback`` may gate (``methods``)."""
+
+_TABLE_KEYS = {
+    "Callback": {"name", "type"},
+    "PeriodicTrigger": {"name", "type", "every_k_steps", "every_k_epochs", "before_train"},
+    "PeriodicCallback": {"name", "type", "every_k_steps", "every_k_epochs", "methods"},
+    "ScheduledHyperParamSetter": {
+        "name",
+        "type",
+        "schedule",
+        "interp",
+        "step_based",
+        "set_at_beginning",
+    },
+}
+
+_LOOP_KEYS = ("steps_per_epoch", "max_epoch", "starting_epoch", "start_global_step")
+
+
+@attrs.frozen(kw_only=True)
+class LoopSpec:
+    """The loop parameters of a run.
+
+    Attributes:
+        steps_per_epoch: steps per epoch (> 0).
+        max_epoch: the last epoch, inclusive (1-based).
+        starting_epoch: the first epoch (1-based).
+        start_global_step: the global step restored at the start (>= 0).
+
+    Examples:
+        >>> LoopSpec(steps_per_epoch=10, max_epoch=3)
+        LoopSpec(steps_per_epoch=10, max_epoch=3, starting_epoch=1, start_global_step=0)
+    """
+
+    steps_per_epoch: int = attrs.field(validator=[instance_of(int), gt(0)])
+    max_epoch: int = attrs.field(validator=[instance_of(int), ge(0)])
+    starting_epoch: int = attrs.field(default=1, validator=[instance_of(int), ge(1)])
+    start_global_step: int = attrs.field(default=0, validator=[instance_of(int), ge(0)])
+
+    @property
+    def total_steps(self) -> int:
+        """The number of steps this run makes."""
+        return max(0, self.max_epoch - self.starting_epoch + 1) * self.steps_per_epoch
+
+
+@attrs.frozen(kw_only=True)
+class Description:
+    """A checked description: the loop, the timeline entries and what each stands for.
+
+    Attributes:
+        loop: the loop parameters.
+        entries: one ``TimelineEntry`` per callback, in the given order.
+        types: the callback class each entry stands for (``PeriodicTrigger``, ...).
+    """
+
+    loop: LoopSpec
+    entries: tuple[Any, ...] = attrs.field(converter=tuple)
+    types: tuple[str, ...] = attrs.field(converter=tuple)
+
+    def only(self, pattern: re.Pattern[str]) -> Description:
+        """The description with only the entries whose name matches `pattern`."""
+        keep = [i for i, e in enumerate(self.entries) if pattern.search(e.name)]
+        return attrs.evolve(
+            self,
+            entries=[self.entries[i] for i in keep],
+            types=[self.types[i] for i in keep],
+        )
+
+
+def periodic_callback_rule(every_k_steps: int | None, every_k_epochs: int | None) -> Any:
+    """The trigger record of ``PeriodicCallback(cb, every_k_steps, every_k_epochs)``.
+
+    Every ``every_k_steps`` global steps, every ``every_k_epochs`` epochs, and with an
+    epoch period also at the last step of training.
+
+    Examples:
+        >>> periodic_callback_rule(None, 2)
+        AnyOf(triggers=(EpochMultiple(k=2), AtLastStep()))
+        >>> periodic_callback_rule(None, None)
+        Traceback (most recent call last):
+        ...
+        ValueError: PeriodicCallback: set 'every_k_steps' or 'every_k_epochs' (or both); got neither
+    """
+    if every_k_steps is None and every_k_epochs is None:
+        msg = "PeriodicCallback: set 'every_k_steps' or 'every_k_epochs' (or both); got neither"
+        raise ValueError(msg)
+    parts: list[Any] = []
+    if every_k_steps is not None:
+        parts.append(_triggers.GlobalStepMultiple(every_k_steps))
+    if every_k_epochs is not None:
+        parts += [_triggers.EpochMultiple(every_k_epochs), _triggers.AtLastStep()]
+    return _triggers.AnyOf(parts)
+
+
+def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
+    """Build a timeline entry from a description table (TOML ``[[callbacks]]`` or a dict).
+
+    The ``type`` key names the callback class; without it, a table with ``schedule`` is a
+    ``ScheduledHyperParamSetter``, one with ``every_k_steps``/``every_k_epochs``/
+    ``before_train`` a ``PeriodicTrigger``, any other a plain ``Callback`` (which acts
+    in every ``trigger_epoch``). The other keys are the class's arguments;
+    ``PeriodicCallback`` also takes ``methods``, the methods of the wrapped callback
+    that act (default ``["trigger_epoch"]``).
+
+    Returns:
+        ``(TimelineEntry, type)``.
+
+    Raises:
+        TypeError: `table` is not a mapping, or a value has the wrong type.
+        ValueError: unknown type or keys (all listed), or invalid arguments.
+
+    Examples:
+        >>> entry, kind = entry_from_table({"name": "saver", "every_k_epochs": 2})
+        >>> kind, entry.trigger
+        ('PeriodicTrigger', EveryK(steps=None, epochs=2, before_train=False))
+        >>> entry_from_table({"name": "lr", "schedule": [[0, 0.1], [3, 0.01]]})[1]
+        'ScheduledHyperParamSetter'
+        >>> entry_from_table({"name": "x", "every_k_epoch": 2})
+        Traceback (most recent call last):
+        ...
+        ValueError: callback 'x' (Callback): unknown keys ['every_k_epoch']; expected some of ['name', 'type']
+    """
+    if not isinstance(table, Mapping):
+        msg = f"a callback entry must be a table (dict); got {type(table).__name__} {table!r:.80}"
+        raise TypeError(msg)
+    name = table.get("name")
+    if not isinstance(name, str) or not name:
+        msg = f"a callback entry needs a non-empty string 'name'; got {table!r:.120}"
+        raise TypeError(msg)
+    kind = table.get("type")
+    if kind is None:
+        if "schedule" in table:
+            kind = "ScheduledHyperParamSetter"
+        elif {"every_k_steps", "every_k_epochs", "before_train"} & set(table):
+            kind = "PeriodicTrigger"
+        else:
+            kind = "Callback"
+    if kind not in _TABLE_KEYS:
+        msg = f"callback {name!r}: unknown type {kind!r}; expected one of {list(CALLBACK_TYPES)}"
+        raise ValueError(msg)
+    unknown = sorted(set(table) - _TABLE_KEYS[kind])
+    if unknown:
+        msg = f"callback {name!r} ({kind}): unknown keys {unknown}; expected some of {sorted(_TABLE_KEYS[kind])}"
+        raise ValueError(msg)
+    try:
+        return _build_entry(name, kind, table), kind
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"callback {name!r} ({kind}): {err}") from None
+
+
+def _build_entry(name: str, kind: str, table: Mapping[str, Any]) -> Any:
+    if kind == "Callback":
+        return TimelineEntry(
+            name=name, trigger=_triggers.EveryK(epochs=1), kinds=[EventKind.TRIGGER_EPOCH]
+        )
+    if kind == "PeriodicTrigger":
+        rule = _triggers.EveryK(
+            steps=table.get("every_k_steps"),
+            epochs=table.get("every_k_epochs"),
+            before_train=table.get("before_train", False),
+        )
+        return TimelineEntry(name=name, trigger=rule)
+    if kind == "PeriodicCallback":
+        methods = table.get("methods", ["trigger_epoch"])
+        if isinstance(methods, str):
+            methods = [methods]
+        bad = [m for m in methods if m not in GATED_METHODS]
+        if bad or not methods:
+            msg = (
+                f"'methods' must be a non-empty list of {list(GATED_METHODS)}; wrong entries: {bad}"
+            )
+            raise ValueError(msg)
+        rule = periodic_callback_rule(table.get("every_k_steps"), table.get("every_k_epochs"))
+        return TimelineEntry(name=name, trigger=rule, kinds=methods)
+    step_based = table.get("step_based", False)
+    if not isinstance(step_based, bool):
+        msg = f"'step_based' must be a bool; got {step_based!r}"
+        raise TypeError(msg)
+    points = table["schedule"]
+    if isinstance(points, list):
+        points = [tuple(p) if isinstance(p, list) else p for p in points]
+    schedule = _schedules.PiecewiseSchedule(
+        points=points, interp=table.get("interp"), unit="step" if step_based else "epoch"
+    )
+    rule = OnSchedule(schedule=schedule, set_at_beginning=table.get("set_at_beginning", True))
+    return TimelineEntry(name=name, trigger=rule)
+
+
+def _entry(item: Any, index: int) -> tuple[Any, str]:
+    if isinstance(item, Mapping):
+        return entry_from_table(item)
+    if isinstance(item, tuple) and len(item) == 3:
+        name, rule, kinds = item
+        entry = TimelineEntry(name=name, trigger=rule, kinds=kinds)
+    else:
+        try:
+            entry = _timeline.timeline_entry(item)
+        except TypeError:
+            msg = (
+                f"callbacks #{index}: expected a table, a (name, trigger) or (name, trigger, "
+                f"event_kinds) tuple, or a callback; got {type(item).__name__} {item!r:.80}"
+            )
+            raise TypeError(msg) from None
+        if entry is None:
+            msg = f"callbacks #{index}: {item} never fires (it has no trigger_epoch)"
+            raise ValueError(msg)
+    kind = getattr(item, "__class__", type(item)).__name__
+    if isinstance(item, tuple):
+        kind = "ScheduledHyperParamSetter" if isinstance(entry.trigger, OnSchedule) else "trigger"
+    return entry, kind
+
+
+def load_description(
+    loop: Mapping[str, Any], callbacks: Iterable[Any], overrides: Mapping[str, Any] | None = None
+) -> Description:
+    """Check a description's ``loop`` table and ``callbacks`` list and build the records.
+
+    Args:
+        loop: ``steps_per_epoch``, ``max_epoch`` and optionally ``starting_epoch`` and
+            ``start_global_step``.
+        callbacks: tables, ``(name, trigger)`` / ``(name, trigger, event_kinds)`` tuples,
+            ``TimelineEntry`` records, or callbacks (what ``timeline_entry`` accepts).
+        overrides: loop values that replace those of `loop` (None values are ignored).
+
+    Raises:
+        TypeError, ValueError: what is wrong, with every unknown key or bad entry listed.
+
+    Examples:
+        >>> d = load_description({"steps_per_epoch": 5, "max_epoch": 2},
+        ...                      [{"name": "saver"}], {"max_epoch": 4})
+        >>> d.loop.max_epoch, [e.name for e in d.entries], d.types
+        (4, ['saver'], ('Callback',))
+    """
+    if not isinstance(loop, Mapping):
+        msg = f"'loop' must be a table with {list(_LOOP_KEYS)}; got {type(loop).__name__}"
+        raise TypeError(msg)
+    values = dict(loop)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    unknown = sorted(set(values) - set(_LOOP_KEYS))
+    if unknown:
+        msg = f"'loop' has unknown keys {unknown}; expected some of {list(_LOOP_KEYS)}"
+        raise ValueError(msg)
+    missing = [k for k in ("steps_per_epoch", "max_epoch") if k not in values]
+    if missing:
+        msg = f"'loop' needs {missing} (give them in the description or on the command line)"
+        raise ValueError(msg)
+    spec = LoopSpec(**values)
+    if isinstance(callbacks, str | bytes | Mapping) or not isinstance(callbacks, Iterable):
+        msg = f"'callbacks' must be a list; got {type(callbacks).__name__}"
+        raise TypeError(msg)
+    built = [_entry(item, i) for i, item in enumerate(callbacks)]
+    names = [e.name for e, _ in built]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        msg = f"callback names must be unique; repeated: {dups}"
+        raise ValueError(msg)
+    return Description(loop=spec, entries=[e for e, _ in built], types=[t for _, t in built])
+
+
+def run_timeline(description: Description) -> list[Any]:
+    """Every firing of the description's callbacks over its run, in loop order.
+
+    Delegates to ``towerkit.callbacks.timeline`` (one ``hooked_sess.run`` per step).
+
+    Examples:
+        >>> d = load_description(
+        ...     {"steps_per_epoch": 3, "max_epoch": 4},
+        ...     [{"name": "saver", "every_k_epochs": 2},
+        ...      {"name": "lr", "schedule": [[0, 0.1], [3, 0.01]]}])
+        >>> [(f.kind.value, f.epoch_num, f.global_step, f.name, f.value) for f in run_timeline(d)]
+        [('before_train', 0, 0, 'lr', 0.1), ('trigger_epoch', 2, 6, 'saver', None), ('trigger_epoch', 3, 9, 'lr', 0.01), ('trigger_epoch', 4, 12, 'saver', None)]
+    """
+    spec = description.loop
+    return _timeline.timeline(
+        list(description.entries),
+        spec.starting_epoch,
+        spec.max_epoch,
+        spec.steps_per_epoch,
+        start_global_step=spec.start_global_step,
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def summarize(description: Description, firings: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per callback: how often it fires, first and last (epoch, global step), values set.
+
+    Examples:
+        >>> d = load_description({"steps_per_epoch": 2, "max_epoch": 3}, [{"name": "cb"}])
+        >>> summarize(d, run_timeline(d))
+        [{'name': 'cb', 'type': 'Callback', 'count': 3, 'first': [1, 2], 'last': [3, 6], 'values': []}]
+    """
+    rows = []
+    for entry, kind in zip(description.entries, description.types):
+        mine = [f for f in firings if f.name == entry.name]
+        rows.append(
+            {
+                "name": entry.name,
+                "type": kind,
+                "count": len(mine),
+                "first": [mine[0].epoch_num, mine[0].global_step] if mine else None,
+                "last": [mine[-1].epoch_num, mine[-1].global_step] if mine else None,
+                "values": [f.value for f in mine if f.value is not None],
+            }
+        )
+    return rows
+
+
+def render_text(description: Description, firings: Sequence[Any], limit: int | None = None) -> str:
+    """The table of firings and a summary per callback, as printed by the tool.
+
+    Args:
+        description: the loop and callbacks.
+        firings: what `run_timeline` returned.
+        limit: print at most this many firing lines (the summary counts them all).
+
+    Examples:
+        >>> d = load_description({"steps_per_epoch": 2, "max_epoch": 2},
+        ...                      [{"name": "lr", "schedule": [[1, 0.5]]}])
+        >>> print(render_text(d, run_timeline(d)))
+        loop: epochs 1..2, 2 steps per epoch, global steps 1..4 (4 steps)
+        epoch  global_step  local_step  event          callback  value
+            1            2           1  trigger_epoch  lr        0.5
+        <BLANKLINE>
+        lr (ScheduledHyperParamSetter): 1 time, first at epoch 1 (global step 2), last at epoch 1 (global step 2); values 0.5
+    """
+    spec = description.loop
+    first = spec.start_global_step + 1
+    last = spec.start_global_step + spec.total_steps
+    lines = [
+        f"loop: epochs {spec.starting_epoch}..{spec.max_epoch}, {spec.steps_per_epoch} steps "
+        f"per epoch, global steps {first}..{last} ({spec.total_steps} steps)"
+    ]
+    shown = list(firings if limit is None else firings[:limit])
+    header = ("epoch", "global_step", "local_step", "event", "callback", "value")
+    rows = [
+        (
+            str(f.epoch_num),
+            str(f.global_step),
+            str(f.local_step),
+            f.kind.value,
+            f.name,
+            _fmt(f.value),
+        )
+        for f in shown
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    right = (True, True, True, False, False, False)
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
+        return "  ".join(parts).rstrip()
+
+    lines.append(line(header))
+    lines += [line(r) for r in rows]
+    if len(shown) < len(firings):
+        lines.append(f"... {len(firings) - len(shown)} more firings not shown (--limit {limit})")
+    lines.append("")
+    for row in summarize(description, firings):
+        count = row["count"]
+        text = f"{row['name']} ({row['type']}): {count} time{'s' if count != 1 else ''}"
+        if count:
+            (e1, s1), (e2, s2) = row["first"], row["last"]
+            text += (
+                f", first at epoch {e1} (global step {s1}), last at epoch {e2} (global step {s2})"
+            )
+        if row["values"]:
+            text += "; values " + " -> ".join(_fmt(v) for v in row["values"][:12])
+            if len(row["values"]) > 12:
+                text += f" -> ... ({len(row['values'])} values)"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def render_json(description: Description, firings: Sequence[Any]) -> str:
+    """The loop, every firing and the per-callback summary as one JSON document.
+
+    Examples:
+        >>> d = load_description({"steps_per_epoch": 1, "max_epoch": 1}, [{"name": "cb"}])
+        >>> json.loads(render_json(d, run_timeline(d)))["firings"]
+        [{'name': 'cb', 'event': 'trigger_epoch', 'epoch_num': 1, 'local_step': 0, 'global_step': 1, 'value': None}]
+    """
+    doc = {
+        "loop": attrs.asdict(description.loop),
+        "firings": [
+            {
+                "name": f.name,
+                "event": f.kind.value,
+                "epoch_num": f.epoch_num,
+                "local_step": f.local_step,
+                "global_step": f.global_step,
+                "value": f.value,
+            }
+            for f in firings
+        ],
+        "summary": summarize(description, firings),
+    }
+    return json.dumps(doc, indent=1)
+
+
+def _python_namespace() -> dict[str, Any]:
+    names: dict[str, Any] = {}
+    for module in (_triggers, _schedules):
+        names.update({n: getattr(module, n) for n in module.__all__})
+    names.update(
+        EventKind=EventKind,
+        TimelineEntry=TimelineEntry,
+        periodic_callback_rule=periodic_callback_rule,
+    )
+    return names
+
+
+def read_description(path: str) -> tuple[Mapping[str, Any], Any]:
+    """The ``loop`` table and ``callbacks`` list of a ``.toml`` or ``.py`` description.
+
+    Raises:
+        ToolError: the file is missing, unreadable, or does not define both.
+    """
+    if not os.path.exists(path):
+        msg = f"description {path!r} does not exist"
+        raise ToolError(msg)
+    if os.path.isdir(path):
+        msg = f"description {path!r} is a directory: expected a .toml or .py file"
+        raise ToolError(msg)
+    if path.endswith(".toml"):
+        data: Mapping[str, Any] = read_toml(path)
+    elif path.endswith(".py"):
+        try:
+            data = runpy.run_path(path, init_globals=_python_namespace())
+        except Exception as err:
+            msg = f"description {path!r} failed: {type(err).__name__}: {err}"
+            raise ToolError(msg) from None
+    else:
+        msg = f"description {path!r} must end with '.toml' or '.py'"
+        raise ToolError(msg)
+    missing = [k for k in ("loop", "callbacks") if k not in data]
+    if missing:
+        msg = f"description {path!r} does not define {missing}"
+        raise ToolError(msg)
+    return data["loop"], data["callbacks"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="timeline",
+        description=(
+            "Print when each callback of a training run fires and the value each schedule "
+            "sets, from a TOML or Python description, without TensorFlow."
+        ),
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("description", help="a .toml or .py file describing the loop and callbacks")
+    parser.add_argument("--steps-per-epoch", type=int, help="override loop.steps_per_epoch")
+    parser.add_argument(
+        "--max-epoch", type=int, help="override loop.max_epoch (1-based, inclusive)"
+    )
+    parser.add_argument("--starting-epoch", type=int, help="override loop.starting_epoch (1-based)")
+    parser.add_argument("--start-global-step", type=int, help="override loop.start_global_step")
+    parser.add_argument("--only", type=re.compile, help="show only callbacks whose name matches")
+    parser.add_argument("--limit", type=int, help="print at most this many firing lines")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the tool.
+
+    Args:
+        argv: The arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        0 on success, 2 when the description is missing or invalid.
+    """
+    args = _parser().parse_args(argv)
+    overrides = {
+        "steps_per_epoch": args.steps_per_epoch,
+        "max_epoch": args.max_epoch,
+        "starting_epoch": args.starting_epoch,
+        "start_global_step": args.start_global_step,
+    }
+    if args.limit is not None and args.limit < 0:
+        return fail("timeline", f"--limit must be >= 0; got {args.limit}")
+    try:
+        loop, callbacks = read_description(args.description)
+        description = load_description(loop, callbacks, overrides)
+    except (ToolError, TypeError, ValueError) as err:
+        return fail("timeline", err)
+    if args.only is not None:
+        description = description.only(args.only)
+    firings = run_timeline(description)
+    if args.json:
+        print(render_json(description, firings))
+    else:
+        print(render_text(description, firings, limit=args.limit))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

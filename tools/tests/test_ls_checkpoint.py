@@ -1,0 +1,166 @@
+"""Tests of ls-checkpoint and the variable helpers behind it, on real checkpoints and npz files."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from towerkit.tools._files import ToolError
+from towerkit.tools._vars import (
+    compile_patterns,
+    format_bytes,
+    is_npz,
+    itemsize,
+    select_names,
+    var_bytes,
+)
+from towerkit.tools.ls_checkpoint import main, render_listing, rows_of
+
+NAMES = st.lists(st.from_regex(r"[a-z]{1,3}(/[a-zA-Z0-9_]{1,4}){0,2}", fullmatch=True), max_size=8)
+
+
+class TestSelectNames:
+    """Selection by include and exclude regexes."""
+
+    @given(NAMES)
+    def test_no_patterns_keeps_all(self, names):
+        """Without patterns every name is kept, in order."""
+        assert select_names(names) == names
+
+    @given(NAMES, st.sampled_from(["W", "^a", "b$", "/"]))
+    def test_include_exclude_partition(self, names, pattern):
+        """Including and excluding the same regex split the names in two."""
+        pat = [re.compile(pattern)]
+        kept, dropped = select_names(names, include=pat), select_names(names, exclude=pat)
+        assert sorted(kept + dropped) == sorted(names)
+        assert not set(kept) & set(dropped)
+
+    def test_invalid_patterns_all_named(self):
+        """Every invalid regex is named."""
+        with pytest.raises(
+            ToolError,
+            match=r"--exclude has invalid regular expressions: '\(' \(missing \).*, '\[' \(unterminated",
+        ):
+            compile_patterns(["(", "ok", "["], "--exclude")
+
+
+class TestSizes:
+    """Bytes per dtype and per variable."""
+
+    @given(
+        st.lists(st.integers(0, 50), max_size=4),
+        st.sampled_from(["float32", "int64", "uint8", "float16"]),
+    )
+    def test_var_bytes_matches_numpy(self, shape, dtype):
+        """var_bytes equals the nbytes of a NumPy array of that shape and dtype."""
+        assert var_bytes(tuple(shape), dtype) == np.zeros(shape, dtype=dtype).nbytes
+
+    def test_unknown_sizes(self):
+        """Strings and unknown dimensions have no size."""
+        assert (itemsize("string"), var_bytes((None, 3), "float32")) == (None, None)
+
+    @given(st.integers(0, 2**50))
+    def test_format_bytes_units(self, n):
+        """format_bytes keeps the number below 1024 of its unit."""
+        text = format_bytes(n)
+        number, unit = text.split(" ")
+        assert unit in ("B", "KiB", "MiB", "GiB", "TiB")
+        assert float(number) < 1024 or unit == "TiB"
+
+    def test_is_npz_by_content(self, npz_file, tmp_path):
+        """An npz file renamed without its suffix is still recognised."""
+        renamed = tmp_path / "params.bin"
+        renamed.write_bytes(npz_file.read_bytes())
+        assert (is_npz(str(renamed)), is_npz(str(tmp_path))) == (True, False)
+
+
+class TestRender:
+    """The listing's rows and text."""
+
+    def test_rows_of_and_totals(self):
+        """Rows carry elements and bytes; the last line totals them."""
+        from towerkit.sessinit import VarInfo
+
+        rows = rows_of(
+            [
+                VarInfo(name="a", shape=(2, 3), dtype="float64"),
+                VarInfo(name="s", shape=(2,), dtype="string"),
+            ]
+        )
+        text = render_listing(rows)
+        assert (rows[0]["bytes"], rows[1]["bytes"]) == (48, None)
+        assert text.splitlines()[-1] == "2 variables, 8 elements, 48 B (+ 1 of unknown size)"
+
+
+class TestMain:
+    """The command line on real files."""
+
+    def test_checkpoint_listing(self, checkpoint, values, capsys):
+        """Every variable of a TF checkpoint is listed with dtype, shape and size, then the total."""
+        assert main([str(checkpoint)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith(f"checkpoint {checkpoint} (")
+        body = {ln.split()[0]: ln.split() for ln in lines[2:-1]}
+        assert sorted(body) == sorted(values)
+        assert body["fc/W"][1:3] == ["float32", "(36,"]
+        total = sum(v.nbytes for v in values.values())
+        assert (
+            lines[-1]
+            == f"5 variables, {sum(v.size for v in values.values())} elements, {format_bytes(total)}"
+        )
+
+    @pytest.mark.parametrize("suffix", ["", ".index", ".data-00000-of-00001"])
+    def test_checkpoint_paths(self, checkpoint, capsys, suffix):
+        """A prefix, any of its files, or its directory name the same checkpoint."""
+        assert main([str(checkpoint) + suffix, "--json"]) == 0
+        by_file = json.loads(capsys.readouterr().out)
+        assert main([str(checkpoint.parent), "--json"]) == 0
+        by_dir = json.loads(capsys.readouterr().out)
+        assert by_file == by_dir
+
+    def test_npz_json(self, npz_file, values, capsys):
+        """An npz file lists like a checkpoint; --json gives bytes per variable and on disk."""
+        assert main([str(npz_file), "--json", "--exclude", "^global_step$"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["kind"] == "npz"
+        assert {v["name"]: v["bytes"] for v in doc["variables"]} == {
+            k: v.nbytes for k, v in values.items() if k != "global_step"
+        }
+        assert doc["bytes_on_disk"] == npz_file.stat().st_size
+
+    def test_sort_by_size(self, npz_file, capsys):
+        """--sort size puts the largest first."""
+        assert main([str(npz_file), "--sort", "size", "--include", "/"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert [ln.split()[0] for ln in lines[2:-1]] == ["fc/W", "conv0/W", "fc/b", "conv0/b"]
+
+    def test_missing_path(self, tmp_path, capsys):
+        """A missing path is one error line naming it, status 2."""
+        assert main([str(tmp_path / "nope" / "model-3")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("ls-checkpoint: error: checkpoint ")
+        assert "model-3" in err
+
+    def test_not_a_checkpoint(self, tmp_path, capsys):
+        """A file that is neither a checkpoint nor an npz file is refused."""
+        path = tmp_path / "notes.txt"
+        path.write_text("hello")
+        assert main([str(path)]) == 2
+        assert "is not a TensorFlow checkpoint" in capsys.readouterr().err
+
+    def test_broken_npz(self, tmp_path, capsys):
+        """A truncated npz file is refused with its name."""
+        path = tmp_path / "broken.npz"
+        path.write_bytes(b"PK\x03\x04garbage")
+        assert main([str(path)]) == 2
+        assert "broken.npz" in capsys.readouterr().err
+
+    def test_empty_directory(self, tmp_path, capsys):
+        """A directory without checkpoints is refused."""
+        assert main([str(tmp_path)]) == 2
+        assert "holds no checkpoint" in capsys.readouterr().err

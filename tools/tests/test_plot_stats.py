@@ -1,0 +1,225 @@
+"""Tests of plot-stats: real stats.json files to real PNG files."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from support import run_blocked
+
+from towerkit.tools.plot_stats import (
+    MATPLOTLIB_MISSING,
+    collect_series,
+    grid_shape,
+    image_size,
+    main,
+    plot_stats,
+    read_stats,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path) -> tuple[int, int]:
+    """Width and height from a PNG's header, after checking its signature and IHDR chunk."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert data[12:16] == b"IHDR"
+    assert data[-8:-4] == b"IEND"
+    return struct.unpack(">II", data[16:24])
+
+
+def write_stats(directory, epochs: int = 6, steps_per_epoch: int = 20) -> list[dict]:
+    """A stats.json as JSONWriter writes it: one record per epoch."""
+    records = [
+        {
+            "epoch_num": e,
+            "global_step": e * steps_per_epoch,
+            "cost": 2.0 / e,
+            "train_error": 0.5 / e,
+            "validation_error": 0.4 / e,
+            "learning_rate": 0.1 if e < 4 else 0.01,
+        }
+        for e in range(1, epochs + 1)
+    ]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "stats.json").write_text(json.dumps(records))
+    return records
+
+
+class TestCollectSeries:
+    """Curves from records."""
+
+    @given(
+        st.lists(
+            st.fixed_dictionaries(
+                {"epoch_num": st.integers(1, 99), "global_step": st.integers(0, 10**6)},
+                optional={
+                    "a": st.floats(allow_nan=False, allow_infinity=False),
+                    "b": st.integers(-5, 5),
+                    "note": st.text(max_size=3),
+                    "flag": st.booleans(),
+                },
+            ),
+            max_size=20,
+        )
+    )
+    def test_numeric_entries_only(self, records):
+        """Each numeric entry (not bools, not strings) lands in its series, in record order."""
+        series = collect_series(records, x="step")
+        for name in ("a", "b"):
+            expected = [(r["global_step"], r[name]) for r in records if name in r]
+            got = list(zip(*series[name])) if name in series else []
+            assert got == expected
+        assert not {"note", "flag", "epoch_num", "global_step"} & set(series)
+
+    def test_records_without_x_are_skipped(self):
+        """Records lacking the x key are not plotted."""
+        assert collect_series([{"cost": 1.0}, {"epoch_num": 2, "cost": 0.5}]) == {
+            "cost": ([2], [0.5])
+        }
+
+    def test_non_finite_values_skipped(self):
+        """NaN and infinite values are left out."""
+        recs = [
+            {"epoch_num": 1, "c": float("nan")},
+            {"epoch_num": 2, "c": float("inf")},
+            {"epoch_num": 3, "c": 1.0},
+        ]
+        assert collect_series(recs) == {"c": ([3], [1.0])}
+
+    def test_bad_x(self):
+        """An unknown x axis is refused."""
+        with pytest.raises(ValueError, match=r"'x' must be one of \['epoch', 'step'\]; got 'time'"):
+            collect_series([], x="time")
+
+    def test_bad_keys(self):
+        """An invalid --keys regex is named."""
+        with pytest.raises(ValueError, match=r"--keys '\(' is not a valid regular expression"):
+            collect_series([], keys="(")
+
+
+class TestGrid:
+    """Panel layout and image size."""
+
+    @given(st.integers(1, 40), st.integers(1, 6))
+    def test_grid_holds_every_panel(self, panels, columns):
+        """The grid has room for every panel and no empty row."""
+        cols, rows = grid_shape(panels, columns)
+        assert cols * rows >= panels > cols * (rows - 1)
+        assert cols <= columns
+
+    def test_bad_grid(self):
+        """Zero panels is refused."""
+        with pytest.raises(ValueError, match="'panels' and 'columns' must be >= 1; got panels=0"):
+            grid_shape(0)
+
+
+class TestPlot:
+    """PNG files on disk."""
+
+    def test_png_written_with_expected_size(self, tmp_path):
+        """One panel per statistic: 4 statistics in 3 columns make a 1200x600 PNG at 100 dpi."""
+        write_stats(tmp_path / "run")
+        path = plot_stats(tmp_path / "run")
+        assert path == str(tmp_path / "run" / "stats.png")
+        assert png_size(tmp_path / "run" / "stats.png") == image_size(4) == (1200, 600)
+
+    def test_keys_columns_dpi(self, tmp_path):
+        """--keys picks statistics; --columns and --dpi set the layout and size."""
+        write_stats(tmp_path / "run")
+        out = tmp_path / "errors.png"
+        assert (
+            main(
+                [
+                    str(tmp_path / "run"),
+                    "-o",
+                    str(out),
+                    "--keys",
+                    "error$",
+                    "--x",
+                    "step",
+                    "--columns",
+                    "1",
+                    "--dpi",
+                    "50",
+                ]
+            )
+            == 0
+        )
+        assert png_size(out) == (200, 300)
+
+    def test_from_records(self, tmp_path):
+        """Records may be given directly, with an explicit output."""
+        records = write_stats(tmp_path / "run")
+        out = tmp_path / "r.png"
+        plot_stats(records, out, keys="cost")
+        assert png_size(out) == (400, 300)
+
+    def test_stats_file_path(self, tmp_path, capsys):
+        """The stats.json file itself may be given; the PNG goes beside it."""
+        write_stats(tmp_path / "run")
+        assert main([str(tmp_path / "run" / "stats.json")]) == 0
+        assert png_size(tmp_path / "run" / "stats.png") == (1200, 600)
+        assert "plot-stats: wrote" in capsys.readouterr().out
+
+    def test_dry_run(self, tmp_path, capsys):
+        """--dry-run names the panels and the size, and writes nothing."""
+        write_stats(tmp_path / "run", epochs=3)
+        assert main([str(tmp_path / "run"), "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert "cost: 3 points" in out
+        assert "would draw 4 panels (1200x600 pixels)" in out
+        assert not (tmp_path / "run" / "stats.png").exists()
+
+    @pytest.mark.parametrize(
+        ("content", "message"),
+        [
+            (None, "has no 'stats.json'"),
+            ("{not json", "is not valid JSON"),
+            ('{"a": 1}', "must hold a JSON list of objects"),
+            (
+                '[{"epoch_num": 1, "note": "x"}]',
+                r"no numeric statistics with 'epoch_num' in 1 records; names found: \['note'\]",
+            ),
+        ],
+    )
+    def test_bad_stats(self, tmp_path, capsys, content, message):
+        """A logdir without usable stats gives one error line, status 2, no PNG."""
+        if content is not None:
+            (tmp_path / "stats.json").write_text(content)
+        assert main([str(tmp_path)]) == 2
+        assert re.search(message, capsys.readouterr().err)
+        assert not (tmp_path / "stats.png").exists()
+
+    def test_missing_logdir(self, tmp_path, capsys):
+        """A path that does not exist is named."""
+        assert main([str(tmp_path / "nowhere")]) == 2
+        assert "nowhere' does not exist" in capsys.readouterr().err
+
+    def test_missing_output_dir(self, tmp_path, capsys):
+        """An output in a missing directory is refused."""
+        write_stats(tmp_path / "run")
+        assert main([str(tmp_path / "run"), "-o", str(tmp_path / "no" / "x.png")]) == 2
+        assert "output directory" in capsys.readouterr().err
+
+    def test_read_stats(self, tmp_path):
+        """read_stats returns the records as written."""
+        records = write_stats(tmp_path)
+        assert read_stats(tmp_path) == records
+
+    @pytest.mark.slow
+    def test_without_matplotlib(self, tmp_path):
+        """Without matplotlib the tool says which extra to install, and writes nothing."""
+        write_stats(tmp_path / "run")
+        done = run_blocked(
+            "towerkit.tools.plot_stats", [str(tmp_path / "run")], ["matplotlib"], tmp_path
+        )
+        assert done.returncode == 2
+        assert done.stderr.strip() == f"plot-stats: error: {MATPLOTLIB_MISSING}"
+        assert "towerkit-tools[plot]" in MATPLOTLIB_MISSING
+        assert not (tmp_path / "run" / "stats.png").exists()
