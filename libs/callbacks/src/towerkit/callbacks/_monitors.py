@@ -19,6 +19,7 @@ import numpy as np
 
 from towerkit.callbacks._base import Callback, Callbacks
 from towerkit.callbacks._errors import CallbackError, MissingStatError
+from towerkit.callbacks._stats import is_real_number
 from towerkit.callbacks._types import TrainerView
 from towerkit.sessinit import atomic_write_text
 from towerkit.towers._compat import tf1
@@ -402,7 +403,7 @@ class TFEventWriter(MonitorBase):
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             msg = f"'max_queue' must be an int >= 1; got {max_queue!r}"
             raise ValueError(msg)
-        if not isinstance(flush_secs, numbers.Real) or not flush_secs > 0:
+        if not is_real_number(flush_secs) or not flush_secs > 0:
             msg = f"'flush_secs' must be a number > 0; got {flush_secs!r}"
             raise ValueError(msg)
         self._logdir_arg = None if logdir is None else os.fspath(logdir)
@@ -482,12 +483,12 @@ class JSONWriter(MonitorBase):
     def __init__(self) -> None:
         self._records: list[dict[str, Any]] = []
         self._pending: dict[str, Any] = {}
-        self._path: str | None = None
+        self._path = ""
 
     @property
     def path(self) -> str | None:
         """The file written (after ``setup_graph``)."""
-        return self._path
+        return self._path or None
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -524,7 +525,7 @@ class JSONWriter(MonitorBase):
         self._path = os.path.join(require_logdir(self), self.FILENAME)
 
     def _before_train(self) -> None:
-        directory = os.path.dirname(self._path)  # type: ignore[arg-type]
+        directory = os.path.dirname(self._path)
         existing = self.load_existing_json(directory) or []
         start = self.trainer.starting_epoch
         kept = [

@@ -8,7 +8,7 @@ import math
 import numbers
 import os
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from towerkit.callbacks._schedules import (
     scheduled_value,
     value_at,
 )
-from towerkit.callbacks._stats import StatMonitorState, advance
+from towerkit.callbacks._stats import StatMonitorState, advance, is_real_number
 from towerkit.callbacks._triggers import trainer_event
 from towerkit.towers._compat import tf1
 
@@ -315,7 +315,7 @@ class ScheduledHyperParamSetter(HyperParamSetter):
                 )
                 raise ValueError(msg)
         record = PiecewiseSchedule(
-            points=schedule, interp=interp, unit="step" if step_based else "epoch"
+            points=schedule, interp=cast(Any, interp), unit="step" if step_based else "epoch"
         )
         self._rule = OnSchedule(schedule=record, set_at_beginning=bool(set_at_beginning))
         super().__init__(param)
@@ -509,12 +509,7 @@ class StatMonitorParamSetter(HyperParamSetter):
         if isinstance(last_k, bool) or not isinstance(last_k, int) or last_k < 1:
             msg = f"'last_k' must be an int >= 1; got {last_k!r}"
             raise ValueError(msg)
-        if (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, numbers.Real)
-            or not math.isfinite(threshold)
-            or threshold < 0
-        ):
+        if not is_real_number(threshold) or not math.isfinite(threshold) or threshold < 0:
             msg = f"'threshold' must be a finite number >= 0; got {threshold!r}"
             raise ValueError(msg)
         super().__init__(param)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import numbers
 import os
 import re
 import shutil
@@ -14,6 +13,7 @@ from typing import Any
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._monitors import require_logdir
+from towerkit.callbacks._stats import is_real_number
 from towerkit.sessinit import atomic_checkpoint_prefix, atomic_save_checkpoint
 from towerkit.towers._compat import tf1
 
@@ -72,7 +72,7 @@ class ModelSaver(Callback):
             msg = f"'max_to_keep' must be an int >= 0; got {max_to_keep!r}"
             raise ValueError(msg)
         hours = keep_checkpoint_every_n_hours
-        if isinstance(hours, bool) or not isinstance(hours, numbers.Real) or not hours > 0:
+        if not is_real_number(hours) or not hours > 0:
             msg = f"'keep_checkpoint_every_n_hours' must be a number > 0; got {hours!r}"
             raise ValueError(msg)
         self._max_to_keep = max_to_keep

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
 from collections.abc import Sequence
 
@@ -15,6 +16,16 @@ __all__ = [
     "estimate_time_left",
     "should_change",
 ]
+
+
+def is_real_number(value: object) -> bool:
+    """Whether ``value`` is a real number (Python or NumPy), booleans excluded.
+
+    Examples:
+        >>> is_real_number(0.5), is_real_number(3), is_real_number(True), is_real_number("1")
+        (True, True, False, False)
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def estimate_time_left(durations: Sequence[float], epochs_left: int, median: bool = True) -> float:

@@ -30,6 +30,12 @@ def _kinds(value: Iterable[Any]) -> tuple[EventKind, ...]:
     return tuple(EventKind(v) for v in value)
 
 
+def _check_trigger(value: Any) -> None:
+    if not isinstance(value, Trigger):
+        msg = f"'trigger' must be a trigger record; got {type(value).__name__} {value!r:.80}"
+        raise TypeError(msg)
+
+
 @attrs.frozen(kw_only=True)
 class TimelineEntry:
     """One line of a timeline's input: a name, its trigger, the event kinds it acts at.
@@ -41,7 +47,7 @@ class TimelineEntry:
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
-    trigger: Trigger = attrs.field(validator=attrs.validators.instance_of(Trigger))
+    trigger: Trigger = attrs.field(validator=lambda _i, _a, v: _check_trigger(v))
     kinds: tuple[EventKind, ...] = attrs.field(default=DEFAULT_KINDS, converter=_kinds)
 
 
