@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import weakref
 
 import numpy as np
 import pytest
@@ -373,6 +375,28 @@ class TestDictRestore:
         assert counting_sess.run(a).tolist() == [1, 2]
         assert counting_sess.run(b).tolist() == [3, 4]
 
+    def test_unfeedable_initializer(self, graph, counting_sess):
+        """A variable whose initial value cannot be fed gets one assign op at setup."""
+        v = tf1.get_variable("v", initializer=np.zeros(2, np.float32))
+        graph.prevent_feeding(v.initializer.inputs[1])
+        init_all(counting_sess)
+        init = DictRestore({"v": np.array([1.0, 2.0], np.float32)})
+        init.setup_graph()
+        ops = n_ops(graph)
+        graph.finalize()
+        init.init(counting_sess)
+        init.init(counting_sess)
+        assert n_ops(graph) == ops
+        assert counting_sess.run(v).tolist() == [1, 2]
+
+    def test_unfeedable_finalized_fails(self, graph, sess):
+        """Without setup, a finalized graph cannot take such a variable; the message says why."""
+        v = tf1.get_variable("v", initializer=np.zeros(2, np.float32))
+        graph.prevent_feeding(v.initializer.inputs[1])
+        graph.finalize()
+        with pytest.raises(RuntimeError, match=r"cannot assign variable 'v' in a finalized graph"):
+            DictRestore({"v": np.ones(2, np.float32)}).init(sess)
+
     def test_repr_and_view(self):
         """The repr counts entries; `variable_dict` is read-only."""
         init = DictRestore({"a:0": np.zeros(1)})
@@ -491,6 +515,28 @@ class TestSmartInit:
             SmartInit([None, str(tmp_path / "fake.npz")])
         with pytest.raises(TypeError, match=r"SmartInit cannot load a int: expected a checkpoint"):
             SmartInit(3)
+
+
+class TestGraphLifetime:
+    """Restoring keeps no reference to the graph: it is freed like any other."""
+
+    def test_graph_collected(self, write_checkpoint):
+        """After a restore and close, the graph is garbage-collected."""
+        prefix = write_checkpoint(VALUES)
+
+        def restore_once():
+            g = tf.Graph()
+            with g.as_default():
+                _make = [tf1.get_variable(n, shape=s, dtype=d) for n, (s, d) in SHAPES.items()]
+                with tf1.Session(graph=g) as s:
+                    s.run(tf1.global_variables_initializer())
+                    SaverRestore(prefix).init(s)
+                    DictRestore(VALUES).init(s)
+            return weakref.ref(g)
+
+        ref = restore_once()
+        gc.collect()
+        assert ref() is None
 
 
 class TestRoundTrip:

@@ -19,12 +19,16 @@ _SCOPE = "towerkit_restore"
 
 
 class _GraphCache:
-    """Ops this lib built in one graph, reused by every later restore into it."""
+    """Ops this lib built in one graph, reused by every later restore into it.
+
+    Only names are kept (of ops and tensors, looked up again in the graph), never graph
+    objects, so the cache holds no reference back to its graph and goes with it.
+    """
 
     def __init__(self) -> None:
-        self.checkpoint_ops: dict[tuple, tuple[Any, Any]] = {}
-        self.assign_ops: dict[str, tuple[Any, Any]] = {}
-        self.var_infos: tuple[tuple[Any, ...], tuple[VarInfo, ...]] = ((), ())
+        self.checkpoint_ops: dict[tuple, tuple[str, str]] = {}
+        self.assign_ops: dict[str, tuple[str, str]] = {}
+        self.var_infos: tuple[tuple[str, ...], tuple[VarInfo, ...]] = ((), ())
 
 
 _CACHES: weakref.WeakKeyDictionary[Any, _GraphCache] = weakref.WeakKeyDictionary()
@@ -56,17 +60,17 @@ def variable_info(var: Any) -> VarInfo:
 def graph_var_infos(variables: Mapping[str, Any]) -> tuple[VarInfo, ...]:
     """`variable_info` of every variable in a `graph_variables` mapping.
 
-    The result is remembered per graph while its variables stay the same objects, so a
-    restore into a finalized graph does not describe every variable again.
+    The result is remembered per graph while it holds the same variable names (a name
+    in a graph always denotes the same variable), so repeated restores skip this work.
     """
-    found = tuple(variables.values())
-    if not found:
+    if not variables:
         return ()
-    cache = _cache(found[0].graph)
+    names = tuple(variables)
+    cache = _cache(next(iter(variables.values())).graph)
     seen, infos = cache.var_infos
-    if len(seen) != len(found) or any(a is not b for a, b in zip(seen, found)):
-        infos = tuple(variable_info(v) for v in found)
-        cache.var_infos = (found, infos)
+    if seen != names:
+        infos = tuple(variable_info(v) for v in variables.values())
+        cache.var_infos = (names, infos)
     return infos
 
 
@@ -113,10 +117,14 @@ def checkpoint_restore_op(
     """
     cache = _cache(graph)
     key = tuple(pairs)
-    found = cache.checkpoint_ops.get(key)
-    if found is None and not graph.finalized:
-        found = cache.checkpoint_ops[key] = _build_checkpoint_op(graph, pairs, variables)
-    return found
+    names = cache.checkpoint_ops.get(key)
+    if names is None:
+        if graph.finalized:
+            return None
+        prefix, op = _build_checkpoint_op(graph, pairs, variables)
+        cache.checkpoint_ops[key] = (prefix.name, op.name)
+        return prefix, op
+    return graph.get_tensor_by_name(names[0]), graph.get_operation_by_name(names[1])
 
 
 def _feed_target(var: Any, shape: Any) -> tuple[Any, Any] | None:
@@ -140,12 +148,16 @@ def _placeholder_assign(var: Any) -> tuple[Any, Any] | None:
     graph = var.graph
     cache = _cache(graph)
     name = normalize_name(var.name)
-    found = cache.assign_ops.get(name)
-    if found is None and not graph.finalized:
+    names = cache.assign_ops.get(name)
+    if names is None:
+        if graph.finalized:
+            return None
         with graph.as_default(), tf1.name_scope(_SCOPE), tf1.device(var.device):
             ph = tf1.placeholder(var.dtype.base_dtype, shape=var.shape, name="value")
-            found = cache.assign_ops[name] = (_assign(var, ph), ph)
-    return found
+            op = _assign(var, ph)
+        cache.assign_ops[name] = (op.name, ph.name)
+        return op, ph
+    return graph.get_operation_by_name(names[0]), graph.get_tensor_by_name(names[1])
 
 
 def prepare_value_restore(variables: Sequence[Any]) -> None:
