@@ -34,7 +34,9 @@ class TestEstimateTimeLeft:
         """Empty or negative durations and negative epochs are rejected."""
         with pytest.raises(ValueError, match="'durations' must hold at least one"):
             estimate_time_left([], 3)
-        with pytest.raises(ValueError, match=r"'durations' must be finite seconds >= 0; got \[-1.0, inf\]"):
+        with pytest.raises(
+            ValueError, match=r"'durations' must be finite seconds >= 0; got \[-1.0, inf\]"
+        ):
             estimate_time_left([1.0, -1.0, float("inf")], 3)
         with pytest.raises(ValueError, match="'epochs_left' must be >= 0; got -2"):
             estimate_time_left([1.0], -2)
@@ -101,7 +103,9 @@ class TestAdvance:
         changes = []
         for i, (step, value) in enumerate(series):
             is_new = state.last_step is None or step != state.last_step
-            state, change = advance(state, step, value, threshold=threshold, last_k=last_k, reverse=reverse)
+            state, change = advance(
+                state, step, value, threshold=threshold, last_k=last_k, reverse=reverse
+            )
             if is_new:
                 new_since_change.append(value)
             if change:

@@ -242,3 +242,12 @@ class TestNoTensorFlow:
         )
         assert run.returncode != 0
         assert "tensorflow is blocked" in run.stderr
+
+
+class TestTimelineEntry:
+    """The entry record checks its trigger."""
+
+    def test_fail(self):
+        """A trigger that is not a record is rejected."""
+        with pytest.raises(TypeError, match="'trigger' must be a trigger record; got function"):
+            TimelineEntry(name="a", trigger=lambda e: True)
