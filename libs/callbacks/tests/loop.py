@@ -88,10 +88,11 @@ class LoopTrainer:
         try:
             with self.sess.as_default():
                 cbs.before_train()
-                for self.epoch_num in range(self.starting_epoch, self.max_epoch + 1):
-                    self.local_step = -1
+                for epoch in range(self.starting_epoch, self.max_epoch + 1):
+                    self.epoch_num, self.local_step = epoch, -1
                     cbs.before_epoch()
-                    for self.local_step in range(self.steps_per_epoch):
+                    for step in range(self.steps_per_epoch):
+                        self.local_step = step
                         self.run_step()
                         cbs.trigger_step()
                         if self.hooked_sess.should_stop():
