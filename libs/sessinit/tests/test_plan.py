@@ -43,7 +43,7 @@ class TestNormalizeName:
 
     @given(name=st.text(min_size=1))
     def test_idempotent(self, name):
-        """Normalizing twice equals normalizing once, except for names ending ':0:0'."""
+        """Appending ``:0`` to a normalized name normalizes back to that name."""
         once = normalize_name(name)
         assert normalize_name(once + ":0") == once
 

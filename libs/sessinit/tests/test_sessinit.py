@@ -113,6 +113,34 @@ class TestSaverRestore:
         assert counting_sess.runs == runs + 1
         assert_values(read(counting_sess, variables), VALUES)
 
+    def test_variable_scopes(self, graph, sess, write_checkpoint):
+        """Variables built under nested and reused variable scopes restore by their full names."""
+        prefix = write_checkpoint(VALUES)
+
+        def block():
+            with tf1.variable_scope("conv"):
+                w = tf1.get_variable("W", shape=(3, 4))
+                b = tf1.get_variable("b", shape=(2,))
+            with tf1.variable_scope("bn"):
+                m = tf1.get_variable("mean", shape=(3,), dtype=tf.float64)
+            return w, b, m
+
+        with tf1.variable_scope("block"):
+            w, b, m = block()
+        with tf1.variable_scope("block", reuse=True):
+            assert block()[0] is w
+        with tf1.variable_scope("outer"), tf1.variable_scope("block"):
+            w2, _, _ = block()
+        step = tf1.get_variable("step", shape=(), dtype=tf.int64)
+        init_all(sess)
+        SaverRestore(prefix).init(sess)
+        SaverRestore(prefix, prefix="outer", ignore=["step"]).init(sess)
+        got = sess.run({"W": w, "b": b, "mean": m, "W2": w2, "step": step})
+        np.testing.assert_array_equal(got["W"], VALUES["block/conv/W"])
+        np.testing.assert_array_equal(got["W2"], VALUES["block/conv/W"])
+        np.testing.assert_array_equal(got["mean"], VALUES["block/bn/mean"])
+        assert got["step"] == 42
+
     def test_ops_built_once(self, graph, sess, make_vars, write_checkpoint):
         """Repeated restores, by the same or new instances, add no ops after the first setup."""
         prefix = write_checkpoint(VALUES)
