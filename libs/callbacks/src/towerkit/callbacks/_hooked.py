@@ -91,7 +91,7 @@ class HookedSession:
         self._hooked = bool(self._before or self._after)
         self._step = [] if step_op is None else [step_op]
         self._by_id: dict[tuple, _Entry] = {}
-        self._by_structure: dict[tuple, _Entry] = {}
+        self._by_structure: dict[tuple, Callable[..., Any]] = {}
         self._stop = False
         self._last = _Entry(None, (), (), None, [], (object(),), False)
         self.run_calls = 0
@@ -132,14 +132,14 @@ class HookedSession:
             self.run_calls += 1
             return last.main(out)
         ctx = SessionRunContext(SessionRunArgs(fetches, feed_dict, options), self.sess)
-        active = []
+        wanted: list[tuple[Callback, Any]] = []
         for cb in self._before:
             args = cb.before_run(ctx)
             if args is not None:
                 if not isinstance(args, SessionRunArgs):
                     args = SessionRunArgs(args)
-                active.append((cb, args))
-        active = tuple(active)
+                wanted.append((cb, args))
+        active = tuple(wanted)
         entry = self._lookup(fetches, feed_dict, options, active)
         metadata = run_metadata
         if entry.with_metadata and metadata is None:
@@ -162,6 +162,7 @@ class HookedSession:
     # -- compiled calls ---------------------------------------------------------------
 
     def _call(self, entry: _Entry, feed_dict, run_metadata, active) -> Any:
+        values: Sequence[Any] = ()
         if entry.feeds:
             merged = dict(feed_dict or {})
             for _, args in active:
@@ -171,8 +172,6 @@ class HookedSession:
                 v if type(v) is np.ndarray and v.dtype == dt else np.asarray(v, dtype=dt)
                 for v, dt in zip((merged[k] for k in entry.feeds), entry.feed_dtypes)
             ]
-        else:
-            values = ()
         if entry.with_metadata:
             return entry.call(*values, run_metadata=run_metadata)
         return entry.call(*values)
@@ -270,10 +269,7 @@ class HookedSession:
             call = self._by_structure[structure_key] = self.sess._make_callable_from_options(opts)
         pieces = [_packer(s, slots) for s, slots in zip(structures, all_slots)]
         if fed_fetched:
-            inner = call
-
-            def call(*values, **kwargs):
-                return [*inner(*values, **kwargs), *values]
+            call = _returning_feeds(call)
 
         return _Entry(
             call,
@@ -286,6 +282,15 @@ class HookedSession:
             or run_options.report_tensor_allocations_upon_oom
             or run_options.output_partition_graphs,
         )
+
+
+def _returning_feeds(inner: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a callable so its outputs are followed by the values fed to it."""
+
+    def call(*values: Any, **kwargs: Any) -> list[Any]:
+        return [*inner(*values, **kwargs), *values]
+
+    return call
 
 
 def _nothing_to_run(*values: Any, **kwargs: Any) -> list[Any]:
