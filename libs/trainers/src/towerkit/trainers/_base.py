@@ -380,7 +380,7 @@ class Trainer:
         cbs = self._callbacks
         interrupted = False
         failed: BaseException | None = None
-        with self.sess.as_default(), deferred_sigint() as interrupt:
+        with self._graph.as_default(), self.sess.as_default(), deferred_sigint() as interrupt:
             self._interrupt = interrupt
             try:
                 logger.info(
