@@ -19,6 +19,7 @@ __all__ = [
     "X_KEYS",
     "collect_series",
     "grid_shape",
+    "held_series",
     "image_size",
     "main",
     "plot_stats",
@@ -120,6 +121,34 @@ def collect_series(
     return dict(sorted(series.items()))
 
 
+def held_series(
+    xs: Sequence[float], ys: Sequence[float], run_xs: Sequence[float]
+) -> tuple[list[float], list[float]] | None:
+    """A sparse series extended to the end of the run, or None when it is not sparse.
+
+    A statistic recorded at only some points of the run (a hyper-parameter put when
+    it is set) holds its value until the next record, so it is drawn as steps up to
+    the run's last point.
+
+    Args:
+        xs: the series' x values.
+        ys: its values.
+        run_xs: every x value of the run.
+
+    Examples:
+        >>> held_series([1, 6], [0.1, 0.01], [1, 2, 3, 4, 5, 6, 7, 8])
+        ([1, 6, 8], [0.1, 0.01, 0.01])
+        >>> held_series([1, 2], [0.5, 0.4], [1, 2]) is None
+        True
+    """
+    if not xs or len(set(xs)) >= len(set(run_xs)):
+        return None
+    last = max(run_xs)
+    if xs[-1] >= last:
+        return list(xs), list(ys)
+    return [*xs, last], [*ys, ys[-1]]
+
+
 def grid_shape(panels: int, columns: int = 3) -> tuple[int, int]:
     """``(columns, rows)`` of the panel grid.
 
@@ -165,6 +194,9 @@ def plot_stats(
     title: str | None = None,
 ) -> str:
     """Draw one panel per statistic of a run and write the PNG atomically.
+
+    A statistic recorded at only some points (a hyper-parameter put when it is set)
+    is drawn as steps held until the end of the run (see `held_series`).
 
     Args:
         source: a logdir, its ``stats.json``, or the records themselves.
@@ -213,8 +245,16 @@ def plot_stats(
     fig = figure_cls(figsize=(cols * PANEL_INCHES[0], rows * PANEL_INCHES[1]), dpi=dpi)
     canvas_cls(fig)
     axes = fig.subplots(rows, cols, squeeze=False)
+    x_key = X_KEYS[x]
+    run_xs = sorted({r[x_key] for r in records if _number(r.get(x_key))})
     for ax, (name, (xs, ys)) in zip(axes.flat, series.items()):
-        ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, linewidth=1.2)
+        marker = "o" if len(xs) <= 30 else None
+        held = held_series(xs, ys, run_xs)
+        if held is None:
+            ax.plot(xs, ys, marker=marker, markersize=3, linewidth=1.2)
+        else:
+            ax.plot(*held, drawstyle="steps-post", linewidth=1.2)
+            ax.plot(xs, ys, "o", markersize=3, color="C0")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("epoch" if x == "epoch" else "global step", fontsize=8)
         ax.tick_params(labelsize=7)
