@@ -22,7 +22,9 @@ from towerkit.trainers import (
     AutoResumeTrainConfig,
     InputSizeUnknownError,
     ModelDesc,
+    NewSessionCreator,
     NumpyInput,
+    SessionCreatorAdapter,
     SimpleTrainer,
     TrainConfig,
     launch_train_with_config,
@@ -259,6 +261,26 @@ class TestLaunch:
         )
         launch_train_with_config(config, SimpleTrainer())
         assert seen == [1]
+
+    def test_session_creator(self, graph):
+        """A given session_creator makes the session the trainer uses."""
+        made = []
+
+        def keep(sess):
+            made.append(sess)
+            return sess
+
+        config = TrainConfig(
+            model=Blobs(),
+            data=data(),
+            monitors=[],
+            extra_callbacks=[],
+            session_creator=SessionCreatorAdapter(NewSessionCreator(), keep),
+            max_epoch=1,
+        )
+        trainer = SimpleTrainer()
+        launch_train_with_config(config, trainer)
+        assert made == [trainer.sess]
 
     def test_unknown_size(self, graph):
         """No steps_per_epoch and an input of unknown size: a clear error."""
