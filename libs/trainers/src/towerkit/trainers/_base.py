@@ -99,7 +99,7 @@ class Trainer:
         self.sess: Any = None
         self.hooked_sess: Any = None
         self._registered: list[Callback] = []
-        self._callbacks: Callbacks | None = None
+        self._callbacks: Callbacks = Callbacks(())
         self._monitors: Any = None
         self._logdir: str | None = None
         self._phase = "new"
@@ -272,7 +272,7 @@ class Trainer:
 
         self._require_phase("setup_callbacks", "new")
         self.register_callback(_as_callback_list("callbacks", callbacks))
-        mons = [
+        mons: list[Any] = [
             m for m in _as_callback_list("monitors", monitors) if self.is_chief or not m.chief_only
         ]
         self._ensure_global_step()

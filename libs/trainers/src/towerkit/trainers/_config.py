@@ -214,11 +214,12 @@ class AutoResumeTrainConfig(TrainConfig):
     def _scan(self) -> LogdirSnapshot:
         from towerkit.sessinit import get_all_checkpoints
 
-        if not os.path.isdir(self.logdir):
+        logdir = str(self.logdir)
+        if not os.path.isdir(logdir):
             return LogdirSnapshot()
-        found = get_all_checkpoints(self.logdir)
+        found = get_all_checkpoints(logdir)
         return take_snapshot(
-            self.logdir, [(os.path.join(self.logdir, os.path.basename(p)), s) for p, s in found]
+            logdir, [(os.path.join(logdir, os.path.basename(p)), s) for p, s in found]
         )
 
     def _resolve(self, steps_per_epoch: int) -> ResumePlan:

@@ -6,6 +6,7 @@ import logging
 
 from towerkit.trainers._base import default_session_creator
 from towerkit.trainers._config import TrainConfig
+from towerkit.trainers._model import ModelDesc
 from towerkit.trainers._resume import truncate_stats
 from towerkit.trainers._tower import SingleCostTrainer
 
@@ -54,6 +55,9 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         msg = f"launch_train_with_config needs a config with {' and '.join(missing)}"
         raise ValueError(msg)
     model = config.model
+    if not isinstance(model, ModelDesc):
+        msg = f"'config.model' must be a ModelDesc (with optimizer()) to train; got {type(model).__name__}"
+        raise TypeError(msg)
     source = apply_default_prefetch(
         config.data if config.data is not None else config.dataflow, trainer
     )
@@ -64,7 +68,7 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         logger.info("steps_per_epoch not given: using the input's size, %d", steps_per_epoch)
     plan = config._resolve(steps_per_epoch)
     if plan is not None and plan.keep_stats_until_step is not None:
-        truncate_stats(config.logdir, plan.keep_stats_until_step)
+        truncate_stats(str(config.logdir), plan.keep_stats_until_step)
     session_creator = config.session_creator
     if session_creator is None:
         session_creator = default_session_creator(config.session_config)
