@@ -15,6 +15,7 @@ from towerkit.tools.plot_stats import (
     MATPLOTLIB_MISSING,
     collect_series,
     grid_shape,
+    held_series,
     image_size,
     main,
     plot_stats,
@@ -101,6 +102,27 @@ class TestCollectSeries:
         """An invalid --keys regex is named."""
         with pytest.raises(ValueError, match=r"--keys '\(' is not a valid regular expression"):
             collect_series([], keys="(")
+
+
+class TestHeldSeries:
+    """Sparse statistics drawn as held steps."""
+
+    @given(st.lists(st.integers(1, 50), min_size=2, unique=True))
+    def test_held_until_the_end(self, run):
+        """A series recorded at some points holds its last value up to the run's last point."""
+        run = sorted(run)
+        xs = run[:-1][::2]
+        ys = [float(i) for i in range(len(xs))]
+        held = held_series(xs, ys, run)
+        assert held is not None
+        hx, hy = held
+        assert (hx[-1], hy[-1]) == (run[-1], ys[-1])
+        assert hx[: len(xs)] == xs
+
+    @given(st.lists(st.integers(1, 50), min_size=1, unique=True))
+    def test_dense_series_untouched(self, run):
+        """A series present at every point of the run is not sparse."""
+        assert held_series(run, [0.0] * len(run), run) is None
 
 
 class TestGrid:

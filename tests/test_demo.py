@@ -1,0 +1,147 @@
+"""The main job: the digits demo runs as a user runs it, and writes what it says it writes."""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from example_modules import example_path, load_example
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], str]:
+    """One short run of ``examples/digits/train.py`` (2 epochs) in a fresh process."""
+    logdir = str(tmp_path_factory.mktemp("demo") / "digits")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, str(example_path("digits")), "--logdir", logdir, "--epochs", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    return done, logdir
+
+
+@pytest.mark.slow
+class TestDigitsDemo:
+    """A 2-epoch run of the demo."""
+
+    def test_succeeds_with_accuracy(self, demo_run):
+        """The run exits 0 (accuracy >= 97% and both exports agree) and prints the accuracy."""
+        done, _ = demo_run
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        match = re.search(r"^validation accuracy: (0\.\d+|1\.0+) \((\d+)/360\)$", done.stdout, re.M)
+        assert match is not None, done.stdout[-2000:]
+        assert float(match.group(1)) >= 0.97
+        assert "compact graph gives the same probabilities: True" in done.stdout
+
+    def test_predictions_printed(self, demo_run):
+        """Ten labels and ten predictions are printed, mostly equal."""
+        done, _ = demo_run
+        labels = re.search(r"label: +([\d ]+)$", done.stdout, re.M)
+        predicted = re.search(r"predicted: +([\d ]+)$", done.stdout, re.M)
+        assert labels is not None
+        assert predicted is not None
+        a, b = labels.group(1).split(), predicted.group(1).split()
+        assert len(a) == len(b) == 10
+        assert sum(x == y for x, y in zip(a, b)) >= 8
+
+    def test_files_written(self, demo_run):
+        """Checkpoints, the best model, statistics, events, both exports and the plot exist."""
+        _, logdir = demo_run
+        names = set(os.listdir(logdir))
+        expected = {
+            "checkpoint",
+            "stats.json",
+            "training_curves.png",
+            "min-validation_error.tfmodel.index",
+            "export",
+        }
+        assert expected <= names
+        assert any(n.startswith("events.out.tfevents.") for n in names)
+        assert os.path.isfile(os.path.join(logdir, "export", "digits.pb"))
+        assert os.path.isfile(os.path.join(logdir, "export", "saved_model", "saved_model.pb"))
+
+    def test_every_written_file_listed(self, demo_run):
+        """The paths printed are the files on disk."""
+        done, logdir = demo_run
+        listed = set(re.findall(r"^  (\S+)  \(\d+ bytes\)$", done.stdout, re.M))
+        on_disk = {
+            os.path.relpath(os.path.join(root, f), logdir)
+            for root, _, files in os.walk(logdir)
+            for f in files
+        }
+        assert listed == on_disk
+
+    def test_stats_and_plot(self, demo_run):
+        """stats.json has one record per epoch with the statistics plotted in a valid PNG."""
+        import json
+
+        _, logdir = demo_run
+        with open(os.path.join(logdir, "stats.json")) as f:
+            records = json.load(f)
+        assert [r["epoch_num"] for r in records] == [1, 2]
+        for key in ("cross_entropy_loss", "train_error", "validation_error"):
+            assert all(np.isfinite(r[key]) for r in records), key
+        with open(os.path.join(logdir, "training_curves.png"), "rb") as f:
+            head = f.read(24)
+        assert head[:8] == b"\x89PNG\r\n\x1a\n"
+        assert struct.unpack(">II", head[16:24]) == (1200, 600)
+
+    def test_saved_model_reloads_here(self, demo_run):
+        """The SavedModel reloads in this process and classifies the validation split."""
+        import tensorflow as tf
+
+        _, logdir = demo_run
+        demo = load_example("digits")
+        _, _, x_val, y_val = demo.load_data()
+        loaded = tf.saved_model.load(os.path.join(logdir, "export", "saved_model"))
+        prob = loaded.signatures["prediction_pipeline"](image=tf.constant(x_val))["prob"].numpy()
+        assert prob.shape == (360, 10)
+        np.testing.assert_allclose(prob.sum(axis=1), 1.0, rtol=1e-5)
+        assert (prob.argmax(axis=1) == y_val).mean() >= 0.97
+
+
+class TestDemoPieces:
+    """The demo's data handling, without training."""
+
+    def test_split_is_fixed_and_stratified(self):
+        """The split is the same every time, 80/20, every digit in both parts."""
+        demo = load_example("digits")
+        first, second = demo.load_data(), demo.load_data()
+        for a, b in zip(first, second):
+            np.testing.assert_array_equal(a, b)
+        x_train, y_train, x_val, y_val = first
+        assert (len(x_train), len(x_val)) == (1437, 360)
+        assert x_train.dtype == np.float32
+        assert x_train.shape[1:] == (8, 8, 1)
+        assert set(y_train) == set(y_val) == set(range(10))
+        assert x_train.min() >= 0.0
+        assert x_train.max() <= 1.0
+
+    def test_augment_shifts(self):
+        """Augmentation adds four one-pixel shifts of every image, labels repeated."""
+        demo = load_example("digits")
+        x = np.random.default_rng(0).random((3, 8, 8, 1)).astype(np.float32)
+        y = np.array([1, 2, 3])
+        ax, ay = demo.augment(x, y)
+        assert ax.shape == (15, 8, 8, 1)
+        assert ay.tolist() == [1, 2, 3] * 5
+        np.testing.assert_array_equal(ax[:3], x)
+        np.testing.assert_array_equal(ax[3:6, 1:], x[:, :-1])
+        assert not ax[3:6, 0].any()
+
+    def test_bad_epochs(self, capsys):
+        """--epochs 0 is refused before anything runs."""
+        demo = load_example("digits")
+        with pytest.raises(SystemExit) as exc:
+            demo.main(["--epochs", "0"])
+        assert exc.value.code == 2
+        assert "--epochs must be >= 1" in capsys.readouterr().err
