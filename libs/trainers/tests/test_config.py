@@ -22,6 +22,7 @@ from towerkit.trainers import (
     AutoResumeTrainConfig,
     InputSizeUnknownError,
     ModelDesc,
+    ModelDescBase,
     NewSessionCreator,
     NumpyInput,
     SessionCreatorAdapter,
@@ -302,6 +303,15 @@ class TestLaunch:
             launch_train_with_config(TrainConfig(), object())
         with pytest.raises(ValueError, match="needs a config with model and data or dataflow"):
             launch_train_with_config(TrainConfig(), SimpleTrainer())
+
+        class InferenceOnly(ModelDescBase):
+            pass
+
+        config = TrainConfig(model=InferenceOnly(), data=data())
+        with pytest.raises(
+            TypeError, match=r"'config.model' must be a ModelDesc \(with optimizer\(\)\)"
+        ):
+            launch_train_with_config(config, SimpleTrainer())
 
     def test_default_monitors_need_logdir(self, graph):
         """Default monitors without a logdir: the error says what to pass."""
