@@ -15,7 +15,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -157,6 +157,10 @@ class Installer:
             raise ValueError(msg)
 
 
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @attrs.frozen(kw_only=True)
 class Step:
     """One step of the installation.
@@ -169,7 +173,7 @@ class Step:
 
     name: str
     summary: str
-    argv: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    argv: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
 
 @attrs.frozen(kw_only=True)
@@ -883,7 +887,6 @@ def _execute(
     skip_build = False
     src = workdir / f"horovod-{options.version}"
     started = time.monotonic()
-    build_started = None
     for step in steps:
         if skip_build and step.name != "verify":
             continue
@@ -914,6 +917,10 @@ def _execute(
             build_started = time.monotonic()
             _run_step(step, env=env)
             print(f"built horovod {options.version} in {time.monotonic() - build_started:.0f} s")
+            reason = rebuild_reason(_probe(python, args.probe_timeout), options)
+            if reason is not None:
+                msg = f"the build finished but does not fit in {python}: {reason}"
+                raise HorovodInstallError(msg)
         elif step.name == "verify":
             _verify(step, workdir=workdir, timeout=args.verify_timeout)
         else:
