@@ -73,6 +73,35 @@ from towerkit.trainers._tfutils import (
 )
 
 # -- end of inputs, gradient processors, optimizers, sessions, utilities --
+# isort: split
+# -- data-parallel trainers: multi-device, distributed, horovod --
+from towerkit.trainers._dataparallel import (
+    ALLREDUCE_MODES,
+    AllReduceChoice,
+    choose_allreduce_mode,
+    hierarchical_groups,
+    least_loaded,
+    match_tower_variables,
+    missing_devices,
+    replica_sources,
+    tower_variable_key,
+)
+from towerkit.trainers._distributed import (
+    DistributedTrainerBase,
+    DistributedTrainerParameterServer,
+    DistributedTrainerReplicated,
+    serve_parameters,
+)
+from towerkit.trainers._errors import CollectiveError, TowerVariableMismatchError
+from towerkit.trainers._horovod import HorovodTrainer
+from towerkit.trainers._multigpu import (
+    AsyncMultiGPUTrainer,
+    SyncMultiGPUTrainer,
+    SyncMultiGPUTrainerParameterServer,
+    SyncMultiGPUTrainerReplicated,
+)
+
+# -- end of data-parallel trainers: multi-device, distributed, horovod --
 from towerkit.trainers._version import __version__
 
 __all__ = [
@@ -140,4 +169,26 @@ __all__ = [
     "get_global_step_value",
     "get_tf_version_tuple",
     # -- end of inputs, gradient processors, optimizers, sessions, utilities --
+    # -- data-parallel trainers: multi-device, distributed, horovod --
+    "SyncMultiGPUTrainer",
+    "SyncMultiGPUTrainerReplicated",
+    "SyncMultiGPUTrainerParameterServer",
+    "AsyncMultiGPUTrainer",
+    "DistributedTrainerBase",
+    "DistributedTrainerParameterServer",
+    "DistributedTrainerReplicated",
+    "serve_parameters",
+    "HorovodTrainer",
+    "ALLREDUCE_MODES",
+    "AllReduceChoice",
+    "choose_allreduce_mode",
+    "hierarchical_groups",
+    "least_loaded",
+    "match_tower_variables",
+    "missing_devices",
+    "replica_sources",
+    "tower_variable_key",
+    "TowerVariableMismatchError",
+    "CollectiveError",
+    # -- end of data-parallel trainers: multi-device, distributed, horovod --
 ]

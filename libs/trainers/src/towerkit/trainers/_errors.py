@@ -9,3 +9,11 @@ class LogdirNotEmptyError(FileExistsError):
 
 class TrainerStateError(RuntimeError):
     """A trainer method was called in the wrong phase (e.g. registering a callback after setup)."""
+
+
+class TowerVariableMismatchError(ValueError):
+    """Towers built different sets of variables, so their gradients cannot be paired."""
+
+
+class CollectiveError(RuntimeError):
+    """A collective operation across processes failed: another process died, hung or left."""

@@ -16,6 +16,7 @@ from towerkit.towers import (
     TowerFunc,
     TowerTensorHandles,
     build_placeholders,
+    get_current_tower_context,
     visible_gpu_count,
 )
 from towerkit.towers._compat import tf1
@@ -320,6 +321,7 @@ class SingleCostTrainer(TowerTrainer):
             cost = get_cost(*inputs)
             grads = opt.compute_gradients(
                 cost,
+                var_list=_own_trainable_variables(),
                 gate_gradients=gate,
                 colocate_gradients_with_ops=colocate,
                 aggregation_method=aggregation,
@@ -343,6 +345,27 @@ def check_cost(cost: Any) -> Any:
     return cost
 
 
+def _own_trainable_variables() -> list[Any] | None:
+    """The trainable variables of a tower that has its own variable scope; None for others.
+
+    A training tower built under its own variable scope (``vs_name``, one copy of
+    the model per tower) trains only its own copy; any other tower trains every
+    trainable variable.
+    """
+    ctx = get_current_tower_context()
+    if ctx is None or not ctx.vs_name:
+        return None
+    prefix = ctx.vs_name + "/"
+    own = [v for v in tf1.trainable_variables() if v.op.name.startswith(prefix)]
+    if not own:
+        msg = (
+            f"tower {ctx.ns_name!r} has its own variable scope {ctx.vs_name!r} but created no "
+            "trainable variable under it: nothing to train"
+        )
+        raise ValueError(msg)
+    return own
+
+
 def _drop_none(grads: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     """The pairs that have a gradient; ValueError when none does."""
     kept = [(g, v) for g, v in grads if g is not None]
@@ -364,7 +387,8 @@ def _xla_grads(
 
     def compiled(*xs: Any) -> list[Any]:
         cost = get_cost(*xs)
-        variables = tf1.trainable_variables()
+        own = _own_trainable_variables()
+        variables = tf1.trainable_variables() if own is None else own
         grads = tf1.gradients(
             cost,
             variables,

@@ -1,0 +1,321 @@
+"""`HorovodTrainer`: one process per device, gradients all-reduced by horovod, rank 0 the chief."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from towerkit.callbacks import Callback
+from towerkit.towers import TowerContext, TowerFunc, visible_gpu_count
+from towerkit.towers._compat import tf1
+from towerkit.trainers._errors import CollectiveError
+from towerkit.trainers._multigpu import RunOpEachEpoch, SessionInitThenRun
+from towerkit.trainers._resume import plan_logdir
+from towerkit.trainers._sesscreate import NewSessionCreator
+from towerkit.trainers._tower import SingleCostTrainer
+
+__all__ = ["HorovodTrainer", "import_horovod", "is_collective_failure"]
+
+logger = logging.getLogger("towerkit.trainers")
+
+INSTALL_HINT = (
+    "install horovod built for TensorFlow with gloo: `install-horovod` (from towerkit-tools), "
+    "or run `nox -s horovod`, which builds it into its own environment"
+)
+
+
+def import_horovod() -> Any:
+    """``horovod.tensorflow``, imported on demand.
+
+    Raises:
+        ImportError: horovod (or its TensorFlow extension) is not installed; the
+            message says how to install it.
+    """
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as err:
+        msg = f"HorovodTrainer needs horovod: {INSTALL_HINT}. The import failed with: {err}"
+        raise ImportError(msg) from err
+    return hvd
+
+
+def is_collective_failure(err: BaseException) -> bool:
+    """Whether a TensorFlow error comes from a failed horovod collective.
+
+    Examples:
+        >>> is_collective_failure(RuntimeError("Horovod has been shut down."))
+        True
+        >>> is_collective_failure(ValueError("NaN in fc/W"))
+        False
+    """
+    text = str(err).lower()
+    return "horovod" in text or "gloo" in text
+
+
+def _check_compression(hvd: Any, compression: Any) -> Any:
+    if compression is None:
+        return hvd.Compression.none
+    if not all(callable(getattr(compression, m, None)) for m in ("compress", "decompress")):
+        msg = (
+            "'compression' must be hvd.Compression.none, hvd.Compression.fp16 or None; got "
+            f"{compression!r}"
+        )
+        raise TypeError(msg)
+    return compression
+
+
+class HorovodTrainer(SingleCostTrainer):
+    """Data-parallel training with horovod: one process per device, on one or many machines.
+
+    Each process (a horovod rank) builds one training tower on its own batch, the
+    gradients are all-reduced across the ranks (averaged or summed) and every rank
+    applies the result to its own copy of the variables. Rank 0 is the chief: only
+    there do chief-only callbacks run (savers, monitors: checkpoints, ``stats.json``
+    and event files), and only there does the trainer create, move or write the log
+    directory; other ranks keep the path, for callbacks that are not chief-only.
+
+    At the start, after ``session_init`` (a restore, e.g. by
+    `AutoResumeTrainConfig`), every global variable is broadcast from rank 0, so all
+    ranks start from rank 0's values and global step even where the others could not
+    read the checkpoint; the loop's ``steps_per_epoch``, ``starting_epoch`` and
+    ``max_epoch`` are also taken from rank 0. With ``BROADCAST_EVERY_EPOCH`` the
+    variables are broadcast again after every epoch.
+
+    Inputs: every rank reads its own input. A graph-level seed
+    (``graph.seed``) is offset by the rank when ``setup_graph`` runs, so seeded
+    pipelines shuffle differently on each rank yet reproducibly; unseeded ones
+    differ anyway. An input seeded at op level only (``NumpyInput(seed=1)`` with no
+    graph seed) draws the same batches on every rank: seed the graph instead.
+
+    The rank facts are available as ``trainer.rank``, ``trainer.size``,
+    ``trainer.local_rank`` and ``trainer.local_size``, or from horovod itself
+    (``hvd.rank()``, ``hvd.size()``) once the trainer exists. With GPUs, each
+    process uses the GPU of its local rank (``visible_device_list``); do not touch
+    CUDA (e.g. listing devices) before the trainer is created.
+
+    Launch with horovod's launcher, e.g. on one machine with 4 processes over gloo::
+
+        horovodrun -np 4 --gloo -H localhost:4 python train.py
+
+    or ``mpirun -np 8 -H server1:4,server2:4 -bind-to none -map-by slot python
+    train.py`` with MPI. When a rank dies, the launcher stops the others; a rank
+    whose collective fails ends its loop cleanly and raises `CollectiveError`. Set
+    ``HOROVOD_GLOO_TIMEOUT_SECONDS`` (and ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``)
+    to bound how long ranks wait for one that hangs. Processes that fork (e.g. a
+    multiprocess data flow) may misbehave under MPI.
+
+    Args:
+        average: average (True) or sum (False) the gradients across ranks.
+        compression: ``hvd.Compression.fp16`` to send float gradients as float16,
+            or ``hvd.Compression.none``/None.
+
+    Attributes:
+        BROADCAST_EVERY_EPOCH: broadcast rank 0's variables after every epoch.
+
+    Raises:
+        ImportError: horovod is not installed (the message says how to get it).
+        TypeError: bad `average` or `compression`.
+    """
+
+    BROADCAST_EVERY_EPOCH: bool = True
+
+    def __init__(self, average: bool = True, compression: Any = None) -> None:
+        if not isinstance(average, (bool, np.bool_)):
+            msg = f"'average' must be a bool; got {type(average).__name__}"
+            raise TypeError(msg)
+        hvd = import_horovod()
+        hvd.init()
+        super().__init__()
+        self._hvd = hvd
+        self._average = bool(average)
+        self._compression = _check_compression(hvd, compression)
+        self._rank = int(hvd.rank())
+        self._size = int(hvd.size())
+        self._local_rank = int(hvd.local_rank())
+        self._local_size = int(hvd.local_size())
+        self.is_chief = self._rank == 0
+        self._broadcast_op: Any = None
+        self._loop_feed: Any = None
+        self._loop_value: Any = None
+        logger.info(
+            "HorovodTrainer: rank %d of %d (local rank %d of %d)%s",
+            self._rank,
+            self._size,
+            self._local_rank,
+            self._local_size,
+            ", the chief" if self.is_chief else "",
+        )
+
+    # -- the rank facts ---------------------------------------------------------------
+
+    @property
+    def hvd(self) -> Any:
+        """The ``horovod.tensorflow`` module the trainer uses."""
+        return self._hvd
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (0-based); rank 0 is the chief."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """How many processes take part."""
+        return self._size
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank among the processes of its machine (its GPU when there are GPUs)."""
+        return self._local_rank
+
+    @property
+    def local_size(self) -> int:
+        """How many processes run on this machine."""
+        return self._local_size
+
+    @property
+    def average(self) -> bool:
+        """Whether gradients are averaged (True) or summed across ranks."""
+        return self._average
+
+    # -- the log directory: the chief's ---------------------------------------------------
+
+    def set_logdir(
+        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
+    ) -> None:
+        """As `Trainer.set_logdir` on rank 0; other ranks only keep the path.
+
+        Non-chief ranks neither create, move nor check the directory: the chief owns
+        it. ``trainer.logdir`` still names it there, for callbacks that are not
+        chief-only.
+        """
+        if self.is_chief or logdir is None:
+            super().set_logdir(logdir, logdir_action)
+            return
+        self._require_phase("set_logdir", "new")
+        plan_logdir(None, logdir_action)
+        self._logdir = os.path.abspath(os.fspath(logdir))
+        logger.info("rank %d leaves the logdir %s to rank 0", self._rank, self._logdir)
+
+    # -- the graph ---------------------------------------------------------------------------
+
+    def setup_graph(
+        self,
+        inputs_desc: Sequence[tf.TensorSpec],
+        input: Any,
+        get_cost_fn: Callable[..., Any],
+        get_opt_fn: Callable[[], Any],
+    ) -> list[Callback]:
+        """As `SingleCostTrainer.setup_graph`, with the graph seed offset by the rank."""
+        seed = self._graph.seed
+        if seed is not None and self._rank > 0:
+            self._graph.seed = seed + self._rank
+            logger.info("rank %d: graph seed %d -> %d", self._rank, seed, self._graph.seed)
+        return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn)
+
+    def _device(self) -> str:
+        return "/gpu:0" if visible_gpu_count() > 0 else "/cpu:0"
+
+    def _setup_graph(
+        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+    ) -> list[Callback]:
+        hvd = self._hvd
+        with tf1.device(self._device()), TowerContext("", is_training=True):
+            grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)()
+        with tf1.name_scope("horovod_allreduce"):
+            reduced = hvd.grouped_allreduce(
+                [g for g, _ in grads],
+                op=hvd.Average if self._average else hvd.Sum,
+                compression=self._compression,
+            )
+        opt = get_opt_fn()
+        self.train_op = opt.apply_gradients(
+            list(zip(reduced, [v for _, v in grads])), name="train_op"
+        )
+        if self.BROADCAST_EVERY_EPOCH:
+            return [RunOpEachEpoch(lambda: self._broadcast_op, "broadcast rank 0's variables")]
+        return []
+
+    def _build_broadcasts(self) -> None:
+        """The broadcast of every global variable and of the loop parameters, from rank 0."""
+        hvd = self._hvd
+        with self._graph.as_default(), tf1.name_scope("horovod_broadcast"):
+            self._broadcast_op = hvd.broadcast_variables(tf1.global_variables(), root_rank=0)
+            self._loop_feed = tf1.placeholder(tf.int64, [3], name="loop_parameters")
+            self._loop_value = hvd.broadcast(self._loop_feed, 0, name="loop_parameters")
+
+    # -- session and loop --------------------------------------------------------------------
+
+    def initialize(self, session_creator: Any, session_init: Any) -> None:
+        """As `Trainer.initialize`, then rank 0's variables are broadcast to every rank.
+
+        With GPUs, a `NewSessionCreator`'s config is given this rank's GPU.
+
+        Raises:
+            CollectiveError: the broadcast failed (another rank is gone).
+        """
+        if self._broadcast_op is None:
+            self._build_broadcasts()
+        if isinstance(session_creator, NewSessionCreator) and visible_gpu_count() > 0:
+            config = tf1.ConfigProto()
+            config.CopyFrom(session_creator.config)
+            if not config.gpu_options.visible_device_list:
+                config.gpu_options.visible_device_list = str(self._local_rank)
+            session_creator = NewSessionCreator(target=session_creator.target, config=config)
+        wrapped = SessionInitThenRun(
+            session_init,
+            [self._broadcast_op],
+            f"rank {self._rank}: variables broadcast from rank 0",
+            on_error=lambda err: self._collective_error("the initial broadcast", err),
+        )
+        super().initialize(session_creator, wrapped)
+
+    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+        """As `Trainer.main_loop`, with the loop parameters of rank 0 on every rank.
+
+        Raises:
+            CollectiveError: a collective failed during training (another rank is gone).
+        """
+        self._require_phase("main_loop", "initialized")
+        mine = (steps_per_epoch, starting_epoch, max_epoch)
+        try:
+            agreed = self.sess.run(self._loop_value, {self._loop_feed: np.asarray(mine)})
+        except tf.errors.OpError as err:
+            self.sess.close()
+            raise self._collective_error("agreeing on the loop parameters", err) from err
+        agreed = tuple(int(x) for x in agreed)
+        if agreed != mine:
+            logger.warning(
+                "rank %d: (steps_per_epoch, starting_epoch, max_epoch) = %s here, %s on rank 0: "
+                "using rank 0's",
+                self._rank,
+                mine,
+                agreed,
+            )
+        try:
+            super().main_loop(*agreed)
+        except tf.errors.OpError as err:
+            if not is_collective_failure(err):
+                raise
+            raise self._collective_error("training", err) from err
+
+    def _collective_error(self, during: str, err: Exception) -> CollectiveError:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        msg = (
+            f"HorovodTrainer rank {self._rank} of {self._size}: a collective operation failed "
+            f"during {during}, most likely because another rank exited, crashed or lost its "
+            f"connection (see the launcher's output for the first failure): "
+            f"{type(err).__name__}: {first}"
+        )
+        return CollectiveError(msg)
+
+    def __repr__(self) -> str:
+        return (
+            f"HorovodTrainer(rank={self._rank}, size={self._size}, average={self._average}, "
+            f"phase={self._phase!r})"
+        )
