@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 
 import nox
+import tomllib
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -41,7 +41,9 @@ HOROVOD_VENV = ROOT / ".nox" / "horovod"
 def _declared_towerkit_deps(path: Path) -> list[str]:
     """The towerkit distributions that the pyproject at `path` depends on."""
     data = tomllib.loads((path / "pyproject.toml").read_text())
-    names = [re.split(r"[ <>=!~;\[]", dep, maxsplit=1)[0] for dep in data["project"]["dependencies"]]
+    names = [
+        re.split(r"[ <>=!~;\[]", dep, maxsplit=1)[0] for dep in data["project"]["dependencies"]
+    ]
     return [n for n in names if n.startswith("towerkit-")]
 
 
@@ -137,6 +139,25 @@ def typecheck(session: nox.Session, lib: str) -> None:
     session.run("mypy", "-p", f"towerkit.{lib}")
 
 
+HOROVOD_WHEELS = ROOT / ".nox" / "_horovod-wheels"
+"""Horovod wheels built here, keyed by TensorFlow version: each venv that needs horovod
+installs from this cache, so a machine compiles horovod once."""
+
+
+def install_horovod(session: nox.Session) -> None:
+    """Build (or take from the wheel cache) horovod with gloo into the session's venv."""
+    session.run(
+        "python",
+        "-m",
+        "towerkit.tools.install_horovod",
+        "--python",
+        str(Path(session.bin) / "python"),
+        "--wheel-cache",
+        str(HOROVOD_WHEELS),
+        "--skip-verify",
+    )
+
+
 @nox.session(default=False)
 def conformance(session: nox.Session) -> None:
     """The documented semantics, run against every shipped trainer (or yours: -- --trainer mod:fn)."""
@@ -146,19 +167,33 @@ def conformance(session: nox.Session) -> None:
 @nox.session(default=False)
 def demo(session: nox.Session) -> None:
     """The main job: train a small convnet on scikit-learn's digits, export it, plot it."""
-    session.error("demo: not built yet")
+    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "demo")
+    args = session.posargs or ["--logdir", "train_log/digits", "--overwrite"]
+    session.run("python", "examples/digits/train.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Every benchmark, one Markdown report."""
-    session.error("bench: not built yet")
+    """Every benchmark, one Markdown report (default reports/bench.md; -- --out PATH to choose)."""
+    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "bench")
+    install_horovod(session)
+    args = session.posargs or ["--out", "reports/bench.md"]
+    session.run("python", "benchmarks/run_all.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
-@nox.session(default=False)
+@nox.session(tags=["ci"])
 def horovod(session: nox.Session) -> None:
     """Build horovod (gloo) against the installed TensorFlow and run the 2-process tests."""
-    session.error("horovod: not built yet")
+    install_local(
+        session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
+    )
+    install_groups(session, "test")
+    install_horovod(session)
+    # One pytest run per folder: each test folder imports its own helpers by bare name.
+    for path in ("tools/tests", "libs/trainers/tests"):
+        session.run("pytest", "-m", "horovod", path, *session.posargs, env=pytest_env())
 
 
 if __name__ == "__main__":
