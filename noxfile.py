@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import nox
-import tomllib
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -40,7 +39,7 @@ HOROVOD_VENV = ROOT / ".nox" / "horovod"
 
 def _declared_towerkit_deps(path: Path) -> list[str]:
     """The towerkit distributions that the pyproject at `path` depends on."""
-    data = tomllib.loads((path / "pyproject.toml").read_text())
+    data = nox.project.load_toml(path / "pyproject.toml")
     names = [
         re.split(r"[ <>=!~;\[]", dep, maxsplit=1)[0] for dep in data["project"]["dependencies"]
     ]
