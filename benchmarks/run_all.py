@@ -51,7 +51,7 @@ BENCHES: dict[str, dict[str, Any]] = {
         "title": "Restore: SessionInit speed against tf.compat.v1.train.Saver.restore",
         "script": "bench_restore.py",
         "json_flag": "--out",
-        "args": ["--size-mb", "256", "--num-vars", "500", "--repeats", "5"],
+        "args": ["--size-mb", "512", "--num-vars", "1000", "--repeats", "5"],
         "quick": ["--size-mb", "4", "--num-vars", "20", "--repeats", "2"],
         "baseline": "Saver.restore on the same checkpoint",
     },

@@ -1,0 +1,88 @@
+"""The benchmark report: run_all.py runs a benchmark and writes the Markdown report."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from example_modules import ROOT
+
+RUN_ALL = ROOT / "benchmarks" / "run_all.py"
+
+
+def load_run_all():
+    spec = importlib.util.spec_from_file_location("bench_run_all", RUN_ALL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_doctests():
+    """The examples in run_all.py's docstrings hold."""
+    result = doctest.testmod(load_run_all(), optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 6
+    assert result.failed == 0
+
+
+def test_missing_script_is_reported(tmp_path):
+    """An area whose script is absent is listed as not run, in the summary and its section."""
+    run_all = load_run_all()
+    machine = run_all.machine_info()
+    text = run_all.render_report(
+        machine,
+        {"scaling": {"status": "missing", "reason": "benchmarks/x.py does not exist"}},
+        1.0,
+        False,
+    )
+    assert "| scaling | benchmarks/x.py does not exist |" in text
+    assert "not run: benchmarks/x.py does not exist." in text
+    assert f"| CPU | {machine['cpu']} |" in text
+
+
+def test_bad_arguments(tmp_path, capsys):
+    """Unknown areas and a missing output directory are refused."""
+    run_all = load_run_all()
+    with pytest.raises(SystemExit):
+        run_all.main(["--out", str(tmp_path / "r.md"), "--only", "speed"])
+    assert "unknown areas ['speed']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_all.main(["--out", str(tmp_path / "no" / "r.md")])
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_restore_report(tmp_path):
+    """A quick run of one area writes the report with the machine, the summary and its table."""
+    out, raw = tmp_path / "report.md", tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(RUN_ALL),
+            "--out",
+            str(out),
+            "--json",
+            str(raw),
+            "--only",
+            "restore",
+            "--quick",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = out.read_text()
+    for heading in ("## Machine", "## Method", "## Summary", "## Restore"):
+        assert heading in text
+    assert "| TensorFlow | " in text
+    assert "| restore | SaverRestore restore time |" in text
+    assert "| SaverRestore |" in text
+    doc = json.loads(raw.read_text())
+    assert doc["results"]["restore"]["status"] == "ok"
+    cases = [r["case"] for r in doc["results"]["restore"]["data"]["results"]]
+    assert cases[0] == "Saver.restore"
