@@ -1,0 +1,67 @@
+"""Numerics: steps of every trainer against a NumPy single-tower reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from towerkit.conformance._catalog import NUMERICS
+from towerkit.conformance._checks import require
+from towerkit.conformance._model import SHAPES, VARIABLES, first_batches, sgd_step
+
+pytestmark = pytest.mark.conformance_group("numerics")
+
+
+def reference(entry, before, steps, kind):
+    """The variables after `steps` steps: towers of every process on their own batches."""
+    caps = entry.capabilities
+    params = {n: np.asarray(before[n], np.float64).reshape(SHAPES[n]) for n in VARIABLES}
+    if not caps.trains:
+        return params
+    n = caps.num_towers
+    for step in range(steps):
+        batches = []
+        for shard in range(caps.processes):
+            batches += first_batches(shard, (step + 1) * n)[step * n :]
+        params = sgd_step(params, batches, kind=kind, combine=caps.gradients)
+    return params
+
+
+@pytest.mark.parametrize("steps", [1, 3], ids=["1-step", "3-steps"])
+def test_steps_equal_the_single_tower_reference(trainer_entry, conformance_runner, steps):
+    """Spec 000 (SyncMultiGPUTrainer*, AsyncMultiGPUTrainer, HorovodTrainer; NoOpTrainer) and the data-parallel design: with plain SGD, each step equals one step of a single tower on the concatenation of every tower's batch (averaged or summed gradients); a NoOpTrainer changes nothing."""
+    caps = trainer_entry.capabilities
+    kind = "quadratic" if caps.synchronous else "linear"
+    scenario = NUMERICS[(steps, kind)]
+    results = conformance_runner.run(scenario)
+    start = results[0].variable_values("before_train")
+    base = {m: start.get(m) for m in VARIABLES}
+    require(
+        all(v is not None for v in base.values()),
+        f"{trainer_entry.name}: the model's variables {list(VARIABLES)} were not found under "
+        f"their plain names; found {sorted(start)}",
+    )
+    want = reference(trainer_entry, base, steps, kind)
+    what = (
+        f"{caps.gradients} of {caps.total_towers} tower(s)' gradients"
+        if caps.trains
+        else "no change (the trainer trains nothing)"
+    )
+    for result in results:
+        who = f"{trainer_entry.name} (rank {result.rank})"
+        require(result.error is None, f"{who}: training raised {result.error}")
+        for name, vals in result.variable_values("before_train").items():
+            m = next(v for v in VARIABLES if name == v or name.endswith("/" + v))
+            require(
+                np.allclose(vals, np.ravel(base[m]), rtol=1e-6, atol=1e-7),
+                f"{who}: {name!r} starts at {list(vals)}, unlike rank 0's {m!r} "
+                f"{list(base[m])}: every copy must start from the same values",
+            )
+        for name, vals in result.variable_values("after_train").items():
+            m = next(v for v in VARIABLES if name == v or name.endswith("/" + v))
+            require(
+                np.allclose(vals, want[m].ravel(), rtol=1e-5, atol=1e-6),
+                f"{who}: {name!r} after {steps} step(s) is {np.round(vals, 6).tolist()}; the "
+                f"single-tower reference ({kind} cost, SGD lr 0.1, {what}) gives "
+                f"{np.round(want[m].ravel(), 6).tolist()}",
+            )

@@ -1,0 +1,123 @@
+"""Towers: calls of the tower function, shared or replicated variables, the tower rules, predictors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from towerkit.conformance._catalog import TOWERS
+from towerkit.conformance._checks import require
+from towerkit.conformance._model import PROBE_INPUTS, VARIABLES, SuiteModel, predict
+
+pytestmark = pytest.mark.conformance_group("towers")
+
+
+def _needs_towers(entry):
+    if not entry.capabilities.towers:
+        pytest.skip(f"{entry.name} declares no tower function (capabilities.towers=False)")
+
+
+def copies(values):
+    """``{model variable: {copy name: values}}`` for every copy of each model variable."""
+    out = {m: {} for m in VARIABLES}
+    for name, vals in values.items():
+        for m in VARIABLES:
+            if name == m or name.endswith("/" + m):
+                out[m][name] = vals
+    return out
+
+
+def test_tower_function_called_once_per_tower(trainer_entry, conformance_runner):
+    """Spec 001 (tower functions) and 000 (TowerTrainer.towers, get_predictor): the tower function is called once per training tower, plus once per inference tower; trainer.towers has a handle for each."""
+    _needs_towers(trainer_entry)
+    n = trainer_entry.capabilities.num_towers
+    for result in conformance_runner.run(TOWERS):
+        who = f"{trainer_entry.name} (rank {result.rank})"
+        require(result.error is None, f"{who}: training raised {result.error}")
+        require(
+            result.tower_calls == n + 1,
+            f"{who}: the tower function was called {result.tower_calls} times, expected {n + 1} "
+            f"({n} training tower(s) and the predictor's inference tower)",
+        )
+        training = [name for name, is_training in result.towers if is_training]
+        inference = [name for name, is_training in result.towers if not is_training]
+        require(
+            len(training) == n and len(inference) == 1,
+            f"{who}: trainer.towers holds training towers {training} and inference towers "
+            f"{inference}; expected {n} training tower(s) and 1 inference tower",
+        )
+
+
+def test_variables_shared_or_replicated(trainer_entry, conformance_runner):
+    """Spec 000 (SyncMultiGPUTrainerReplicated, SyncMultiGPUTrainerParameterServer) and 001: replicated trainers keep one equal copy of the variables per tower, the others one shared copy."""
+    _needs_towers(trainer_entry)
+    caps = trainer_entry.capabilities
+    for result in conformance_runner.run(TOWERS):
+        who = f"{trainer_entry.name} (rank {result.rank})"
+        require(result.error is None, f"{who}: training raised {result.error}")
+        for when in ("before_train", "after_train"):
+            for var, found in copies(result.variable_values(when)).items():
+                if caps.variables == "shared":
+                    require(
+                        len(found) == 1,
+                        f"{who}: variables='shared' means one copy of {var!r}; found "
+                        f"{sorted(found)}",
+                    )
+                else:
+                    require(
+                        len(found) >= caps.num_towers,
+                        f"{who}: variables='replicated' means a copy of {var!r} per tower "
+                        f"({caps.num_towers}); found {sorted(found)}",
+                    )
+                values = list(found.values())
+                require(
+                    all(np.allclose(v, values[0], rtol=1e-6, atol=1e-7) for v in values),
+                    f"{who}: the copies of {var!r} differ in {when}: "
+                    + "; ".join(f"{k}={list(v)}" for k, v in sorted(found.items())),
+                )
+
+
+def test_tower_rules_hold_for_the_suite_model(trainer_entry, conformance_runner):
+    """Spec 001 (rules of tower functions): the tower function a trainer builds from the suite's model passes the tower-rule checker."""
+    _needs_towers(trainer_entry)
+    import tensorflow as tf
+
+    from towerkit.towers import check_tower_function, format_violations
+
+    for kind in ("quadratic", "linear"):
+        model = SuiteModel(kind=kind)
+        fn, signature = model.build_cost, model.input_signature
+        if conformance_runner.in_process:
+            from towerkit.conformance._execute import make_trainer
+
+            with tf.Graph().as_default():
+                trainer = make_trainer(trainer_entry, model)
+                func = trainer.tower_func
+                require(
+                    func is not None,
+                    f"{trainer_entry.name}: trainer.tower_func is None after the graph is set up",
+                )
+                fn, signature = func.tower_fn, func.input_signature
+        errors = [v for v in check_tower_function(fn, signature) if v.severity == "error"]
+        require(
+            not errors,
+            f"{trainer_entry.name}: the tower function breaks the tower rules:\n"
+            + format_violations(errors),
+        )
+
+
+def test_get_predictor_uses_the_trained_variables(trainer_entry, conformance_runner):
+    """Spec 000 (TowerTrainer.get_predictor): the predictor runs the tower function under an inference tower context with the trained variables."""
+    _needs_towers(trainer_entry)
+    for result in conformance_runner.run(TOWERS):
+        who = f"{trainer_entry.name} (rank {result.rank})"
+        require(result.error is None, f"{who}: training raised {result.error}")
+        got = dict(result.predictor)
+        params = {n: np.asarray(got[n]) for n in VARIABLES}
+        want = predict(params, PROBE_INPUTS).ravel()
+        out = np.asarray(got["pred"])
+        require(
+            np.allclose(out, want, rtol=1e-5, atol=1e-6),
+            f"{who}: get_predictor(['x'], ['pred']) returned {out.tolist()} for the probe "
+            f"inputs; the first training tower's variables give {want.tolist()}",
+        )
