@@ -1,0 +1,182 @@
+"""One rank of a horovod training job (run by horovod's launcher); prints a JSON report.
+
+Usage: ``hvd_job.py LOGDIR MAX_EPOCH [--rank1-logdir DIR] [--fp16] [--die-at STEP]
+[--sum-check]``. Each rank prints one line ``RANK-REPORT {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+from dp_model import SIG, cost_fn, data, error_rate
+
+from towerkit.callbacks import Callback, ModelSaver
+from towerkit.towers._compat import tf1
+from towerkit.trainers import (
+    AutoResumeTrainConfig,
+    HorovodTrainer,
+    ModelDesc,
+    NumpyInput,
+    launch_train_with_config,
+)
+
+STEPS_PER_EPOCH = 4
+MODEL_VARS = ("fc0/W", "fc0/b", "fc1/W", "fc1/b")
+
+
+class Model(ModelDesc):
+    """The shared test model."""
+
+    def inputs(self):
+        return SIG
+
+    def build_graph(self, x, y):
+        return cost_fn(x, y)
+
+    def optimizer(self):
+        return tf1.train.MomentumOptimizer(0.05, 0.9)
+
+
+class Watch(Callback):
+    """Runs on every rank: the first batch, the variables after each epoch, the costs."""
+
+    _chief_only = False
+
+    def __init__(self, die_at: int | None) -> None:
+        self.die_at = die_at
+        self.first_batch: list[float] | None = None
+        self.epochs: dict[int, dict[str, list]] = {}
+        self.costs: list[float] = []
+        self.start: dict[str, int] = {}
+
+    def _setup_graph(self):
+        tower = self.trainer.towers.training()[0]
+        self._x = tower.inputs[0]
+        self._cost = tower.get_tensor("cost")
+        self._vars = [v for v in tf1.global_variables() if v.op.name in MODEL_VARS]
+
+    def _before_train(self):
+        self.start = {
+            "global_step": self.trainer.global_step,
+            "starting_epoch": self.trainer.starting_epoch,
+            "max_epoch": self.trainer.max_epoch,
+        }
+
+    def _before_run(self, ctx):
+        return [self._x, self._cost]
+
+    def _after_run(self, ctx, values):
+        x, cost = values.results
+        if self.first_batch is None:
+            self.first_batch = [float(v) for v in x[:, 0]]
+        self.costs.append(float(cost))
+
+    def _trigger_step(self):
+        t = self.trainer
+        if self.die_at is not None and t.global_step >= self.die_at and t.rank == 1:
+            print(f"rank 1 exits at global step {t.global_step}", flush=True)
+            os._exit(3)
+
+    def _after_epoch(self):
+        values = self.trainer.sess.run(self._vars)
+        self.epochs[self.trainer.epoch_num] = {
+            v.op.name: val.tolist() for v, val in zip(self._vars, values)
+        }
+
+
+class _KeepW(Callback):
+    """Keeps the value of variable ``w`` at the end of training (every rank)."""
+
+    _chief_only = False
+
+    def _after_train(self):
+        (w,) = [v for v in self.graph.get_collection("variables") if v.op.name == "w"]
+        self.w = self.trainer.sess.run(w).tolist()
+
+
+def sum_check(rank: int) -> dict[str, list[float]]:
+    """One SGD step (rate 1) of a linear cost whose gradient is the rank's own vector."""
+    out = {}
+    for average in (True, False):
+        graph = tf.Graph()
+        with graph.as_default():
+            g = np.full([1, 3], float(rank + 1), np.float32)
+            x = NumpyInput([np.repeat(g, 4, axis=0), np.zeros(4, np.int32)], batch_size=1)
+
+            def linear(x, y):
+                w = tf1.get_variable("w", initializer=np.zeros(3, np.float32))
+                return tf.reduce_sum(x[0] * w) + 0.0 * tf.cast(tf.reduce_sum(y), tf.float32)
+
+            spec = [tf.TensorSpec([None, 3], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
+            trainer = HorovodTrainer(average=average)
+            trainer.setup_graph(spec, x, linear, lambda: tf1.train.GradientDescentOptimizer(1.0))
+            keep = _KeepW()
+            trainer.train_with_defaults(
+                callbacks=[keep], monitors=[], extra_callbacks=[], steps_per_epoch=1, max_epoch=1
+            )
+            out["average" if average else "sum"] = keep.w
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("logdir")
+    parser.add_argument("max_epoch", type=int)
+    parser.add_argument("--rank1-logdir", default=None)
+    parser.add_argument("--fp16", action="store_true")
+    parser.add_argument("--die-at", type=int, default=None)
+    parser.add_argument("--sum-check", action="store_true")
+    args = parser.parse_args(argv)
+    import horovod.tensorflow as hvd
+
+    graph = tf.Graph()
+    graph.seed = 1234
+    with graph.as_default():
+        trainer = HorovodTrainer(compression=hvd.Compression.fp16 if args.fp16 else None)
+        trainer.BROADCAST_EVERY_EPOCH = False
+        rank = trainer.rank
+        logdir = args.logdir if rank == 0 or args.rank1_logdir is None else args.rank1_logdir
+        watch = Watch(args.die_at)
+        config = AutoResumeTrainConfig(
+            logdir=logdir,
+            data=NumpyInput(data(256, seed=10), batch_size=16, shuffle=True),
+            model=Model(),
+            callbacks=[watch, ModelSaver(max_to_keep=10)],
+            steps_per_epoch=STEPS_PER_EPOCH,
+            max_epoch=args.max_epoch,
+        )
+        launch_train_with_config(config, trainer)
+    last = watch.epochs[max(watch.epochs)]
+    x, y = data(256, seed=99)
+    report = {
+        "rank": rank,
+        "size": trainer.size,
+        "hvd_rank": hvd.rank(),
+        "hvd_size": hvd.size(),
+        "is_chief": trainer.is_chief,
+        "pid": os.getpid(),
+        "logdir": trainer.logdir,
+        "callbacks": sorted(
+            {type(cb).__name__ for cb in (*trainer.callbacks, *trainer.monitors.monitors)}
+        ),
+        "start": watch.start,
+        "first_batch": watch.first_batch,
+        "epochs": {str(k): v for k, v in watch.epochs.items()},
+        "costs": watch.costs,
+        "error": error_rate({k: np.asarray(v) for k, v in last.items()}, x, y),
+    }
+    if args.sum_check:
+        report["sum_check"] = sum_check(rank)
+    print("RANK-REPORT " + json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

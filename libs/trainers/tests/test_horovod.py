@@ -1,0 +1,239 @@
+"""HorovodTrainer in real 2-process jobs over gloo on loopback; its lazy import everywhere."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
+
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).parent / "scripts" / "hvd_job.py"
+NP = 2
+STEPS = 4
+"""Steps per epoch in the job script."""
+
+JOB_TIMEOUT = 300.0
+"""Seconds a job may take at most (two TensorFlow imports on a busy machine dominate)."""
+
+DEATH_BOUND = 240.0
+"""Seconds within which a job whose rank died must have failed."""
+
+
+def run_job(tmp_path: Path, *args: str) -> tuple[int, str, float]:
+    """Run the job script on NP local gloo processes; return exit status, output and seconds.
+
+    The launcher runs in its own process group; past JOB_TIMEOUT the group is stopped
+    and the test fails, so a hanging job never hangs the test run.
+    """
+    argv = [sys.executable, "-m", "horovod.runner.launch", "-np", str(NP), "--gloo"]
+    argv += ["-H", f"localhost:{NP}", sys.executable, str(SCRIPT), *args]
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONUNBUFFERED": "1",
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": "60",
+    }
+    started = time.monotonic()
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=JOB_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                out, _ = proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+            pytest.fail(f"horovod job still running after {JOB_TIMEOUT:g} s:\n{out}")
+    return proc.returncode, out, time.monotonic() - started
+
+
+def reports(out: str) -> dict[int, dict]:
+    """Each rank's report in a job's output, by rank."""
+    found = {}
+    for line in out.splitlines():
+        _, tag, rest = line.partition("RANK-REPORT ")
+        if tag:
+            report = json.loads(rest)
+            found[report["rank"]] = report
+    return found
+
+
+def stats_records(logdir: Path) -> list[dict]:
+    """The records of stats.json that carry an epoch."""
+    with open(logdir / "stats.json") as f:
+        return [r for r in json.load(f) if "epoch_num" in r]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """A 2-epoch job, then the same command to epoch 4 (rank 1 given a logdir it lacks)."""
+    if not HAVE_HOROVOD:
+        pytest.skip("horovod not installed: run nox -s horovod")
+    base = tmp_path_factory.mktemp("hvd")
+    logdir = base / "log"
+    code, out, _ = run_job(base, str(logdir), "2", "--sum-check")
+    assert code == 0, out
+    first = reports(out)
+    assert sorted(first) == [0, 1], out
+    files = sorted(os.listdir(logdir))
+    other = base / "rank1-log"
+    code, out2, _ = run_job(base, str(logdir), "4", "--rank1-logdir", str(other), "--fp16")
+    assert code == 0, out2
+    second = reports(out2)
+    assert sorted(second) == [0, 1], out2
+    return {
+        "logdir": logdir,
+        "other": other,
+        "first": first,
+        "first_files": files,
+        "second": second,
+        "second_out": out2,
+    }
+
+
+@pytest.mark.horovod
+@pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")
+class TestHorovodJob:
+    """Two ranks train one model: same variables, rank 0 alone writes files."""
+
+    def test_rank_facts(self, jobs):
+        """trainer.rank/size agree with hvd.rank()/size(); rank 0 alone is the chief."""
+        for rank, rep in jobs["first"].items():
+            assert (rep["rank"], rep["size"]) == (rep["hvd_rank"], rep["hvd_size"]) == (rank, NP)
+            assert rep["is_chief"] == (rank == 0)
+
+    def test_converges(self, jobs):
+        """The cost falls and the model classifies held-out data well on both ranks."""
+        for rep in jobs["first"].values():
+            costs = rep["costs"]
+            assert np.mean(costs[-STEPS:]) < 0.5 * np.mean(costs[:STEPS])
+            assert rep["error"] < 0.1
+
+    def test_identical_variables(self, jobs):
+        """After each epoch (no broadcast in between) both ranks hold the same values."""
+        a, b = jobs["first"][0]["epochs"], jobs["first"][1]["epochs"]
+        assert sorted(a) == sorted(b) == ["1", "2"]
+        for epoch in a:
+            for name in a[epoch]:
+                np.testing.assert_array_equal(a[epoch][name], b[epoch][name], err_msg=name)
+        assert not np.array_equal(a["1"]["fc0/W"], a["2"]["fc0/W"])
+
+    def test_only_rank0_writes(self, jobs):
+        """Checkpoints, stats.json and one event file, all from rank 0 (its pid in the name)."""
+        files = jobs["first_files"]
+        assert "stats.json" in files
+        assert {"model-4.index", "model-8.index"} <= set(files)
+        events = [f for f in files if f.startswith("events.out.tfevents")]
+        assert len(events) == 1
+        assert f".{jobs['first'][0]['pid']}." in events[0]
+        writers = {"ModelSaver", "JSONWriter", "TFEventWriter", "ScalarPrinter"}
+        assert writers <= set(jobs["first"][0]["callbacks"])
+        assert not writers & set(jobs["first"][1]["callbacks"])
+        assert [r["global_step"] for r in stats_records(jobs["logdir"])] == [4, 8, 12, 16]
+
+    def test_per_rank_inputs(self, jobs):
+        """The same data with a graph seed: each rank shuffles it differently."""
+        first = jobs["first"]
+        assert sorted(first[0]["first_batch"]) != sorted(first[1]["first_batch"])
+
+    def test_average_and_sum(self, jobs):
+        """One SGD step on gradients 1 (rank 0) and 2 (rank 1): mean -1.5, sum -3."""
+        for rep in jobs["first"].values():
+            assert rep["sum_check"]["average"] == [-1.5] * 3
+            assert rep["sum_check"]["sum"] == [-3.0] * 3
+
+
+@pytest.mark.horovod
+@pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")
+class TestHorovodResume:
+    """AutoResumeTrainConfig on both ranks: rank 0's checkpoint and epoch win everywhere."""
+
+    def test_same_start(self, jobs):
+        """Both ranks resume at epoch 3, global step 8, though rank 1 found no checkpoint."""
+        for rep in jobs["second"].values():
+            assert rep["start"] == {"global_step": 8, "starting_epoch": 3, "max_epoch": 4}
+        assert "on rank 0: using rank 0's" in jobs["second_out"]
+
+    def test_rank1_creates_nothing(self, jobs):
+        """Rank 1 keeps its logdir's path but never creates it."""
+        assert jobs["second"][1]["logdir"] == str(jobs["other"])
+        assert not jobs["other"].exists()
+
+    def test_continues_identically(self, jobs):
+        """Epochs 3 and 4 (fp16 gradients) keep the ranks equal and continue from epoch 2."""
+        a, b = jobs["second"][0]["epochs"], jobs["second"][1]["epochs"]
+        assert sorted(a) == ["3", "4"]
+        for epoch in a:
+            for name in a[epoch]:
+                np.testing.assert_array_equal(a[epoch][name], b[epoch][name], err_msg=name)
+        assert jobs["second"][0]["costs"][0] < np.mean(jobs["first"][0]["costs"][:STEPS])
+        assert os.path.exists(jobs["logdir"] / "model-16.index")
+
+
+@pytest.mark.horovod
+@pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")
+class TestRankDies:
+    """A rank that dies fails the job within a bounded time, with a clear message."""
+
+    def test_rank_exits(self, tmp_path):
+        """Rank 1 exits at step 3: the job fails and says which process died."""
+        code, out, seconds = run_job(tmp_path, str(tmp_path / "log"), "3", "--die-at", "3")
+        assert code != 0, out
+        assert "rank 1 exits at global step 3" in out
+        assert "Process 1 exit with status code 3" in out
+        assert reports(out) == {}
+        survivor_said = "CollectiveError: HorovodTrainer rank 0 of 2: a collective operation failed"
+        launcher_said = "Terminating remaining workers after failure of Process 1"
+        assert survivor_said in out or launcher_said in out, out
+        assert seconds < DEATH_BOUND
+
+
+class TestLazyImport:
+    """horovod is imported by HorovodTrainer only, with an install hint when missing."""
+
+    def test_missing_horovod(self):
+        """The lib imports without horovod; HorovodTrainer() says how to install it."""
+        code = (
+            "import sys\n"
+            "sys.modules['horovod'] = None\n"
+            "import towerkit.trainers as t\n"
+            "print('imported', 'horovod.tensorflow' in sys.modules)\n"
+            "try:\n"
+            "    t.HorovodTrainer()\n"
+            "except ImportError as err:\n"
+            "    print('ERROR', err)\n"
+        )
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "imported False" in proc.stdout
+        assert "ERROR HorovodTrainer needs horovod: install horovod built for TensorFlow" in (
+            proc.stdout
+        )
+        assert "`install-horovod`" in proc.stdout
+        assert "`nox -s horovod`" in proc.stdout
