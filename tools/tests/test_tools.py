@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import importlib
 import importlib.metadata
 import shutil
@@ -57,6 +58,29 @@ def test_help_and_module_all(module, capsys):
         mod.main(["--help"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: {module.replace('_', '-')}")
+
+
+DOCTESTED = (
+    "_files",
+    "_vars",
+    "_workspace",
+    "bump_version",
+    "ls_checkpoint",
+    "plot_stats",
+    "public_symbols",
+    "timeline",
+)
+"""The modules of towerkit.tools whose docstrings hold examples."""
+
+
+@pytest.mark.parametrize("module", DOCTESTED)
+def test_doctests(module):
+    """The examples in each module's docstrings hold."""
+    mod = importlib.import_module(f"towerkit.tools.{module}")
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    result = doctest.testmod(mod, optionflags=flags)
+    assert result.attempted > 0
+    assert result.failed == 0
 
 
 @pytest.mark.slow

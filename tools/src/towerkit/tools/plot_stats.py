@@ -107,7 +107,7 @@ def collect_series(
     x_key = X_KEYS[x]
     series: dict[str, tuple[list[float], list[float]]] = {}
     for rec in records:
-        xv = rec.get(x_key)
+        xv: Any = rec.get(x_key)
         if not _number(xv):
             continue
         for name, value in rec.items():
@@ -215,9 +215,10 @@ def plot_stats(
             directory does not exist.
         ValueError: bad `x`, `keys`, `columns` or `dpi`.
     """
+    records: list[Mapping[str, Any]]
     if isinstance(source, str | os.PathLike):
         src = os.fspath(source)
-        records = read_stats(src)
+        records = list(read_stats(src))
         logdir = src if os.path.isdir(src) else os.path.dirname(src) or "."
     else:
         records, logdir = list(source), None

@@ -139,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = Path(args.root) if args.root else find_root()
         dists = load_dists(root)
         chosen = [pick(dists, n) for n in args.libs] if args.libs else dists
-        inits = {d.name: init_path(d) for d in chosen}
-        inits = {n: p for n, p in inits.items() if p is not None}
+        found = {d.name: init_path(d) for d in chosen}
+        inits = {n: p for n, p in found.items() if p is not None}
         current = {
             n: names_in_all(p.read_text(encoding="utf-8"), str(p)) if p.is_file() else None
             for n, p in inits.items()

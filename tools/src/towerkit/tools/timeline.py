@@ -124,6 +124,10 @@ class LoopSpec:
         return max(0, self.max_epoch - self.starting_epoch + 1) * self.steps_per_epoch
 
 
+def _as_tuple(values: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True)
 class Description:
     """A checked description: the loop, the timeline entries and what each stands for.
@@ -135,16 +139,16 @@ class Description:
     """
 
     loop: LoopSpec
-    entries: tuple[Any, ...] = attrs.field(converter=tuple)
-    types: tuple[str, ...] = attrs.field(converter=tuple)
+    entries: tuple[Any, ...] = attrs.field(converter=_as_tuple)
+    types: tuple[str, ...] = attrs.field(converter=_as_tuple)
 
     def only(self, pattern: re.Pattern[str]) -> Description:
         """The description with only the entries whose name matches `pattern`."""
         keep = [i for i, e in enumerate(self.entries) if pattern.search(e.name)]
         return attrs.evolve(
             self,
-            entries=[self.entries[i] for i in keep],
-            types=[self.types[i] for i in keep],
+            entries=tuple(self.entries[i] for i in keep),
+            types=tuple(self.types[i] for i in keep),
         )
 
 
@@ -335,7 +339,9 @@ def load_description(
     if dups:
         msg = f"callback names must be unique; repeated: {dups}"
         raise ValueError(msg)
-    return Description(loop=spec, entries=[e for e, _ in built], types=[t for _, t in built])
+    return Description(
+        loop=spec, entries=tuple(e for e, _ in built), types=tuple(t for _, t in built)
+    )
 
 
 def run_timeline(description: Description) -> list[Any]:
