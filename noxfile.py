@@ -120,13 +120,21 @@ def crosslib(session: nox.Session) -> None:
     session.run("pytest", *paths, *session.posargs, env=pytest_env())
 
 
+LINT_TARGETS = {
+    **{lib: [f"libs/{lib}"] for lib in LIBS},
+    "conformance": ["conformance"],
+    "tools": ["tools"],
+    "rest": ["examples", "benchmarks", "tests", "noxfile.py"],
+}
+
+
 @nox.session(tags=["lint"])
-@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in LIBS])
-def lint(session: nox.Session, lib: str) -> None:
-    """ruff check and ruff format --check on one lib."""
+@nox.parametrize("target", [nox.param(t, id=t) for t in LINT_TARGETS])
+def lint(session: nox.Session, target: str) -> None:
+    """ruff check and ruff format --check on one lib (or the tools, conformance, the rest)."""
     install_groups(session, "lint")
-    session.run("ruff", "check", f"libs/{lib}")
-    session.run("ruff", "format", "--check", f"libs/{lib}")
+    session.run("ruff", "check", *LINT_TARGETS[target])
+    session.run("ruff", "format", "--check", *LINT_TARGETS[target])
 
 
 @nox.session(tags=["lint"])
