@@ -156,25 +156,14 @@ def periodic_callback_rule(every_k_steps: int | None, every_k_epochs: int | None
     """The trigger record of ``PeriodicCallback(cb, every_k_steps, every_k_epochs)``.
 
     Every ``every_k_steps`` global steps, every ``every_k_epochs`` epochs, and with an
-    epoch period also at the last step of training.
+    epoch period also at the last step of training (the callbacks lib's
+    ``periodic_record``).
 
     Examples:
         >>> periodic_callback_rule(None, 2)
         AnyOf(triggers=(EpochMultiple(k=2), AtLastStep()))
-        >>> periodic_callback_rule(None, None)
-        Traceback (most recent call last):
-        ...
-        ValueError: PeriodicCallback: set 'every_k_steps' or 'every_k_epochs' (or both); got neither
     """
-    if every_k_steps is None and every_k_epochs is None:
-        msg = "PeriodicCallback: set 'every_k_steps' or 'every_k_epochs' (or both); got neither"
-        raise ValueError(msg)
-    parts: list[Any] = []
-    if every_k_steps is not None:
-        parts.append(_triggers.GlobalStepMultiple(every_k_steps))
-    if every_k_epochs is not None:
-        parts += [_triggers.EpochMultiple(every_k_epochs), _triggers.AtLastStep()]
-    return _triggers.AnyOf(parts)
+    return _triggers.periodic_record(every_k_steps, every_k_epochs)
 
 
 def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:

@@ -9,12 +9,10 @@ from towerkit.callbacks._base import Callback, ProxyCallback
 from towerkit.callbacks._loop import EventKind
 from towerkit.callbacks._triggers import (
     AnyOf,
-    AtLastStep,
-    EpochMultiple,
     EveryK,
-    GlobalStepMultiple,
     Trigger,
     fires,
+    periodic_record,
     trainer_event,
 )
 
@@ -180,24 +178,6 @@ class EnableCallbackIf(ProxyCallback):
 
     def __str__(self) -> str:
         return f"{type(self).__name__}({self.cb})"
-
-
-def periodic_record(every_k_steps: int | None, every_k_epochs: int | None) -> AnyOf:
-    """The trigger record of ``PeriodicCallback(cb, every_k_steps, every_k_epochs)``.
-
-    Examples:
-        >>> periodic_record(None, 2)
-        AnyOf(triggers=(EpochMultiple(k=2), AtLastStep()))
-    """
-    if every_k_steps is None and every_k_epochs is None:
-        msg = "PeriodicCallback: set 'every_k_steps' or 'every_k_epochs' (or both); got neither"
-        raise ValueError(msg)
-    parts: list[Trigger] = []
-    if every_k_steps is not None:
-        parts.append(GlobalStepMultiple(every_k_steps))
-    if every_k_epochs is not None:
-        parts += [EpochMultiple(every_k_epochs), AtLastStep()]
-    return AnyOf(parts)
 
 
 class PeriodicCallback(EnableCallbackIf):

@@ -313,3 +313,21 @@ def trainer_event(trainer: Any, kind: EventKind) -> LoopEvent:
             global_step=trainer.global_step,
         ),
     )
+
+
+def periodic_record(every_k_steps: int | None, every_k_epochs: int | None) -> AnyOf:
+    """The trigger record of ``PeriodicCallback(cb, every_k_steps, every_k_epochs)``.
+
+    Examples:
+        >>> periodic_record(None, 2)
+        AnyOf(triggers=(EpochMultiple(k=2), AtLastStep()))
+    """
+    if every_k_steps is None and every_k_epochs is None:
+        msg = "PeriodicCallback: set 'every_k_steps' or 'every_k_epochs' (or both); got neither"
+        raise ValueError(msg)
+    parts: list[Trigger] = []
+    if every_k_steps is not None:
+        parts.append(GlobalStepMultiple(every_k_steps))
+    if every_k_epochs is not None:
+        parts += [EpochMultiple(every_k_epochs), AtLastStep()]
+    return AnyOf(parts)
