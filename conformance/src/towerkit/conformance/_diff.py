@@ -73,27 +73,27 @@ def describe_field(field: str, kind: EventKind) -> str:
 
     Examples:
         >>> describe_field("local_step", EventKind.TRIGGER_STEP)
-        '0-based index of the step in its epoch'
+        'the 0-based index of the step in its epoch'
         >>> describe_field("global_step", EventKind.BEFORE_RUN)
-        'hooked_sess.run calls before the call about to run'
+        'the hooked_sess.run calls before the call about to run'
     """
     if field == "epoch_num":
         if kind is EventKind.BEFORE_TRAIN:
-            return "starting_epoch - 1, as no epoch has started"
+            return "starting_epoch - 1, before any epoch"
         if kind is EventKind.AFTER_TRAIN:
             return "the epoch running when training ended"
         return "the running epoch (1-based)"
     if field == "local_step":
         if kind in (EventKind.BEFORE_TRAIN, EventKind.BEFORE_EPOCH):
-            return "-1, as no step of the epoch has started"
+            return "-1, before the epoch's first step"
         if kind in (EventKind.AFTER_EPOCH, EventKind.TRIGGER_EPOCH):
             return "steps_per_epoch - 1, the index of the epoch's last step"
         if kind is EventKind.AFTER_TRAIN:
             return "the step running when training ended"
-        return "0-based index of the step in its epoch"
+        return "the 0-based index of the step in its epoch"
     if kind is EventKind.BEFORE_RUN:
-        return "hooked_sess.run calls before the call about to run"
-    return "hooked_sess.run calls so far"
+        return "the hooked_sess.run calls before the call about to run"
+    return "the hooked_sess.run calls so far"
 
 
 def field_rule(field: str) -> str:
@@ -169,7 +169,7 @@ def explain_trace(
         >>> exp = [TraceEvent("before_epoch", 1, -1, 0), TraceEvent("trigger_step", 1, 2, 3)]
         >>> obs = [TraceEvent("before_epoch", 1, -1, 0), TraceEvent("trigger_step", 1, 3, 3)]
         >>> print(explain_trace(exp, obs, who="probe").splitlines()[0])
-        probe: local_step in trigger_step: expected 0-based index of the step in its epoch (2), got 3 at epoch 1
+        probe: local_step in trigger_step: expected the 0-based index of the step in its epoch (2), got 3 at epoch 1
     """
     expected, observed = list(expected), list(observed)
     fields = tuple(fields)
@@ -231,7 +231,8 @@ def explain_values(
 ) -> str | None:
     """Why the values a reader saw are not the expected ones; None when they match.
 
-    Values are compared up to float32 rounding.
+    Values are compared up to float32 rounding, read by read; the counters of the
+    read events are the trace checks' business, only their methods are compared here.
 
     Args:
         expected: ``(event, value)`` pairs of the reference.
@@ -245,11 +246,11 @@ def explain_values(
         lr: value at trigger_epoch (epoch_num 2, local_step 0, global_step 2): expected 0.5, got 1
     """
     for i, (want, got) in enumerate(zip(expected, observed)):
-        if want[0] != got[0]:
+        if want[0].kind is not got[0].kind:
             return (
-                f"{who}: read #{i} happened at {got[0]}, expected at {want[0]} (the reader "
-                "reads in before_train, trigger_step and trigger_epoch, right after the setter)"
-                f"\n  rule: {rule}"
+                f"{who}: read #{i} happened in {got[0].kind.value}, expected in "
+                f"{want[0].kind.value} at {want[0].where()} (the reader reads in before_train, "
+                f"trigger_step and trigger_epoch, right after the setter)\n  rule: {rule}"
             )
         if not values_close(want[1], got[1]):
             return f"{who}: value at {want[0]}: expected {want[1]:.7g}, got {got[1]:.7g}\n  rule: {rule}"

@@ -13,8 +13,9 @@ from attrs.validators import ge, in_, instance_of
 
 from towerkit.conformance._errors import EntryError
 
-LAUNCHERS = ("inprocess", "horovod")
-"""How the suite runs a trainer: in the test process, or as a 2-process horovod job."""
+LAUNCHERS = ("inprocess", "horovod", "tf-distributed")
+"""How the suite runs a trainer: in the test process, as a horovod job of `processes`
+ranks, or as a TensorFlow cluster (one parameter server, `processes` workers) on 127.0.0.1."""
 
 _TARGET = re.compile(r"^(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
 
@@ -41,8 +42,11 @@ class Capabilities:
             asynchronous trainer is checked on a model whose gradients do not depend
             on the variables, where the order of updates does not matter.
         runs_per_step: ``hooked_sess.run`` calls the trainer's ``run_step`` makes.
-        launcher: ``"inprocess"`` or ``"horovod"`` (a job of `processes` ranks).
-        processes: processes of a job; the chief is rank 0.
+        launcher: ``"inprocess"``, ``"horovod"`` (a job of `processes` ranks) or
+            ``"tf-distributed"`` (a parameter server and `processes` workers; the
+            global step lives on the parameter server and counts the chief's runs,
+            and the other workers apply their gradients asynchronously).
+        processes: processes of a job (workers); the chief is rank 0.
         towers: whether the trainer has a tower function (``tower_func``, ``towers``,
             ``get_predictor``: a ``TowerTrainer``).
 
@@ -65,7 +69,7 @@ class Capabilities:
     )
     synchronous: bool = attrs.field(default=True, validator=instance_of(bool))
     runs_per_step: int = attrs.field(default=1, validator=[_int, ge(0)])
-    launcher: Literal["inprocess", "horovod"] = attrs.field(
+    launcher: Literal["inprocess", "horovod", "tf-distributed"] = attrs.field(
         default="inprocess", validator=in_(LAUNCHERS)
     )
     processes: int = attrs.field(default=1, validator=[_int, ge(1)])
@@ -75,6 +79,11 @@ class Capabilities:
     def is_data_parallel(self) -> bool:
         """Whether one step trains on several batches (towers times processes)."""
         return self.num_towers * self.processes > 1
+
+    @property
+    def chief_by_role(self) -> bool:
+        """Whether the chief is fixed by the process's role (worker 0 of a cluster)."""
+        return self.launcher == "tf-distributed"
 
     @property
     def total_towers(self) -> int:

@@ -292,7 +292,12 @@ def _best_steps(scenario: Scenario, logdir: str | None) -> list[tuple[str, int]]
 
 
 def execute(
-    entry: TrainerEntry, scenario: Scenario, workdir: str | os.PathLike[str], *, rank: int = 0
+    entry: TrainerEntry,
+    scenario: Scenario,
+    workdir: str | os.PathLike[str],
+    *,
+    rank: int = 0,
+    container: str | None = None,
 ) -> RunResult:
     """Run `scenario` with a trainer of `entry` in a fresh graph; return what was recorded.
 
@@ -304,6 +309,8 @@ def execute(
         scenario: the run.
         workdir: where the scenario's log directory goes (``workdir/<logdir>``).
         rank: the process's rank; its model reads data shard `rank`.
+        container: build the graph's stateful ops (variables, queues) in this
+            resource container, so servers of a cluster hold fresh ones for each run.
     """
     import tensorflow as tf
 
@@ -312,7 +319,7 @@ def execute(
     logdir = None if scenario.logdir is None else str(Path(workdir) / scenario.logdir)
     error = None
     graph = tf.Graph()
-    with graph.as_default():
+    with graph.as_default(), graph.container(container or ""):
         try:
             _create_params(scenario)
             trainer = make_trainer(entry, model, setup=scenario.auto_resume is None)

@@ -66,6 +66,30 @@ def horovod_trainer() -> Any:
     return HorovodTrainer()
 
 
+CHIEF_WAIT_SECONDS = 120.0
+"""How long a non-chief cluster worker waits for the chief to initialize the variables."""
+
+
+def distributed_replicated_trainer() -> Any:
+    """``DistributedTrainerReplicated(2, server)`` in a worker of the suite's cluster job."""
+    from towerkit.conformance._cluster import cluster_server
+    from towerkit.trainers import DistributedTrainerReplicated
+
+    trainer = DistributedTrainerReplicated(MULTI_DEVICE_TOWERS, cluster_server())
+    trainer.WAIT_FOR_CHIEF_SECONDS = CHIEF_WAIT_SECONDS
+    return trainer
+
+
+def distributed_ps_trainer() -> Any:
+    """``DistributedTrainerParameterServer(2, server)`` in a worker of the suite's cluster job."""
+    from towerkit.conformance._cluster import cluster_server
+    from towerkit.trainers import DistributedTrainerParameterServer
+
+    trainer = DistributedTrainerParameterServer(MULTI_DEVICE_TOWERS, cluster_server())
+    trainer.WAIT_FOR_CHIEF_SECONDS = CHIEF_WAIT_SECONDS
+    return trainer
+
+
 _HERE = "towerkit.conformance._factories"
 _TWO = MULTI_DEVICE_TOWERS
 
@@ -109,6 +133,26 @@ BUILTIN_ENTRIES: tuple[TrainerEntry, ...] = (
         factory=f"{_HERE}:horovod_trainer",
         capabilities=Capabilities(launcher="horovod", processes=2),
         requires="HorovodTrainer",
+    ),
+    TrainerEntry(
+        name="DistributedTrainerReplicated",
+        factory=f"{_HERE}:distributed_replicated_trainer",
+        capabilities=Capabilities(
+            num_towers=_TWO,
+            variables="replicated",
+            synchronous=False,
+            launcher="tf-distributed",
+            processes=2,
+        ),
+        requires="DistributedTrainerReplicated",
+    ),
+    TrainerEntry(
+        name="DistributedTrainerParameterServer",
+        factory=f"{_HERE}:distributed_ps_trainer",
+        capabilities=Capabilities(
+            num_towers=_TWO, synchronous=False, launcher="tf-distributed", processes=2
+        ),
+        requires="DistributedTrainerParameterServer",
     ),
 )
 """Every trainer towerkit ships, one row each; adding a trainer is adding a line."""

@@ -61,15 +61,17 @@ class InProcessRunner:
         return results
 
 
-class HorovodRunner:
-    """Runs scenarios in a horovod job of `processes` ranks on this machine (gloo, loopback).
+class JobRunner:
+    """Runs scenarios in a job of `processes` worker processes on this machine.
 
     The first request launches one job with every planned scenario, in order; each
-    rank runs them all with its own trainer and writes its results to a file, which
-    this process reads. A scenario not planned gets a job of its own.
+    process runs them all with its own trainer and writes its results to a file,
+    which this process reads. A scenario not planned gets a job of its own.
+    Subclasses say how a job starts (`HorovodRunner`, `ClusterRunner`).
     """
 
     in_process = False
+    kind = "job"
 
     def __init__(
         self,
@@ -89,10 +91,10 @@ class HorovodRunner:
         self._failure: str | None = None
 
     def run(self, scenario: Scenario, *, cache: bool = True) -> list[RunResult]:
-        """The results of `scenario`, one per rank, rank 0 first.
+        """The results of `scenario`, one per process, rank 0 first.
 
         Raises:
-            LaunchError: the job failed or timed out; the message has the launcher's output.
+            LaunchError: the job failed or timed out; the message has the processes' output.
         """
         del cache
         if scenario not in self._results:
@@ -104,31 +106,32 @@ class HorovodRunner:
             self._launch(batch)
         return self._results[scenario]
 
-    def _launch(self, scenarios: list[Scenario]) -> None:
-        self._launched += 1
-        job_dir = self.workdir / f"job{self._launched}"
-        out_dir = job_dir / "results"
-        out_dir.mkdir(parents=True)
-        job = {
+    def _job(self, scenarios: list[Scenario], out_dir: Path) -> dict[str, Any]:
+        return {
             "entry": {
                 "name": self.entry.name,
                 "factory": self.entry.factory_path(),
                 "capabilities": attrs.asdict(self.entry.capabilities),
             },
             "scenarios": [scenario_to_data(s) for s in scenarios],
-            "workdir": str(self.workdir / "logs"),
+            "workdir": str(self.workdir / f"logs{self._launched}"),
             "out": str(out_dir),
         }
+
+    def _start(self, job_file: Path, job: dict[str, Any]) -> tuple[int, str, float]:
+        raise NotImplementedError  # pragma: no cover - every runner defines it
+
+    def _launch(self, scenarios: list[Scenario]) -> None:
+        self._launched += 1
+        job_dir = self.workdir / f"job{self._launched}"
+        out_dir = job_dir / "results"
+        out_dir.mkdir(parents=True)
+        job = self._job(scenarios, out_dir)
         job_file = job_dir / "job.json"
         job_file.write_text(json.dumps(job), encoding="utf-8")
-        code, output, seconds = run_horovod_job(
-            [sys.executable, "-m", "towerkit.conformance._worker", str(job_file)],
-            processes=self.processes,
-            timeout=self.timeout,
-            cwd=Path.cwd(),
-        )
+        code, output, seconds = self._start(job_file, job)
         logger.info(
-            "horovod job %d: %d scenarios in %.1f s", self._launched, len(scenarios), seconds
+            "%s job %d: %d scenarios in %.1f s", self.kind, self._launched, len(scenarios), seconds
         )
         per_rank: list[list[dict[str, Any]]] = []
         for rank in range(self.processes):
@@ -141,12 +144,134 @@ class HorovodRunner:
             tail = "\n".join(output.splitlines()[-60:])
             missing = [s.name for s in scenarios[done:]]
             self._failure = (
-                f"the horovod job of {self.entry.name} ({self.processes} processes) exited with "
-                f"status {code} after {seconds:.0f} s; scenarios without results: {missing}. "
-                f"The launcher's output ends with:\n{tail}"
+                f"the {self.kind} job of {self.entry.name} ({self.processes} processes) exited "
+                f"with status {code} after {seconds:.0f} s; scenarios without results: "
+                f"{missing}. The output ends with:\n{tail}"
             )
             if done < len(scenarios):
                 raise LaunchError(self._failure)
+
+
+class HorovodRunner(JobRunner):
+    """A job of `processes` horovod ranks over gloo on localhost (``horovodrun --gloo``)."""
+
+    kind = "horovod"
+
+    def _start(self, job_file: Path, job: dict[str, Any]) -> tuple[int, str, float]:
+        del job
+        return run_horovod_job(
+            [sys.executable, "-m", "towerkit.conformance._worker", str(job_file)],
+            processes=self.processes,
+            timeout=self.timeout,
+            cwd=Path.cwd(),
+        )
+
+
+class ClusterRunner(JobRunner):
+    """A TensorFlow cluster on 127.0.0.1: one parameter server and `processes` workers."""
+
+    kind = "tf-distributed"
+
+    def _job(self, scenarios: list[Scenario], out_dir: Path) -> dict[str, Any]:
+        job = super()._job(scenarios, out_dir)
+        ports = free_ports(1 + self.processes)
+        job["cluster"] = {
+            "ps": [f"127.0.0.1:{ports[0]}"],
+            "worker": [f"127.0.0.1:{p}" for p in ports[1:]],
+        }
+        return job
+
+    def _start(self, job_file: Path, job: dict[str, Any]) -> tuple[int, str, float]:
+        del job
+        return run_cluster_job(
+            job_file, workers=self.processes, timeout=self.timeout, cwd=Path.cwd()
+        )
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on 127.0.0.1 right now."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": _python_path(),
+    }
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def run_cluster_job(
+    job_file: Path, *, workers: int, timeout: float, cwd: Path
+) -> tuple[int, str, float]:
+    """Run the parameter server and `workers` worker processes of a cluster job.
+
+    Each process runs in its own process group; once every worker has exited (or
+    after `timeout` seconds) the parameter server and any worker still running are
+    stopped, so the job never outlives the call.
+
+    Returns:
+        The largest worker exit status (-1 after a timeout), the processes' output
+        and the seconds taken.
+    """
+    command = [sys.executable, "-m", "towerkit.conformance._cluster", str(job_file)]
+    logs = job_file.parent
+    started = time.monotonic()
+    procs: list[tuple[str, subprocess.Popen, Any]] = []
+    try:
+        for role, index in [("ps", 0), *(("worker", i) for i in range(workers))]:
+            log = open(logs / f"{role}{index}.log", "w", encoding="utf-8")  # noqa: SIM115
+            proc = subprocess.Popen(
+                [*command, role, str(index)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_env(),
+                cwd=cwd,
+                start_new_session=True,
+            )
+            procs.append((f"{role}{index}", proc, log))
+        deadline = started + timeout
+        codes = []
+        for name, proc, _ in procs[1:]:
+            try:
+                codes.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(-1)
+                logger.error("cluster job: %s still running after %g s", name, timeout)
+    finally:
+        for _, proc, log in procs:
+            _stop_group(proc)
+            log.close()
+    output = []
+    for name, _, _ in procs:
+        text = (logs / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+        output.append(f"--- {name} ---\n{text}")
+    code = -1 if -1 in codes else max(codes, default=0)
+    return code, "\n".join(output), time.monotonic() - started
 
 
 def _python_path() -> str:

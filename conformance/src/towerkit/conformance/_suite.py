@@ -12,7 +12,7 @@ from towerkit.conformance._catalog import named_scenarios
 from towerkit.conformance._entries import TrainerEntry
 from towerkit.conformance._result import RunResult
 from towerkit.conformance._scenario import Scenario
-from towerkit.conformance._session import HorovodRunner, InProcessRunner
+from towerkit.conformance._session import ClusterRunner, HorovodRunner, InProcessRunner
 
 DEFAULT_EXAMPLES = 5
 """Hypothesis examples per property check and trainer."""
@@ -39,6 +39,35 @@ def _settings(examples: int, *, generate_only: bool = False) -> Any:
     )
 
 
+def not_applicable(entry: TrainerEntry, scenario: Scenario) -> str | None:
+    """Why `scenario` says nothing about `entry`'s trainer (a skip reason), or None.
+
+    Examples:
+        >>> from towerkit.conformance._catalog import CHIEF
+        >>> from towerkit.conformance._entries import Capabilities
+        >>> e = TrainerEntry(name="d", factory="m:f", capabilities=Capabilities(launcher="tf-distributed"))
+        >>> not_applicable(e, CHIEF[False])
+        'the chief is worker 0 of the cluster: is_chief cannot be set to False there'
+    """
+    caps = entry.capabilities
+    if scenario.non_chief and caps.chief_by_role:
+        return "the chief is worker 0 of the cluster: is_chief cannot be set to False there"
+    if scenario.name.startswith("numerics-") and caps.launcher == "tf-distributed":
+        return (
+            "workers of a TensorFlow cluster apply their gradients asynchronously (spec 000: "
+            "gradients are not averaged across workers): no step has a single-tower reference"
+        )
+    if scenario.name.startswith("numerics-") and scenario.model == "linear" and caps.synchronous:
+        return "a synchronous trainer is checked on the quadratic model"
+    if (
+        scenario.name.startswith("numerics-")
+        and scenario.model == "quadratic"
+        and not caps.synchronous
+    ):
+        return "an asynchronous trainer is checked on the linear model"
+    return None
+
+
 class ConformanceSession:
     """What the suite shares across tests: a work directory, a runner per trainer, examples.
 
@@ -60,8 +89,10 @@ class ConformanceSession:
             safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in entry.name)
             where = self.workdir / safe
             where.mkdir(parents=True, exist_ok=True)
-            if entry.capabilities.launcher == "horovod":
-                found = HorovodRunner(entry, where, self.planned, entry.capabilities.processes)
+            launcher = entry.capabilities.launcher
+            if launcher in ("horovod", "tf-distributed"):
+                cls = HorovodRunner if launcher == "horovod" else ClusterRunner
+                found = cls(entry, where, lambda: self.planned(entry), entry.capabilities.processes)
             else:
                 found = InProcessRunner(entry, where)
             self._runners[entry.name] = found
@@ -92,9 +123,13 @@ class ConformanceSession:
             ]
         return self._drawn[key]
 
-    def planned(self) -> list[Scenario]:
-        """Every scenario a multi-process job runs: the named ones, then the drawn examples."""
-        return [*named_scenarios(), *self.drawn("loop"), *self.drawn("triggers")]
+    def planned(self, entry: TrainerEntry) -> list[Scenario]:
+        """What a multi-process job of `entry` runs: the named scenarios, then drawn examples.
+
+        Scenarios that do not apply to the trainer (see `not_applicable`) are left out.
+        """
+        every = [*named_scenarios(), *self.drawn("loop"), *self.drawn("triggers")]
+        return [s for s in every if not_applicable(entry, s) is None]
 
     def check_property(
         self, entry: TrainerEntry, key: str, check: Callable[[Scenario, list[RunResult]], None]

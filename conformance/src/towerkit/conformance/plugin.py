@@ -137,6 +137,30 @@ def conformance_session(
     return ConformanceSession(tmp_path_factory.mktemp("conformance"), examples)
 
 
+class _Runner:
+    """What a check uses: ``run(scenario)`` gives one result per process of the trainer.
+
+    A scenario that does not apply to the trainer skips the check, with the reason.
+    """
+
+    def __init__(self, entry: Any, runner: Any) -> None:
+        self.entry = entry
+        self._runner = runner
+
+    @property
+    def in_process(self) -> bool:
+        """Whether the trainer runs in this process (else in a multi-process job)."""
+        return bool(self._runner.in_process)
+
+    def run(self, scenario: Any) -> Any:
+        from towerkit.conformance._suite import not_applicable
+
+        reason = not_applicable(self.entry, scenario)
+        if reason is not None:
+            pytest.skip(reason)
+        return self._runner.run(scenario)
+
+
 @pytest.fixture
 def conformance_runner(trainer_entry: Any, conformance_session: Any) -> Any:
     """The runner of the test's trainer; skips horovod rows when horovod is not installed."""
@@ -144,7 +168,7 @@ def conformance_runner(trainer_entry: Any, conformance_session: Any) -> Any:
 
     if trainer_entry.capabilities.launcher == "horovod" and not horovod_available():
         pytest.skip(HOROVOD_SKIP)
-    return conformance_session.runner(trainer_entry)
+    return _Runner(trainer_entry, conformance_session.runner(trainer_entry))
 
 
 class _Reporter:

@@ -6,7 +6,7 @@ import pytest
 
 from towerkit.callbacks import EventKind
 from towerkit.conformance._catalog import CHIEF, LOOP, PLAIN_RUNS, RESTORED, RUNS_PER_STEP, STOPS
-from towerkit.conformance._checks import check_run, require
+from towerkit.conformance._checks import check_no_error, check_run, require
 from towerkit.conformance._scenario import CLOCK
 
 pytestmark = pytest.mark.conformance_group("loop")
@@ -18,7 +18,9 @@ def _epochs(events):
 
 def test_epochs_run_from_starting_epoch_to_max_epoch(trainer_entry, conformance_runner):
     """Spec 002 (the loop) and 000 (main_loop): epochs run from starting_epoch to max_epoch, inclusive."""
-    for result in conformance_runner.run(LOOP):
+    results = conformance_runner.run(LOOP)
+    check_no_error(trainer_entry, results)
+    for result in results:
         want = list(range(LOOP.loop.starting_epoch, LOOP.loop.max_epoch + 1))
         got = _epochs(result.trace(CLOCK))
         require(
@@ -32,7 +34,9 @@ def test_epochs_run_from_starting_epoch_to_max_epoch(trainer_entry, conformance_
 def test_steps_per_epoch_steps_in_each_epoch(trainer_entry, conformance_runner):
     """Spec 000 (TrainConfig.steps_per_epoch) and 003 (_trigger_step): steps_per_epoch run_step calls per epoch."""
     steps = LOOP.loop.steps_per_epoch
-    for result in conformance_runner.run(LOOP):
+    results = conformance_runner.run(LOOP)
+    check_no_error(trainer_entry, results)
+    for result in results:
         per_epoch: dict[int, int] = {}
         for e in result.trace(CLOCK):
             if e.kind is EventKind.TRIGGER_STEP:
@@ -47,17 +51,31 @@ def test_steps_per_epoch_steps_in_each_epoch(trainer_entry, conformance_runner):
 
 def test_order_of_callback_methods(trainer_entry, conformance_runner):
     """Spec 003 (Callback) and 002 (the loop): before_train, then per epoch before_epoch, per step before_run/after_run and trigger_step, after_epoch, trigger_epoch; after_train last."""
-    check_run(trainer_entry, LOOP, conformance_runner.run(LOOP), fields=())
+    check_run(
+        trainer_entry, LOOP, conformance_runner.run(LOOP), fields=(), recorders=[CLOCK, "later"]
+    )
 
 
 def test_epoch_num_in_every_method(trainer_entry, conformance_runner):
     """Spec 000 (Trainer.epoch_num): an epoch covers before_epoch until trigger_epoch; in the trigger_epoch of epoch 3, epoch_num is 3."""
-    check_run(trainer_entry, LOOP, conformance_runner.run(LOOP), fields=("epoch_num",))
+    check_run(
+        trainer_entry,
+        LOOP,
+        conformance_runner.run(LOOP),
+        fields=("epoch_num",),
+        recorders=[CLOCK, "later"],
+    )
 
 
 def test_local_step_in_every_method(trainer_entry, conformance_runner):
     """Spec 000 (Trainer.local_step): the number of steps finished in the current epoch, i.e. the 0-based index of the running step."""
-    check_run(trainer_entry, LOOP, conformance_runner.run(LOOP), fields=("local_step",))
+    check_run(
+        trainer_entry,
+        LOOP,
+        conformance_runner.run(LOOP),
+        fields=("local_step",),
+        recorders=[CLOCK, "later"],
+    )
 
 
 def test_global_step_counts_hooked_runs(trainer_entry, conformance_runner):

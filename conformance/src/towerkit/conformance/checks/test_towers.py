@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from towerkit.conformance._catalog import TOWERS
-from towerkit.conformance._checks import require
+from towerkit.conformance._checks import check_no_error, require
 from towerkit.conformance._model import PROBE_INPUTS, VARIABLES, SuiteModel, predict
 
 pytestmark = pytest.mark.conformance_group("towers")
@@ -31,9 +31,10 @@ def test_tower_function_called_once_per_tower(trainer_entry, conformance_runner)
     """Spec 001 (tower functions) and 000 (TowerTrainer.towers, get_predictor): the tower function is called once per training tower, plus once per inference tower; trainer.towers has a handle for each."""
     _needs_towers(trainer_entry)
     n = trainer_entry.capabilities.num_towers
-    for result in conformance_runner.run(TOWERS):
+    results = conformance_runner.run(TOWERS)
+    check_no_error(trainer_entry, results)
+    for result in results:
         who = f"{trainer_entry.name} (rank {result.rank})"
-        require(result.error is None, f"{who}: training raised {result.error}")
         require(
             result.tower_calls == n + 1,
             f"{who}: the tower function was called {result.tower_calls} times, expected {n + 1} "
@@ -52,9 +53,10 @@ def test_variables_shared_or_replicated(trainer_entry, conformance_runner):
     """Spec 000 (SyncMultiGPUTrainerReplicated, SyncMultiGPUTrainerParameterServer) and 001: replicated trainers keep one equal copy of the variables per tower, the others one shared copy."""
     _needs_towers(trainer_entry)
     caps = trainer_entry.capabilities
-    for result in conformance_runner.run(TOWERS):
+    results = conformance_runner.run(TOWERS)
+    check_no_error(trainer_entry, results)
+    for result in results:
         who = f"{trainer_entry.name} (rank {result.rank})"
-        require(result.error is None, f"{who}: training raised {result.error}")
         for when in ("before_train", "after_train"):
             for var, found in copies(result.variable_values(when)).items():
                 if caps.variables == "shared":
@@ -109,9 +111,10 @@ def test_tower_rules_hold_for_the_suite_model(trainer_entry, conformance_runner)
 def test_get_predictor_uses_the_trained_variables(trainer_entry, conformance_runner):
     """Spec 000 (TowerTrainer.get_predictor): the predictor runs the tower function under an inference tower context with the trained variables."""
     _needs_towers(trainer_entry)
-    for result in conformance_runner.run(TOWERS):
+    results = conformance_runner.run(TOWERS)
+    check_no_error(trainer_entry, results)
+    for result in results:
         who = f"{trainer_entry.name} (rank {result.rank})"
-        require(result.error is None, f"{who}: training raised {result.error}")
         got = dict(result.predictor)
         params = {n: np.asarray(got[n]) for n in VARIABLES}
         want = predict(params, PROBE_INPUTS).ravel()

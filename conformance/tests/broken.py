@@ -1,0 +1,134 @@
+"""Trainers with a hand-written loop, correct or with one deliberate defect each.
+
+`HandLoopTrainer` drives the callbacks itself from the public pieces of a trainer
+(``callbacks``, ``sess``, ``hooked_sess``, ``run_step``), the way a user writing
+their own loop would. Each subclass breaks one documented semantic; the suite must
+fail each of them with a message naming that semantic.
+"""
+
+from __future__ import annotations
+
+from towerkit.callbacks import Callbacks, StopTraining
+from towerkit.conformance import TrainerEntry
+from towerkit.trainers import SimpleTrainer
+
+
+class HandLoopTrainer(SimpleTrainer):
+    """A `SimpleTrainer` whose loop and counters are written by hand (correctly)."""
+
+    SKIP_TRIGGER_STEP = False
+    LOCAL_STEP_OFFSET = 0
+    GLOBAL_STEP_COUNTS_STEPS = False
+    AFTER_TRAIN_AFTER_STOP = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._epoch = 0
+        self._local = -1
+        self._steps_done = 0
+        self._loop_params = (0, 1, 0)
+        self._restored = 0
+
+    @property
+    def epoch_num(self) -> int:
+        return self._epoch
+
+    @property
+    def local_step(self) -> int:
+        return self._local + self.LOCAL_STEP_OFFSET
+
+    @property
+    def global_step(self) -> int:
+        if self.GLOBAL_STEP_COUNTS_STEPS:
+            return self._restored + self._steps_done
+        return super().global_step
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self._loop_params[0]
+
+    @property
+    def starting_epoch(self) -> int:
+        return self._loop_params[1]
+
+    @property
+    def max_epoch(self) -> int:
+        return self._loop_params[2]
+
+    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+        self._loop_params = (steps_per_epoch, starting_epoch, max_epoch)
+        self._epoch, self._local = starting_epoch - 1, -1
+        self._restored = super().global_step
+        cbs = Callbacks(self.callbacks)
+        stopped = False
+        with self.sess.as_default():
+            try:
+                cbs.before_train()
+                for epoch in range(starting_epoch, max_epoch + 1):
+                    self._epoch, self._local = epoch, -1
+                    cbs.before_epoch()
+                    for step in range(steps_per_epoch):
+                        self._local = step
+                        self.run_step()
+                        self._steps_done += 1
+                        if not self.SKIP_TRIGGER_STEP:
+                            cbs.trigger_step()
+                    cbs.after_epoch()
+                    cbs.trigger_epoch()
+            except StopTraining:
+                stopped = True
+            finally:
+                if self.AFTER_TRAIN_AFTER_STOP or not stopped:
+                    cbs.after_train()
+                self.sess.close()
+
+
+class SkipsTriggerStep(HandLoopTrainer):
+    """Never calls the callbacks' ``trigger_step``."""
+
+    SKIP_TRIGGER_STEP = True
+
+
+class LocalStepOffByOne(HandLoopTrainer):
+    """Counts ``local_step`` from 1."""
+
+    LOCAL_STEP_OFFSET = 1
+
+
+class GlobalStepCountsSteps(HandLoopTrainer):
+    """Counts ``global_step`` in steps, not in ``hooked_sess.run`` calls."""
+
+    GLOBAL_STEP_COUNTS_STEPS = True
+
+
+class NoAfterTrainAfterStop(HandLoopTrainer):
+    """Skips ``after_train`` when a callback raised ``StopTraining``."""
+
+    AFTER_TRAIN_AFTER_STOP = False
+
+
+ENTRIES = [
+    TrainerEntry(name=cls.__name__, factory=f"broken:{cls.__name__}")
+    for cls in (
+        HandLoopTrainer,
+        SkipsTriggerStep,
+        LocalStepOffByOne,
+        GlobalStepCountsSteps,
+        NoAfterTrainAfterStop,
+    )
+]
+"""One row per trainer above (the factory is the class: it takes no argument)."""
+
+EXPECTED = {
+    "SkipsTriggerStep": ("test_order_of_callback_methods", "trigger_step is never called"),
+    "LocalStepOffByOne": (
+        "test_local_step_in_every_method",
+        "local_step in before_train: expected -1",
+    ),
+    "GlobalStepCountsSteps": (
+        "test_global_step_with_zero_or_several_runs_per_step",
+        "global_step in after_run: expected hooked_sess.run calls so far",
+    ),
+    "NoAfterTrainAfterStop": ("test_stop_training_from_each_method", "after_train is never called"),
+}
+"""For each defect: a check that must fail, and what its message must say."""
