@@ -1,17 +1,22 @@
-"""Tests for the horovod installer: patching, environment, planning, checks, dry run."""
+"""Tests for the horovod installer: patching, environment, planning, checks, wheel cache, dry run."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
 import sys
+import sysconfig
 import tarfile
+import time
+from importlib import metadata
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,8 +30,11 @@ from towerkit.tools.install_horovod import (
     Probe,
     Step,
     build_env,
+    cache_key,
     check_verify_output,
     choose_installer,
+    evict_cached_wheel,
+    find_cached_wheel,
     merged_env,
     missing_build_tools,
     parse_cmake_version,
@@ -35,6 +43,7 @@ from towerkit.tools.install_horovod import (
     plan_install,
     rebuild_reason,
     render_plan,
+    store_wheel,
 )
 
 XLA_LINE = 'list(APPEND TF_SOURCES "${PROJECT_SOURCE_DIR}/horovod/tensorflow/xla_mpi_ops.cc")'
@@ -73,6 +82,110 @@ probe_st = st.builds(
     mpi=st.booleans(),
     nccl=st.booleans(),
 )
+
+
+dist_names = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,12}[A-Za-z0-9])?", fullmatch=True)
+dist_versions = st.from_regex(
+    r"[0-9]{1,3}(\.[0-9]{1,3}){0,3}([a-z]{1,3}[0-9]|\+[a-z0-9]{1,3}(\.[a-z0-9]{1,3})?)?",
+    fullmatch=True,
+)
+
+keyed_probe_st = st.builds(
+    Probe,
+    tensorflow=st.just("2.21.0"),
+    python_tag=st.sampled_from(["cp310", "cp311", "cp313t", "pp310"]),
+    platform=st.sampled_from(["linux-x86_64", "linux-aarch64", "macosx-14.0-arm64", "win-amd64"]),
+    tensorflow_dists=st.lists(st.tuples(dist_names, dist_versions), min_size=1, max_size=3),
+)
+
+# Small domains, so that two draws often collide or differ in one spelling only.
+near_probe_st = st.builds(
+    Probe,
+    python_tag=st.sampled_from(["cp311", "cp312"]),
+    platform=st.sampled_from(["linux-x86_64", "linux_x86_64", "linux-aarch64"]),
+    tensorflow_dists=st.lists(
+        st.tuples(
+            st.sampled_from(["tensorflow", "tensorflow-cpu", "TensorFlow_CPU", "tensorflow.cpu"]),
+            st.sampled_from(["2.21.0", "2.20.0", "2.21.0rc1", "2.21.0+nv1", "2.21.0-1"]),
+        ),
+        min_size=1,
+        max_size=2,
+    ),
+)
+near_options_st = st.builds(
+    BuildOptions,
+    version=st.sampled_from(["0.28.1", "0.28.0"]),
+    with_mpi=st.booleans(),
+    gpu=st.booleans(),
+    jobs=st.integers(min_value=1, max_value=3),
+)
+
+key_options_st = st.builds(
+    BuildOptions,
+    version=st.sampled_from(["0.28.1", "0.28.0", "0.27.0rc1"]),
+    with_mpi=st.booleans(),
+    gpu=st.booleans(),
+    jobs=st.integers(min_value=1, max_value=64),
+)
+
+TARGET = Probe(
+    tensorflow="2.21.0",
+    python_tag="cp311",
+    platform="linux-x86_64",
+    tensorflow_dists=(("tensorflow-cpu", "2.21.0"),),
+)
+"""A probe as a CPU-only TensorFlow 2.21 environment on Linux reports it."""
+
+WHEEL_NAME = "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+
+
+def _normalized_inputs(options: BuildOptions, probe: Probe) -> tuple[object, ...]:
+    """What the key must tell apart: the inputs up to the spellings wheels treat as equal."""
+    return (
+        options.version,
+        probe.python_tag,
+        re.sub(r"[^A-Za-z0-9]+", "_", probe.platform),
+        frozenset(
+            (re.sub(r"[-_.]+", "_", name).lower(), version.replace("-", "_"))
+            for name, version in probe.tensorflow_dists
+        ),
+        options.with_mpi,
+        options.gpu,
+    )
+
+
+def _this_target() -> Probe:
+    """This interpreter as the probe reports it, read without importing TensorFlow."""
+    names = sorted(set(metadata.packages_distributions().get("tensorflow", [])))
+    return Probe(
+        python_tag=f"cp{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}",
+        platform=sysconfig.get_platform(),
+        tensorflow_dists=[(name, metadata.version(name)) for name in names],
+    )
+
+
+def _venv_seeing_this_env(folder: Path) -> Path:
+    """A new venv that imports this environment's packages, horovod's left out.
+
+    The venv's site-packages gets a ``.pth`` naming a folder of links to every entry of this
+    environment's site-packages but horovod's, so TensorFlow imports there without a second
+    install and horovod goes into the venv itself.
+    """
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    view = folder / "site-view"
+    view.mkdir()
+    paths = sysconfig.get_paths()
+    for site in dict.fromkeys([paths["purelib"], paths["platlib"]]):
+        for entry in Path(site).iterdir():
+            skip = entry.name.lower().startswith("horovod") or entry.suffix == ".pth"
+            if not skip and not (view / entry.name).exists():
+                (view / entry.name).symlink_to(entry)
+    python = venv / "bin" / "python"
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    (Path(site.stdout.strip()) / "_towerkit_test_view.pth").write_text(f"{view}\n")
+    return python
 
 
 def _report(rank: int, **changes: object) -> str:
@@ -320,6 +433,252 @@ class TestPlanInstall:
         )
 
 
+class TestPlanWithCache:
+    """plan_install and render_plan with a wheel cache."""
+
+    def test_pip(self):
+        """With pip, the wheel is built by pip wheel into the workdir's wheelhouse."""
+        steps = plan_install(
+            Installer(kind="pip", python="/v/py"), BuildOptions(), workdir="/w", wheel_cache="/c"
+        )
+        by_name = {s.name: s for s in steps}
+        assert "build" not in by_name
+        assert by_name["build-wheel"].argv == (
+            "/v/py", "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
+            "--no-cache-dir", "-w", "/w/wheelhouse", "/w/horovod-0.28.1",
+        )  # fmt: skip
+        assert "/c/<key>/" in by_name["cache-lookup"].summary
+        assert "/c/<key>/" in by_name["cache-store"].summary
+
+    def test_uv(self):
+        """Without pip, uv builds the wheel with the target interpreter, not isolated."""
+        installer = Installer(kind="uv", python="/v/py", uv="/bin/uv")
+        steps = plan_install(installer, BuildOptions(), workdir="/w", wheel_cache="/c")
+        build = next(s for s in steps if s.name == "build-wheel")
+        assert build.argv == (
+            "/bin/uv", "build", "--wheel", "--no-build-isolation", "-p", "/v/py",
+            "-o", "/w/wheelhouse", "/w/horovod-0.28.1",
+        )  # fmt: skip
+
+    def test_ensurepip_before_lookup(self):
+        """A cached wheel needs pip to install, so pip is bootstrapped before the lookup."""
+        names = [
+            s.name
+            for s in plan_install(
+                Installer(kind="ensurepip", python="/v/py"),
+                BuildOptions(),
+                workdir="/w",
+                wheel_cache="/c",
+            )
+        ]
+        assert names.index("ensurepip") == names.index("cache-lookup") - 1
+        assert names.count("ensurepip") == 1
+
+    def test_install_wheel_commands(self):
+        """A cached wheel goes in with --no-deps, after horovod's runtime requirements."""
+        uv = ih._install_wheel_argvs(Installer(kind="uv", python="/v/py", uv="/bin/uv"), "/c/h.whl")
+        assert uv == (
+            ("/bin/uv", "pip", "install", "-p", "/v/py", *ih.RUNTIME_REQUIREMENTS),
+            ("/bin/uv", "pip", "install", "-p", "/v/py", "--no-deps", "--reinstall", "/c/h.whl"),
+        )
+        pip = ih._install_wheel_argvs(Installer(kind="pip", python="/v/py"), "/c/h.whl")
+        assert pip[1] == (
+            "/v/py", "-m", "pip", "install", "--no-deps", "--force-reinstall", "/c/h.whl"
+        )  # fmt: skip
+        assert set(ih.RUNTIME_REQUIREMENTS) <= set(ih.BUILD_REQUIREMENTS)
+
+    @given(options=options_st, kind=st.sampled_from(["pip", "uv", "ensurepip"]))
+    def test_property(self, options, kind):
+        """Lookup after the probe and before the tools check; build, store, install, verify."""
+        installer = Installer(kind=kind, python="/v/py", uv="/bin/uv" if kind == "uv" else None)
+        names = [s.name for s in plan_install(installer, options, workdir="/w", wheel_cache="/c")]
+        assert names[:2] == ["check-tensorflow", "check-installed"]
+        assert names.index("cache-lookup") < names.index("check-tools") < names.index("download")
+        order = ["patch", "prerequisites", "build-wheel", "cache-store", "install-wheel", "verify"]
+        assert [names.index(name) for name in order] == sorted(names.index(n) for n in order)
+        assert "build" not in names
+        plain = [s.name for s in plan_install(installer, options, workdir="/w")]
+        assert not {"cache-lookup", "build-wheel", "cache-store", "install-wheel"} & set(plain)
+
+    def test_render(self):
+        """The cache directory gets its own line."""
+        steps = plan_install(Installer(kind="pip", python="py"), BuildOptions(), workdir="w")
+        text = render_plan(steps, {}, python="py", workdir="w", wheel_cache="/c")
+        assert text.splitlines()[:3] == ["python:  py", "workdir: w", "wheel cache: /c"]
+        assert "wheel cache" not in render_plan(steps, {}, python="py", workdir="w")
+
+
+class TestCacheKey:
+    """cache_key and the probe fields it reads."""
+
+    def test_key(self):
+        """The key names horovod, the interpreter, the TensorFlow distribution and the switches."""
+        assert cache_key(BuildOptions(), TARGET) == (
+            "horovod-0.28.1-cp311-linux_x86_64-tensorflow_cpu==2.21.0-gloo"
+        )
+        assert cache_key(BuildOptions(with_mpi=True), TARGET).endswith("-gloo+mpi")
+        assert cache_key(BuildOptions(gpu=True), TARGET).endswith("-gloo+nccl")
+
+    def test_tensorflow_version_and_distribution_matter(self):
+        """A wheel built against tensorflow-cpu 2.21.0 is never the one for 2.20.0 or tensorflow."""
+        keys = {
+            cache_key(BuildOptions(), attrs.evolve(TARGET, tensorflow_dists=dists))
+            for dists in (
+                (("tensorflow-cpu", "2.21.0"),),
+                (("tensorflow-cpu", "2.20.0"),),
+                (("tensorflow", "2.21.0"),),
+                (("tensorflow", "2.21.0"), ("tensorflow-intel", "2.21.0")),
+            )
+        }
+        assert len(keys) == 4
+
+    def test_jobs_and_spelling_do_not_matter(self):
+        """Parallelism is not part of the key; a distribution's name spellings are one name."""
+        spelled = attrs.evolve(TARGET, tensorflow_dists=(("TensorFlow_CPU", "2.21.0"),))
+        assert cache_key(BuildOptions(jobs=16), spelled) == cache_key(BuildOptions(), TARGET)
+
+    def test_fail(self):
+        """A probe without the key's fields, or with fields a key cannot hold, lists each."""
+        with pytest.raises(ValueError) as info:
+            cache_key(BuildOptions(), Probe(tensorflow="2.21.0"))
+        assert str(info.value) == (
+            "cannot key the wheel cache: 'python_tag' must be a tag such as 'cp311', got None; "
+            "'platform' must name a platform such as 'linux-x86_64', got None; "
+            "'tensorflow_dists' is empty: no installed distribution provides 'tensorflow'"
+        )
+        bad = attrs.evolve(
+            TARGET,
+            python_tag="cp 311",
+            tensorflow_dists=(("tensorflow/cpu", "2.21.0"), ("tensorflow", "2.21 0")),
+        )
+        with pytest.raises(ValueError, match=r"'python_tag' .* got 'cp 311'") as info:
+            cache_key(BuildOptions(), bad)
+        assert "entry 'tensorflow/cpu' is not a distribution name" in str(info.value)
+        assert "entry 'tensorflow' has version '2.21 0', not a release version" in str(info.value)
+
+    def test_probe_pairs(self):
+        """The probe's JSON lists become a tuple of pairs; anything else is rejected."""
+        assert Probe(tensorflow_dists=[["tensorflow-cpu", "2.21.0"]]).tensorflow_dists == (
+            ("tensorflow-cpu", "2.21.0"),
+        )
+        with pytest.raises(ValueError, match=r"'tensorflow_dists' must hold \(name, version\)"):
+            Probe(tensorflow_dists=[["tensorflow-cpu"]])
+
+    @given(options=key_options_st, probe=keyed_probe_st)
+    def test_property_shape(self, options, probe):
+        """A key is one visible path component of six '-'-separated fields."""
+        key = cache_key(options, probe)
+        assert "/" not in key
+        assert not key.startswith(".")
+        fields = key.split("-")
+        assert len(fields) == 6
+        assert fields[0] == "horovod"
+        assert fields[1] == options.version
+        assert fields[2] == probe.python_tag
+        assert fields[5].split("+")[0] == "gloo"
+
+    @given(a=st.tuples(near_options_st, near_probe_st), b=st.tuples(near_options_st, near_probe_st))
+    def test_property_distinct(self, a, b):
+        """Two targets share a key exactly when everything the key captures agrees."""
+        same_key = cache_key(*a) == cache_key(*b)
+        assert same_key == (_normalized_inputs(*a) == _normalized_inputs(*b))
+
+
+class TestWheelCache:
+    """find_cached_wheel, store_wheel, evict_cached_wheel and the entry lock, on real files."""
+
+    KEY = "horovod-0.28.1-cp311-linux_x86_64-tensorflow_cpu==2.21.0-gloo"
+
+    def _built(self, folder: Path, name: str = WHEEL_NAME, data: bytes = b"PK wheel") -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        path.write_bytes(data)
+        return path
+
+    def test_store_then_find(self, tmp_path):
+        """A stored wheel is found under cache/key, whole, and nothing else is left there."""
+        cache = tmp_path / "cache"
+        built = self._built(tmp_path / "wheelhouse", data=b"wheel bytes")
+        assert find_cached_wheel(cache, self.KEY) is None
+        stored = store_wheel(built, cache, self.KEY)
+        assert stored == cache / self.KEY / WHEEL_NAME
+        assert find_cached_wheel(cache, self.KEY) == stored
+        assert stored.read_bytes() == b"wheel bytes"
+        assert built.exists()
+        assert os.listdir(cache / self.KEY) == [WHEEL_NAME]
+        assert find_cached_wheel(cache, self.KEY.replace("2.21.0", "2.20.0")) is None
+
+    def test_store_replaces(self, tmp_path):
+        """Storing again replaces the wheel; an entry holds one wheel."""
+        cache = tmp_path / "cache"
+        store_wheel(self._built(tmp_path / "a", data=b"old"), cache, self.KEY)
+        other = "horovod-0.28.1-1-cp311-cp311-linux_x86_64.whl"
+        stored = store_wheel(self._built(tmp_path / "b", name=other, data=b"new"), cache, self.KEY)
+        assert os.listdir(cache / self.KEY) == [other]
+        assert find_cached_wheel(cache, self.KEY) == stored
+        assert stored.read_bytes() == b"new"
+
+    def test_find_ignores_partial_files(self, tmp_path):
+        """Hidden temporary files and other names in an entry are not wheels of the cache."""
+        entry = tmp_path / "cache" / self.KEY
+        entry.mkdir(parents=True)
+        (entry / f".{WHEEL_NAME}.abc123.tmp").write_bytes(b"half")
+        (entry / "notes.txt").write_text("x")
+        (entry / "horovod-dir.whl").mkdir()
+        assert find_cached_wheel(tmp_path / "cache", self.KEY) is None
+
+    def test_evict(self, tmp_path):
+        """Eviction removes one entry whole and leaves the others."""
+        cache = tmp_path / "cache"
+        other_key = self.KEY.replace("-gloo", "-gloo+mpi")
+        store_wheel(self._built(tmp_path / "w"), cache, self.KEY)
+        store_wheel(self._built(tmp_path / "w"), cache, other_key)
+        assert evict_cached_wheel(cache, self.KEY) is True
+        assert sorted(os.listdir(cache)) == [other_key]
+        assert find_cached_wheel(cache, self.KEY) is None
+        assert evict_cached_wheel(cache, self.KEY) is False
+        assert find_cached_wheel(cache, other_key) is not None
+
+    def test_fail(self, tmp_path):
+        """Bad wheel names, missing wheels and keys that are not one entry name are rejected."""
+        cache = tmp_path / "cache"
+        with pytest.raises(ValueError, match=r"'wheel' must be a file named 'horovod-\*.whl', got"):
+            store_wheel(self._built(tmp_path, name="torch-2.0.whl"), cache, self.KEY)
+        with pytest.raises(FileNotFoundError):
+            store_wheel(tmp_path / "missing" / WHEEL_NAME, cache, self.KEY)
+        assert not (cache / self.KEY).exists() or os.listdir(cache / self.KEY) == []
+        for key in ("", ".hidden", "a/b", "../up"):
+            with pytest.raises(ValueError, match="'key' must be one visible path component"):
+                find_cached_wheel(cache, key)
+            with pytest.raises(ValueError, match="'key' must be one visible path component"):
+                evict_cached_wheel(cache, key)
+
+    def test_lock_waits_for_holder(self, tmp_path, capsys):
+        """A second holder of an entry's lock waits until the first (another process) is done."""
+        cache = tmp_path / "cache"
+        marker = tmp_path / "first-done"
+        code = (
+            "import sys, time\n"
+            "from pathlib import Path\n"
+            "from towerkit.tools import install_horovod as ih\n"
+            "with ih._entry_lock(Path(sys.argv[1]), sys.argv[2]):\n"
+            "    print('locked', flush=True)\n"
+            "    time.sleep(1.0)\n"
+            "    Path(sys.argv[3]).write_text('done')\n"
+        )
+        with subprocess.Popen(
+            [sys.executable, "-c", code, str(cache), self.KEY, str(marker)],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as first:
+            assert first.stdout.readline() == "locked\n"
+            with ih._entry_lock(cache, self.KEY):
+                assert marker.read_text() == "done"
+            assert first.wait(timeout=60) == 0
+        assert "waiting for another install-horovod to finish" in capsys.readouterr().out
+        assert os.listdir(cache) == [f".{self.KEY}.lock"]
+
+
 class TestParseProbe:
     """parse_probe."""
 
@@ -545,3 +904,76 @@ class TestMain:
         assert code == 1
         assert f"tensorflow does not import in {python}: ModuleNotFoundError" in err
         assert os.listdir(workdir) == []
+
+    def test_dry_run_wheel_cache(self, tmp_path, capsys, monkeypatch):
+        """--wheel-cache, else the environment variable, names the cache; '' turns it off."""
+        cache = tmp_path / "cache"
+        monkeypatch.delenv(ih.WHEEL_CACHE_ENV, raising=False)
+        assert ih.main(["--dry-run", "--python", sys.executable, "--wheel-cache", str(cache)]) == 0
+        out = capsys.readouterr().out
+        assert f"wheel cache: {cache}\n" in out
+        assert "build-wheel: compile a horovod wheel" in out
+        assert not cache.exists()
+        monkeypatch.setenv(ih.WHEEL_CACHE_ENV, str(tmp_path / "from-env"))
+        assert ih.main(["--dry-run", "--python", sys.executable]) == 0
+        assert f"wheel cache: {tmp_path / 'from-env'}\n" in capsys.readouterr().out
+        assert ih.main(["--dry-run", "--python", sys.executable, "--wheel-cache", ""]) == 0
+        out = capsys.readouterr().out
+        assert "wheel cache" not in out
+        assert "build: compile and install horovod" in out
+        monkeypatch.chdir(tmp_path)
+        assert ih.main(["--dry-run", "--python", sys.executable, "--wheel-cache", "rel"]) == 0
+        assert f"wheel cache: {tmp_path / 'rel'}\n" in capsys.readouterr().out
+
+    @pytest.mark.slow
+    def test_broken_cached_wheel_is_evicted(self, tmp_path, capsys, monkeypatch):
+        """A cached wheel that does not install is removed, and the build goes on (here to a
+        tools check that fails, so nothing compiles)."""
+        python = _venv_seeing_this_env(tmp_path)
+        cache = tmp_path / "cache"
+        key = cache_key(BuildOptions(), _this_target())
+        entry = cache / key
+        entry.mkdir(parents=True)
+        (entry / WHEEL_NAME).write_bytes(b"not a zip archive")
+        monkeypatch.setenv("CXX", "no-such-compiler-here")
+        code = ih.main(
+            ["--python", str(python), "--wheel-cache", str(cache), "--workdir", str(tmp_path / "w")]
+        )
+        captured = capsys.readouterr()
+        assert code == 1
+        assert f"cache key: {key}\n" in captured.out
+        assert f"found {entry / WHEEL_NAME}\n" in captured.out
+        assert f"the cached wheel does not work in {python}" in captured.out
+        assert "the C++ compiler named by CXX='no-such-compiler-here'" in captured.err
+        assert os.listdir(cache) == [f".{key}.lock"]
+
+    @pytest.mark.slow
+    @pytest.mark.horovod
+    def test_cached_wheel_installs_without_compiling(self, tmp_path, capsys, monkeypatch):
+        """A wheel from the cache goes into a new venv and passes the 2-process check, no
+        compiler needed."""
+        key = cache_key(BuildOptions(), _this_target())
+        shared = os.environ.get(ih.WHEEL_CACHE_ENV)
+        wheel = find_cached_wheel(shared, key) if shared else None
+        if wheel is None:
+            pytest.skip(
+                f"no cached horovod wheel for {key}: run 'install-horovod --wheel-cache DIR' "
+                f"once and set {ih.WHEEL_CACHE_ENV}=DIR"
+            )
+        cache = tmp_path / "cache"
+        store_wheel(wheel, cache, key)
+        python = _venv_seeing_this_env(tmp_path)
+        monkeypatch.setenv("CXX", "no-such-compiler-here")
+        workdir = tmp_path / "w"
+        started = time.monotonic()
+        code = ih.main(
+            ["--python", str(python), "--wheel-cache", str(cache), "--workdir", str(workdir)]
+        )
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "installed horovod 0.28.1 from the wheel cache" in out
+        assert "== check-tools" not in out
+        assert "horovod works: allreduce (sum, average) and broadcast agree on every rank" in out
+        assert sorted(os.listdir(workdir)) == ["verify_horovod.py"]
+        assert find_cached_wheel(cache, key) is not None
+        assert time.monotonic() - started < 600

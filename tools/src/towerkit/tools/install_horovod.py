@@ -1,4 +1,4 @@
-"""Build horovod from its sdist against the installed TensorFlow and check a 2-process job."""
+"""Build horovod from its sdist against the installed TensorFlow (or take a cached wheel), check it."""
 
 from __future__ import annotations
 
@@ -15,15 +15,18 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 import attrs
 
 __all__ = [
     "DEFAULT_VERSION",
+    "RUNTIME_REQUIREMENTS",
     "BUILD_REQUIREMENTS",
+    "WHEEL_CACHE_ENV",
     "HorovodInstallError",
     "HorovodPatchError",
     "BuildOptions",
@@ -41,14 +44,24 @@ __all__ = [
     "missing_build_tools",
     "check_verify_output",
     "render_plan",
+    "cache_key",
+    "find_cached_wheel",
+    "store_wheel",
+    "evict_cached_wheel",
     "main",
 ]
 
 DEFAULT_VERSION = "0.28.1"
 """The horovod release the patch below is known to fit."""
 
-BUILD_REQUIREMENTS = ("setuptools", "wheel", "packaging", "psutil", "cloudpickle", "pyyaml")
+RUNTIME_REQUIREMENTS = ("packaging", "psutil", "cloudpickle", "pyyaml")
+"""What horovod needs at run time; installed next to a wheel that is installed with ``--no-deps``."""
+
+BUILD_REQUIREMENTS = ("setuptools", "wheel", *RUNTIME_REQUIREMENTS)
 """What horovod's ``setup.py`` imports or declares; installed first, since the build is not isolated."""
+
+WHEEL_CACHE_ENV = "TOWERKIT_HOROVOD_WHEEL_CACHE"
+"""The environment variable naming the wheel cache when ``--wheel-cache`` is not given."""
 
 CMAKELISTS = "horovod/tensorflow/CMakeLists.txt"
 """The file, relative to the unpacked sdist, that lists the TensorFlow op sources."""
@@ -161,6 +174,15 @@ def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _pairs(value: Iterable[Iterable[str]]) -> tuple[tuple[str, str], ...]:
+    pairs = tuple(tuple(pair) for pair in value)
+    bad = [pair for pair in pairs if len(pair) != 2]
+    if bad:
+        msg = f"'tensorflow_dists' must hold (name, version) pairs, got {bad!r}"
+        raise ValueError(msg)
+    return pairs  # type: ignore[return-value]
+
+
 @attrs.frozen(kw_only=True)
 class Step:
     """One step of the installation.
@@ -188,6 +210,11 @@ class Probe:
         gloo: Whether the gloo controller is built in.
         mpi: Whether the MPI controller is built in.
         nccl: Whether NCCL operations are built in.
+        python_tag: The interpreter's tag as wheels spell it (``cp311``; a free-threaded build
+            adds ``t``).
+        platform: ``sysconfig.get_platform()`` of the interpreter (``linux-x86_64``).
+        tensorflow_dists: The installed distributions that provide the ``tensorflow`` package,
+            as ``(name, version)`` pairs (``(("tensorflow-cpu", "2.21.0"),)``).
     """
 
     tensorflow: str | None = None
@@ -197,6 +224,9 @@ class Probe:
     gloo: bool = False
     mpi: bool = False
     nccl: bool = False
+    python_tag: str | None = None
+    platform: str | None = None
+    tensorflow_dists: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
 
 def patch_cmakelists(text: str) -> str:
@@ -360,10 +390,18 @@ def plan_install(
     workdir: str,
     verify: bool = True,
     np: int = 2,
+    wheel_cache: str | None = None,
 ) -> tuple[Step, ...]:
     """Every step of an installation, in order.
 
-    Steps with an empty ``argv`` run inside this process (checks, unpacking, patching).
+    Steps with an empty ``argv`` run inside this process (checks, unpacking, patching, the
+    cache's lookup and store; commands whose arguments are known only then are printed as
+    they run).
+
+    Without a wheel cache the patched sources are installed directly. With one, the target
+    is keyed (see :func:`cache_key`) after the probe; a cached wheel for the key is
+    installed and the build skipped, else a wheel is built, stored under the key and
+    installed from there.
 
     Args:
         installer: How packages reach the target interpreter.
@@ -371,6 +409,7 @@ def plan_install(
         workdir: Where the sdist is downloaded, unpacked and built.
         verify: Whether to end with a multi-process allreduce check.
         np: Processes in the check.
+        wheel_cache: The wheel cache directory, or None for none.
 
     Returns:
         The steps.
@@ -380,6 +419,12 @@ def plan_install(
         >>> [s.name for s in steps]  # doctest: +NORMALIZE_WHITESPACE
         ['check-tensorflow', 'check-installed', 'check-tools', 'download', 'unpack', 'patch',
          'prerequisites', 'build', 'verify']
+        >>> steps = plan_install(
+        ...     Installer(kind="pip", python="py"), BuildOptions(), workdir="w", wheel_cache="c")
+        >>> [s.name for s in steps]  # doctest: +NORMALIZE_WHITESPACE
+        ['check-tensorflow', 'check-installed', 'cache-lookup', 'check-tools', 'download',
+         'unpack', 'patch', 'prerequisites', 'build-wheel', 'cache-store', 'install-wheel',
+         'verify']
     """
     python = installer.python
     src = str(Path(workdir) / f"horovod-{options.version}")
@@ -392,6 +437,26 @@ def plan_install(
                 "ops and the requested controllers (--force rebuilds)"
             ),
         ),
+    ]
+    ensurepip = Step(
+        name="ensurepip",
+        summary=f"bootstrap pip into {python}",
+        argv=(python, "-m", "ensurepip", "--upgrade"),
+    )
+    if wheel_cache is not None:
+        if installer.kind == "ensurepip":
+            steps.append(ensurepip)
+        steps.append(
+            Step(
+                name="cache-lookup",
+                summary=(
+                    f"if {wheel_cache}/<key>/ holds a wheel, install it and skip the build; "
+                    "the key names horovod's version, the Python tag, the platform, the "
+                    "TensorFlow distribution and version, and the controllers (--force builds)"
+                ),
+            )
+        )
+    steps.append(
         Step(
             name="check-tools",
             summary="cmake >= {}.{} and a C++ compiler on PATH{}{}".format(
@@ -399,16 +464,10 @@ def plan_install(
                 ", mpicxx and mpirun" if options.with_mpi else "",
                 ", nvcc" if options.gpu else "",
             ),
-        ),
-    ]
-    if installer.kind == "ensurepip":
-        steps.append(
-            Step(
-                name="ensurepip",
-                summary=f"bootstrap pip into {python}",
-                argv=(python, "-m", "ensurepip", "--upgrade"),
-            )
         )
+    )
+    if wheel_cache is None and installer.kind == "ensurepip":
+        steps.append(ensurepip)
     steps += [
         Step(
             name="download",
@@ -425,12 +484,34 @@ def plan_install(
             summary="install what horovod's setup.py needs (the build is not isolated)",
             argv=_install_argv(installer, *BUILD_REQUIREMENTS),
         ),
-        Step(
-            name="build",
-            summary="compile and install horovod against the installed TensorFlow",
-            argv=_install_argv(installer, *_build_flags(installer), src),
-        ),
     ]
+    if wheel_cache is None:
+        steps.append(
+            Step(
+                name="build",
+                summary="compile and install horovod against the installed TensorFlow",
+                argv=_install_argv(installer, *_build_flags(installer), src),
+            )
+        )
+    else:
+        steps += [
+            Step(
+                name="build-wheel",
+                summary="compile a horovod wheel against the installed TensorFlow",
+                argv=_wheel_argv(installer, src, str(Path(workdir) / WHEELHOUSE)),
+            ),
+            Step(
+                name="cache-store",
+                summary=f"copy the wheel into {wheel_cache}/<key>/ (temporary name, then rename)",
+            ),
+            Step(
+                name="install-wheel",
+                summary=(
+                    f"install {', '.join(RUNTIME_REQUIREMENTS)}, then the cached wheel with "
+                    "--no-deps, and check that it loads"
+                ),
+            ),
+        ]
     if verify:
         steps.append(
             Step(
@@ -440,6 +521,31 @@ def plan_install(
             )
         )
     return tuple(steps)
+
+
+WHEELHOUSE = "wheelhouse"
+"""The folder under the workdir where the wheel is built before it is cached."""
+
+
+def _wheel_argv(installer: Installer, src: str, out: str) -> tuple[str, ...]:
+    if installer.kind == "uv":
+        return (
+            str(installer.uv), "build", "--wheel", "--no-build-isolation",
+            "-p", installer.python, "-o", out, src,
+        )  # fmt: skip
+    return (
+        installer.python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
+        "--no-cache-dir", "-w", out, src,
+    )  # fmt: skip
+
+
+def _install_wheel_argvs(installer: Installer, wheel: str) -> tuple[tuple[str, ...], ...]:
+    """The commands that install a cached wheel: its runtime requirements, then the wheel."""
+    reinstall = "--reinstall" if installer.kind == "uv" else "--force-reinstall"
+    return (
+        _install_argv(installer, *RUNTIME_REQUIREMENTS),
+        _install_argv(installer, "--no-deps", reinstall, wheel),
+    )
 
 
 def _build_flags(installer: Installer) -> tuple[str, ...]:
@@ -453,7 +559,14 @@ def _verify_argv(python: str, script: str, np: int) -> tuple[str, ...]:
     return (*launch, "-H", f"localhost:{np}", python, script)
 
 
-def render_plan(steps: Sequence[Step], env: Mapping[str, str], *, python: str, workdir: str) -> str:
+def render_plan(
+    steps: Sequence[Step],
+    env: Mapping[str, str],
+    *,
+    python: str,
+    workdir: str,
+    wheel_cache: str | None = None,
+) -> str:
     """The plan as text, for ``--dry-run``.
 
     Args:
@@ -461,9 +574,11 @@ def render_plan(steps: Sequence[Step], env: Mapping[str, str], *, python: str, w
         env: The build variables, from :func:`build_env`.
         python: The target interpreter.
         workdir: The working directory.
+        wheel_cache: The wheel cache directory, or None for none.
 
     Returns:
-        Lines naming the interpreter, the workdir, the variables and each step's command.
+        Lines naming the interpreter, the workdir, the wheel cache (when there is one), the
+        variables and each step's command.
 
     Examples:
         >>> steps = (Step(name="patch", summary="edit"), Step(name="build", summary="b", argv=("pip", "x y")))
@@ -477,7 +592,10 @@ def render_plan(steps: Sequence[Step], env: Mapping[str, str], *, python: str, w
           2. build: b
              $ pip 'x y'
     """
-    lines = [f"python:  {python}", f"workdir: {workdir}", "build environment:"]
+    lines = [f"python:  {python}", f"workdir: {workdir}"]
+    if wheel_cache is not None:
+        lines.append(f"wheel cache: {wheel_cache}")
+    lines.append("build environment:")
     lines += [f"  {key}={value}" for key, value in sorted(env.items())]
     lines.append("steps:")
     for i, step in enumerate(steps, start=1):
@@ -555,6 +673,178 @@ def rebuild_reason(probe: Probe, options: BuildOptions) -> str | None:
     if missing:
         return f"the installed horovod has no {' and no '.join(missing)}"
     return None
+
+
+_PYTHON_TAG_RE = re.compile(r"^[a-z]+\d+[a-z]*$")
+_DIST_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_DIST_VERSION_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.+!_-]*[A-Za-z0-9])?$")
+
+
+def cache_key(options: BuildOptions, probe: Probe) -> str:
+    """The wheel cache entry for a horovod built with ``options`` for the target ``probe`` read.
+
+    The key holds everything the compiled extension depends on: horovod's version, the
+    interpreter's Python tag and platform, each distribution that provides ``tensorflow``
+    with its exact version (horovod's ops link against that TensorFlow's framework library),
+    and the controllers built in. The build's parallelism is left out. Names are normalized
+    as wheel file names normalize them (``tensorflow-cpu`` and ``tensorflow_cpu`` are one
+    distribution); fields are joined by ``-``, which no field contains, so the key is one
+    path component.
+
+    Args:
+        options: What to build.
+        probe: What the target interpreter reported.
+
+    Returns:
+        ``horovod-<version>-<python tag>-<platform>-<dist>==<version>[,...]-<controllers>``.
+
+    Raises:
+        ValueError: The probe lacks a field of the key or holds one a key cannot carry; lists
+            each.
+
+    Examples:
+        >>> probe = Probe(python_tag="cp311", platform="linux-x86_64",
+        ...               tensorflow_dists=(("tensorflow-cpu", "2.21.0"),))
+        >>> cache_key(BuildOptions(), probe)
+        'horovod-0.28.1-cp311-linux_x86_64-tensorflow_cpu==2.21.0-gloo'
+        >>> cache_key(BuildOptions(with_mpi=True, gpu=True, jobs=8), probe)
+        'horovod-0.28.1-cp311-linux_x86_64-tensorflow_cpu==2.21.0-gloo+mpi+nccl'
+    """
+    problems = []
+    if probe.python_tag is None or not _PYTHON_TAG_RE.match(probe.python_tag):
+        problems.append(f"'python_tag' must be a tag such as 'cp311', got {probe.python_tag!r}")
+    if not probe.platform or not re.search(r"[A-Za-z0-9]", probe.platform):
+        problems.append(
+            f"'platform' must name a platform such as 'linux-x86_64', got {probe.platform!r}"
+        )
+    if not probe.tensorflow_dists:
+        problems.append(
+            "'tensorflow_dists' is empty: no installed distribution provides 'tensorflow'"
+        )
+    problems += [
+        f"'tensorflow_dists' entry {name!r} is not a distribution name"
+        for name, _ in probe.tensorflow_dists
+        if not _DIST_NAME_RE.match(name)
+    ]
+    problems += [
+        f"'tensorflow_dists' entry {name!r} has version {version!r}, not a release version"
+        for name, version in probe.tensorflow_dists
+        if not _DIST_VERSION_RE.match(version)
+    ]
+    if problems:
+        msg = "cannot key the wheel cache: " + "; ".join(problems)
+        raise ValueError(msg)
+    dists = sorted(
+        {
+            (re.sub(r"[-_.]+", "_", name).lower(), version.replace("-", "_"))
+            for name, version in probe.tensorflow_dists
+        }
+    )
+    controllers = "+".join(
+        label
+        for label, on in (("gloo", True), ("mpi", options.with_mpi), ("nccl", options.gpu))
+        if on
+    )
+    fields = (
+        "horovod",
+        options.version.replace("-", "_"),
+        str(probe.python_tag),
+        re.sub(r"[^A-Za-z0-9]+", "_", str(probe.platform)),
+        ",".join(f"{name}=={version}" for name, version in dists),
+        controllers,
+    )
+    return "-".join(fields)
+
+
+def _entry(cache: Path, key: str) -> Path:
+    if not key or key.startswith(".") or "/" in key or "\\" in key or "\0" in key:
+        msg = f"'key' must be one visible path component such as cache_key() returns, got {key!r}"
+        raise ValueError(msg)
+    return Path(cache) / key
+
+
+def find_cached_wheel(cache: str | os.PathLike[str], key: str) -> Path | None:
+    """The wheel stored under ``cache/key/``, or None when there is none.
+
+    Only finished files named ``horovod-*.whl`` count; temporary files of a store in
+    progress have hidden names and are never returned.
+
+    Args:
+        cache: The wheel cache directory (need not exist).
+        key: The entry, from :func:`cache_key`.
+
+    Returns:
+        The wheel's path, or None.
+
+    Raises:
+        ValueError: ``key`` is not a single visible path component.
+    """
+    entry = _entry(Path(cache), key)
+    if not entry.is_dir():
+        return None
+    wheels = sorted(path for path in entry.glob("horovod-*.whl") if path.is_file())
+    return wheels[-1] if wheels else None
+
+
+def store_wheel(wheel: str | os.PathLike[str], cache: str | os.PathLike[str], key: str) -> Path:
+    """Copy ``wheel`` into ``cache/key/``, atomically, as the entry's only wheel.
+
+    The copy is written under a hidden temporary name in the entry, flushed to disk and
+    renamed over the final name, so a reader sees no wheel or the whole one. Other wheels
+    in the entry are removed afterwards.
+
+    Args:
+        wheel: The built wheel (``horovod-<version>-<tags>.whl``).
+        cache: The wheel cache directory (created when missing).
+        key: The entry, from :func:`cache_key`.
+
+    Returns:
+        The cached wheel's path.
+
+    Raises:
+        ValueError: ``wheel`` is not named ``horovod-*.whl``, or ``key`` is not a single
+            visible path component.
+        FileNotFoundError: ``wheel`` does not exist.
+    """
+    source = Path(wheel)
+    if not (source.name.startswith("horovod-") and source.name.endswith(".whl")):
+        msg = f"'wheel' must be a file named 'horovod-*.whl', got {str(source)!r}"
+        raise ValueError(msg)
+    entry = _entry(Path(cache), key)
+    entry.mkdir(parents=True, exist_ok=True)
+    final = entry / source.name
+    with source.open("rb") as src, _atomic_file(final, "wb") as out:
+        shutil.copyfileobj(src, out)
+    for other in entry.glob("horovod-*.whl"):
+        if other.name != final.name:
+            other.unlink(missing_ok=True)
+    return final
+
+
+def evict_cached_wheel(cache: str | os.PathLike[str], key: str) -> bool:
+    """Remove the entry ``cache/key/`` and its wheel.
+
+    The entry is first renamed to a hidden name, so a concurrent lookup finds the whole
+    entry or none, then deleted.
+
+    Args:
+        cache: The wheel cache directory.
+        key: The entry, from :func:`cache_key`.
+
+    Returns:
+        Whether there was an entry to remove.
+
+    Raises:
+        ValueError: ``key`` is not a single visible path component.
+    """
+    entry = _entry(Path(cache), key)
+    doomed = entry.with_name(f".{key}.evicted-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(entry, doomed)
+    except FileNotFoundError:
+        return False
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
 
 
 def parse_cmake_version(text: str) -> tuple[int, ...]:
@@ -688,13 +978,22 @@ def _all_close(values: object, want: float) -> bool:
 
 PROBE_SCRIPT = f"""
 import json
+import sys
+import sysconfig
 report = {{}}
+impl = {{"cpython": "cp", "pypy": "pp"}}.get(sys.implementation.name, sys.implementation.name)
+abiflags = getattr(sys, "abiflags", "")
+report["python_tag"] = f"{{impl}}{{sys.version_info[0]}}{{sys.version_info[1]}}{{abiflags}}"
+report["platform"] = sysconfig.get_platform()
 try:
     import tensorflow as tf
     report["tensorflow"] = tf.__version__
 except Exception as err:
     report["tensorflow_error"] = f"{{type(err).__name__}}: {{err}}"
 if "tensorflow" in report:
+    from importlib import metadata
+    names = sorted(set(metadata.packages_distributions().get("tensorflow", [])))
+    report["tensorflow_dists"] = [[name, metadata.version(name)] for name in names]
     try:
         import horovod
         report["horovod"] = horovod.__version__
@@ -825,15 +1124,27 @@ def _unpack(sdist: Path, workdir: Path, version: str) -> Path:
     return src
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+@contextlib.contextmanager
+def _atomic_file(path: Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO]:
+    """Open a hidden temporary sibling of ``path``; on success flush it and rename it over ``path``.
+
+    On failure the temporary file is removed and ``path`` is left as it was.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    with _atomic_file(path) as handle:
+        handle.write(text)
 
 
 def _apply_patch(src: Path) -> None:
@@ -845,6 +1156,14 @@ def _apply_patch(src: Path) -> None:
     _write_atomic(target, patch_cmakelists(text))
 
 
+def _wheel_cache_dir(option: str | None, environ: Mapping[str, str]) -> Path | None:
+    """``--wheel-cache``, else ``$TOWERKIT_HOROVOD_WHEEL_CACHE``, as an absolute path; '' is none."""
+    value = option if option is not None else environ.get(WHEEL_CACHE_ENV, "")
+    if not value:
+        return None
+    return Path(value).expanduser().absolute()
+
+
 def _install(args: argparse.Namespace, options: BuildOptions) -> int:
     python = args.python
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -852,21 +1171,53 @@ def _install(args: argparse.Namespace, options: BuildOptions) -> int:
         raise HorovodInstallError(msg)
     uv = shutil.which("uv")
     installer = choose_installer(python, has_pip=_has_pip(python), uv=uv)
+    cache = _wheel_cache_dir(args.wheel_cache, os.environ)
+    cache_text = None if cache is None else str(cache)
     own_workdir = args.workdir is None
     if args.dry_run:
         workdir_text = args.workdir or "<a new temporary directory>"
-        steps = plan_install(installer, options, workdir=workdir_text, verify=not args.skip_verify)
-        print(render_plan(steps, build_env(options), python=python, workdir=workdir_text))
+        steps = plan_install(
+            installer,
+            options,
+            workdir=workdir_text,
+            verify=not args.skip_verify,
+            wheel_cache=cache_text,
+        )
+        print(
+            render_plan(
+                steps,
+                build_env(options),
+                python=python,
+                workdir=workdir_text,
+                wheel_cache=cache_text,
+            )
+        )
         return 0
     if own_workdir:
         workdir = Path(tempfile.mkdtemp(prefix="towerkit-horovod-"))
     else:
         workdir = Path(args.workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
-    steps = plan_install(installer, options, workdir=str(workdir), verify=not args.skip_verify)
+    steps = plan_install(
+        installer,
+        options,
+        workdir=str(workdir),
+        verify=not args.skip_verify,
+        wheel_cache=cache_text,
+    )
     env = merged_env(os.environ, options)
     try:
-        _execute(steps, options, env=env, workdir=workdir, args=args)
+        with contextlib.ExitStack() as locks:
+            _execute(
+                steps,
+                options,
+                installer=installer,
+                env=env,
+                workdir=workdir,
+                cache=cache,
+                locks=locks,
+                args=args,
+            )
     finally:
         if own_workdir and not args.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -879,13 +1230,18 @@ def _execute(
     steps: Sequence[Step],
     options: BuildOptions,
     *,
+    installer: Installer,
     env: Mapping[str, str],
     workdir: Path,
+    cache: Path | None,
+    locks: contextlib.ExitStack,
     args: argparse.Namespace,
 ) -> None:
     python = args.python
     skip_build = False
     src = workdir / f"horovod-{options.version}"
+    key: str | None = None
+    wheel: Path | None = None
     started = time.monotonic()
     for step in steps:
         if skip_build and step.name != "verify":
@@ -907,6 +1263,11 @@ def _execute(
                 skip_build = True
             else:
                 print(reason or "--force: rebuilding", flush=True)
+        elif step.name == "cache-lookup":
+            if cache is not None:
+                key, skip_build = _cache_lookup(
+                    cache, options, probe, installer=installer, env=env, locks=locks, args=args
+                )
         elif step.name == "check-tools":
             _check_tools(options)
         elif step.name == "unpack":
@@ -921,11 +1282,148 @@ def _execute(
             if reason is not None:
                 msg = f"the build finished but does not fit in {python}: {reason}"
                 raise HorovodInstallError(msg)
+        elif step.name == "build-wheel":
+            wheelhouse = workdir / WHEELHOUSE
+            shutil.rmtree(wheelhouse, ignore_errors=True)
+            build_started = time.monotonic()
+            _run_step(step, env=env)
+            wheel = _built_wheel(wheelhouse)
+            print(f"built {wheel.name} in {time.monotonic() - build_started:.0f} s", flush=True)
+        elif step.name == "cache-store":
+            wheel = _store_built(wheel, cache, key)
+        elif step.name == "install-wheel":
+            _install_and_check(
+                wheel, options, installer=installer, env=env, cache=cache, key=key, args=args
+            )
         elif step.name == "verify":
             _verify(step, workdir=workdir, timeout=args.verify_timeout)
         else:
             _run_step(step, env=env)
     print(f"done in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def _cache_lookup(
+    cache: Path,
+    options: BuildOptions,
+    probe: Probe,
+    *,
+    installer: Installer,
+    env: Mapping[str, str],
+    locks: contextlib.ExitStack,
+    args: argparse.Namespace,
+) -> tuple[str | None, bool]:
+    """Key the target, lock its entry, install a cached wheel when one works.
+
+    Returns the key (None when the target cannot be keyed) and whether horovod is installed.
+    A cached wheel that fails to install or to load is evicted, and the build goes on.
+    """
+    try:
+        key = cache_key(options, probe)
+    except ValueError as err:
+        print(f"the wheel cache is not used: {err}", flush=True)
+        return None, False
+    print(f"cache key: {key}", flush=True)
+    locks.enter_context(_entry_lock(cache, key))
+    if args.force:
+        print(f"--force: building a new wheel for {cache / key}", flush=True)
+        return key, False
+    wheel = find_cached_wheel(cache, key)
+    if wheel is None:
+        print(f"no wheel in {cache / key}: building one", flush=True)
+        return key, False
+    print(f"found {wheel}", flush=True)
+    began = time.monotonic()
+    try:
+        _install_wheel(installer, wheel, env=env, step_name="cache-lookup")
+        reason = rebuild_reason(_probe(installer.python, args.probe_timeout), options)
+    except HorovodInstallError as err:
+        reason = str(err)
+    if reason is None:
+        elapsed = time.monotonic() - began
+        print(f"installed horovod {options.version} from the wheel cache in {elapsed:.0f} s")
+        return key, True
+    print(
+        f"the cached wheel does not work in {installer.python} ({reason}); "
+        f"removing {cache / key} and building",
+        flush=True,
+    )
+    evict_cached_wheel(cache, key)
+    return key, False
+
+
+@contextlib.contextmanager
+def _entry_lock(cache: Path, key: str) -> Iterator[None]:
+    """Hold an exclusive lock on the entry ``key`` (a hidden lock file beside it).
+
+    A second installer for the same key waits here while the first builds, then finds the
+    wheel the first stored.
+    """
+    import fcntl
+
+    cache.mkdir(parents=True, exist_ok=True)
+    path = _entry(cache, key).with_name(f".{key}.lock")
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another install-horovod to finish {cache / key}", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _install_wheel(
+    installer: Installer, wheel: Path, *, env: Mapping[str, str], step_name: str
+) -> None:
+    for argv in _install_wheel_argvs(installer, str(wheel)):
+        _run_step(Step(name=step_name, summary=f"install {wheel.name}", argv=argv), env=env)
+
+
+def _built_wheel(wheelhouse: Path) -> Path:
+    wheels = sorted(wheelhouse.glob("horovod-*.whl")) if wheelhouse.is_dir() else []
+    if len(wheels) != 1:
+        found = sorted(os.listdir(wheelhouse)) if wheelhouse.is_dir() else []
+        msg = f"the build should leave one 'horovod-*.whl' in {wheelhouse}, found {found}"
+        raise HorovodInstallError(msg)
+    return wheels[0]
+
+
+def _store_built(wheel: Path | None, cache: Path | None, key: str | None) -> Path:
+    if wheel is None:
+        msg = "step 'cache-store' has no wheel: step 'build-wheel' did not run"
+        raise HorovodInstallError(msg)
+    if cache is None or key is None:
+        print(f"not cached (the target has no key): installing {wheel}", flush=True)
+        return wheel
+    stored = store_wheel(wheel, cache, key)
+    print(f"cached {stored}", flush=True)
+    return stored
+
+
+def _install_and_check(
+    wheel: Path | None,
+    options: BuildOptions,
+    *,
+    installer: Installer,
+    env: Mapping[str, str],
+    cache: Path | None,
+    key: str | None,
+    args: argparse.Namespace,
+) -> None:
+    if wheel is None:
+        msg = "step 'install-wheel' has no wheel: step 'build-wheel' did not run"
+        raise HorovodInstallError(msg)
+    _install_wheel(installer, wheel, env=env, step_name="install-wheel")
+    reason = rebuild_reason(_probe(installer.python, args.probe_timeout), options)
+    if reason is not None:
+        evicted = cache is not None and key is not None and evict_cached_wheel(cache, key)
+        msg = (
+            f"the wheel {wheel.name} was built but does not fit in {installer.python}: {reason}"
+            + ("; removed it from the wheel cache" if evicted else "")
+        )
+        raise HorovodInstallError(msg)
 
 
 def _run_job(
@@ -1023,7 +1521,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--skip-verify", action="store_true", help="no 2-process check after")
     parser.add_argument(
-        "--force", action="store_true", help="rebuild even if a fitting horovod is installed"
+        "--force",
+        action="store_true",
+        help="rebuild even if a fitting horovod is installed or cached (replaces the cached wheel)",
+    )
+    parser.add_argument(
+        "--wheel-cache",
+        default=None,
+        metavar="DIR",
+        help=(
+            "build a wheel, keep it under DIR/<key>/ and install from there; a later run whose "
+            "key matches (horovod version, Python tag, platform, TensorFlow distribution and "
+            f"version, controllers) installs it without compiling (default: ${WHEEL_CACHE_ENV}; "
+            "unset or '' builds and installs without a cache)"
+        ),
     )
     parser.add_argument(
         "--verify-timeout",
