@@ -16,6 +16,7 @@ from towerkit.trainers._allreduce import scale_gradient, sum_gradients
 from towerkit.trainers._dataparallel import tower_variable_key
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._multigpu import (
+    ChiefOwnsLogdir,
     SessionInitThenRun,
     align_tower_grads,
     build_towers,
@@ -107,7 +108,8 @@ def serve_parameters(
     deadline = None if timeout is None else time.monotonic() + timeout
     options = tf1.RunOptions(timeout_in_ms=max(int(poll_seconds * 1000), 1))
     logger.info("ps task %d: serving until %d workers are done", task, num_workers)
-    with tf1.Session(_target(server), graph=graph) as sess:
+    config = tf1.ConfigProto(device_filters=[f"/job:ps/task:{task}"])
+    with tf1.Session(_target(server), graph=graph, config=config) as sess:
         while len(done) < num_workers:
             try:
                 done.append(int(sess.run(take, options=options)))
@@ -127,6 +129,7 @@ class _CheckIn(Callback):
     """Put this worker's index on every parameter server's done queue at the end of training."""
 
     _chief_only = False
+    name_scope = "CheckIn"
 
     def __init__(self, enqueue: Any, timeout_ms: int) -> None:
         self._enqueue = enqueue
@@ -143,6 +146,7 @@ class _PushToShadows(Callback):
     """On the chief, copy tower 0's non-trainable variables to their global copies every epoch."""
 
     _chief_only = True
+    name_scope = "PushToShadows"
 
     def __init__(self, op: Any) -> None:
         self._op = op
@@ -203,7 +207,7 @@ class _DistributedSessionCreator:
         return sess
 
 
-class DistributedTrainerBase(SingleCostTrainer):
+class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     """Training on a TensorFlow cluster: a ``worker`` process per machine, ``ps`` processes.
 
     The cluster is the server's: jobs ``ps`` (parameter servers, which call
@@ -211,18 +215,23 @@ class DistributedTrainerBase(SingleCostTrainer):
     this trainer). Worker 0 is the chief: it initializes the variables on the
     parameter servers, runs ``session_init`` (other workers take the values from the
     parameter servers, waiting for the chief) and runs the chief-only callbacks, so
-    only it writes checkpoints and statistics. The global step lives on the
+    only it writes checkpoints and statistics (only the chief creates or moves the
+    log directory; other workers keep its path). The global step lives on the
     parameter servers and counts the chief's steps (each worker's
     ``trainer.global_step`` counts from the value it found at start). When
-    training ends, normally or not, each worker checks in on every parameter
-    server, so `serve_parameters` returns once all have and every process exits.
+    training loop ends, normally or not, each worker checks in on every parameter
+    server, so `serve_parameters` returns once all have and every process exits (a
+    worker that fails before its loop starts never checks in: give
+    `serve_parameters` a timeout).
 
     Without GPUs, towers go to logical CPU devices ``/job:worker/task:<i>/cpu:<k>``:
     create each worker's server with a config that has them, e.g.
     ``tf.compat.v1.train.Server(cluster, "worker", i,
-    config=session_config_for_devices(resolve_devices(gpus)))``. A session config
-    of a distributed run goes to the server, not to ``train``: only the default
-    session creator (or a `NewSessionCreator`, whose config is used) is accepted.
+    config=session_config_for_devices(resolve_devices(gpus)))``: a worker's devices
+    come from its server's config. Only the default session creator or a
+    `NewSessionCreator` is accepted; its config is used for the session on the
+    cluster, whose device filters default to the parameter servers and this worker
+    (so a worker never waits for the others).
 
     These trainers are kept for completeness: TensorFlow no longer maintains its
     graph-mode distributed runtime, its performance is modest, and model saving
@@ -337,9 +346,13 @@ class DistributedTrainerBase(SingleCostTrainer):
                 tf1.get_collection(tf1.GraphKeys.TABLE_INITIALIZERS)
             )
             after = self._after_init_ops()
+        config = tf1.ConfigProto()
+        config.CopyFrom(session_creator.config)
+        if not config.device_filters:
+            config.device_filters.extend(["/job:ps", self._worker])
         creator = _DistributedSessionCreator(
             _target(self._server),
-            session_creator.config,
+            config,
             self.is_chief,
             ready,
             local_init,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,8 +13,7 @@ from towerkit.callbacks import Callback
 from towerkit.towers import TowerContext, TowerFunc, visible_gpu_count
 from towerkit.towers._compat import tf1
 from towerkit.trainers._errors import CollectiveError
-from towerkit.trainers._multigpu import RunOpEachEpoch, SessionInitThenRun
-from towerkit.trainers._resume import plan_logdir
+from towerkit.trainers._multigpu import ChiefOwnsLogdir, RunOpEachEpoch, SessionInitThenRun
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
 
@@ -69,7 +67,7 @@ def _check_compression(hvd: Any, compression: Any) -> Any:
     return compression
 
 
-class HorovodTrainer(SingleCostTrainer):
+class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     """Data-parallel training with horovod: one process per device, on one or many machines.
 
     Each process (a horovod rank) builds one training tower on its own batch, the
@@ -182,25 +180,6 @@ class HorovodTrainer(SingleCostTrainer):
     def average(self) -> bool:
         """Whether gradients are averaged (True) or summed across ranks."""
         return self._average
-
-    # -- the log directory: the chief's ---------------------------------------------------
-
-    def set_logdir(
-        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
-    ) -> None:
-        """As `Trainer.set_logdir` on rank 0; other ranks only keep the path.
-
-        Non-chief ranks neither create, move nor check the directory: the chief owns
-        it. ``trainer.logdir`` still names it there, for callbacks that are not
-        chief-only.
-        """
-        if self.is_chief or logdir is None:
-            super().set_logdir(logdir, logdir_action)
-            return
-        self._require_phase("set_logdir", "new")
-        plan_logdir(None, logdir_action)
-        self._logdir = os.path.abspath(os.fspath(logdir))
-        logger.info("rank %d leaves the logdir %s to rank 0", self._rank, self._logdir)
 
     # -- the graph ---------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from towerkit.trainers._dataparallel import (
     replica_index,
     replica_sources,
 )
+from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
 
@@ -126,6 +128,30 @@ class RunOpEachEpoch(Callback):
 
     def __str__(self) -> str:
         return f"RunOpEachEpoch({self._what})"
+
+
+class ChiefOwnsLogdir:
+    """Mixin for multi-process trainers: only the chief creates, moves or writes the logdir.
+
+    On other processes ``set_logdir`` keeps the path (``trainer.logdir``, for
+    callbacks that are not chief-only) but neither creates, checks nor moves the
+    directory, so processes sharing a file system never race on it.
+    """
+
+    is_chief: bool
+    _logdir: str | None
+
+    def set_logdir(
+        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
+    ) -> None:
+        """As `Trainer.set_logdir` on the chief; other processes only keep the path."""
+        if self.is_chief or logdir is None:
+            super().set_logdir(logdir, logdir_action)  # type: ignore[misc]
+            return
+        self._require_phase("set_logdir", "new")  # type: ignore[attr-defined]
+        plan_logdir(None, logdir_action)
+        self._logdir = os.path.abspath(os.fspath(logdir))
+        logger.info("not the chief: the logdir %s is left to the chief", self._logdir)
 
 
 def session_creator_for_devices(session_creator: Any, devices: Sequence[str]) -> Any:

@@ -1,0 +1,107 @@
+"""One process of a TensorFlow-runtime distributed job on 127.0.0.1; prints a JSON report.
+
+Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 --trainer ps|replicated --logdir-base DIR
+--max-epoch E``. ROLE is ``ps`` or ``worker``. Prints ``DIST-REPORT {json}`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+from dp_model import SIG, CostLog, Snapshot, cost_fn, data, error_rate, initial_weights
+
+from towerkit.callbacks import JSONWriter, ModelSaver
+from towerkit.towers import resolve_devices, session_config_for_devices
+from towerkit.towers._compat import tf1
+from towerkit.trainers import (
+    DistributedTrainerParameterServer,
+    DistributedTrainerReplicated,
+    NumpyInput,
+    serve_parameters,
+)
+
+STEPS_PER_EPOCH = 5
+TOWERS = 2
+
+
+def report(**values) -> None:
+    print("DIST-REPORT " + json.dumps(values), flush=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("role", choices=["ps", "worker"])
+    parser.add_argument("task", type=int)
+    parser.add_argument("--ports", required=True)
+    parser.add_argument("--trainer", choices=["ps", "replicated"], required=True)
+    parser.add_argument("--logdir-base", required=True)
+    parser.add_argument("--max-epoch", type=int, default=3)
+    args = parser.parse_args(argv)
+    ps_port, *worker_ports = args.ports.split(",")
+    cluster = tf1.train.ClusterSpec(
+        {
+            "ps": [f"127.0.0.1:{ps_port}"],
+            "worker": [f"127.0.0.1:{p}" for p in worker_ports],
+        }
+    )
+    if args.role == "ps":
+        server = tf1.train.Server(cluster, job_name="ps", task_index=args.task)
+        done = serve_parameters(server, timeout=300)
+        report(role="ps", done=done)
+        return 0
+
+    config = session_config_for_devices(resolve_devices(TOWERS))
+    server = tf1.train.Server(cluster, job_name="worker", task_index=args.task, config=config)
+    graph = tf.Graph()
+    with graph.as_default():
+        if args.trainer == "ps":
+            trainer = DistributedTrainerParameterServer(TOWERS, server)
+        else:
+            trainer = DistributedTrainerReplicated(TOWERS, server)
+        source = NumpyInput(data(240, seed=20 + args.task), batch_size=12, seed=args.task)
+        opt = lambda: tf1.train.MomentumOptimizer(0.05, 0.9)  # noqa: E731
+        trainer.setup_graph(SIG, source, cost_fn, opt)
+        costs, snap = CostLog(), Snapshot()
+        logdir = os.path.join(args.logdir_base, f"worker{args.task}")
+        trainer.train_with_defaults(
+            callbacks=[costs, snap, ModelSaver()],
+            monitors=[JSONWriter()],
+            extra_callbacks=[],
+            steps_per_epoch=STEPS_PER_EPOCH,
+            max_epoch=args.max_epoch,
+            logdir=logdir,
+        )
+    weights = {k: snap.values[k] for k in initial_weights()}
+    x, y = data(300, seed=77)
+    copies = sorted(k for k in snap.values if k.startswith("tower"))
+    same = all(
+        np.array_equal(snap.values[k], snap.values[f"tower0/{k.split('/', 1)[1]}"])
+        for k in copies
+        if args.trainer == "replicated" and not k.startswith("tower0/")
+    )
+    report(
+        role="worker",
+        task=args.task,
+        is_chief=trainer.is_chief,
+        devices=list(trainer.devices),
+        costs=costs.values,
+        error=error_rate(weights, x, y),
+        initial_error=error_rate(initial_weights(), x, y),
+        global_step=int(snap.values["global_step"]),
+        trainer_global_step=trainer.global_step,
+        local_copies=copies,
+        copies_equal=bool(same),
+        files=sorted(os.listdir(logdir)) if os.path.isdir(logdir) else None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
