@@ -67,7 +67,7 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         steps_per_epoch = source.size()
         logger.info("steps_per_epoch not given: using the input's size, %d", steps_per_epoch)
     plan = config._resolve(steps_per_epoch)
-    if plan is not None and plan.keep_stats_until_step is not None:
+    if plan is not None and plan.keep_stats_until_step is not None and trainer.is_chief:
         truncate_stats(str(config.logdir), plan.keep_stats_until_step)
     session_creator = config.session_creator
     if session_creator is None:
