@@ -604,6 +604,7 @@ class TestWheelCache:
         assert stored == cache / self.KEY / WHEEL_NAME
         assert find_cached_wheel(cache, self.KEY) == stored
         assert stored.read_bytes() == b"wheel bytes"
+        assert stat.S_IMODE(stored.stat().st_mode) == 0o644
         assert built.exists()
         assert os.listdir(cache / self.KEY) == [WHEEL_NAME]
         assert find_cached_wheel(cache, self.KEY.replace("2.21.0", "2.20.0")) is None

@@ -790,8 +790,9 @@ def store_wheel(wheel: str | os.PathLike[str], cache: str | os.PathLike[str], ke
     """Copy ``wheel`` into ``cache/key/``, atomically, as the entry's only wheel.
 
     The copy is written under a hidden temporary name in the entry, flushed to disk and
-    renamed over the final name, so a reader sees no wheel or the whole one. Other wheels
-    in the entry are removed afterwards.
+    renamed over the final name, so a reader sees no wheel or the whole one. It is readable
+    by every user of the machine (mode 0644). Other wheels in the entry are removed
+    afterwards.
 
     Args:
         wheel: The built wheel (``horovod-<version>-<tags>.whl``).
@@ -815,6 +816,7 @@ def store_wheel(wheel: str | os.PathLike[str], cache: str | os.PathLike[str], ke
     final = entry / source.name
     with source.open("rb") as src, _atomic_file(final, "wb") as out:
         shutil.copyfileobj(src, out)
+        os.fchmod(out.fileno(), 0o644)
     for other in entry.glob("horovod-*.whl"):
         if other.name != final.name:
             other.unlink(missing_ok=True)
