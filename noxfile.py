@@ -199,8 +199,9 @@ def horovod(session: nox.Session) -> None:
     install_groups(session, "test")
     install_horovod(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
+    env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
     for path in ("tools/tests", "libs/trainers/tests"):
-        session.run("pytest", "-m", "horovod", path, *session.posargs, env=pytest_env())
+        session.run("pytest", "-m", "horovod", path, *session.posargs, env=env)
 
 
 if __name__ == "__main__":
