@@ -120,15 +120,21 @@ ENTRIES = [
 """One row per trainer above (the factory is the class: it takes no argument)."""
 
 EXPECTED = {
-    "SkipsTriggerStep": ("test_order_of_callback_methods", "trigger_step is never called"),
+    "SkipsTriggerStep": (
+        "test_order_of_callback_methods[SkipsTriggerStep]",
+        r"probe 'loop' \(the first callback\): trigger_step is never called \(expected 9 calls\)",
+    ),
     "LocalStepOffByOne": (
-        "test_local_step_in_every_method",
-        "local_step in before_train: expected -1",
+        "test_local_step_in_every_method[LocalStepOffByOne]",
+        r"local_step in before_train: expected -1, before the epoch's first step \(-1\), got 0",
     ),
     "GlobalStepCountsSteps": (
-        "test_global_step_with_zero_or_several_runs_per_step",
-        "global_step in after_run: expected hooked_sess.run calls so far",
+        "test_global_step_with_zero_or_several_runs_per_step[GlobalStepCountsSteps-0-runs]",
+        r"global_step in trigger_step: expected the hooked_sess.run calls so far \(0\), got 1",
     ),
-    "NoAfterTrainAfterStop": ("test_stop_training_from_each_method", "after_train is never called"),
+    "NoAfterTrainAfterStop": (
+        "test_stop_training_from_each_method[NoAfterTrainAfterStop-trigger_step]",
+        r"after_train is never called \(expected 1 call\)",
+    ),
 }
-"""For each defect: a check that must fail, and what its message must say."""
+"""For each defect: a check that must fail, and a pattern its message must match."""

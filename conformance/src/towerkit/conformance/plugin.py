@@ -90,6 +90,8 @@ def pytest_configure(config: pytest.Config) -> None:
     state = _State(config)
     config.stash[_STATE] = state
     config.pluginmanager.register(_Reporter(state), "towerkit-conformance-reporter")
+    if state.targets:
+        state.entries()
     if state.report and not getattr(config.option, "xmlpath", None):
         path = os.path.abspath(state.report)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

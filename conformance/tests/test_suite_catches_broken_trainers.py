@@ -1,0 +1,108 @@
+"""The suite itself: it fails broken trainers naming the semantic, passes correct ones, reports."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from broken import EXPECTED
+from conftest import run_suite
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def broken_run(tmp_path_factory):
+    """One run of the loop checks on the hand-written trainers, correct and broken."""
+    tmp = tmp_path_factory.mktemp("broken")
+    return run_suite(tmp, "--trainer", "broken:ENTRIES", "-k", "test_loop")
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory):
+    """One run of every check on the README's trainers composed from primitives."""
+    tmp = tmp_path_factory.mktemp("examples")
+    return run_suite(
+        tmp,
+        "--trainer",
+        "example_trainers:make_trainer",
+        "--trainer",
+        "example_trainers:make_plain_trainer",
+    )
+
+
+class TestBrokenTrainers:
+    """Each deliberately broken trainer fails with a message naming the semantic it broke."""
+
+    @pytest.mark.parametrize("name", sorted(EXPECTED))
+    def test_fails_naming_the_semantic(self, broken_run, name):
+        """The targeted check fails and its message names the broken semantic."""
+        case, pattern = EXPECTED[name]
+        assert broken_run.outcome(case) == "failed", broken_run.output[-3000:]
+        assert re.search(pattern, broken_run.failures[case]), broken_run.failures[case]
+
+    @pytest.mark.parametrize("name", sorted(EXPECTED))
+    def test_some_checks_still_pass(self, broken_run, name):
+        """A defect fails the checks of its semantic, not every check (the epochs still run)."""
+        case = f"test_epochs_run_from_starting_epoch_to_max_epoch[{name}]"
+        assert broken_run.outcome(case) == "passed", broken_run.failures.get(case)
+
+    def test_correct_hand_written_loop_passes(self, broken_run):
+        """The same hand-written loop without a defect passes every loop check."""
+        mine = {k: v for k, v in broken_run.cases.items() if "[HandLoopTrainer" in k}
+        assert mine, broken_run.output[-3000:]
+        assert set(mine.values()) == {"passed"}, {
+            k: broken_run.failures.get(k) for k, v in mine.items() if v != "passed"
+        }
+
+    def test_exit_status_and_summary(self, broken_run):
+        """The run fails, and the summary table shows the failing trainers and groups."""
+        assert broken_run.code == 1
+        table = broken_run.output[broken_run.output.index("trainer x check group") :]
+        assert re.search(r"HandLoopTrainer\s+pass\s", table)
+        assert re.search(r"SkipsTriggerStep\s+FAIL \d+/\d+", table)
+
+    def test_report_properties(self, broken_run):
+        """The JUnit report names the trainer, the group and the spec sentence of each case."""
+        props = broken_run.properties["test_local_step_in_every_method[LocalStepOffByOne]"]
+        assert props["trainer"] == "LocalStepOffByOne"
+        assert props["group"] == "loop"
+        assert props["spec"].startswith("Spec 000 (Trainer.local_step)")
+
+
+class TestExampleTrainers:
+    """The README's trainers composed from primitives pass the whole suite."""
+
+    def test_every_check_passes(self, example_run):
+        """No check fails; only the tower checks of the trainer without towers skip."""
+        assert example_run.code == 0, example_run.output[-4000:]
+        skipped = sorted(k for k, v in example_run.cases.items() if v == "skipped")
+        assert skipped
+        assert all("make_plain_trainer" in k and k.startswith("test_") for k in skipped)
+        assert {example_run.properties[k]["group"] for k in skipped} == {"towers"}
+
+    def test_every_group_ran(self, example_run):
+        """Each trainer ran checks of every group."""
+        groups = {
+            (p["trainer"], p["group"]) for p in example_run.properties.values() if "trainer" in p
+        }
+        for trainer in ("make_trainer", "make_plain_trainer"):
+            for group in ("loop", "triggers", "checkpoints", "towers", "numerics"):
+                assert (trainer, group) in groups
+
+
+class TestOptions:
+    """The plugin's options, as a user meets them."""
+
+    def test_unknown_trainer_is_a_usage_error(self, tmp_path):
+        """``--trainer`` naming nothing stops the run with the accepted forms."""
+        run = run_suite(tmp_path, "--trainer", "no_such_row")
+        assert run.code == 4
+        assert "'--trainer no_such_row' names no built-in row" in run.output
+        assert "MODULE:ATTR" in run.output
+
+    def test_missing_module_is_a_usage_error(self, tmp_path):
+        """A module that cannot be imported is named in the error."""
+        run = run_suite(tmp_path, "--trainer", "no_such_module:make")
+        assert run.code == 4
+        assert "cannot import module 'no_such_module'" in run.output
