@@ -29,7 +29,10 @@ class TestCapabilities:
 
     def test_fail(self):
         """Bad values are rejected with the field's name."""
-        with pytest.raises(ValueError, match="'launcher' must be in"):
+        with pytest.raises(
+            ValueError,
+            match=r"Capabilities: 'launcher' must be one of \('inprocess', 'horovod', 'tf-distributed'\); got 'mpi'",
+        ):
             Capabilities(launcher="mpi")
         with pytest.raises(TypeError, match="'num_towers' must be an int; got str"):
             Capabilities(num_towers="2")

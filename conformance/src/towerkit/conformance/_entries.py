@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
-from attrs.validators import ge, in_, instance_of
+from attrs.validators import ge, instance_of
 
 from towerkit.conformance._errors import EntryError
 
@@ -24,6 +24,27 @@ def _int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"{type(instance).__name__}: {attribute.name!r} must be an int; got {type(value).__name__} {value!r}"
         raise TypeError(msg)
+
+
+def one_of(*choices: Any) -> Any:
+    """An attrs validator accepting only `choices`, with a message naming the field.
+
+    Examples:
+        >>> @attrs.frozen
+        ... class R:
+        ...     mode: str = attrs.field(validator=one_of("a", "b"))
+        >>> R("c")
+        Traceback (most recent call last):
+        ...
+        ValueError: R: 'mode' must be one of ('a', 'b'); got 'c'
+    """
+
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in choices:
+            msg = f"{type(instance).__name__}: {attribute.name!r} must be one of {choices}; got {value!r}"
+            raise ValueError(msg)
+
+    return check
 
 
 @attrs.frozen(kw_only=True)
@@ -56,21 +77,21 @@ class Capabilities:
         >>> Capabilities(variables="mirrored")
         Traceback (most recent call last):
         ...
-        ValueError: 'variables' must be in ('shared', 'replicated') (got 'mirrored')
+        ValueError: Capabilities: 'variables' must be one of ('shared', 'replicated'); got 'mirrored'
     """
 
     num_towers: int = attrs.field(default=1, validator=[_int, ge(1)])
     variables: Literal["shared", "replicated"] = attrs.field(
-        default="shared", validator=in_(("shared", "replicated"))
+        default="shared", validator=one_of("shared", "replicated")
     )
     trains: bool = attrs.field(default=True, validator=instance_of(bool))
     gradients: Literal["average", "sum"] = attrs.field(
-        default="average", validator=in_(("average", "sum"))
+        default="average", validator=one_of("average", "sum")
     )
     synchronous: bool = attrs.field(default=True, validator=instance_of(bool))
     runs_per_step: int = attrs.field(default=1, validator=[_int, ge(0)])
     launcher: Literal["inprocess", "horovod", "tf-distributed"] = attrs.field(
-        default="inprocess", validator=in_(LAUNCHERS)
+        default="inprocess", validator=one_of(*LAUNCHERS)
     )
     processes: int = attrs.field(default=1, validator=[_int, ge(1)])
     towers: bool = attrs.field(default=True, validator=instance_of(bool))

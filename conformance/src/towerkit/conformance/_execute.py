@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,12 +113,7 @@ def build_callbacks(scenario: Scenario, rec: Recording) -> list[Any]:
             )
             cbs.append(Reader(spec.name, rec))
         elif isinstance(spec, FuncSpec):
-            factor, every = spec.factor, spec.every
-            cbs.append(
-                HyperParamSetterWithFunc(
-                    spec.name, lambda e, x, f=factor, k=every: x * f if e % k == 0 else x
-                )
-            )
+            cbs.append(HyperParamSetterWithFunc(spec.name, _decay_every(spec.factor, spec.every)))
             cbs.append(Reader(spec.name, rec))
         elif isinstance(spec, StatSpec):
             cbs.append(StatSource(spec.name, spec.value_in))
@@ -127,7 +123,7 @@ def build_callbacks(scenario: Scenario, rec: Recording) -> list[Any]:
                 StatMonitorParamSetter(
                     spec.name,
                     spec.stat,
-                    lambda x, f=factor: x * f,
+                    _scale(factor),
                     threshold=spec.threshold,
                     last_k=spec.last_k,
                     reverse=spec.reverse,
@@ -148,6 +144,24 @@ def build_callbacks(scenario: Scenario, rec: Recording) -> list[Any]:
             msg = f"no callback for record {spec!r}"
             raise TypeError(msg)
     return cbs
+
+
+def _decay_every(factor: float, every: int) -> Callable[[int, Any], Any]:
+    """``f(epoch_num, x) = x * factor`` when ``epoch_num % every == 0``, else ``x``."""
+
+    def func(epoch_num: int, value: Any) -> Any:
+        return value * factor if epoch_num % every == 0 else value
+
+    return func
+
+
+def _scale(factor: float) -> Callable[[Any], Any]:
+    """``f(x) = x * factor``."""
+
+    def func(value: Any) -> Any:
+        return value * factor
+
+    return func
 
 
 def _repeat_run_step(trainer: Any, repeats: int) -> None:

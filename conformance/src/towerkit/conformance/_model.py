@@ -114,7 +114,7 @@ def sgd_step(
     grads = [gradients(params, b, kind) for b in batches]
     out = {}
     for name in VARIABLES:
-        total = sum(g[name] for g in grads)
+        total: np.ndarray = np.sum([g[name] for g in grads], axis=0)
         if combine == "average":
             total = total / len(grads)
         out[name] = (

@@ -266,7 +266,11 @@ class TowersRecorder(Callback):
         self.chief_only = False
 
     def _setup_graph(self) -> None:
-        self._predictor = self.trainer.get_predictor(["x"], ["pred"])
+        get_predictor: Any = getattr(self.trainer, "get_predictor", None)
+        if get_predictor is None:
+            msg = f"{type(self.trainer).__name__} has no get_predictor: it is not a TowerTrainer"
+            raise TypeError(msg)
+        self._predictor = get_predictor(["x"], ["pred"])
 
     def _after_train(self) -> None:
         towers = self.trainer.towers

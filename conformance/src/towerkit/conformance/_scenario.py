@@ -9,8 +9,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
-from attrs.validators import ge, gt, in_, instance_of, optional
+from attrs.validators import ge, gt, instance_of, optional
 
+from towerkit.conformance._entries import one_of
 from towerkit.conformance._trace import event_kind
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ class ScheduleSpec(CallbackSpec):
     TYPE: ClassVar[str] = "schedule"
     name: str = attrs.field(validator=_name)
     points: tuple[tuple[int, float], ...] = attrs.field(converter=_points)
-    interp: Literal["linear"] | None = attrs.field(default=None, validator=in_((None, "linear")))
+    interp: Literal["linear"] | None = attrs.field(default=None, validator=one_of(None, "linear"))
     step_based: bool = attrs.field(default=False, validator=instance_of(bool))
     set_at_beginning: bool = attrs.field(default=True, validator=instance_of(bool))
     initial: float = attrs.field(default=-1.0, converter=float, validator=_real)
@@ -424,7 +425,7 @@ class Scenario:
         default=None, validator=optional(instance_of(AutoResumeSpec))
     )
     model: Literal["quadratic", "linear"] = attrs.field(
-        default="quadratic", validator=in_(("quadratic", "linear"))
+        default="quadratic", validator=one_of("quadratic", "linear")
     )
 
     def __attrs_post_init__(self) -> None:

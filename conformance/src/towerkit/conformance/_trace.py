@@ -113,9 +113,9 @@ def trace_from_lists(rows: Iterable[Iterable[Any]]) -> tuple[TraceEvent, ...]:
         >>> trace_from_lists([["before_train", 0, -1, 0]])
         (TraceEvent(kind=EventKind.BEFORE_TRAIN, epoch_num=0, local_step=-1, global_step=0),)
     """
-    rows = [list(r) for r in rows]
-    bad = [f"#{i}: {r!r}" for i, r in enumerate(rows) if len(r) != 4]
+    listed = [list(r) for r in rows]
+    bad = [f"#{i}: {r!r}" for i, r in enumerate(listed) if len(r) != 4]
     if bad:
         msg = f"trace rows must be [kind, epoch_num, local_step, global_step]; rows at fault: {', '.join(bad)}"
         raise ValueError(msg)
-    return tuple(TraceEvent(*r) for r in rows)
+    return tuple(TraceEvent(*r) for r in listed)

@@ -183,7 +183,7 @@ class _Reporter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
         trainer, group = props.get("trainer"), props.get("group")
-        if trainer is None or group is None:
+        if not isinstance(trainer, str) or not isinstance(group, str):
             return
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             outcome = report.outcome
