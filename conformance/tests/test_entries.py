@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from towerkit.conformance import (
     BUILTIN_ENTRIES,
@@ -36,6 +38,13 @@ class TestCapabilities:
             Capabilities(launcher="mpi")
         with pytest.raises(TypeError, match="'num_towers' must be an int; got str"):
             Capabilities(num_towers="2")
+
+    @given(st.integers(1, 8), st.integers(1, 4))
+    def test_data_parallel_iff_several_towers(self, towers, processes):
+        """A step is data-parallel exactly when it trains on more than one batch."""
+        caps = Capabilities(num_towers=towers, processes=processes)
+        assert caps.total_towers == towers * processes
+        assert caps.is_data_parallel == (towers * processes > 1)
 
     def test_totals(self):
         """Towers over processes make a data-parallel step."""
