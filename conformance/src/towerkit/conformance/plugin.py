@@ -15,6 +15,7 @@ Importing it does not import TensorFlow: the suite's modules load when its tests
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 from typing import Any
 
@@ -30,12 +31,17 @@ class _State:
         self.targets: list[str] = list(config.getoption("conformance_trainers") or [])
         self.examples: int | None = config.getoption("conformance_examples")
         self.report: str | None = config.getoption("conformance_report")
+        self.invocation_dir = config.invocation_params.dir
         self._entries: list[Any] | None = None
         self.missing: list[str] = []
         self.outcomes: dict[str, dict[str, list[str]]] = {}
 
     def entries(self) -> list[Any]:
         if self._entries is None:
+            # MODULE:ATTR resolves as with `python -m`: from the directory pytest runs in too
+            here = str(self.invocation_dir)
+            if self.targets and here not in sys.path:
+                sys.path.insert(0, here)
             from towerkit.conformance._entries import select_entries
             from towerkit.conformance._errors import EntryError
             from towerkit.conformance._factories import builtin_entries, missing_builtin_entries
