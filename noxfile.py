@@ -146,7 +146,12 @@ def typecheck(session: nox.Session, lib: str) -> None:
     session.run("mypy", "-p", f"towerkit.{lib}")
 
 
-HOROVOD_WHEELS = ROOT / ".nox" / "_horovod-wheels"
+HOROVOD_WHEELS = Path(
+    os.environ.get("TOWERKIT_HOROVOD_WHEEL_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "towerkit"
+    / "horovod-wheels"
+)
 """Horovod wheels built here, keyed by TensorFlow version: each venv that needs horovod
 installs from this cache, so a machine compiles horovod once."""
 
