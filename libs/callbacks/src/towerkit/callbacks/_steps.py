@@ -11,7 +11,7 @@ import numpy as np
 import tqdm
 
 from towerkit.callbacks._base import Callback
-from towerkit.callbacks._graph import fetchable_tensors, tensor_names
+from towerkit.callbacks._graph import ProcessTensors, fetchable_tensors, tensor_names
 from towerkit.towers._compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -124,7 +124,7 @@ class ProgressBar(Callback):
             self._bar = None
 
 
-class TensorPrinter(Callback):
+class TensorPrinter(ProcessTensors):
     """Log the values of some tensors after every step (at INFO level).
 
     Args:
@@ -136,24 +136,10 @@ class TensorPrinter(Callback):
     """
 
     def __init__(self, names: str | Sequence[str]) -> None:
-        self._names = tensor_names(names)
-        self._args: Any = None
+        super().__init__(names, self._log)
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The names of the printed tensors."""
-        return self._names
-
-    def _setup_graph(self) -> None:
-        self._args = tf1.train.SessionRunArgs(fetches=fetchable_tensors(self, self._names))
-
-    def _before_run(self, run_context: Any) -> Any:
-        del run_context
-        return self._args
-
-    def _after_run(self, run_context: Any, run_values: Any) -> None:
-        del run_context
-        for name, value in zip(self._names, run_values.results):
+    def _log(self, *values: Any) -> None:
+        for name, value in zip(self.names, values):
             logger.info("%s: %s", name, value)
 
 
