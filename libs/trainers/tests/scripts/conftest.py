@@ -1,0 +1,3 @@
+"""The job scripts here run as programs in their own processes: pytest does not import them."""
+
+collect_ignore = ["dist_job.py", "hvd_job.py"]
