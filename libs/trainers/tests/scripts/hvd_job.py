@@ -91,7 +91,7 @@ class Watch(Callback):
         }
 
 
-class _KeepW(Callback):
+class KeepW(Callback):
     """Keeps the value of variable ``w`` at the end of training (every rank)."""
 
     _chief_only = False
@@ -117,7 +117,7 @@ def sum_check(rank: int) -> dict[str, list[float]]:
             spec = [tf.TensorSpec([None, 3], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
             trainer = HorovodTrainer(average=average)
             trainer.setup_graph(spec, x, linear, lambda: tf1.train.GradientDescentOptimizer(1.0))
-            keep = _KeepW()
+            keep = KeepW()
             trainer.train_with_defaults(
                 callbacks=[keep], monitors=[], extra_callbacks=[], steps_per_epoch=1, max_epoch=1
             )
