@@ -137,3 +137,21 @@ class TestHookedSession:
         hs = HookedSession(sess, [])
         with pytest.raises(TypeError, match="cannot fetch or feed"):
             hs.run(object())
+
+
+class TestCallbackScope:
+    """Callbacks build their ops under a valid name scope whatever their class name."""
+
+    def test_private_class_name(self, graph):
+        """A class named with a leading underscore still gets a usable root scope."""
+        from loop import LoopTrainer
+
+        class _Private(Callback):
+            def _setup_graph(self):
+                self.op = tf.constant(1.0, name="c")
+
+        cb = _Private()
+        with graph.as_default():
+            train_op = tf.no_op()
+        LoopTrainer(graph, train_op, [cb], steps_per_epoch=1, max_epoch=1).train()
+        assert cb.op.name == "Private/c:0"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,6 +25,21 @@ HOOK_METHODS = (
     "_trigger",
 )
 """The methods a callback overrides; the public method of each drops the underscore."""
+
+
+def scope_name(name: str) -> str:
+    """``name`` made a valid root name scope (TensorFlow rejects e.g. a leading ``_``).
+
+    Examples:
+        >>> scope_name("_KeepW")
+        'KeepW'
+        >>> scope_name("my callback!")
+        'my_callback_'
+        >>> scope_name("___")
+        'Callback'
+    """
+    cleaned = re.sub(r"[^A-Za-z0-9_.\\/>-]", "_", name)
+    return re.sub(r"^[^A-Za-z0-9.]+", "", cleaned) or "Callback"
 
 
 class Callback:
@@ -53,7 +69,10 @@ class Callback:
         """Attach to ``trainer`` and build this callback's ops (before the graph is finalized)."""
         self.trainer = trainer
         self.graph = trainer.graph
-        with self.graph.as_default(), tf1.name_scope(self.name_scope or type(self).__name__):
+        with (
+            self.graph.as_default(),
+            tf1.name_scope(scope_name(self.name_scope or type(self).__name__)),
+        ):
             self._setup_graph()
 
     def before_train(self) -> None:
@@ -217,7 +236,10 @@ class ProxyCallback(Callback):
         self.trainer = trainer
         self.graph = trainer.graph
         self.cb.setup_graph(trainer)
-        with self.graph.as_default(), tf1.name_scope(self.name_scope or type(self).__name__):
+        with (
+            self.graph.as_default(),
+            tf1.name_scope(scope_name(self.name_scope or type(self).__name__)),
+        ):
             self._setup_graph()
 
     def _before_train(self) -> None:
