@@ -169,6 +169,7 @@ class _DistributedSessionCreator:
         ready_op: Any,
         local_init: Sequence[Any],
         timeout: float,
+        chief_done: tuple[Any, Any, Any],
     ) -> None:
         self._target = target
         self._config = config
@@ -176,10 +177,17 @@ class _DistributedSessionCreator:
         self._ready_op = ready_op
         self._local_init = list(local_init)
         self._timeout = timeout
+        # (initializer, is-initialized, value) of the flag the chief raises once its
+        # session_init has run: only then are the global values final.
+        self._done_init, self._done_exists, self._done_value = chief_done
+
+    def _chief_finished(self, sess: Any) -> bool:
+        return bool(sess.run(self._done_exists)) and bool(sess.run(self._done_value))
 
     def create_session(self) -> Any:
         if self._is_chief:
             sess = NewSessionCreator(target=self._target, config=self._config).create_session()
+            sess.run(self._done_init)
             logger.info("chief: initialized the variables on the parameter servers")
             return sess
         graph = tf1.get_default_graph()
@@ -188,14 +196,15 @@ class _DistributedSessionCreator:
         waited = False
         while True:
             pending = sess.run(self._ready_op)
-            if len(pending) == 0:
+            if len(pending) == 0 and self._chief_finished(sess):
                 break
             if time.monotonic() > deadline:
                 sess.close()
                 names = [p.decode() if isinstance(p, bytes) else str(p) for p in pending[:10]]
-                msg = (
-                    f"the chief did not initialize the variables within {self._timeout:g} s; "
+                msg = f"the chief did not initialize the variables within {self._timeout:g} s; " + (
                     f"still uninitialized: {names}"
+                    if names
+                    else "they are initialized but its session_init has not finished"
                 )
                 raise TimeoutError(msg)
             if not waited:
@@ -346,6 +355,17 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 tf1.get_collection(tf1.GraphKeys.TABLE_INITIALIZERS)
             )
             after = self._after_init_ops()
+            with tf1.device(on_ps[0].device if on_ps else None), tf1.name_scope(None):
+                # Outside every collection: never saved, restored or initialized by others.
+                done = tf1.Variable(False, trainable=False, collections=[], name="chief_init_done")
+                raise_done = done.assign(True, read_value=False)
+                chief_done = (
+                    done.initializer,
+                    tf1.is_variable_initialized(done),
+                    done.read_value(),
+                )
+        if self.is_chief:
+            after = [*after, raise_done]
         config = tf1.ConfigProto()
         config.CopyFrom(session_creator.config)
         if not config.device_filters:
@@ -357,6 +377,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             ready,
             local_init,
             self.WAIT_FOR_CHIEF_SECONDS,
+            chief_done,
         )
         if not self.is_chief and session_init is not None:
             logger.info("worker %d: session_init runs on the chief only: skipped", self._task)
