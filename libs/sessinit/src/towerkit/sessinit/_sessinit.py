@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import functools
 import logging
 import os
@@ -156,7 +157,7 @@ def _plan(
     return plan_restore(sources, graph_vars, prefix=prefix, ignore=ignore, relaxed=relaxed)
 
 
-class _PlannedRestore(SessionInit):
+class _PlannedRestore(SessionInit, abc.ABC):
     """A restore from a listed source through a `RestorePlan`."""
 
     _prefix: str | None = None
@@ -165,11 +166,13 @@ class _PlannedRestore(SessionInit):
     _ignore_mismatch: bool = False
     _hint: str = ""
 
+    @abc.abstractmethod
     def _source_vars(self) -> tuple[VarInfo, ...]:
-        raise NotImplementedError
+        """Implemented by each kind of source."""
 
+    @abc.abstractmethod
     def _label(self) -> str:
-        raise NotImplementedError
+        """Implemented by each kind of source."""
 
     def plan(self, graph: Any = None) -> RestorePlan:
         """The plan of restoring into `graph` (default: the default graph); touches no session."""
@@ -229,11 +232,13 @@ class _PlannedRestore(SessionInit):
         plan, variables = self._checked_plan(sess.graph, log=True)
         self._execute(sess, plan, variables)
 
+    @abc.abstractmethod
     def _prepare(self, graph: Any, plan: RestorePlan, variables: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+        """Implemented by each kind of source."""
 
+    @abc.abstractmethod
     def _execute(self, sess: Any, plan: RestorePlan, variables: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+        """Implemented by each kind of source."""
 
 
 class SaverRestore(_PlannedRestore):
