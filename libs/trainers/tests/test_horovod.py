@@ -14,6 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from towerkit.trainers._horovod import rank_gpu
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 
@@ -209,6 +213,21 @@ class TestRankDies:
         launcher_said = "Terminating remaining workers after failure of Process 1"
         assert survivor_said in out or launcher_said in out, out
         assert seconds < DEATH_BOUND
+
+
+class TestRankGpu:
+    """rank_gpu: the GPU of each horovod process."""
+
+    @given(st.integers(0, 16), st.integers(0, 16))
+    def test_choice(self, local_rank, visible):
+        """None without GPUs; the only GPU; the local rank's GPU; an error beyond."""
+        if visible > 1 and local_rank >= visible:
+            with pytest.raises(ValueError, match=f"local rank {local_rank} has no GPU of its own"):
+                rank_gpu(local_rank, visible)
+            return
+        got = rank_gpu(local_rank, visible)
+        want = None if visible == 0 else ("0" if visible == 1 else str(local_rank))
+        assert got == want
 
 
 class TestLazyImport:

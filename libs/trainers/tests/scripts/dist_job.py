@@ -52,12 +52,14 @@ def main(argv: list[str]) -> int:
         }
     )
     if args.role == "ps":
-        server = tf1.train.Server(cluster, job_name="ps", task_index=args.task)
+        no_gpu = tf1.ConfigProto(device_count={"GPU": 0})
+        server = tf1.train.Server(cluster, job_name="ps", task_index=args.task, config=no_gpu)
         done = serve_parameters(server, timeout=300)
         report(role="ps", done=done)
         return 0
 
     config = session_config_for_devices(resolve_devices(TOWERS))
+    config.gpu_options.allow_growth = True
     server = tf1.train.Server(cluster, job_name="worker", task_index=args.task, config=config)
     graph = tf.Graph()
     with graph.as_default():

@@ -17,7 +17,7 @@ from towerkit.trainers._multigpu import ChiefOwnsLogdir, RunOpEachEpoch, Session
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
 
-__all__ = ["HorovodTrainer", "import_horovod", "is_collective_failure"]
+__all__ = ["HorovodTrainer", "import_horovod", "is_collective_failure", "rank_gpu"]
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -53,6 +53,37 @@ def is_collective_failure(err: BaseException) -> bool:
     """
     text = str(err).lower()
     return "horovod" in text or "gloo" in text
+
+
+def rank_gpu(local_rank: int, num_visible_gpus: int) -> str | None:
+    """The GPU a horovod process uses (for ``visible_device_list``), or None without GPUs.
+
+    A process sees either every GPU of its machine and takes the one of its local
+    rank, or exactly one (the launcher gave each process its own) and takes it.
+
+    Raises:
+        ValueError: more processes on the machine than GPUs.
+
+    Examples:
+        >>> rank_gpu(1, 4), rank_gpu(1, 1), rank_gpu(0, 0)
+        ('1', '0', None)
+        >>> rank_gpu(2, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: local rank 2 has no GPU of its own: 2 visible (ids 0..1); run at most 2 processes on this machine, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPUs
+    """
+    if num_visible_gpus == 0:
+        return None
+    if num_visible_gpus == 1:
+        return "0"
+    if local_rank >= num_visible_gpus:
+        msg = (
+            f"local rank {local_rank} has no GPU of its own: {num_visible_gpus} visible (ids "
+            f"0..{num_visible_gpus - 1}); run at most {num_visible_gpus} processes on this "
+            "machine, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPUs"
+        )
+        raise ValueError(msg)
+    return str(local_rank)
 
 
 def _check_compression(hvd: Any, compression: Any) -> Any:
@@ -93,8 +124,9 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     The rank facts are available as ``trainer.rank``, ``trainer.size``,
     ``trainer.local_rank`` and ``trainer.local_size``, or from horovod itself
     (``hvd.rank()``, ``hvd.size()``) once the trainer exists. With GPUs, each
-    process uses the GPU of its local rank (``visible_device_list``); do not touch
-    CUDA (e.g. listing devices) before the trainer is created.
+    process uses the GPU of its local rank (``visible_device_list``), or its only
+    visible GPU when the launcher gives each process one (see `rank_gpu`); do not
+    create a CUDA context (e.g. by running a session) before the trainer is created.
 
     Launch with horovod's launcher, e.g. on one machine with 4 processes over gloo::
 
@@ -118,6 +150,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     Raises:
         ImportError: horovod is not installed (the message says how to get it).
         TypeError: bad `average` or `compression`.
+        ValueError: more processes on this machine than GPUs.
     """
 
     BROADCAST_EVERY_EPOCH: bool = True
@@ -137,6 +170,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         self._local_rank = int(hvd.local_rank())
         self._local_size = int(hvd.local_size())
         self.is_chief = self._rank == 0
+        self._gpu = rank_gpu(self._local_rank, visible_gpu_count())
         self._broadcast_op: Any = None
         self._loop_feed: Any = None
         self._loop_value: Any = None
@@ -198,7 +232,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn)
 
     def _device(self) -> str:
-        return "/gpu:0" if visible_gpu_count() > 0 else "/cpu:0"
+        return "/cpu:0" if self._gpu is None else "/gpu:0"
 
     def _setup_graph(
         self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
@@ -240,11 +274,11 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         """
         if self._broadcast_op is None:
             self._build_broadcasts()
-        if isinstance(session_creator, NewSessionCreator) and visible_gpu_count() > 0:
+        if isinstance(session_creator, NewSessionCreator) and self._gpu is not None:
             config = tf1.ConfigProto()
             config.CopyFrom(session_creator.config)
             if not config.gpu_options.visible_device_list:
-                config.gpu_options.visible_device_list = str(self._local_rank)
+                config.gpu_options.visible_device_list = self._gpu
             session_creator = NewSessionCreator(target=session_creator.target, config=config)
         wrapped = SessionInitThenRun(
             session_init,
