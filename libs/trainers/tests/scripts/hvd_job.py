@@ -18,6 +18,7 @@ import tensorflow as tf
 from dp_model import SIG, cost_fn, data, error_rate
 
 from towerkit.callbacks import Callback, ModelSaver
+from towerkit.towers import add_moving_summary
 from towerkit.towers._compat import tf1
 from towerkit.trainers import (
     AutoResumeTrainConfig,
@@ -38,10 +39,23 @@ class Model(ModelDesc):
         return SIG
 
     def build_graph(self, x, y):
-        return cost_fn(x, y)
+        cost = cost_fn(x, y)
+        add_moving_summary(cost)
+        return cost
 
     def optimizer(self):
         return tf1.train.MomentumOptimizer(0.05, 0.9)
+
+
+class ChiefState(Callback):
+    """A chief-only callback with a variable of its own: a variable rank 1 never has."""
+
+    def _setup_graph(self):
+        self.count = tf1.get_variable("chief_epochs", initializer=0, trainable=False)
+        self.add = self.count.assign_add(1)
+
+    def _trigger_epoch(self):
+        self.value = int(self.trainer.sess.run(self.add))
 
 
 class Watch(Callback):
@@ -148,7 +162,7 @@ def main(argv: list[str]) -> int:
             logdir=logdir,
             data=NumpyInput(data(256, seed=10), batch_size=16, shuffle=True),
             model=Model(),
-            callbacks=[watch, ModelSaver(max_to_keep=10)],
+            callbacks=[watch, ModelSaver(max_to_keep=10), ChiefState()],
             steps_per_epoch=STEPS_PER_EPOCH,
             max_epoch=args.max_epoch,
         )

@@ -109,9 +109,11 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     directory; other ranks keep the path, for callbacks that are not chief-only.
 
     At the start, after ``session_init`` (a restore, e.g. by
-    `AutoResumeTrainConfig`), every global variable is broadcast from rank 0, so all
-    ranks start from rank 0's values and global step even where the others could not
-    read the checkpoint; the loop's ``steps_per_epoch``, ``starting_epoch`` and
+    `AutoResumeTrainConfig`), the global variables that exist when ``setup_graph``
+    ends (the model's, its optimizer's and the global step: those every rank has;
+    not the ones callbacks create, which may be chief-only) are broadcast from rank 0,
+    so all ranks start from rank 0's values and global step even where the others
+    could not read the checkpoint; the loop's ``steps_per_epoch``, ``starting_epoch`` and
     ``max_epoch`` are also taken from rank 0. With ``BROADCAST_EVERY_EPOCH`` the
     variables are broadcast again after every epoch.
 
@@ -250,12 +252,18 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         self.train_op = opt.apply_gradients(
             list(zip(reduced, [v for _, v in grads])), name="train_op"
         )
+        self._build_broadcasts()
         if self.BROADCAST_EVERY_EPOCH:
             return [RunOpEachEpoch(lambda: self._broadcast_op, "broadcast rank 0's variables")]
         return []
 
     def _build_broadcasts(self) -> None:
-        """The broadcast of every global variable and of the loop parameters, from rank 0."""
+        """The broadcasts from rank 0 of the model's global variables and the loop parameters.
+
+        They are built at the end of ``setup_graph``, so they cover the variables every
+        rank has (the model's, its optimizer's, the global step) and not those that
+        callbacks create later, which may exist on some ranks only (chief-only ones).
+        """
         hvd = self._hvd
         with self._graph.as_default(), tf1.name_scope("horovod_broadcast"):
             self._broadcast_op = hvd.broadcast_variables(tf1.global_variables(), root_rank=0)
