@@ -484,6 +484,72 @@ class TestReplicated:
         assert missing_devices(trainer.devices, probe.names) == []
 
 
+class TestGradientKinds:
+    """Sparse gradients and the NCCL graph."""
+
+    @staticmethod
+    def embedding_cost(x, y):
+        """A cost whose embedding gradient is sparse (tf.IndexedSlices)."""
+        table = tf1.get_variable(
+            "emb", initializer=np.arange(40, dtype=np.float32).reshape(10, 4) / 40
+        )
+        ids = tf.cast(tf.abs(x[:, 0] * 3), tf.int32) % 10
+        rows = tf.gather(table, ids)
+        w = tf1.get_variable("w", initializer=np.ones([4, 3], np.float32) / 4)
+        logits = tf.matmul(rows, w)
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        return tf.reduce_mean(loss, name="cost")
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda: SyncMultiGPUTrainerReplicated(2, mode="cpu"),
+            lambda: SyncMultiGPUTrainerReplicated(2, mode="hierarchical"),
+            lambda: SyncMultiGPUTrainerParameterServer(2),
+        ],
+        ids=["cpu", "hierarchical", "ps"],
+    )
+    def test_sparse(self, make):
+        """Sparse gradients are summed without densifying and equal one tower on both batches."""
+        need(2)
+        got, want = {}, {}
+        for trainer, batch, out in ((make, BATCH, got), (SimpleTrainer, 2 * BATCH, want)):
+            with tf.Graph().as_default():
+                snap = Snapshot()
+                t = trainer()
+                t.setup_graph(
+                    SIG,
+                    NumpyInput(data(N), batch_size=batch, shuffle=False),
+                    self.embedding_cost,
+                    sgd(0.5),
+                )
+                t.train_with_defaults(
+                    callbacks=[snap],
+                    monitors=[],
+                    extra_callbacks=[],
+                    steps_per_epoch=3,
+                    max_epoch=1,
+                )
+                out.update(snap.values)
+        for name in ("emb", "w"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+        assert not np.allclose(got["emb"], np.arange(40, dtype=np.float32).reshape(10, 4) / 40)
+
+    def test_nccl_graph(self, graph):
+        """The NCCL all-reduce builds one NcclAllReduce per variable and device, scaled by 1/n."""
+        from towerkit.trainers._allreduce import allreduce
+
+        grads = [[tf.ones([3]) * (k + 1)] for k in range(2)]
+        columns = [[grads[0][0], grads[1][0]]]
+        (row,) = allreduce(columns, ["/gpu:0", "/gpu:1"], "nccl", average=True)
+        nccl = [op for op in graph.get_operations() if op.type == "NcclAllReduce"]
+        assert len(nccl) == 2
+        assert {op.get_attr("num_devices") for op in nccl} == {2}
+        assert len({op.get_attr("shared_name") for op in nccl}) == 1
+        assert [on(op.device, d) for op, d in zip(nccl, ["/gpu:0", "/gpu:1"])] == [True, True]
+        assert [t.shape.as_list() for t in row] == [[3], [3]]
+
+
 class _Model(ModelDesc):
     """The test model as a ModelDesc."""
 
