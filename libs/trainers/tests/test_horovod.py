@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.trainers._horovod import rank_gpu
+from towerkit.trainers import rank_gpu
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 

@@ -93,7 +93,7 @@ from towerkit.trainers._distributed import (
     serve_parameters,
 )
 from towerkit.trainers._errors import CollectiveError, TowerVariableMismatchError
-from towerkit.trainers._horovod import HorovodTrainer
+from towerkit.trainers._horovod import HorovodTrainer, rank_gpu
 from towerkit.trainers._multigpu import (
     AsyncMultiGPUTrainer,
     SyncMultiGPUTrainer,
@@ -179,6 +179,7 @@ __all__ = [
     "DistributedTrainerReplicated",
     "serve_parameters",
     "HorovodTrainer",
+    "rank_gpu",
     "ALLREDUCE_MODES",
     "AllReduceChoice",
     "choose_allreduce_mode",
