@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,9 @@ from towerkit.conformance._model import PROBE_INPUTS, VARIABLES
 from towerkit.conformance._scenario import CLOCK
 from towerkit.conformance._trace import TraceEvent
 from towerkit.towers._compat import tf1
+
+_SNAPSHOT_TRIES = 40
+"""How often the towers recorder retries for variables that hold still (other workers)."""
 
 
 class Recording:
@@ -277,8 +281,16 @@ class TowersRecorder(Callback):
         self._rec.towers.extend((h.ns_name, bool(h.is_training)) for h in towers)
         first = towers.training()[0]
         names = list(VARIABLES)
-        values = self.trainer.sess.run(first.get_variables(names))
-        (out,) = self._predictor(PROBE_INPUTS)
+        variables = first.get_variables(names)
+        # In a cluster the other workers may still be stepping the shared variables:
+        # take a snapshot that holds still across the predictor's call.
+        for _ in range(_SNAPSHOT_TRIES):
+            values = self.trainer.sess.run(variables)
+            (out,) = self._predictor(PROBE_INPUTS)
+            after = self.trainer.sess.run(variables)
+            if all(np.array_equal(a, b) for a, b in zip(values, after)):
+                break
+            time.sleep(0.05)
         self._rec.predictor.append(("pred", tuple(float(x) for x in np.asarray(out).ravel())))
         for n, v in zip(names, values):
             self._rec.predictor.append((n, tuple(float(x) for x in np.asarray(v).ravel())))
