@@ -100,6 +100,9 @@ def tests(session: nox.Session, lib: str) -> None:
     """One lib's tests and doctests, in a venv with only that lib and its declared dependencies."""
     install_local(session, f"towerkit-{lib}")
     install_groups(session, "test")
+    # Callbacks are driven by the lib's small test loop here (the trainers lib is not in
+    # this venv); crosslib runs the same tests with the real trainer.
+    env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "loop"} if lib == "callbacks" else pytest_env()
     session.run(
         "pytest",
         f"libs/{lib}/tests",
@@ -107,7 +110,7 @@ def tests(session: nox.Session, lib: str) -> None:
         "--pyargs",
         f"towerkit.{lib}",
         *session.posargs,
-        env=pytest_env(),
+        env=env,
     )
 
 
@@ -118,6 +121,9 @@ def crosslib(session: nox.Session) -> None:
     install_groups(session, "test", "demo")
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     session.run("pytest", *paths, *session.posargs, env=pytest_env())
+    # The callbacks lib's tests again, each callback now driven by the real trainer.
+    env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer"}
+    session.run("pytest", "libs/callbacks/tests", *session.posargs, env=env)
 
 
 LINT_TARGETS = {

@@ -20,3 +20,10 @@ def sess(graph):
     s = tf1.Session(graph=graph)
     yield s
     s.close()
+
+
+def pytest_report_header(config):
+    """Say which loop drives the callbacks (see tests/loop.py)."""
+    from loop import DRIVER
+
+    return f"towerkit callbacks tests: driven by the {DRIVER!r} loop"

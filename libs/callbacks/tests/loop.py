@@ -1,12 +1,23 @@
-"""A small real training loop over a real session, for driving callbacks in tests.
+"""The training loop that drives callbacks in this lib's tests.
 
-It follows the loop semantics of `towerkit.callbacks.loop_events` (and the trainers
-lib's `Trainer`): epochs `starting_epoch..max_epoch` inclusive, `steps_per_epoch`
-steps each, one `hooked_sess.run(train_op)` per step, `StopTraining` ends the loop
-and `after_train` still runs.
+Two drivers with one constructor, ``LoopTrainer(graph, train_op, callbacks, monitors,
+...)``, chosen by the environment variable ``TOWERKIT_CALLBACKS_DRIVER``:
+
+- ``trainer``: the trainers lib's real `towerkit.trainers.Trainer`, its loop, session
+  creator and logdir handling. The cross-lib nox session runs these tests so.
+- ``loop``: a small real loop over a real session, kept here because this lib's own
+  venv must not hold the trainers lib. It follows the loop semantics of
+  `towerkit.callbacks.loop_events`: epochs ``starting_epoch..max_epoch`` inclusive,
+  ``steps_per_epoch`` steps each, one ``hooked_sess.run(train_op)`` per step,
+  `StopTraining` ends the loop and ``after_train`` still runs.
+
+Unset, the real trainer is used when it can be imported.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import os
 
 import numpy as np
 
@@ -14,7 +25,7 @@ from towerkit.callbacks import Callbacks, HookedSession, StopTraining
 from towerkit.towers._compat import tf1
 
 
-class LoopTrainer:
+class SmallLoop:
     """A minimal trainer implementing `TrainerView`, for tests of single callbacks.
 
     Build the graph (with `train_op`) first, inside `graph`; then `train()`.
@@ -106,3 +117,85 @@ class LoopTrainer:
                 cbs.after_train()
             self.sess.close()
         return self
+
+
+def _driver() -> str:
+    """Which driver the environment asks for (see the module docstring)."""
+    want = os.environ.get("TOWERKIT_CALLBACKS_DRIVER", "")
+    if want in ("trainer", "loop"):
+        return want
+    if want:
+        msg = f"TOWERKIT_CALLBACKS_DRIVER must be 'trainer' or 'loop'; got {want!r}"
+        raise ValueError(msg)
+    return "trainer" if importlib.util.find_spec("towerkit.trainers") else "loop"
+
+
+DRIVER = _driver()
+
+
+def _real_trainer_class():
+    """`Trainer` from the trainers lib, adapted to `SmallLoop`'s constructor."""
+    from towerkit.trainers import NewSessionCreator, Trainer
+    from towerkit.trainers._tfutils import get_default_sess_config
+
+    class RealTrainer(Trainer):
+        """The trainers lib's `Trainer` running `train_op`, built in `graph`."""
+
+        def __init__(
+            self,
+            graph,
+            train_op,
+            callbacks=(),
+            monitors=None,
+            *,
+            steps_per_epoch=3,
+            max_epoch=2,
+            starting_epoch=1,
+            logdir=None,
+            is_chief=True,
+            tower_func=None,
+            session_init=None,
+            session_config=None,
+        ):
+            with graph.as_default():
+                super().__init__()
+            self.train_op = train_op
+            self.is_chief = is_chief
+            self._tower_func = tower_func
+            self._args = (list(callbacks), monitors, session_init, session_config)
+            self._loop_args = (steps_per_epoch, starting_epoch, max_epoch)
+            self._logdir_arg = logdir
+
+        @property
+        def tower_func(self):
+            return self._tower_func
+
+        @property
+        def towers(self):
+            return self._tower_func.towers if self._tower_func is not None else None
+
+        def train(self):
+            """Run the real trainer's three phases; returns the trainer."""
+            callbacks, monitors, session_init, config = self._args
+            creator = NewSessionCreator(
+                config=config if config is not None else get_default_sess_config()
+            )
+            steps, start, last = self._loop_args
+            super().train(
+                callbacks,
+                monitors,
+                creator,
+                session_init,
+                steps,
+                start,
+                last,
+                logdir=self._logdir_arg,
+                logdir_action="keep",
+            )
+            return self
+
+    return RealTrainer
+
+
+LoopTrainer = _real_trainer_class() if DRIVER == "trainer" else SmallLoop
+"""What the tests construct: the real trainer or the small loop, per `DRIVER`."""

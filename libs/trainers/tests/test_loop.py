@@ -10,7 +10,7 @@ from helpers import Probe, as_tuples, counter_trainer, creator, truncated
 from hypothesis import HealthCheck, given, settings
 from strategies import loop_runs
 
-from towerkit.callbacks import Callback, EventKind, loop_events
+from towerkit.callbacks import Callback, EventKind, MonitorBase, Monitors, loop_events
 from towerkit.sessinit import DictRestore
 from towerkit.towers._compat import tf1
 from towerkit.trainers import StopTraining, Trainer, TrainerStateError
@@ -213,6 +213,53 @@ class TestChiefOnly:
         chief = Probe(chief_only=True)
         trainer.train([chief], [], creator(), None, 1, 1, 1)
         assert len(chief.events) == 8
+
+
+class _Seen(MonitorBase):
+    """A monitor that writes down the scalars it gets."""
+
+    def __init__(self, chief_only):
+        self.chief_only = chief_only
+        self.scalars = []
+
+    def process_scalar(self, name, val):
+        self.scalars.append((name, val))
+
+
+class _PutEpoch(Callback):
+    """Puts the epoch number as the scalar 'epoch' at every epoch's end."""
+
+    chief_only = False
+
+    def _trigger_epoch(self):
+        self.trainer.monitors.put_scalar("epoch", self.trainer.epoch_num)
+
+
+class TestMonitorsGroup:
+    """`monitors` may be a list of monitors or a `Monitors` group made beforehand."""
+
+    def test_group_used_as_is(self, graph):
+        """The group given becomes trainer.monitors, so its history is read from it."""
+        trainer, _ = counter_trainer()
+        seen = _Seen(chief_only=True)
+        group = Monitors([seen])
+        trainer.train([_PutEpoch()], group, creator(), None, 2, 1, 3)
+        assert trainer.monitors is group
+        assert group.get_history("epoch") == [(2, 1), (4, 2), (6, 3)]
+        assert seen.scalars == [("epoch", 1), ("epoch", 2), ("epoch", 3)]
+
+    def test_group_on_a_non_chief(self, graph):
+        """On a non-chief worker the group's chief-only monitors are left out of a new group."""
+        trainer, _ = counter_trainer()
+        trainer.is_chief = False
+        chief, everyone = _Seen(chief_only=True), _Seen(chief_only=False)
+        group = Monitors([chief, everyone])
+        trainer.train([_PutEpoch()], group, creator(), None, 1, 1, 2)
+        assert trainer.monitors is not group
+        assert trainer.monitors.monitors == (everyone,)
+        assert chief.scalars == []
+        assert everyone.scalars == [("epoch", 1), ("epoch", 2)]
+        assert trainer.monitors.get_history("epoch") == [(1, 1), (2, 2)]
 
 
 class TestPhases:

@@ -256,13 +256,16 @@ class Trainer:
         return ok
 
     def setup_callbacks(
-        self, callbacks: Sequence[Callback] | None, monitors: Sequence[Any] | None
+        self, callbacks: Sequence[Callback] | None, monitors: Sequence[Any] | Any | None
     ) -> None:
         """Register `callbacks`, then `monitors`, and call every callback's ``setup_graph``.
 
         Monitors are grouped in a `Monitors` (``trainer.monitors``) that runs after
         all other callbacks in each phase, so statistics put in ``trigger_epoch``
-        reach the files in the same epoch.
+        reach the files in the same epoch. `monitors` may also be a `Monitors` group
+        made beforehand: it becomes ``trainer.monitors`` as it is (so its history can
+        be read from it after training), unless this worker is not the chief and some
+        of its monitors are chief-only, in which case a group of the others is made.
 
         Raises:
             TypeError: entries that are not callbacks.
@@ -272,11 +275,15 @@ class Trainer:
 
         self._require_phase("setup_callbacks", "new")
         self.register_callback(_as_callback_list("callbacks", callbacks))
+        given = monitors.monitors if isinstance(monitors, Monitors) else monitors
         mons: list[Any] = [
-            m for m in _as_callback_list("monitors", monitors) if self.is_chief or not m.chief_only
+            m for m in _as_callback_list("monitors", given) if self.is_chief or not m.chief_only
         ]
         self._ensure_global_step()
-        self._monitors = Monitors(mons)
+        if isinstance(monitors, Monitors) and len(mons) == len(monitors.monitors):
+            self._monitors = monitors
+        else:
+            self._monitors = Monitors(mons)
         self._registered.append(self._monitors)
         self._callbacks = Callbacks(self._registered)
         with self._graph.as_default():
