@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from towerkit.trainers import launch_horovod_job
 
 pytestmark = [
     pytest.mark.horovod,
@@ -126,37 +123,21 @@ def run_job(
 ) -> tuple[int, str, float]:
     """Run ``script`` on NP local gloo processes; return exit status, output and seconds.
 
-    The launcher runs in its own process group; past JOB_TIMEOUT the group is stopped and
-    the test fails, so a hanging job can never hang the test run.
+    Past JOB_TIMEOUT the job's process group is stopped and the test fails, so a hanging
+    job can never hang the test run.
     """
     path = tmp_path / "job.py"
     path.write_text(script)
-    argv = [sys.executable, "-m", "horovod.runner.launch", "-np", str(NP), "--gloo"]
-    argv += ["-H", f"localhost:{NP}", sys.executable, str(path)]
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"}
-    full_env.update(env or {})
-    started = time.monotonic()
-    with subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=full_env,
+    job = launch_horovod_job(
+        [sys.executable, str(path)],
+        NP,
+        timeout=JOB_TIMEOUT,
         cwd=tmp_path,
-        start_new_session=True,
-    ) as proc:
-        try:
-            out, _ = proc.communicate(timeout=JOB_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                out, _ = proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                out, _ = proc.communicate()
-            pytest.fail(f"horovod job still running after {JOB_TIMEOUT:g} s:\n{out}")
-    return proc.returncode, out, time.monotonic() - started
+        env={"TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+    )
+    if job.timed_out:
+        pytest.fail(f"horovod job still running after {JOB_TIMEOUT:g} s:\n{job.output}")
+    return job.returncode, job.output, job.seconds
 
 
 def reports(out: str) -> dict[int, dict]:

@@ -119,6 +119,19 @@ class SmallLoop:
         return self
 
 
+OPTIONS = {
+    "steps_per_epoch": 3,
+    "max_epoch": 2,
+    "starting_epoch": 1,
+    "logdir": None,
+    "is_chief": True,
+    "tower_func": None,
+    "session_init": None,
+    "session_config": None,
+}
+"""The keyword options of both drivers and their defaults (those of `SmallLoop`)."""
+
+
 def _driver() -> str:
     """Which driver the environment asks for (see the module docstring)."""
     want = os.environ.get("TOWERKIT_CALLBACKS_DRIVER", "")
@@ -141,55 +154,41 @@ def _real_trainer_class():
     class RealTrainer(Trainer):
         """The trainers lib's `Trainer` running `train_op`, built in `graph`."""
 
-        def __init__(
-            self,
-            graph,
-            train_op,
-            callbacks=(),
-            monitors=None,
-            *,
-            steps_per_epoch=3,
-            max_epoch=2,
-            starting_epoch=1,
-            logdir=None,
-            is_chief=True,
-            tower_func=None,
-            session_init=None,
-            session_config=None,
-        ):
+        def __init__(self, graph, train_op, callbacks=(), monitors=None, **options):
+            unknown = sorted(set(options) - set(OPTIONS))
+            if unknown:
+                msg = f"unknown LoopTrainer options {unknown}; known: {sorted(OPTIONS)}"
+                raise TypeError(msg)
             with graph.as_default():
                 super().__init__()
             self.train_op = train_op
-            self.is_chief = is_chief
-            self._tower_func = tower_func
-            self._args = (list(callbacks), monitors, session_init, session_config)
-            self._loop_args = (steps_per_epoch, starting_epoch, max_epoch)
-            self._logdir_arg = logdir
+            self._opt = {**OPTIONS, **options}
+            self.is_chief = self._opt["is_chief"]
+            self._given = (list(callbacks), monitors)
 
         @property
         def tower_func(self):
-            return self._tower_func
+            return self._opt["tower_func"]
 
         @property
         def towers(self):
-            return self._tower_func.towers if self._tower_func is not None else None
+            tf = self._opt["tower_func"]
+            return tf.towers if tf is not None else None
 
         def train(self):
             """Run the real trainer's three phases; returns the trainer."""
-            callbacks, monitors, session_init, config = self._args
-            creator = NewSessionCreator(
-                config=config if config is not None else get_default_sess_config()
-            )
-            steps, start, last = self._loop_args
+            callbacks, monitors = self._given
+            opt = self._opt
+            config = opt["session_config"]
             super().train(
                 callbacks,
                 monitors,
-                creator,
-                session_init,
-                steps,
-                start,
-                last,
-                logdir=self._logdir_arg,
+                NewSessionCreator(config=config or get_default_sess_config()),
+                opt["session_init"],
+                opt["steps_per_epoch"],
+                opt["starting_epoch"],
+                opt["max_epoch"],
+                logdir=opt["logdir"],
                 logdir_action="keep",
             )
             return self

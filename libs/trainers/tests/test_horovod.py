@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.trainers import rank_gpu
+from towerkit.trainers import launch_horovod_job, rank_gpu
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 
@@ -39,39 +36,19 @@ DEATH_BOUND = 240.0
 def run_job(tmp_path: Path, *args: str) -> tuple[int, str, float]:
     """Run the job script on NP local gloo processes; return exit status, output and seconds.
 
-    The launcher runs in its own process group; past JOB_TIMEOUT the group is stopped
-    and the test fails, so a hanging job never hangs the test run.
+    Past JOB_TIMEOUT the job's process group is stopped and the test fails, so a hanging
+    job never hangs the test run.
     """
-    argv = [sys.executable, "-m", "horovod.runner.launch", "-np", str(NP), "--gloo"]
-    argv += ["-H", f"localhost:{NP}", sys.executable, str(SCRIPT), *args]
-    env = {
-        **os.environ,
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONUNBUFFERED": "1",
-        "HOROVOD_GLOO_TIMEOUT_SECONDS": "60",
-    }
-    started = time.monotonic()
-    with subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
+    job = launch_horovod_job(
+        [sys.executable, str(SCRIPT), *args],
+        NP,
+        timeout=JOB_TIMEOUT,
         cwd=tmp_path,
-        start_new_session=True,
-    ) as proc:
-        try:
-            out, _ = proc.communicate(timeout=JOB_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                out, _ = proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                out, _ = proc.communicate()
-            pytest.fail(f"horovod job still running after {JOB_TIMEOUT:g} s:\n{out}")
-    return proc.returncode, out, time.monotonic() - started
+        env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
+    )
+    if job.timed_out:
+        pytest.fail(f"horovod job still running after {JOB_TIMEOUT:g} s:\n{job.output}")
+    return job.returncode, job.output, job.seconds
 
 
 def reports(out: str) -> dict[int, dict]:

@@ -288,41 +288,23 @@ def run_horovod_job(
 ) -> tuple[int, str, float]:
     """Run `command` as `processes` horovod ranks over gloo on localhost.
 
-    The launcher runs in its own process group; past `timeout` seconds the group is
-    stopped, so a hanging job never hangs the suite.
+    Uses the trainers lib's `launch_horovod_job`: past `timeout` seconds the job's
+    process group is stopped, so a hanging job never hangs the suite.
 
     Returns:
         The exit status (-1 after a timeout), the launcher's output and the seconds taken.
     """
-    argv = [sys.executable, "-m", "horovod.runner.launch", "-np", str(processes), "--gloo"]
-    argv += ["-H", f"localhost:{processes}", *command]
-    env = {
-        **os.environ,
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "HOROVOD_GLOO_TIMEOUT_SECONDS": os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "60"),
-        "PYTHONPATH": _python_path(),
-    }
-    started = time.monotonic()
-    with subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
+    from towerkit.trainers import launch_horovod_job
+
+    job = launch_horovod_job(
+        command,
+        processes,
+        timeout=timeout,
         cwd=cwd,
-        start_new_session=True,
-    ) as proc:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                out, _ = proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                out, _ = proc.communicate()
-            out += f"\n[stopped after {timeout:g} s]"
-            code = -1
-    return code, out, time.monotonic() - started
+        env={
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "60"),
+            "PYTHONPATH": _python_path(),
+        },
+    )
+    return job.returncode, job.output, job.seconds

@@ -94,6 +94,7 @@ from towerkit.trainers._distributed import (
 )
 from towerkit.trainers._errors import CollectiveError, TowerVariableMismatchError
 from towerkit.trainers._horovod import HorovodTrainer, rank_gpu
+from towerkit.trainers._hvdrun import HorovodJob, horovod_launch_argv, launch_horovod_job
 from towerkit.trainers._multigpu import (
     AsyncMultiGPUTrainer,
     SyncMultiGPUTrainer,
@@ -180,6 +181,9 @@ __all__ = [
     "serve_parameters",
     "HorovodTrainer",
     "rank_gpu",
+    "HorovodJob",
+    "horovod_launch_argv",
+    "launch_horovod_job",
     "ALLREDUCE_MODES",
     "AllReduceChoice",
     "choose_allreduce_mode",

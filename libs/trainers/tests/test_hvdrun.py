@@ -1,0 +1,154 @@
+"""launch_horovod_job: the launcher's command line, its argument checks, real bounded jobs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from towerkit.trainers import HorovodJob, horovod_launch_argv, launch_horovod_job
+
+HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
+needs_horovod = [
+    pytest.mark.horovod,
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod"),
+]
+
+
+class TestArgv:
+    """The horovodrun command line for local gloo ranks."""
+
+    @given(
+        st.integers(1, 64),
+        st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4),
+    )
+    def test_shape(self, processes, command):
+        """Launcher module, -np, --gloo and the local host slots, then the command unchanged."""
+        argv = horovod_launch_argv(command, processes, python="py")
+        assert argv[:3] == ["py", "-m", "horovod.runner.launch"]
+        assert argv[argv.index("-np") + 1] == str(processes)
+        assert "--gloo" in argv
+        assert argv[argv.index("-H") + 1] == f"localhost:{processes}"
+        assert argv[-len(command) :] == command
+
+    def test_default_python(self):
+        """Without `python`, the launcher runs under this interpreter."""
+        assert horovod_launch_argv(["x.py"], 1)[0] == sys.executable
+
+    @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+    def test_bad_processes(self, bad):
+        """`processes` must be a positive int; the error names it and the value."""
+        with pytest.raises(ValueError, match=r"'processes' must be an int >= 1; got"):
+            horovod_launch_argv(["x.py"], bad)
+
+    def test_empty_command(self):
+        """An empty command is refused."""
+        with pytest.raises(ValueError, match="'command' must name the program"):
+            horovod_launch_argv([], 2)
+
+
+class TestArguments:
+    """Bad arguments fail before anything is started."""
+
+    @pytest.mark.parametrize("bad", [0, -3.0])
+    def test_bad_timeout(self, bad, tmp_path):
+        with pytest.raises(ValueError, match="'timeout' must be > 0 seconds"):
+            launch_horovod_job(["x.py"], 2, timeout=bad, cwd=tmp_path)
+
+    def test_missing_cwd(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match="is not a directory"):
+            launch_horovod_job(["x.py"], 2, timeout=5, cwd=tmp_path / "nope")
+
+
+class TestJobs:
+    """Real jobs: a finishing one, a failing one, and one that would hang without the bound."""
+
+    def test_result_ok(self):
+        """`ok` only for exit status 0 without timeout."""
+        assert HorovodJob(0, "", 1.0, False).ok
+        assert not HorovodJob(1, "", 1.0, False).ok
+        assert not HorovodJob(-1, "", 1.0, True).ok
+
+    @pytest.mark.skipif(HAVE_HOROVOD, reason="checks the failure when horovod is missing")
+    def test_without_horovod(self, tmp_path):
+        """Without horovod the launcher fails at once, saying which module is missing."""
+        job = launch_horovod_job([sys.executable, "-c", "pass"], 2, timeout=120, cwd=tmp_path)
+        assert not job.ok
+        assert not job.timed_out
+        assert "horovod" in job.output
+
+
+SLEEPER = """
+import os, sys, time
+rank = os.environ["HOROVOD_RANK"]
+with open(f"pid{rank}", "w") as f:
+    f.write(str(os.getpid()))
+print("rank", rank, "started", flush=True)
+if rank == "1":
+    time.sleep(3600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0): read its state
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("np_", [2])
+class TestRealJobs:
+    """Jobs over gloo on localhost (in the horovod nox session)."""
+
+    pytestmark = needs_horovod
+
+    def test_finishes(self, tmp_path, np_):
+        """Every rank runs the command; the job is ok and its output holds every rank's lines."""
+        script = tmp_path / "hello.py"
+        script.write_text('import os\nprint("hello from", os.environ["HOROVOD_RANK"])\n')
+        job = launch_horovod_job([sys.executable, str(script)], np_, timeout=120, cwd=tmp_path)
+        assert job.ok, job.output
+        for rank in range(np_):
+            assert f"hello from {rank}" in job.output
+
+    def test_failing_rank(self, tmp_path, np_):
+        """A rank exiting with an error makes the job fail (not time out)."""
+        script = tmp_path / "fail.py"
+        script.write_text(
+            'import os, sys\nsys.exit(3 if os.environ["HOROVOD_RANK"] == "1" else 0)\n'
+        )
+        job = launch_horovod_job([sys.executable, str(script)], np_, timeout=120, cwd=tmp_path)
+        assert not job.ok
+        assert not job.timed_out
+        assert job.returncode != 0
+
+    def test_hanging_rank_is_stopped(self, tmp_path, np_):
+        """A rank that never ends is stopped at the timeout, with every process of the job."""
+        script = tmp_path / "sleep.py"
+        script.write_text(textwrap.dedent(SLEEPER))
+        started = time.monotonic()
+        job = launch_horovod_job(
+            [sys.executable, str(script)], np_, timeout=20, cwd=tmp_path, grace=5
+        )
+        assert job.timed_out
+        assert job.returncode == -1
+        assert "horovod job stopped after 20 s" in job.output
+        assert time.monotonic() - started < 20 + 5 + 30
+        pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(np_)]
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in pids), f"ranks still alive: {pids}"
