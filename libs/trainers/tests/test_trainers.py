@@ -6,7 +6,7 @@ import tensorflow as tf
 from helpers import blobs, creator, dense, mlp_cost
 
 from towerkit.callbacks import Callback
-from towerkit.towers import TowerFunc, TowerRuleError, visible_gpu_count
+from towerkit.towers import TowerContext, TowerFunc, TowerRuleError, visible_gpu_count
 from towerkit.towers._compat import tf1
 from towerkit.trainers import (
     DEFAULT_CALLBACKS,
@@ -14,6 +14,7 @@ from towerkit.trainers import (
     NoOpTrainer,
     NumpyInput,
     SimpleTrainer,
+    SingleCostTrainer,
     TFDatasetInput,
     TrainerStateError,
 )
@@ -430,3 +431,33 @@ class TestNoOpTrainer:
         np.testing.assert_array_equal(seen[0], seen[1])
         assert trainer.global_step == 16
         assert len(log.values) == 16
+
+
+class TestSingleCostTrainerIsAbstract:
+    """SingleCostTrainer is a base: a subclass defines how the towers are built."""
+
+    def test_cannot_instantiate(self, graph):
+        """Instantiating it, or a subclass without _setup_graph, names the missing method."""
+
+        class NoSetup(SingleCostTrainer):
+            pass
+
+        for cls in (SingleCostTrainer, NoSetup):
+            with pytest.raises(TypeError, match="_setup_graph"):
+                cls()
+
+    def test_subclass_with_setup_graph(self, graph):
+        """A subclass composing the gradient primitive with a clipped optimizer step trains."""
+
+        class Clipped(SingleCostTrainer):
+            def _setup_graph(self, input, get_cost_fn, get_opt_fn):
+                with TowerContext("", is_training=True):
+                    grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)()
+                    grads = [(tf.clip_by_norm(g, 1.0), v) for g, v in grads]
+                    self.train_op = get_opt_fn().apply_gradients(grads, name="train_op")
+                return []
+
+        trainer = Clipped()
+        log = train(trainer)
+        assert fell(log.values)
+        assert trainer.global_step == 24

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import importlib.util
 import json
@@ -61,7 +62,7 @@ class InProcessRunner:
         return results
 
 
-class JobRunner:
+class JobRunner(abc.ABC):
     """Runs scenarios in a job of `processes` worker processes on this machine.
 
     The first request launches one job with every planned scenario, in order; each
@@ -118,8 +119,9 @@ class JobRunner:
             "out": str(out_dir),
         }
 
+    @abc.abstractmethod
     def _start(self, job_file: Path, job: dict[str, Any]) -> tuple[int, str, float]:
-        raise NotImplementedError  # pragma: no cover - every runner defines it
+        """Start the processes of `job`; return exit status, output and seconds."""
 
     def _launch(self, scenarios: list[Scenario]) -> None:
         self._launched += 1

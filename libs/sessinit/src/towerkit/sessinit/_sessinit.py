@@ -341,8 +341,9 @@ class _ValueRestore(_PlannedRestore):
 
     _hint = "Pass ignore_mismatch=True to convert the fixable ones and skip the rest."
 
+    @abc.abstractmethod
     def _values(self, plan: RestorePlan) -> Mapping[str, Any]:
-        raise NotImplementedError
+        """The values to load, by checkpoint name, for the variables `plan` matched."""
 
     def _prepare(self, graph: Any, plan: RestorePlan, variables: Mapping[str, Any]) -> None:
         del graph

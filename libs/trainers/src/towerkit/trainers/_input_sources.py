@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -256,8 +257,9 @@ class _IteratorInput(InputSource):
     _prefetch: int | None = None
     _iterator: Any = None
 
+    @abc.abstractmethod
     def _make_dataset(self, specs: tuple[tf.TensorSpec, ...]) -> tf.data.Dataset:
-        raise NotImplementedError
+        """The dataset of single batches matching `specs` (repeated by the caller)."""
 
     def _init_feed(self) -> dict[Any, Any] | None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -177,7 +178,7 @@ _GATES = {0: 0, 1: 1, 2: 2}
 """GATE_GRADIENTS values (False and True equal 0 and 1) to the optimizer's gating constants."""
 
 
-class SingleCostTrainer(TowerTrainer):
+class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
     """A trainer that minimizes one cost, returned by a tower function.
 
     ``setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn)`` builds the training
@@ -283,11 +284,11 @@ class SingleCostTrainer(TowerTrainer):
             msg = f"the tower function {func} breaks the tower rules:\n  " + "\n  ".join(errors)
             raise TowerRuleError(msg)
 
+    @abc.abstractmethod
     def _setup_graph(
         self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
         """Build the towers and the train op; return the trainer's own callbacks."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _setup_graph")
 
     def _default_steps_per_epoch(self) -> int:
         if self._input is None:
