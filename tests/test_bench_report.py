@@ -14,17 +14,25 @@ from example_modules import ROOT
 RUN_ALL = ROOT / "benchmarks" / "run_all.py"
 
 
-def load_run_all():
-    spec = importlib.util.spec_from_file_location("bench_run_all", RUN_ALL)
+def load_script(path):
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_doctests():
-    """The examples in run_all.py's docstrings hold."""
-    result = doctest.testmod(load_run_all(), optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 6
+def load_run_all():
+    return load_script(RUN_ALL)
+
+
+@pytest.mark.parametrize(
+    "script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")), ids=str
+)
+def test_doctests(script):
+    """The examples in each benchmark script's docstrings hold."""
+    module = load_script(ROOT / "benchmarks" / script)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 1, f"{script} has no examples"
     assert result.failed == 0
 
 
