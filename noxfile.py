@@ -102,7 +102,11 @@ def tests(session: nox.Session, lib: str) -> None:
     install_groups(session, "test")
     # Callbacks are driven by the lib's small test loop here (the trainers lib is not in
     # this venv); crosslib runs the same tests with the real trainer.
-    env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "loop"} if lib == "callbacks" else pytest_env()
+    env = (
+        {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "loop"}
+        if lib == "callbacks"
+        else pytest_env()
+    )
     session.run(
         "pytest",
         f"libs/{lib}/tests",
