@@ -138,7 +138,7 @@ LINT_TARGETS = {
 }
 
 
-@nox.session(tags=["lint"])
+@nox.session(tags=["lint", "ci"])
 @nox.parametrize("target", [nox.param(t, id=t) for t in LINT_TARGETS])
 def lint(session: nox.Session, target: str) -> None:
     """ruff check and ruff format --check on one lib (or the tools, conformance, the rest)."""
@@ -147,7 +147,7 @@ def lint(session: nox.Session, target: str) -> None:
     session.run("ruff", "format", "--check", *LINT_TARGETS[target])
 
 
-@nox.session(tags=["lint"])
+@nox.session(tags=["lint", "ci"])
 @nox.parametrize("lib", [nox.param(lib, id=lib) for lib in LIBS])
 def typecheck(session: nox.Session, lib: str) -> None:
     """mypy on one lib's public API, against the installed lib."""
