@@ -96,6 +96,11 @@ keyed_probe_st = st.builds(
     python_tag=st.sampled_from(["cp310", "cp311", "cp313t", "pp310"]),
     platform=st.sampled_from(["linux-x86_64", "linux-aarch64", "macosx-14.0-arm64", "win-amd64"]),
     tensorflow_dists=st.lists(st.tuples(dist_names, dist_versions), min_size=1, max_size=3),
+    cuda=st.sampled_from([None, "12.5.1", "11.8"]),
+    cudnn=st.sampled_from([None, "9", "8.9.7"]),
+    nccl_dists=st.lists(
+        st.tuples(st.just("nvidia-nccl-cu12"), st.sampled_from(["2.23.4", "2.21.5"])), max_size=1
+    ),
 )
 
 # Small domains, so that two draws often collide or differ in one spelling only.
@@ -110,6 +115,11 @@ near_probe_st = st.builds(
         ),
         min_size=1,
         max_size=2,
+    ),
+    cuda=st.sampled_from([None, "12.5.1", "12.3"]),
+    cudnn=st.sampled_from([None, "9"]),
+    nccl_dists=st.lists(
+        st.tuples(st.just("nvidia-nccl-cu12"), st.sampled_from(["2.23.4", "2.21.5"])), max_size=1
     ),
 )
 near_options_st = st.builds(
@@ -151,6 +161,10 @@ def _normalized_inputs(options: BuildOptions, probe: Probe) -> tuple[object, ...
         ),
         options.with_mpi,
         options.gpu,
+        # the GPU stack counts for GPU builds only
+        (probe.cuda, probe.cudnn, tuple(sorted(v for _, v in probe.nccl_dists)))
+        if options.gpu
+        else None,
     )
 
 
@@ -517,7 +531,21 @@ class TestCacheKey:
             "horovod-0.28.1-cp311-linux_x86_64-tensorflow_cpu==2.21.0-gloo"
         )
         assert cache_key(BuildOptions(with_mpi=True), TARGET).endswith("-gloo+mpi")
-        assert cache_key(BuildOptions(gpu=True), TARGET).endswith("-gloo+nccl")
+        assert cache_key(BuildOptions(gpu=True), TARGET).endswith(
+            "-gloo+nccl-cudanone+cudnnnone+ncclnone"
+        )
+
+    def test_gpu_stack(self):
+        """A GPU build's key names the CUDA, cuDNN and NCCL it links; a CPU build's does not."""
+        gpu = attrs.evolve(
+            TARGET, cuda="12.5.1", cudnn="9", nccl_dists=(("nvidia-nccl-cu12", "2.23.4"),)
+        )
+        assert cache_key(BuildOptions(gpu=True), gpu).endswith(
+            "-gloo+nccl-cuda12.5.1+cudnn9+nccl2.23.4"
+        )
+        assert cache_key(BuildOptions(), gpu) == cache_key(BuildOptions(), TARGET)
+        newer = attrs.evolve(gpu, nccl_dists=(("nvidia-nccl-cu12", "2.24.0"),))
+        assert cache_key(BuildOptions(gpu=True), newer) != cache_key(BuildOptions(gpu=True), gpu)
 
     def test_tensorflow_version_and_distribution_matter(self):
         """A wheel built against tensorflow-cpu 2.21.0 is never the one for 2.20.0 or tensorflow."""
@@ -566,12 +594,12 @@ class TestCacheKey:
 
     @given(options=key_options_st, probe=keyed_probe_st)
     def test_property_shape(self, options, probe):
-        """A key is one visible path component of six '-'-separated fields."""
+        """A key is one visible path component of six '-'-separated fields (seven for GPUs)."""
         key = cache_key(options, probe)
         assert "/" not in key
         assert not key.startswith(".")
         fields = key.split("-")
-        assert len(fields) == 6
+        assert len(fields) == (7 if options.gpu else 6)
         assert fields[0] == "horovod"
         assert fields[1] == options.version
         assert fields[2] == probe.python_tag
@@ -696,6 +724,31 @@ class TestParseProbe:
             parse_probe(f"{ih.PROBE_TAG} {{oops")
         with pytest.raises(HorovodInstallError, match="must be a JSON object"):
             parse_probe(f"{ih.PROBE_TAG} [1]")
+
+
+class TestRealProbe:
+    """The probe script, run by this interpreter (which has TensorFlow)."""
+
+    def test_reports_this_interpreter(self):
+        """It reports the TensorFlow found here, its distribution and its CUDA build facts."""
+        import importlib.metadata
+
+        import tensorflow as tf
+
+        probe = ih._probe(sys.executable, timeout=300)
+        assert probe.tensorflow == tf.__version__
+        assert probe.tensorflow_error is None
+        assert probe.python_tag == f"cp{sys.version_info[0]}{sys.version_info[1]}"
+        names = {name for name, _ in probe.tensorflow_dists}
+        assert names, probe
+        for name, version in probe.tensorflow_dists:
+            assert importlib.metadata.version(name) == version
+        info = dict(tf.sysconfig.get_build_info())
+        assert probe.cuda == (str(info["cuda_version"]) if info.get("cuda_version") else None)
+        for name, version in probe.nccl_dists:
+            assert name.lower().startswith("nvidia-nccl")
+            assert importlib.metadata.version(name) == version
+        assert cache_key(BuildOptions(), probe).startswith("horovod-")
 
 
 class TestRebuildReason:

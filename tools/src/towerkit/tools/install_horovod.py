@@ -215,6 +215,11 @@ class Probe:
         platform: ``sysconfig.get_platform()`` of the interpreter (``linux-x86_64``).
         tensorflow_dists: The installed distributions that provide the ``tensorflow`` package,
             as ``(name, version)`` pairs (``(("tensorflow-cpu", "2.21.0"),)``).
+        cuda: The CUDA version TensorFlow was built with (``tf.sysconfig.get_build_info()``),
+            or None for a build without CUDA.
+        cudnn: The cuDNN version TensorFlow was built with, or None.
+        nccl_dists: The installed NCCL distributions (``nvidia-nccl-cu12``...) as
+            ``(name, version)`` pairs; a GPU build links the NCCL it finds.
     """
 
     tensorflow: str | None = None
@@ -227,6 +232,9 @@ class Probe:
     python_tag: str | None = None
     platform: str | None = None
     tensorflow_dists: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
+    cuda: str | None = None
+    cudnn: str | None = None
+    nccl_dists: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
 
 def patch_cmakelists(text: str) -> str:
@@ -686,7 +694,10 @@ def cache_key(options: BuildOptions, probe: Probe) -> str:
     The key holds everything the compiled extension depends on: horovod's version, the
     interpreter's Python tag and platform, each distribution that provides ``tensorflow``
     with its exact version (horovod's ops link against that TensorFlow's framework library),
-    and the controllers built in. The build's parallelism is left out. Names are normalized
+    and the controllers built in; for a GPU build also the CUDA and cuDNN versions
+    TensorFlow was built with and the installed NCCL distributions (``none`` where there
+    are none), since the NCCL operations link against them. The build's parallelism is
+    left out. Names are normalized
     as wheel file names normalize them (``tensorflow-cpu`` and ``tensorflow_cpu`` are one
     distribution); fields are joined by ``-``, which no field contains, so the key is one
     path component.
@@ -708,7 +719,7 @@ def cache_key(options: BuildOptions, probe: Probe) -> str:
         >>> cache_key(BuildOptions(), probe)
         'horovod-0.28.1-cp311-linux_x86_64-tensorflow_cpu==2.21.0-gloo'
         >>> cache_key(BuildOptions(with_mpi=True, gpu=True, jobs=8), probe)
-        'horovod-0.28.1-cp311-linux_x86_64-tensorflow_cpu==2.21.0-gloo+mpi+nccl'
+        'horovod-0.28.1-cp311-linux_x86_64-tensorflow_cpu==2.21.0-gloo+mpi+nccl-cudanone+cudnnnone+ncclnone'
     """
     problems = []
     if probe.python_tag is None or not _PYTHON_TAG_RE.match(probe.python_tag):
@@ -745,15 +756,31 @@ def cache_key(options: BuildOptions, probe: Probe) -> str:
         for label, on in (("gloo", True), ("mpi", options.with_mpi), ("nccl", options.gpu))
         if on
     )
-    fields = (
+    fields = [
         "horovod",
         options.version.replace("-", "_"),
         str(probe.python_tag),
         re.sub(r"[^A-Za-z0-9]+", "_", str(probe.platform)),
         ",".join(f"{name}=={version}" for name, version in dists),
         controllers,
-    )
+    ]
+    if options.gpu:
+        fields.append(_gpu_stack(probe))
     return "-".join(fields)
+
+
+def _gpu_stack(probe: Probe) -> str:
+    """The CUDA, cuDNN and NCCL versions a GPU build links against, as one key field.
+
+    >>> _gpu_stack(Probe(cuda="12.5.1", cudnn="9", nccl_dists=(("nvidia-nccl-cu12", "2.23.4"),)))
+    'cuda12.5.1+cudnn9+nccl2.23.4'
+    """
+
+    def clean(value: str | None) -> str:
+        return re.sub(r"[^A-Za-z0-9.]+", "_", value) if value else "none"
+
+    nccl = ",".join(clean(v) for _, v in sorted(probe.nccl_dists)) or "none"
+    return f"cuda{clean(probe.cuda)}+cudnn{clean(probe.cudnn)}+nccl{nccl}"
 
 
 def _entry(cache: Path, key: str) -> Path:
@@ -996,6 +1023,18 @@ if "tensorflow" in report:
     from importlib import metadata
     names = sorted(set(metadata.packages_distributions().get("tensorflow", [])))
     report["tensorflow_dists"] = [[name, metadata.version(name)] for name in names]
+    try:
+        info = dict(tf.sysconfig.get_build_info())
+    except Exception:
+        info = {{}}
+    for key, field in (("cuda_version", "cuda"), ("cudnn_version", "cudnn")):
+        if info.get(key):
+            report[field] = str(info[key])
+    report["nccl_dists"] = sorted(
+        [d.metadata["Name"], d.version]
+        for d in metadata.distributions()
+        if (d.metadata["Name"] or "").lower().startswith("nvidia-nccl")
+    )
     try:
         import horovod
         report["horovod"] = horovod.__version__
