@@ -125,6 +125,7 @@ def crosslib(session: nox.Session) -> None:
     install_groups(session, "test", "demo")
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     session.run("pytest", *paths, *session.posargs, env=pytest_env())
+    session.run("pytest", "--doctest-modules", "--pyargs", "towerkit.tools", env=pytest_env())
     # The callbacks lib's tests again, each callback now driven by the real trainer.
     env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer"}
     session.run("pytest", "libs/callbacks/tests", *session.posargs, env=env)
