@@ -100,6 +100,10 @@ def main(argv=None) -> int:
     parser.add_argument("--kill-after-save", type=int)
     parser.add_argument("--sigint-at", type=int)
     args = parser.parse_args(argv)
+    if args.sigint_at is not None:
+        # A parent started in the background (`cmd &`) hands its children SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler: put the default one back.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s: %(message)s")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 8)).astype(np.float32)
