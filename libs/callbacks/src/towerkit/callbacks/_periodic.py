@@ -53,6 +53,7 @@ class PeriodicTrigger(ProxyCallback):
         super().__init__(triggerable)
         self._record = record
         self._kinds = firing_kinds(record)
+        self._at_step = EventKind.TRIGGER_STEP in self._kinds
 
     @property
     def trigger_record(self) -> EveryK:
@@ -82,7 +83,10 @@ class PeriodicTrigger(ProxyCallback):
 
     def _trigger_step(self) -> None:
         self.cb.trigger_step()
-        self._trigger_if_fires(EventKind.TRIGGER_STEP)
+        if self._at_step and fires(
+            self._record, trainer_event(self.trainer, EventKind.TRIGGER_STEP)
+        ):
+            self.cb.trigger()
 
     def _trigger_epoch(self) -> None:
         self._trigger_if_fires(EventKind.TRIGGER_EPOCH)

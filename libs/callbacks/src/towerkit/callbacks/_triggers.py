@@ -348,6 +348,8 @@ _SET_STEPS_PER_EPOCH = _SLOTS["steps_per_epoch"].__set__
 _SET_EPOCH_NUM = _SLOTS["epoch_num"].__set__
 _SET_LOCAL_STEP = _SLOTS["local_step"].__set__
 _SET_GLOBAL_STEP = _SLOTS["global_step"].__set__
+_SET_KIND = LoopEvent.__dict__["kind"].__set__
+_SET_POSITION = LoopEvent.__dict__["position"].__set__
 
 
 def trainer_position(trainer: Any) -> LoopPosition:
@@ -395,7 +397,10 @@ def trainer_event(trainer: Any, kind: EventKind) -> LoopEvent:
         >>> fires(AtLastStep(), ev), fires(EveryK(steps=7), ev)
         (True, False)
     """
-    return LoopEvent(kind, trainer_position(trainer))
+    event = object.__new__(LoopEvent)
+    _SET_KIND(event, kind)
+    _SET_POSITION(event, trainer_position(trainer))
+    return event
 
 
 def periodic_record(every_k_steps: int | None, every_k_epochs: int | None) -> AnyOf:
