@@ -261,8 +261,9 @@ class HyperParamSetter(Callback):
     :meth:`get_value_to_set`; a value other than None that differs from the current
     one (compared in the parameter's :attr:`~HyperParam.dtype`) is set, logged, and
     put to the monitors as a scalar named after the parameter. An integer parameter
-    takes integral values only (``ValueError`` otherwise, before anything is set). A subclass defines ``_get_value_to_set()``. Setters run on every
-    process (not only the chief): each may hold its own copy of the parameter.
+    takes integral values only (``ValueError`` otherwise, before anything is set).
+    A subclass defines ``_get_value_to_set()``. Setters run on every process (not
+    only the chief): each may hold its own copy of the parameter.
 
     Args:
         param: a :class:`HyperParam`, or a str naming a graph variable
