@@ -17,6 +17,7 @@ from towerkit.callbacks import (
     HyperParam,
     HyperParamSetter,
     HyperParamSetterWithFunc,
+    MissingStatError,
     Monitors,
     ObjAttrParam,
     OnSchedule,
@@ -71,13 +72,24 @@ class LrLog(Callback):
 
 
 def train(
-    callbacks, *, steps=2, max_epoch=3, starting=1, start_gs=0, lr=1.0, monitors=None, logdir=None
+    callbacks,
+    *,
+    steps=2,
+    max_epoch=3,
+    starting=1,
+    start_gs=0,
+    lr=1.0,
+    monitors=None,
+    logdir=None,
+    count=None,
 ):
     g = tf.Graph()
     with g.as_default():
         lr_var = tf1.get_variable("learning_rate", initializer=lr, trainable=False)
         w = tf1.get_variable("w", initializer=0.0)
         train_op = tf1.assign_add(w, lr_var)
+        if count is not None:
+            tf1.get_variable("count", initializer=count, trainable=False)
         return LoopTrainer(
             g,
             train_op,
@@ -195,6 +207,19 @@ class TestScheduledHyperParamSetter:
         want = reference_in_effect(points, interp, starting - 1)
         assert log.seen[0][2] == pytest.approx(-7.0 if want is None else want, rel=1e-6)
 
+    def test_resumed_sets_without_putting(self):
+        """A run starting after epoch 1 sets the value in effect but does not put it again.
+
+        The run that trained the earlier epochs recorded it; a checkpoint saved before the
+        setter acted (ModelSaver listed first) holds the older value.
+        """
+        log = LrLog()
+        mons = Monitors([])
+        setter = ScheduledHyperParamSetter("learning_rate", [(0, 0.5), (2, 0.25), (3, 0.125)])
+        train([setter, log], starting=3, max_epoch=3, start_gs=4, lr=0.5, monitors=mons)
+        assert [v for _, _, v in log.seen] == [0.25, 0.125]
+        assert mons.get_history("learning_rate") == [(6, 0.125)]
+
     def test_without_set_at_beginning(self):
         """With set_at_beginning=False a resumed run keeps the restored value until a scheduled point."""
         log = LrLog()
@@ -239,6 +264,159 @@ class TestScheduledHyperParamSetter:
             ScheduledHyperParamSetter("lr", PiecewiseSchedule(points=[(1, 1.0)]), interp="linear")
         with pytest.raises(TypeError, match="'param' must be a HyperParam or a variable name"):
             ScheduledHyperParamSetter(3, [(1, 1.0)])
+
+
+class TestStartInTheMiddle:
+    """A run that starts past a scheduled point, off the schedule, says so (as tensorpack does)."""
+
+    class Holder:
+        def __init__(self):
+            self.param = 1.0
+            self.history = []
+
+        def __setattr__(self, name, value):
+            if name == "param":
+                self.__dict__.setdefault("history", []).append(value)
+            super().__setattr__(name, value)
+
+    def _run(self, schedule, starting, max_epoch, **kw):
+        holder = self.Holder()
+        setter = ScheduledHyperParamSetter(ObjAttrParam(holder, "param"), schedule, **kw)
+        train([setter], steps=1, starting=starting, max_epoch=max_epoch, start_gs=starting - 1)
+        return holder.history
+
+    def test_warns(self, caplog):
+        """Starting at epoch 20 of [(10, 0.3), (20, 0.4), ...] with the value 1.0: a warning, then 0.3."""
+        with caplog.at_level(logging.WARNING, logger="towerkit.callbacks"):
+            history = self._run([(10, 0.3), (20, 0.4), (30, 0.5)], starting=20, max_epoch=21)
+        assert history == [0.3, 0.4]
+        (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert record.name == "towerkit.callbacks"
+        assert record.getMessage() == (
+            "ScheduledHyperParamSetter(param): the run starts in the middle of the schedule, "
+            "at epoch 19: 'param' should be 0.3 (since epoch 10), but it is 1.0; setting it to 0.3"
+        )
+
+    def test_warns_without_setting(self, caplog):
+        """With set_at_beginning=False the value is left, and the warning says what to check."""
+        with caplog.at_level(logging.WARNING, logger="towerkit.callbacks"):
+            history = self._run(
+                [(10, 0.3), (20, 0.4)], starting=15, max_epoch=16, set_at_beginning=False
+            )
+        assert history == []
+        assert "but it is 1.0; leaving it (set_at_beginning=False)" in caplog.text
+
+    def test_step_based(self, caplog):
+        """Step schedules count global steps."""
+        with caplog.at_level(logging.WARNING, logger="towerkit.callbacks"):
+            self._run([(3, 0.5)], starting=6, max_epoch=6, step_based=True)
+        assert "at global step 5: 'param' should be 0.5 (since global step 3)" in caplog.text
+
+    @pytest.mark.parametrize(
+        ("schedule", "starting", "interp"),
+        [
+            ([(10, 0.3), (20, 1.0), (30, 1.5)], 21, None),  # the start is a scheduled point
+            ([(10, 0.3), (30, 1.5)], 21, "linear"),  # between points: interpolated, set
+            ([(10, 1.0), (30, 1.5)], 21, None),  # off the points, but the value is right
+            ([(10, 0.3)], 5, None),  # before the schedule
+        ],
+    )
+    def test_no_warning(self, caplog, schedule, starting, interp):
+        """No warning where nothing is off the schedule."""
+        with caplog.at_level(logging.WARNING, logger="towerkit.callbacks"):
+            self._run(schedule, starting=starting, max_epoch=starting + 1, interp=interp)
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+    def test_resumed_float32(self, caplog):
+        """A restored float32 value equal to the schedule's (in float32) is not off the schedule."""
+        mons = Monitors([])
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            train(
+                [ScheduledHyperParamSetter("learning_rate", [(0, 0.1), (2, 0.003)])],
+                starting=4,
+                max_epoch=4,
+                start_gs=6,
+                lr=0.003,
+                monitors=mons,
+            )
+        assert caplog.records == []
+        with pytest.raises(MissingStatError):
+            mons.get_history("learning_rate")  # nothing set, nothing put
+
+
+class TestValuesInTheParamDtype:
+    """Values are compared, checked and printed as the parameter holds them."""
+
+    def test_same_float32_not_set_again(self):
+        """0.003 in a float32 variable that holds float32(0.003) is no change: nothing is put."""
+        mons = Monitors([])
+        train(
+            [ScheduledHyperParamSetter("learning_rate", [(0, 0.003), (1, 0.003), (2, 7e-4)])],
+            lr=0.003,
+            monitors=mons,
+        )
+        assert mons.get_history("learning_rate") == [(4, 7e-4)]
+
+    def test_log_as_written(self, caplog):
+        """The log shows float32 values as written: 0.003, not 0.003000000026077032."""
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            train(
+                [ScheduledHyperParamSetter("learning_rate", [(1, 0.0007), (3, 0.0001)], "linear")],
+                lr=0.003,
+            )
+        assert [r.getMessage() for r in caplog.records] == [
+            "ScheduledHyperParamSetter: learning_rate changes from 0.003 to 0.0007 at global step 2",
+            "ScheduledHyperParamSetter: learning_rate changes from 0.0007 to 0.0004 at global step 4",
+            "ScheduledHyperParamSetter: learning_rate changes from 0.0004 to 0.0001 at global step 6",
+        ]
+
+    def test_stat_monitor_log_as_written(self, caplog):
+        """StatMonitorParamSetter prints old and new values the same way."""
+        setter = StatMonitorParamSetter(
+            "learning_rate", "val-error", lambda x: x * 0.5, threshold=0.0, last_k=1
+        )
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            train([PutSeries([1.0, 1.0]), setter], max_epoch=2, lr=0.3)
+        assert "learning_rate: 0.3 -> 0.15" in caplog.text
+        assert "changes from 0.3 to 0.15 at global step 4" in caplog.text
+
+    def test_integer_variable(self):
+        """An int32 variable takes an integral schedule, linear too, and records what it holds."""
+        mons = Monitors([])
+        seen = []
+
+        class ReadCount(Callback):
+            def _setup_graph(self):
+                (self.var,) = [v for v in tf1.global_variables() if v.op.name == "count"]
+
+            def _trigger_epoch(self):
+                seen.append(self.trainer.sess.run(self.var))
+
+        setter = ScheduledHyperParamSetter("count", [(1, 2), (3, 6.0)], interp="linear")
+        train([setter, ReadCount()], max_epoch=4, count=1, monitors=mons)
+        assert seen == [2, 4, 6, 6]
+        assert [v for _, v in mons.get_history("count")] == [2, 4, 6]
+
+    def test_integer_variable_fail(self):
+        """A schedule that would set a non-integer into an integer variable fails at setup, listing it."""
+        with pytest.raises(
+            ValueError,
+            match=r"ScheduledHyperParamSetter\(count\): 'count' holds int32 values, but the schedule "
+            r"sets values that are not integers: #1 \(1, 2.7\); #2 \(3, 0.5\)$",
+        ):
+            train([ScheduledHyperParamSetter("count", [(0, 2), (1, 2.7), (3, 0.5)])], count=1)
+        with pytest.raises(
+            ValueError,
+            match=r"values that are not integers: between #0 \(0, 1.0\) and #1 \(4, 3.0\): 1.5 at 1$",
+        ):
+            train([ScheduledHyperParamSetter("count", [(0, 1), (4, 3)], "linear")], count=1)
+
+    def test_integer_variable_other_setters(self):
+        """Other setters check each value before setting it: the variable is never set to a rounded one."""
+        with pytest.raises(
+            ValueError, match=r"'count' holds int32 values; 2.5 is not one \(it would be stored"
+        ):
+            train([HyperParamSetterWithFunc("count", lambda e, x: x + 1.5)], count=1)
 
 
 class TestHyperParamSetter:

@@ -9,15 +9,19 @@ from hypothesis import strategies as st
 from strategies import loop_params, reference_in_effect, reference_value_at, schedule_points
 
 from towerkit.callbacks import (
+    EventKind,
+    LoopPosition,
     OnSchedule,
     PiecewiseSchedule,
     fires,
     loop_events,
     piecewise_schedule,
+    schedule_point,
     scheduled_value,
     value_at,
     value_in_effect,
 )
+from towerkit.callbacks._schedules import non_integral_entries
 
 interps = st.sampled_from([None, "linear"])
 
@@ -136,7 +140,64 @@ class TestOnSchedule:
             "set_at_beginning=True)"
         )
 
+    @given(schedule_points(max_point=30), interps, st.booleans())
+    def test_firing_kinds(self, points, interp, step_based):
+        """Before training and after each step (step schedules) or each epoch (epoch schedules)."""
+        from towerkit.callbacks import firing_kinds
+
+        rule = OnSchedule(
+            schedule=piecewise_schedule(points, interp, "step" if step_based else "epoch")
+        )
+        after = EventKind.TRIGGER_STEP if step_based else EventKind.TRIGGER_EPOCH
+        assert firing_kinds(rule) == {EventKind.BEFORE_TRAIN, after}
+
     def test_fail(self):
         """A schedule that is not a record is rejected."""
         with pytest.raises(TypeError, match="'schedule' must be a PiecewiseSchedule; got list"):
             OnSchedule(schedule=[(1, 2.0)])
+
+
+class TestSchedulePoint:
+    """`schedule_point` reads the epoch or the global step, as the schedule's unit says."""
+
+    @given(loop_params(), st.booleans())
+    def test_unit(self, params, step_based):
+        """The global step for step schedules, the running epoch for epoch schedules, at every event."""
+        schedule = piecewise_schedule([(1, 1.0)], unit="step" if step_based else "epoch")
+        for e in loop_events(*params[:3], start_global_step=params[3]):
+            want = e.global_step if step_based else e.epoch_num
+            assert schedule_point(schedule, e.position) == want
+
+    def test_example(self):
+        """A position in the middle of a run."""
+        pos = LoopPosition(max_epoch=3, steps_per_epoch=4, epoch_num=2, local_step=1, global_step=6)
+        assert schedule_point(piecewise_schedule([(0, 1.0)]), pos) == 2
+        assert schedule_point(piecewise_schedule([(0, 1.0)], unit="step"), pos) == 6
+
+
+integral_points = st.lists(
+    st.tuples(st.integers(0, 40), st.integers(-20, 20)), min_size=1, max_size=5
+).map(lambda pairs: sorted(dict(pairs).items()))
+
+
+class TestNonIntegralEntries:
+    """`non_integral_entries` finds what an integer variable cannot hold."""
+
+    @given(integral_points, st.lists(st.booleans(), min_size=5, max_size=5), interps)
+    def test_matches_every_value(self, points, halves, interp):
+        """Empty exactly when every value `value_at` gives over the schedule's range is an integer."""
+        points = [(p, v + (0.5 if h else 0.0)) for (p, v), h in zip(points, halves)]
+        schedule = piecewise_schedule(points, interp)
+        values = [value_at(schedule, p) for p in range(points[-1][0] + 2)]
+        all_integral = all(v is None or float(v).is_integer() for v in values)
+        assert (non_integral_entries(schedule) == []) == all_integral
+
+    def test_lists_entries(self):
+        """Every point at fault, by index; a linear segment by its first non-integer value."""
+        assert non_integral_entries(piecewise_schedule([(0, 1.5), (2, 2.0), (3, 2.25)])) == [
+            "#0 (0, 1.5)",
+            "#2 (3, 2.25)",
+        ]
+        assert non_integral_entries(
+            piecewise_schedule([(0, 0.0), (2, 4.0), (5, 5.0)], interp="linear")
+        ) == ["between #1 (2, 4.0) and #2 (5, 5.0): 4.33333 at 3"]

@@ -203,3 +203,76 @@ class TestTrainerEvent:
                 global_step=p.global_step,
             )
             assert trainer_event(t, e.kind) == e
+
+
+class TestFiringKinds:
+    """`firing_kinds` names every event kind at which a record can fire."""
+
+    @given(triggers(), loop_params())
+    def test_covers_every_firing(self, trigger, params):
+        """A record fires at no event whose kind is outside its firing kinds."""
+        from towerkit.callbacks import firing_kinds
+
+        kinds = firing_kinds(trigger)
+        for e in loop_events(*params[:3], start_global_step=params[3], runs_per_step=2):
+            assert e.kind in kinds or not fires(trigger, e), (e, kinds)
+
+    @given(every_k())
+    def test_every_k_exact(self, kw):
+        """For `EveryK` the kinds are exactly those its fields turn on."""
+        from towerkit.callbacks import firing_kinds
+
+        on = {
+            EventKind.TRIGGER_STEP: kw["steps"] is not None,
+            EventKind.TRIGGER_EPOCH: kw["epochs"] is not None,
+            EventKind.BEFORE_TRAIN: kw["before_train"],
+        }
+        assert firing_kinds(EveryK(**kw)) == {k for k, v in on.items() if v}
+
+    def test_combinations(self):
+        """Any-of unites, all-of intersects, not is every kind; a function predicate's record is asked."""
+        from towerkit.callbacks import firing_kinds
+
+        step, epoch = EveryK(steps=2), EveryK(epochs=1)
+        assert firing_kinds(any_of(step, epoch)) == {
+            EventKind.TRIGGER_STEP,
+            EventKind.TRIGGER_EPOCH,
+        }
+        assert firing_kinds(all_of(step, epoch)) == frozenset()
+        assert firing_kinds(all_of()) == frozenset(EventKind)
+        assert firing_kinds(negate(step)) == frozenset(EventKind)
+        assert firing_kinds(GlobalStepMultiple(3)) == frozenset(EventKind)
+        assert firing_kinds(OnKinds(["after_train"])) == {EventKind.AFTER_TRAIN}
+
+    def test_fail(self):
+        """Only trigger records have firing kinds."""
+        from towerkit.callbacks import firing_kinds
+
+        with pytest.raises(TypeError, match="'trigger' must be a trigger record; got str 'steps'"):
+            firing_kinds("steps")
+
+
+class TestTrainerPosition:
+    """`trainer_position` reads the counters without validating them again."""
+
+    def test_cheap_and_equal(self):
+        """The position equals the validated record built from the same counters."""
+        from types import SimpleNamespace
+
+        from towerkit.callbacks import LoopPosition
+        from towerkit.callbacks._triggers import trainer_position
+
+        counters = {
+            "starting_epoch": 2,
+            "max_epoch": 4,
+            "steps_per_epoch": 5,
+            "epoch_num": 3,
+            "local_step": 1,
+            "global_step": 12,
+        }
+        got = trainer_position(SimpleNamespace(**counters))
+        assert got == LoopPosition(**counters)
+        assert hash(got) == hash(LoopPosition(**counters))
+        assert repr(got) == repr(LoopPosition(**counters))
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            got.global_step = 13

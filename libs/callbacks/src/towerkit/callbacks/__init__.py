@@ -71,6 +71,7 @@ from towerkit.callbacks._schedules import (
     PiecewiseSchedule,
     Schedule,
     piecewise_schedule,
+    schedule_point,
     scheduled_value,
     value_at,
     value_in_effect,
@@ -109,6 +110,7 @@ from towerkit.callbacks._triggers import (
     all_of,
     any_of,
     fires,
+    firing_kinds,
     negate,
     trainer_event,
 )
@@ -166,6 +168,7 @@ __all__ = [
     "all_of",
     "negate",
     "fires",
+    "firing_kinds",
     "trainer_event",
     # hyper-parameters and schedules
     "HyperParam",
@@ -183,6 +186,7 @@ __all__ = [
     "value_in_effect",
     "OnSchedule",
     "scheduled_value",
+    "schedule_point",
     # savers
     "ModelSaver",
     "MinSaver",

@@ -14,16 +14,19 @@ import numpy as np
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError, MissingStatError
-from towerkit.callbacks._loop import EventKind
+from towerkit.callbacks._loop import EventKind, LoopEvent
 from towerkit.callbacks._monitors import require_logdir
 from towerkit.callbacks._schedules import (
     OnSchedule,
     PiecewiseSchedule,
+    non_integral_entries,
+    schedule_point,
     scheduled_value,
     value_at,
+    value_in_effect,
 )
 from towerkit.callbacks._stats import StatMonitorState, advance, is_real_number
-from towerkit.callbacks._triggers import trainer_event
+from towerkit.callbacks._triggers import firing_kinds, trainer_event, trainer_position
 from towerkit.towers._compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -47,6 +50,17 @@ class HyperParam(abc.ABC):
     @abc.abstractmethod
     def readable_name(self) -> str:
         """The name to display and to put statistics under."""
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The NumPy dtype the parameter holds its value in, or None when it has none.
+
+        A setter compares, checks and prints values in this dtype: a value is "new"
+        only if it differs once stored, an integer parameter takes integers only, and
+        a float32 value prints as the float32 it is (``0.003``, not
+        ``0.003000000026077032``).
+        """
+        return None
 
 
 def _py(value: Any) -> Any:
@@ -93,6 +107,13 @@ class GraphVarParam(HyperParam):
     def var(self) -> Any:
         """The variable (after ``setup_graph``)."""
         return self._var
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The variable's dtype as a NumPy dtype (after ``setup_graph``; None before)."""
+        if self._var is None:
+            return None
+        return np.dtype(self._var.dtype.base_dtype.as_numpy_dtype)
 
     def setup_graph(self) -> None:
         graph = tf1.get_default_graph()
@@ -179,11 +200,58 @@ def _as_param(param: Any) -> HyperParam:
     return param
 
 
-def _same(a: Any, b: Any) -> bool:
+def _as_dtype(value: Any, dtype: np.dtype | None) -> np.ndarray:
+    return np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype)
+
+
+def _same(a: Any, b: Any, dtype: np.dtype | None = None) -> bool:
+    """Whether ``a`` and ``b`` are the same value once held in ``dtype``."""
     try:
-        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
-    except (TypeError, ValueError):
+        return bool(np.array_equal(_as_dtype(a, dtype), _as_dtype(b, dtype)))
+    except (TypeError, ValueError, OverflowError):
         return False
+
+
+def _show(value: Any, dtype: np.dtype | None = None) -> str:
+    """``value`` as the parameter holds it, at the precision of its dtype.
+
+    A float32 value prints as the shortest decimal that reads back as the same
+    float32 (``0.003``), a float64 one as Python prints floats.
+    """
+    try:
+        arr = _as_dtype(value, dtype)
+    except (TypeError, ValueError, OverflowError):
+        return str(value)
+    if arr.ndim == 0 and arr.dtype.kind == "f":
+        # the dtype's shortest round-trip digits, spelled as Python spells floats
+        return repr(float(str(arr[()])))
+    if arr.ndim == 0 and arr.dtype.kind in "biu":
+        return str(arr[()])
+    if arr.dtype.kind in "biuf":
+        return np.array2string(arr, separator=", ")
+    return str(value)
+
+
+def _is_integer_dtype(dtype: np.dtype | None) -> bool:
+    return dtype is not None and dtype.kind in "biu"
+
+
+def _check_settable(param: HyperParam, value: Any, who: str) -> None:
+    """Raise if ``value`` would change on the way into an integer parameter."""
+    dtype = param.dtype
+    if not _is_integer_dtype(dtype):
+        return
+    try:
+        with np.errstate(all="ignore"):
+            exact = bool(np.all(np.asarray(value, dtype=np.float64) == _as_dtype(value, dtype)))
+    except (TypeError, ValueError, OverflowError):
+        exact = False
+    if not exact:
+        msg = (
+            f"{who}: {param.readable_name!r} holds {dtype} values; {value!r} is not one "
+            f"(it would be stored as something else)"
+        )
+        raise ValueError(msg)
 
 
 class HyperParamSetter(Callback):
@@ -191,9 +259,11 @@ class HyperParamSetter(Callback):
 
     On ``trigger()`` (every epoch unless scheduled otherwise) it asks
     :meth:`get_value_to_set`; a value other than None that differs from the current
-    one is set, logged, and put to the monitors as a scalar named after the
-    parameter. A subclass defines ``_get_value_to_set()``. Setters run on every
-    process (not only the chief): each may hold its own copy of the parameter.
+    one (compared in the parameter's :attr:`~HyperParam.dtype`) is set, logged, and
+    put to the monitors as a scalar named after the parameter. An integer parameter
+    takes integral values only (``ValueError`` otherwise, before anything is set).
+    A subclass defines ``_get_value_to_set()``. Setters run on every process (not
+    only the chief): each may hold its own copy of the parameter.
 
     Args:
         param: a :class:`HyperParam`, or a str naming a graph variable
@@ -234,21 +304,24 @@ class HyperParamSetter(Callback):
     def _get_value_to_set(self) -> Any:
         return None
 
-    def _apply(self, value: Any) -> None:
+    def _apply(self, value: Any, *, put: bool = True) -> None:
+        param = self._param
+        dtype = param.dtype
+        _check_settable(param, value, str(self))
         old = self.get_current_value()
-        if _same(old, value):
+        if _same(old, value, dtype):
             return
-        self._in_session(lambda: self._param.set_value(value))
-        name = self._param.readable_name
+        self._in_session(lambda: param.set_value(value))
+        name = param.readable_name
         logger.info(
             "%s: %s changes from %s to %s at global step %d",
             type(self).__name__,
             name,
-            old,
-            value,
+            _show(old, dtype),
+            _show(value, dtype),
             self.trainer.global_step,
         )
-        if isinstance(value, numbers.Real) or np.ndim(value) == 0:
+        if put and (isinstance(value, numbers.Real) or np.ndim(value) == 0):
             self.trainer.monitors.put_scalar(name, value)
 
     def _set_param(self) -> None:
@@ -282,11 +355,22 @@ class ScheduledHyperParamSetter(HyperParamSetter):
             scheduled value at or before it (interpolated with ``"linear"``). This
             makes a resumed run continue the schedule where it stopped. When False,
             ``before_train`` sets a value only if the starting point is scheduled.
+            A run that starts past a scheduled point with the parameter off the
+            schedule logs a warning. A run starting after epoch 1 continues one whose
+            statistics hold the value in effect at its start already: its
+            ``before_train`` sets the value without putting it to the monitors again,
+            so a resumed run's ``stats.json`` equals an uninterrupted run's.
+
+    Values are compared and printed in the parameter's dtype (a float32 variable
+    holding ``0.003`` is not changed again by ``0.003``). The schedule of an integer
+    variable must set integers only (checked in ``setup_graph``).
 
     Raises:
         TypeError: a schedule entry is not an (int, number) pair.
         ValueError: epochs not strictly increasing or negative (the entries at fault
-            are listed), an empty schedule, or an unknown ``interp``.
+            are listed), an empty schedule, or an unknown ``interp``; in
+            ``setup_graph``, a schedule with values that are not integers for an
+            integer variable (they are listed).
 
     Examples::
 
@@ -318,6 +402,7 @@ class ScheduledHyperParamSetter(HyperParamSetter):
             points=schedule, interp=cast(Any, interp), unit="step" if step_based else "epoch"
         )
         self._rule = OnSchedule(schedule=record, set_at_beginning=bool(set_at_beginning))
+        self._kinds = firing_kinds(self._rule)
         super().__init__(param)
 
     @property
@@ -332,11 +417,8 @@ class ScheduledHyperParamSetter(HyperParamSetter):
 
     @property
     def trigger_kinds(self) -> tuple[EventKind, ...]:
-        """The event kinds at which the record is evaluated."""
-        return (
-            EventKind.BEFORE_TRAIN,
-            EventKind.TRIGGER_STEP if self.step_based else EventKind.TRIGGER_EPOCH,
-        )
+        """The event kinds at which the record is evaluated, in loop order."""
+        return tuple(kind for kind in EventKind if kind in self._kinds)
 
     @property
     def step_based(self) -> bool:
@@ -348,31 +430,84 @@ class ScheduledHyperParamSetter(HyperParamSetter):
         """Whether ``before_train`` sets the value in effect at the starting point."""
         return self._rule.set_at_beginning
 
-    def _current_point(self) -> int:
-        return self.trainer.global_step if self.step_based else self.trainer.epoch_num
+    def _setup_graph(self) -> None:
+        super()._setup_graph()
+        dtype = self._param.dtype
+        if not _is_integer_dtype(dtype):
+            return
+        bad = non_integral_entries(self._rule.schedule)
+        if bad:
+            msg = (
+                f"{self}: {self._param.readable_name!r} holds {dtype} values, but the schedule "
+                f"sets values that are not integers: {'; '.join(bad)}"
+            )
+            raise ValueError(msg)
 
     def _get_value_to_set(self) -> float | None:
-        return value_at(self._rule.schedule, self._current_point())
+        schedule = self._rule.schedule
+        return value_at(schedule, schedule_point(schedule, trainer_position(self.trainer)))
 
     def has_hook(self, method: str) -> bool:
-        if method == "_trigger_step":
-            return self.step_based
-        if method == "_trigger_epoch":
-            return not self.step_based
+        if method in ("_trigger_step", "_trigger_epoch"):
+            return EventKind(method[1:]) in self._kinds
         return super().has_hook(method)
 
-    def _before_train(self) -> None:
-        value = scheduled_value(self._rule, trainer_event(self.trainer, EventKind.BEFORE_TRAIN))
+    def _set_at(self, event: LoopEvent) -> None:
+        value = scheduled_value(self._rule, event)
         if value is not None:
-            self._apply(value)
+            # A run starting after epoch 1 continues one whose statistics (kept by
+            # JSONWriter) already hold the value in effect at its start: set, not put again.
+            self._apply(
+                value,
+                put=not (
+                    event.kind is EventKind.BEFORE_TRAIN and event.position.starting_epoch > 1
+                ),
+            )
+
+    def _warn_if_off_schedule(self, event: LoopEvent) -> None:
+        """Warn when the run starts past a scheduled point, with the parameter off the schedule."""
+        schedule = self._rule.schedule
+        point = schedule_point(schedule, event.position)
+        expected = value_in_effect(schedule, point)
+        if expected is None or value_at(schedule, point) is not None:
+            return  # before the schedule, or at a point it sets: nothing is off yet
+        dtype = self._param.dtype
+        current = self.get_current_value()
+        if _same(current, expected, dtype):
+            return
+        unit = "global step" if schedule.step_based else "epoch"
+        since = max(p for p, _ in schedule.points if p <= point)
+        if self._rule.set_at_beginning:
+            action = f"setting it to {_show(expected, dtype)}"
+        else:
+            action = (
+                "leaving it (set_at_beginning=False); unless another setter sets it, "
+                "check how it is initialized"
+            )
+        logger.warning(
+            "%s: the run starts in the middle of the schedule, at %s %d: %r should be %s "
+            "(since %s %d), but it is %s; %s",
+            self,
+            unit,
+            point,
+            self._param.readable_name,
+            _show(expected, dtype),
+            unit,
+            since,
+            _show(current, dtype),
+            action,
+        )
+
+    def _before_train(self) -> None:
+        event = trainer_event(self.trainer, EventKind.BEFORE_TRAIN)
+        self._warn_if_off_schedule(event)
+        self._set_at(event)
 
     def _trigger_step(self) -> None:
-        if self.step_based:
-            self._set_param()
+        self._set_at(trainer_event(self.trainer, EventKind.TRIGGER_STEP))
 
     def _trigger_epoch(self) -> None:
-        if not self.step_based:
-            self.trigger()
+        self._set_at(trainer_event(self.trainer, EventKind.TRIGGER_EPOCH))
 
 
 class HyperParamSetterWithFunc(HyperParamSetter):
@@ -548,13 +683,14 @@ class StatMonitorParamSetter(HyperParamSetter):
             return None
         old = self.get_current_value()
         new = self._func(old)
+        dtype = self._param.dtype
         logger.info(
             "%s: %r has not improved over the last %d observations; %s: %s -> %s",
             self,
             self._stat,
             self._last_k,
             self._param.readable_name,
-            old,
-            new,
+            _show(old, dtype),
+            _show(new, dtype),
         )
         return new

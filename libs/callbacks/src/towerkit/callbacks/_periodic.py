@@ -12,11 +12,13 @@ from towerkit.callbacks._triggers import (
     EveryK,
     Trigger,
     fires,
+    firing_kinds,
     periodic_record,
     trainer_event,
 )
 
 _TRIGGER_KINDS = (EventKind.BEFORE_TRAIN, EventKind.TRIGGER_STEP, EventKind.TRIGGER_EPOCH)
+_TRIGGER_METHODS = tuple(f"_{kind.value}" for kind in _TRIGGER_KINDS)
 
 
 class PeriodicTrigger(ProxyCallback):
@@ -50,6 +52,8 @@ class PeriodicTrigger(ProxyCallback):
         record = EveryK(steps=every_k_steps, epochs=every_k_epochs, before_train=before_train)
         super().__init__(triggerable)
         self._record = record
+        self._kinds = firing_kinds(record)
+        self._at_step = EventKind.TRIGGER_STEP in self._kinds
 
     @property
     def trigger_record(self) -> EveryK:
@@ -62,31 +66,30 @@ class PeriodicTrigger(ProxyCallback):
         return _TRIGGER_KINDS
 
     def has_hook(self, method: str) -> bool:
-        if method == "_trigger_step":
-            return self._record.steps is not None or self.cb.has_hook(method)
-        if method == "_trigger_epoch":
-            return self._record.epochs is not None
-        if method == "_before_train":
-            return self._record.before_train or self.cb.has_hook(method)
+        if method in _TRIGGER_METHODS:
+            return EventKind(method[1:]) in self._kinds or (
+                method != "_trigger_epoch" and self.cb.has_hook(method)
+            )
         return super().has_hook(method)
+
+    def _trigger_if_fires(self, kind: EventKind) -> None:
+        # The kinds where the record cannot fire are known at construction: no event is built there.
+        if kind in self._kinds and fires(self._record, trainer_event(self.trainer, kind)):
+            self.cb.trigger()
 
     def _before_train(self) -> None:
         self.cb.before_train()
-        if self._record.before_train:
-            self.cb.trigger()
+        self._trigger_if_fires(EventKind.BEFORE_TRAIN)
 
     def _trigger_step(self) -> None:
         self.cb.trigger_step()
-        if self._record.steps is not None and fires(
+        if self._at_step and fires(
             self._record, trainer_event(self.trainer, EventKind.TRIGGER_STEP)
         ):
             self.cb.trigger()
 
     def _trigger_epoch(self) -> None:
-        if self._record.epochs is not None and fires(
-            self._record, trainer_event(self.trainer, EventKind.TRIGGER_EPOCH)
-        ):
-            self.cb.trigger()
+        self._trigger_if_fires(EventKind.TRIGGER_EPOCH)
 
     def __str__(self) -> str:
         r = self._record

@@ -9,14 +9,16 @@ from typing import Any, Literal
 
 import attrs
 
-from towerkit.callbacks._loop import EventKind, LoopEvent
+from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition
 from towerkit.callbacks._triggers import Trigger
 
 __all__ = [
     "OnSchedule",
     "PiecewiseSchedule",
     "Schedule",
+    "non_integral_entries",
     "piecewise_schedule",
+    "schedule_point",
     "scheduled_value",
     "value_at",
     "value_in_effect",
@@ -208,6 +210,36 @@ def value_in_effect(schedule: PiecewiseSchedule, point: int) -> float | None:
     return schedule.points[i][1] if exact_or_between is None else exact_or_between
 
 
+def non_integral_entries(schedule: PiecewiseSchedule) -> list[str]:
+    """Where ``schedule`` gives values that are not integers: one line per entry at fault.
+
+    Empty when every value :func:`value_at` can return is an integer, as a schedule
+    of an integer variable needs. With ``interp="linear"`` the values between two
+    points are integers only if the two values are and their difference is a
+    multiple of the distance between the points.
+
+    Examples:
+        >>> non_integral_entries(piecewise_schedule([(0, 2.0), (3, 2.7)]))
+        ['#1 (3, 2.7)']
+        >>> non_integral_entries(piecewise_schedule([(0, 1.0), (4, 3.0)], interp="linear"))
+        ['between #0 (0, 1.0) and #1 (4, 3.0): 1.5 at 1']
+        >>> non_integral_entries(piecewise_schedule([(0, 1.0), (2, 5.0)], interp="linear"))
+        []
+    """
+    points = schedule.points
+    bad = [f"#{i} {entry}" for i, entry in enumerate(points) if not entry[1].is_integer()]
+    if schedule.interp is None or bad:
+        return bad
+    for i in range(1, len(points)):
+        (p1, v1), (p2, v2) = points[i - 1], points[i]
+        if (v2 - v1) % (p2 - p1) != 0:
+            first = value_at(schedule, p1 + 1)
+            bad.append(
+                f"between #{i - 1} {points[i - 1]} and #{i} {points[i]}: {first:g} at {p1 + 1}"
+            )
+    return bad
+
+
 def _schedule(value: Any) -> PiecewiseSchedule:
     if not isinstance(value, PiecewiseSchedule):
         msg = f"'schedule' must be a PiecewiseSchedule; got {type(value).__name__}"
@@ -239,6 +271,30 @@ class OnSchedule(Trigger):
     def _fires(self, event: LoopEvent) -> bool:
         return scheduled_value(self, event) is not None
 
+    def _firing_kinds(self) -> frozenset[EventKind]:
+        return frozenset((EventKind.BEFORE_TRAIN, _kind_of_points(self.schedule)))
+
+
+def _kind_of_points(schedule: PiecewiseSchedule) -> EventKind:
+    """The event at which the schedule's points are reached: after a step or after an epoch."""
+    return EventKind.TRIGGER_STEP if schedule.unit == "step" else EventKind.TRIGGER_EPOCH
+
+
+def schedule_point(schedule: PiecewiseSchedule, position: LoopPosition) -> int:
+    """Where ``position`` is on the axis of ``schedule``: the point to look values up at.
+
+    The global step for step schedules, the running epoch (the epochs finished, in
+    ``trigger_epoch``; ``starting_epoch - 1`` before training) for epoch schedules.
+
+    Examples:
+        >>> pos = LoopPosition(max_epoch=3, steps_per_epoch=10, epoch_num=2, local_step=9, global_step=20)
+        >>> schedule_point(piecewise_schedule([(1, 0.1)]), pos)
+        2
+        >>> schedule_point(piecewise_schedule([(1, 0.1)], unit="step"), pos)
+        20
+    """
+    return position.global_step if schedule.unit == "step" else position.epoch_num
+
 
 def scheduled_value(rule: OnSchedule, event: LoopEvent) -> float | None:
     """The value a scheduled setter sets at ``event``, or None when it sets nothing.
@@ -257,12 +313,9 @@ def scheduled_value(rule: OnSchedule, event: LoopEvent) -> float | None:
     """
     schedule = rule.schedule
     kind = event.kind
-    step_based = schedule.unit == "step"
     if kind is EventKind.BEFORE_TRAIN:
-        point = event.global_step if step_based else event.epoch_num
+        point = schedule_point(schedule, event.position)
         return (value_in_effect if rule.set_at_beginning else value_at)(schedule, point)
-    if kind is EventKind.TRIGGER_STEP and step_based:
-        return value_at(schedule, event.global_step)
-    if kind is EventKind.TRIGGER_EPOCH and not step_based:
-        return value_at(schedule, event.epoch_num)
+    if kind is _kind_of_points(schedule):
+        return value_at(schedule, schedule_point(schedule, event.position))
     return None

@@ -9,7 +9,7 @@ import attrs
 
 from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition
 from towerkit.callbacks._schedules import OnSchedule, scheduled_value
-from towerkit.callbacks._triggers import EveryK, Trigger
+from towerkit.callbacks._triggers import EveryK, Trigger, fires
 
 __all__ = [
     "DEFAULT_KINDS",
@@ -216,7 +216,7 @@ def timeline(
     out: list[Firing] = []
     for event in _events(starting_epoch, max_epoch, steps_per_epoch, start_global_step, wanted):
         for entry in entries:
-            if event.kind not in entry.kinds or not entry.trigger._fires(event):
+            if event.kind not in entry.kinds or not fires(entry.trigger, event):
                 continue
             value = (
                 scheduled_value(entry.trigger, event)

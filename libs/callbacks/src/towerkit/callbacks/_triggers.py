@@ -23,6 +23,7 @@ __all__ = [
     "all_of",
     "any_of",
     "fires",
+    "firing_kinds",
     "negate",
     "trainer_event",
 ]
@@ -31,7 +32,9 @@ __all__ = [
 class Trigger(abc.ABC):
     """Base of trigger records: frozen values that say at which loop events something fires.
 
-    Use :func:`fires` to evaluate one; a record's ``_fires`` method holds its rule.
+    Use :func:`fires` to evaluate one; a record's ``_fires`` method holds its rule,
+    and its ``_firing_kinds`` method the event kinds where that rule can hold (every
+    kind unless a record narrows it; see :func:`firing_kinds`).
     """
 
     __slots__ = ()
@@ -39,6 +42,14 @@ class Trigger(abc.ABC):
     @abc.abstractmethod
     def _fires(self, event: LoopEvent) -> bool:
         """Whether the record fires at ``event`` (the rule of :func:`fires`)."""
+
+    def _firing_kinds(self) -> frozenset[EventKind]:
+        """The event kinds at which the record may fire (the rule of :func:`firing_kinds`)."""
+        return ALL_KINDS
+
+
+ALL_KINDS = frozenset(EventKind)
+"""Every event kind."""
 
 
 def _positive_int_or_none(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -102,6 +113,14 @@ class EveryK(Trigger):
         if kind is EventKind.BEFORE_TRAIN:
             return self.before_train
         return False
+
+    def _firing_kinds(self) -> frozenset[EventKind]:
+        kinds = (
+            (EventKind.TRIGGER_STEP, self.steps is not None),
+            (EventKind.TRIGGER_EPOCH, self.epochs is not None),
+            (EventKind.BEFORE_TRAIN, self.before_train),
+        )
+        return frozenset(kind for kind, on in kinds if on)
 
 
 @attrs.frozen
@@ -183,6 +202,9 @@ class OnKinds(Trigger):
     def _fires(self, event: LoopEvent) -> bool:
         return event.kind in self.kinds
 
+    def _firing_kinds(self) -> frozenset[EventKind]:
+        return self.kinds
+
 
 def _triggers(values: Iterable[Any]) -> tuple[Trigger, ...]:
     out = tuple(values)
@@ -202,6 +224,9 @@ class AnyOf(Trigger):
     def _fires(self, event: LoopEvent) -> bool:
         return any(t._fires(event) for t in self.triggers)
 
+    def _firing_kinds(self) -> frozenset[EventKind]:
+        return frozenset().union(*(t._firing_kinds() for t in self.triggers))
+
 
 @attrs.frozen
 class AllOf(Trigger):
@@ -211,6 +236,9 @@ class AllOf(Trigger):
 
     def _fires(self, event: LoopEvent) -> bool:
         return all(t._fires(event) for t in self.triggers)
+
+    def _firing_kinds(self) -> frozenset[EventKind]:
+        return ALL_KINDS.intersection(*(t._firing_kinds() for t in self.triggers))
 
 
 def _one_trigger(value: Any) -> Trigger:
@@ -285,13 +313,80 @@ def fires(trigger: Trigger, event: LoopEvent) -> bool:
     return bool(trigger._fires(event))
 
 
-def trainer_event(trainer: Any, kind: EventKind) -> LoopEvent:
-    """The loop event a trainer is at, built from its counters.
+def firing_kinds(trigger: Trigger) -> frozenset[EventKind]:
+    """The event kinds at which ``trigger`` may fire: it never fires at any other kind.
+
+    Pure and total. A shell hooks only the callback methods of these kinds, so a
+    record that cannot fire after a step costs nothing per step. The set may be
+    larger than needed (a record whose rule reads only the position, such as
+    :class:`GlobalStepMultiple`, may fire at every kind), never smaller.
+
+    Args:
+        trigger: a trigger record.
+
+    Raises:
+        TypeError: ``trigger`` is not a trigger record.
+
+    Examples:
+        >>> sorted(k.value for k in firing_kinds(EveryK(steps=10, before_train=True)))
+        ['before_train', 'trigger_step']
+        >>> sorted(k.value for k in firing_kinds(any_of(EveryK(epochs=1), OnKinds(["after_train"]))))
+        ['after_train', 'trigger_epoch']
+        >>> firing_kinds(all_of(EveryK(epochs=1), EveryK(steps=1)))
+        frozenset()
+    """
+    if not isinstance(trigger, Trigger):
+        msg = f"'trigger' must be a trigger record; got {type(trigger).__name__} {trigger!r:.80}"
+        raise TypeError(msg)
+    return frozenset(trigger._firing_kinds())
+
+
+_SLOTS = LoopPosition.__dict__
+_SET_STARTING_EPOCH = _SLOTS["starting_epoch"].__set__
+_SET_MAX_EPOCH = _SLOTS["max_epoch"].__set__
+_SET_STEPS_PER_EPOCH = _SLOTS["steps_per_epoch"].__set__
+_SET_EPOCH_NUM = _SLOTS["epoch_num"].__set__
+_SET_LOCAL_STEP = _SLOTS["local_step"].__set__
+_SET_GLOBAL_STEP = _SLOTS["global_step"].__set__
+_SET_KIND = LoopEvent.__dict__["kind"].__set__
+_SET_POSITION = LoopEvent.__dict__["position"].__set__
+
+
+def trainer_position(trainer: Any) -> LoopPosition:
+    """Where a trainer is in its loop, read from its counters.
+
+    Shells call it at every event they act at, after each step too, so it is cheap:
+    the counters are taken as the trainer keeps them (a trainer validates its bounds
+    once, before training, and then only counts), without running the validators of
+    :class:`LoopPosition` again.
 
     Args:
         trainer: anything with the counters of a ``TrainerView`` (``epoch_num``,
             ``local_step``, ``global_step``, ``steps_per_epoch``, ``starting_epoch``,
-            ``max_epoch``).
+            ``max_epoch``), ints.
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> t = SimpleNamespace(starting_epoch=1, max_epoch=3, steps_per_epoch=10,
+        ...                     epoch_num=3, local_step=9, global_step=30)
+        >>> trainer_position(t).is_last_step
+        True
+    """
+    position = object.__new__(LoopPosition)
+    _SET_STARTING_EPOCH(position, trainer.starting_epoch)
+    _SET_MAX_EPOCH(position, trainer.max_epoch)
+    _SET_STEPS_PER_EPOCH(position, trainer.steps_per_epoch)
+    _SET_EPOCH_NUM(position, trainer.epoch_num)
+    _SET_LOCAL_STEP(position, trainer.local_step)
+    _SET_GLOBAL_STEP(position, trainer.global_step)
+    return position
+
+
+def trainer_event(trainer: Any, kind: EventKind) -> LoopEvent:
+    """The loop event a trainer is at, built from its counters (see :func:`trainer_position`).
+
+    Args:
+        trainer: anything with the counters of a ``TrainerView``.
         kind: the callback method being called.
 
     Examples:
@@ -302,17 +397,10 @@ def trainer_event(trainer: Any, kind: EventKind) -> LoopEvent:
         >>> fires(AtLastStep(), ev), fires(EveryK(steps=7), ev)
         (True, False)
     """
-    return LoopEvent(
-        kind,
-        LoopPosition(
-            starting_epoch=trainer.starting_epoch,
-            max_epoch=trainer.max_epoch,
-            steps_per_epoch=trainer.steps_per_epoch,
-            epoch_num=trainer.epoch_num,
-            local_step=trainer.local_step,
-            global_step=trainer.global_step,
-        ),
-    )
+    event = object.__new__(LoopEvent)
+    _SET_KIND(event, kind)
+    _SET_POSITION(event, trainer_position(trainer))
+    return event
 
 
 def periodic_record(every_k_steps: int | None, every_k_epochs: int | None) -> AnyOf:
