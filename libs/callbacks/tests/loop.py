@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from towerkit.callbacks import Callbacks, HookedSession, StopTraining
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class SmallLoop:
@@ -148,8 +148,7 @@ DRIVER = _driver()
 
 def _real_trainer_class():
     """`Trainer` from the trainers lib, adapted to `SmallLoop`'s constructor."""
-    from towerkit.trainers import NewSessionCreator, Trainer
-    from towerkit.trainers._tfutils import get_default_sess_config
+    from towerkit.trainers import NewSessionCreator, Trainer, get_default_sess_config
 
     class RealTrainer(Trainer):
         """The trainers lib's `Trainer` running `train_op`, built in `graph`."""

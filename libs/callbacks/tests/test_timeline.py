@@ -29,7 +29,7 @@ from towerkit.callbacks import (
     timeline,
     timeline_entry,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 kinds = st.sets(st.sampled_from(list(EventKind)), min_size=1)
 

@@ -16,7 +16,7 @@ from towerkit.callbacks import (
     RunUpdateOps,
 )
 from towerkit.sessinit import DictRestore, SaverRestore, get_all_checkpoints
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DEFAULT_CALLBACKS,
     AutoResumeTrainConfig,

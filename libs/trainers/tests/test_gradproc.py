@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY, TowerContext
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     Chain,
     CheckGradient,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, StopTraining
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DummyConstantInput,
     FeedInput,

@@ -12,7 +12,7 @@ from strategies import loop_runs
 
 from towerkit.callbacks import Callback, EventKind, MonitorBase, Monitors, loop_events
 from towerkit.sessinit import DictRestore
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import StopTraining, Trainer, TrainerStateError
 
 

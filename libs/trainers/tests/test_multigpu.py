@@ -33,7 +33,7 @@ from towerkit.towers import (
     resolve_devices,
     visible_gpu_count,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     ALLREDUCE_MODES,
     AllReduceChoice,

@@ -16,7 +16,7 @@ from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._graph import tensor_names
 from towerkit.towers import TowerContext, build_placeholders, get_op_tensor_name, resolve_devices
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopPosition, StopTraining
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._interrupt import deferred_sigint
 from towerkit.trainers._resume import plan_logdir
