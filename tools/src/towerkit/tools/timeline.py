@@ -41,18 +41,9 @@ from typing import Any
 import attrs
 from attrs.validators import ge, gt, instance_of
 
+import towerkit.callbacks as cb
+from towerkit.callbacks import EventKind, OnSchedule, TimelineEntry
 from towerkit.tools._files import ToolError, fail, read_toml
-from towerkit.tools._pure import pure_callbacks
-
-_mods = pure_callbacks()
-_loop = _mods["_loop"]
-_triggers = _mods["_triggers"]
-_schedules = _mods["_schedules"]
-_timeline = _mods["_timeline"]
-
-EventKind = _loop.EventKind
-OnSchedule = _schedules.OnSchedule
-TimelineEntry = _timeline.TimelineEntry
 
 __all__ = [
     "CALLBACK_TYPES",
@@ -163,7 +154,7 @@ def periodic_callback_rule(every_k_steps: int | None, every_k_epochs: int | None
         >>> periodic_callback_rule(None, 2)
         AnyOf(triggers=(EpochMultiple(k=2), AtLastStep()))
     """
-    return _triggers.periodic_record(every_k_steps, every_k_epochs)
+    return cb.periodic_record(every_k_steps, every_k_epochs)
 
 
 def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
@@ -225,10 +216,10 @@ def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
 def _build_entry(name: str, kind: str, table: Mapping[str, Any]) -> Any:
     if kind == "Callback":
         return TimelineEntry(
-            name=name, trigger=_triggers.EveryK(epochs=1), kinds=[EventKind.TRIGGER_EPOCH]
+            name=name, trigger=cb.EveryK(epochs=1), kinds=[EventKind.TRIGGER_EPOCH]
         )
     if kind == "PeriodicTrigger":
-        rule = _triggers.EveryK(
+        rule = cb.EveryK(
             steps=table.get("every_k_steps"),
             epochs=table.get("every_k_epochs"),
             before_train=table.get("before_train", False),
@@ -253,7 +244,7 @@ def _build_entry(name: str, kind: str, table: Mapping[str, Any]) -> Any:
     points = table["schedule"]
     if isinstance(points, list):
         points = [tuple(p) if isinstance(p, list) else p for p in points]
-    schedule = _schedules.PiecewiseSchedule(
+    schedule = cb.PiecewiseSchedule(
         points=points, interp=table.get("interp"), unit="step" if step_based else "epoch"
     )
     rule = OnSchedule(schedule=schedule, set_at_beginning=table.get("set_at_beginning", True))
@@ -268,7 +259,7 @@ def _entry(item: Any, index: int) -> tuple[Any, str]:
         entry = TimelineEntry(name=name, trigger=rule, kinds=kinds)
     else:
         try:
-            entry = _timeline.timeline_entry(item)
+            entry = cb.timeline_entry(item)
         except TypeError:
             msg = (
                 f"callbacks #{index}: expected a table, a (name, trigger) or (name, trigger, "
@@ -347,7 +338,7 @@ def run_timeline(description: Description) -> list[Any]:
         [('before_train', 0, 0, 'lr', 0.1), ('trigger_epoch', 2, 6, 'saver', None), ('trigger_epoch', 3, 9, 'lr', 0.01), ('trigger_epoch', 4, 12, 'saver', None)]
     """
     spec = description.loop
-    return _timeline.timeline(
+    return cb.timeline(
         list(description.entries),
         spec.starting_epoch,
         spec.max_epoch,
@@ -476,10 +467,17 @@ def render_json(description: Description, firings: Sequence[Any]) -> str:
     return json.dumps(doc, indent=1)
 
 
+_NAMESPACE = (
+    *("AllOf", "AnyOf", "AtLastStep", "EpochMultiple", "EveryK", "GlobalStepMultiple", "Not"),
+    *("OnKinds", "Trigger", "all_of", "any_of", "fires", "negate", "trainer_event"),
+    *("OnSchedule", "PiecewiseSchedule", "Schedule", "piecewise_schedule", "scheduled_value"),
+    *("value_at", "value_in_effect"),
+)
+"""The trigger and schedule names of ``towerkit.callbacks`` a Python description sees."""
+
+
 def _python_namespace() -> dict[str, Any]:
-    names: dict[str, Any] = {}
-    for module in (_triggers, _schedules):
-        names.update({n: getattr(module, n) for n in module.__all__})
+    names: dict[str, Any] = {n: getattr(cb, n) for n in _NAMESPACE}
     names.update(
         EventKind=EventKind,
         TimelineEntry=TimelineEntry,
