@@ -9,7 +9,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import IO, Literal
 
 import attrs
+
+from towerkit.callbacks import stop_process_group
 
 __all__ = [
     "DEFAULT_VERSION",
@@ -1487,22 +1488,10 @@ def _run_job(
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop_group(proc)
+            stop_process_group(proc)
             out, _ = proc.communicate()
             return None, out or ""
     return proc.returncode, out or ""
-
-
-def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the process group (horovodrun then stops its workers), SIGKILL after ``grace`` s."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=grace)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _verify(step: Step, *, workdir: Path, timeout: float) -> None:

@@ -28,6 +28,7 @@ from towerkit.callbacks._inference_stats import (
     tally_ratio,
 )
 from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
+from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._schedules import (
     OnSchedule,
     PiecewiseSchedule,
@@ -323,6 +324,7 @@ __all__ = [
     "SimpleMovingAverage",
     "summary_due",
     # steps and misc
+    "stop_process_group",
     "ProgressBar",
     "TensorPrinter",
     "SessionRunTimeout",
