@@ -309,7 +309,7 @@ class TestPhases:
     def test_bad_loop_parameters(self, graph):
         """Loop parameters are validated before the loop starts."""
         trainer, _ = counter_trainer()
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be > 0"):
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
             trainer.train([], [], creator(), None, 0, 1, 1)
 
     def test_bad_session_objects(self, graph):

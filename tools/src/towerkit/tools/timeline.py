@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from attrs.validators import ge, gt, instance_of
+from attrs.validators import ge, instance_of
 
 import towerkit.callbacks as cb
 from towerkit.callbacks import EventKind, OnSchedule, TimelineEntry
@@ -95,24 +95,34 @@ class LoopSpec:
 
     Attributes:
         steps_per_epoch: steps per epoch (> 0).
-        max_epoch: the last epoch, inclusive (1-based).
+        max_epoch: the last epoch, inclusive (1-based); ``starting_epoch - 1`` is an empty run.
         starting_epoch: the first epoch (1-based).
         start_global_step: the global step restored at the start (>= 0).
+        bounds: the epochs and steps as the loop's own record, which checks them.
 
     Examples:
         >>> LoopSpec(steps_per_epoch=10, max_epoch=3)
         LoopSpec(steps_per_epoch=10, max_epoch=3, starting_epoch=1, start_global_step=0)
     """
 
-    steps_per_epoch: int = attrs.field(validator=[instance_of(int), gt(0)])
-    max_epoch: int = attrs.field(validator=[instance_of(int), ge(0)])
-    starting_epoch: int = attrs.field(default=1, validator=[instance_of(int), ge(1)])
+    steps_per_epoch: int
+    max_epoch: int
+    starting_epoch: int = 1
     start_global_step: int = attrs.field(default=0, validator=[instance_of(int), ge(0)])
+    bounds: cb.LoopBounds = attrs.field(init=False, repr=False, eq=False)
+
+    @bounds.default
+    def _bounds(self) -> cb.LoopBounds:
+        return cb.LoopBounds(
+            starting_epoch=self.starting_epoch,
+            max_epoch=self.max_epoch,
+            steps_per_epoch=self.steps_per_epoch,
+        )
 
     @property
     def total_steps(self) -> int:
         """The number of steps this run makes."""
-        return max(0, self.max_epoch - self.starting_epoch + 1) * self.steps_per_epoch
+        return self.bounds.total_steps
 
 
 def _as_tuple(values: Iterable[Any]) -> tuple[Any, ...]:

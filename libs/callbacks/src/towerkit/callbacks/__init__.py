@@ -27,7 +27,14 @@ from towerkit.callbacks._inference_stats import (
     tally_add,
     tally_ratio,
 )
-from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
+from towerkit.callbacks._loop import (
+    EventKind,
+    LoopBounds,
+    LoopEvent,
+    LoopPosition,
+    count_steps,
+    loop_events,
+)
 from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._schedules import (
     OnSchedule,
@@ -215,6 +222,7 @@ __all__ = [
     "__version__",
     # the loop, pure
     "EventKind",
+    "LoopBounds",
     "LoopEvent",
     "LoopPosition",
     "loop_events",
