@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,3 +94,28 @@ class TestPrivateImports:
         modules = [m for _, m in imported_modules(ast.parse(path.read_text(encoding="utf-8")))]
         assert "towerkit.callbacks._loop" in modules
         assert private_imports(path) == []
+
+
+LIBS = ("sessinit", "towers", "callbacks", "trainers", "export")
+
+
+class TestOnePublicHome:
+    """Each public object is exported by one lib only."""
+
+    def test_no_name_in_two_libs(self):
+        """No object is listed in the ``__all__`` of two libs (``StopTraining`` lives in callbacks)."""
+        homes: dict[int, list[str]] = {}
+        for lib in LIBS:
+            module = importlib.import_module(f"towerkit.{lib}")
+            for name in module.__all__:
+                if name != "__version__":
+                    homes.setdefault(id(getattr(module, name)), []).append(f"{lib}.{name}")
+        shared = sorted(paths for paths in homes.values() if len(paths) > 1)
+        assert shared == []
+
+    def test_helpers_left_trainers(self):
+        """The trainers lib no longer exports its implementation helpers or `StopTraining`."""
+        trainers = importlib.import_module("towerkit.trainers")
+        gone = ("StopTraining", "regex_matches", "first_multiplier", "check_multipliers")
+        gone += ("least_loaded", "tower_variable_key", "num_batches")
+        assert [n for n in gone if n in trainers.__all__ or hasattr(trainers, n)] == []

@@ -23,10 +23,8 @@ from towerkit.trainers import (
     ScaleGradient,
     SummaryGradient,
     chain,
-    check_multipliers,
-    first_multiplier,
-    regex_matches,
 )
+from towerkit.trainers._gradproc import check_multipliers, first_multiplier, regex_matches
 
 NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,5}(/[a-z][a-z0-9_]{0,5}){0,2}", fullmatch=True)
 

@@ -10,10 +10,17 @@ from helpers import Probe, as_tuples, counter_trainer, creator, truncated
 from hypothesis import HealthCheck, given, settings
 from strategies import loop_runs
 
-from towerkit.callbacks import Callback, EventKind, MonitorBase, Monitors, loop_events
+from towerkit.callbacks import (
+    Callback,
+    EventKind,
+    MonitorBase,
+    Monitors,
+    StopTraining,
+    loop_events,
+)
 from towerkit.sessinit import DictRestore
 from towerkit.towers.compat import tf1
-from towerkit.trainers import StopTraining, Trainer, TrainerStateError
+from towerkit.trainers import Trainer, TrainerStateError
 
 
 def run_probe(starting, max_epoch, steps, start_gs=0, probe=None, trainer_cls=Trainer, **kw):
