@@ -229,7 +229,7 @@ def _build_entry(name: str, kind: str, table: Mapping[str, Any]) -> Any:
             name=name, trigger=cb.EveryK(epochs=1), kinds=[EventKind.TRIGGER_EPOCH]
         )
     if kind == "PeriodicTrigger":
-        rule = cb.EveryK(
+        rule: cb.Trigger = cb.EveryK(
             steps=table.get("every_k_steps"),
             epochs=table.get("every_k_epochs"),
             before_train=table.get("before_train", False),
@@ -269,16 +269,17 @@ def _entry(item: Any, index: int) -> tuple[Any, str]:
         entry = TimelineEntry(name=name, trigger=rule, kinds=kinds)
     else:
         try:
-            entry = cb.timeline_entry(item)
+            found = cb.timeline_entry(item)
         except TypeError:
             msg = (
                 f"callbacks #{index}: expected a table, a (name, trigger) or (name, trigger, "
                 f"event_kinds) tuple, or a callback; got {type(item).__name__} {item!r:.80}"
             )
             raise TypeError(msg) from None
-        if entry is None:
+        if found is None:
             msg = f"callbacks #{index}: {item} never fires (it has no trigger_epoch)"
             raise ValueError(msg)
+        entry = found
     kind = getattr(item, "__class__", type(item)).__name__
     if isinstance(item, tuple):
         kind = "ScheduledHyperParamSetter" if isinstance(entry.trigger, OnSchedule) else "trigger"
