@@ -111,7 +111,7 @@ class LoopBounds:
     @property
     def total_steps(self) -> int:
         """The number of steps the run makes."""
-        return len(self.epochs) * self.steps_per_epoch
+        return count_steps(self.starting_epoch, self.max_epoch, self.steps_per_epoch)
 
     def events(self, *, start_global_step: int = 0, runs_per_step: int = 1) -> Iterator[LoopEvent]:
         """`loop_events` of these bounds."""
