@@ -4,9 +4,11 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from loop import LoopTrainer
 from strategies import loop_params
 
 from towerkit.callbacks import (
+    Callback,
     EventKind,
     LoopBounds,
     LoopEvent,
@@ -14,6 +16,7 @@ from towerkit.callbacks import (
     count_steps,
     loop_events,
 )
+from towerkit.towers.compat import tf1
 
 
 def reference_trace(starting, max_epoch, steps, start_gs, runs):
@@ -153,3 +156,61 @@ class TestLoopPosition:
             if e.kind is EventKind.TRIGGER_STEP and e.position.is_last_step
         ]
         assert len(lasts) == (1 if max_epoch >= starting else 0)
+
+
+class _Recorder(Callback):
+    """Records every callback method the driving loop calls, with the trainer's position."""
+
+    def __init__(self):
+        self.seen = []
+
+    def _record(self, kind):
+        t = self.trainer
+        self.seen.append((kind.value, t.epoch_num, t.local_step, t.global_step))
+
+    def _before_train(self):
+        self._record(EventKind.BEFORE_TRAIN)
+
+    def _before_epoch(self):
+        self._record(EventKind.BEFORE_EPOCH)
+
+    def _before_run(self, ctx):
+        self._record(EventKind.BEFORE_RUN)
+
+    def _after_run(self, ctx, values):
+        self._record(EventKind.AFTER_RUN)
+
+    def _trigger_step(self):
+        self._record(EventKind.TRIGGER_STEP)
+
+    def _after_epoch(self):
+        self._record(EventKind.AFTER_EPOCH)
+
+    def _trigger_epoch(self):
+        self._record(EventKind.TRIGGER_EPOCH)
+
+    def _after_train(self):
+        self._record(EventKind.AFTER_TRAIN)
+
+
+class TestTestLoop:
+    """The loop that drives this lib's tests calls callbacks as `loop_events` says."""
+
+    @pytest.mark.parametrize(("starting", "max_epoch", "steps"), [(1, 2, 3), (2, 3, 1), (3, 2, 2)])
+    def test_follows_loop_events(self, graph, starting, max_epoch, steps):
+        """Every method call, in order, at the position of the matching event."""
+        recorder = _Recorder()
+        w = tf1.get_variable("w", initializer=0.0)
+        LoopTrainer(
+            graph,
+            tf1.assign_add(w, 1.0),
+            [recorder],
+            steps_per_epoch=steps,
+            max_epoch=max_epoch,
+            starting_epoch=starting,
+        ).train()
+        expected = [
+            (e.kind.value, e.epoch_num, e.local_step, e.global_step)
+            for e in loop_events(starting, max_epoch, steps)
+        ]
+        assert recorder.seen == expected
