@@ -61,15 +61,17 @@ def local_closure(dist: str) -> list[Path]:
     return seen
 
 
-def install_local(session: nox.Session, *dists: str) -> None:
+def install_local(session: nox.Session, *dists: str, tensorflow: bool = True) -> None:
     """Install `dists` and their in-repo dependencies (not editable) with the TF extra.
+
+    With ``tensorflow=False`` no extra is asked for, so no TensorFlow is installed.
 
     Our own libs are reinstalled every time, so a reused venv tests the tree as it is now.
     """
     paths: list[Path] = []
     for dist in dists:
         paths += [p for p in local_closure(dist) if p not in paths]
-    extra = "" if TF_EXTRA == "none" else f"[{TF_EXTRA}]"
+    extra = "" if TF_EXTRA == "none" or not tensorflow else f"[{TF_EXTRA}]"
     args = [f"{p}{extra}" for p in paths]
     if session.venv_backend == "uv":
         for path in paths:
@@ -129,6 +131,26 @@ def crosslib(session: nox.Session) -> None:
     # The callbacks lib's tests again, each callback now driven by the real trainer.
     env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer"}
     session.run("pytest", "libs/callbacks/tests", *session.posargs, env=env)
+
+
+CORE_MODULES = ["_loop", "_triggers", "_schedules", "_stats", "_timeline", "_inference_stats"]
+"""The callbacks lib's functional core: its doctests run in the `core` session too."""
+
+
+@nox.session(tags=["ci"])
+def core(session: nox.Session) -> None:
+    """The functional core and the timeline tool, in a venv with every lib but no TensorFlow."""
+    install_local(session, "towerkit-tools", tensorflow=False)
+    install_groups(session, "test")
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') and"
+        " 'this venv must not hold TensorFlow')",
+    )
+    modules = [f"towerkit.callbacks.{m}" for m in CORE_MODULES]
+    session.run("pytest", "tests/test_core_without_tensorflow.py", *session.posargs)
+    session.run("pytest", "--doctest-modules", "--pyargs", *modules, env=pytest_env())
 
 
 LINT_TARGETS = {

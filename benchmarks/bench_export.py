@@ -131,7 +131,7 @@ def _model():
     import tensorflow as tf
 
     from towerkit.towers import get_current_tower_context
-    from towerkit.towers._compat import tf1
+    from towerkit.towers.compat import tf1
 
     signature = [tf.TensorSpec([None, 8, 8, 1], tf.float32, "image")]
 
@@ -188,7 +188,7 @@ def _model():
 def _write_checkpoint(tower, signature, workdir: str) -> str:
     """A checkpoint of the model's (seeded, random) initial values."""
     from towerkit.towers import TowerContext, build_placeholders
-    from towerkit.towers._compat import tf1
+    from towerkit.towers.compat import tf1
 
     with tf1.Graph().as_default() as graph:
         tf1.set_random_seed(0)
@@ -202,7 +202,7 @@ def _write_checkpoint(tower, signature, workdir: str) -> str:
 
 
 def _session_callable(graph, feed: str, fetch: str):
-    from towerkit.towers._compat import tf1
+    from towerkit.towers.compat import tf1
 
     sess = tf1.Session(graph=graph)
     return sess, sess.make_callable(fetch, feed_list=[feed])
@@ -214,7 +214,7 @@ def build_forms(workdir: str) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
 
     from towerkit.export import ModelExporter, OfflinePredictor, PredictConfig
     from towerkit.sessinit import SaverRestore
-    from towerkit.towers._compat import tf1
+    from towerkit.towers.compat import tf1
 
     tower, signature = _model()
     checkpoint = _write_checkpoint(tower, signature, workdir)

@@ -26,7 +26,7 @@ def graph():
 @pytest.fixture
 def sess(graph):
     """A session on the test's graph, closed afterwards."""
-    from towerkit.towers._compat import tf1
+    from towerkit.towers.compat import tf1
 
     s = tf1.Session(graph=graph)
     yield s

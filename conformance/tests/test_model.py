@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from towerkit.conformance import SuiteModel, sgd_step
 from towerkit.conformance._model import VARIABLES, first_batches, gradients, shard_data
 from towerkit.towers import check_tower_function
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class TestReference:

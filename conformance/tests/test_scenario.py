@@ -40,13 +40,14 @@ class TestLoopSpec:
     def test_fail_epochs(self):
         """max_epoch below starting_epoch - 1 is rejected with both values."""
         with pytest.raises(
-            ValueError, match=r"'max_epoch' must be >= starting_epoch - 1 = 3; got 1"
+            ValueError,
+            match=r"'max_epoch' must be >= 'starting_epoch' - 1 \(an empty run\); got max_epoch=1, starting_epoch=4",
         ):
             LoopSpec(starting_epoch=4, max_epoch=1)
 
     def test_fail_steps(self):
         """steps_per_epoch must be positive."""
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be > 0"):
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
             LoopSpec(steps_per_epoch=0)
 
     def test_empty_run_allowed(self):

@@ -29,6 +29,10 @@ from towerkit.tools.install_horovod import (
     Installer,
     Probe,
     Step,
+    _cache,
+    _plan,
+    _records,
+    _run,
     build_env,
     cache_key,
     check_verify_output,
@@ -64,7 +68,7 @@ CMAKE_TEXT = "\n".join(
 # Lines of CMake that never mention the XLA source or carry the patch marker.
 other_lines = st.text(
     alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=60
-).filter(lambda s: "xla_mpi_ops.cc" not in s and ih.PATCH_MARKER not in s)
+).filter(lambda s: "xla_mpi_ops.cc" not in s and _records.PATCH_MARKER not in s)
 
 options_st = st.builds(
     BuildOptions,
@@ -205,7 +209,7 @@ def _venv_seeing_this_env(folder: Path) -> Path:
 def _report(rank: int, **changes: object) -> str:
     report = {"rank": rank, "size": 2, "sum": [3.0] * 4, "average": [1.5] * 4, "broadcast": 7.0}
     report.update(changes)
-    return f"[{rank}]<stdout>:{ih.VERIFY_TAG} {json.dumps(report)}"
+    return f"[{rank}]<stdout>:{_records.VERIFY_TAG} {json.dumps(report)}"
 
 
 def _executable(folder: Path, name: str) -> Path:
@@ -221,9 +225,9 @@ class TestPatchCmakelists:
     def test_removes_entry(self):
         """The XLA source entry becomes the marker; every other line stays."""
         out = patch_cmakelists(CMAKE_TEXT)
-        assert "xla_mpi_ops.cc" not in out.replace(ih.PATCH_MARKER, "")
+        assert "xla_mpi_ops.cc" not in out.replace(_records.PATCH_MARKER, "")
         assert out.splitlines() == [
-            ih.PATCH_MARKER if line == XLA_LINE else line for line in CMAKE_TEXT.splitlines()
+            _records.PATCH_MARKER if line == XLA_LINE else line for line in CMAKE_TEXT.splitlines()
         ]
         assert 'horovod/tensorflow/mpi_ops.cc")' in out
 
@@ -235,7 +239,7 @@ class TestPatchCmakelists:
     def test_keeps_indent_and_line_endings(self):
         """Indentation and CRLF endings of the replaced line survive."""
         text = "a\r\n    " + XLA_LINE + "\r\nb\r\n"
-        assert patch_cmakelists(text) == "a\r\n    " + ih.PATCH_MARKER + "\r\nb\r\n"
+        assert patch_cmakelists(text) == "a\r\n    " + _records.PATCH_MARKER + "\r\nb\r\n"
 
     def test_fail(self):
         """Text from an unknown horovod version fails loudly."""
@@ -262,7 +266,7 @@ class TestPatchCmakelists:
         lines = [*before, *([XLA_LINE] * copies), *after]
         text = "\n".join(lines) + "\n"
         out = patch_cmakelists(text)
-        assert out.splitlines() == [*before, *([ih.PATCH_MARKER] * copies), *after]
+        assert out.splitlines() == [*before, *([_records.PATCH_MARKER] * copies), *after]
         assert patch_cmakelists(out) == out
 
     @given(lines=st.lists(other_lines, max_size=6))
@@ -329,7 +333,13 @@ class TestBuildEnv:
         options=options_st,
         inherited=st.dictionaries(
             st.sampled_from(
-                [*sorted(ih.MANAGED_KEYS), "PATH", "CXX", "HOROVOD_CUDA_HOME", "HOROVOD_NCCL_HOME"]
+                [
+                    *sorted(_records.MANAGED_KEYS),
+                    "PATH",
+                    "CXX",
+                    "HOROVOD_CUDA_HOME",
+                    "HOROVOD_NCCL_HOME",
+                ]
             ),
             st.sampled_from(["0", "1", "NCCL", "/opt"]),
         ),
@@ -338,10 +348,10 @@ class TestBuildEnv:
         """Managed keys come only from the options; every other inherited key passes."""
         env = merged_env(inherited, options)
         wanted = build_env(options)
-        for key in ih.MANAGED_KEYS:
+        for key in _records.MANAGED_KEYS:
             assert env.get(key) == wanted.get(key)
         for key, value in inherited.items():
-            if key not in ih.MANAGED_KEYS:
+            if key not in _records.MANAGED_KEYS:
                 assert env[key] == value
 
 
@@ -490,12 +500,14 @@ class TestPlanWithCache:
 
     def test_install_wheel_commands(self):
         """A cached wheel goes in with --no-deps, after horovod's runtime requirements."""
-        uv = ih._install_wheel_argvs(Installer(kind="uv", python="/v/py", uv="/bin/uv"), "/c/h.whl")
+        uv = _plan._install_wheel_argvs(
+            Installer(kind="uv", python="/v/py", uv="/bin/uv"), "/c/h.whl"
+        )
         assert uv == (
             ("/bin/uv", "pip", "install", "-p", "/v/py", *ih.RUNTIME_REQUIREMENTS),
             ("/bin/uv", "pip", "install", "-p", "/v/py", "--no-deps", "--reinstall", "/c/h.whl"),
         )
-        pip = ih._install_wheel_argvs(Installer(kind="pip", python="/v/py"), "/c/h.whl")
+        pip = _plan._install_wheel_argvs(Installer(kind="pip", python="/v/py"), "/c/h.whl")
         assert pip[1] == (
             "/v/py", "-m", "pip", "install", "--no-deps", "--force-reinstall", "/c/h.whl"
         )  # fmt: skip
@@ -689,8 +701,8 @@ class TestWheelCache:
         code = (
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from towerkit.tools import install_horovod as ih\n"
-            "with ih._entry_lock(Path(sys.argv[1]), sys.argv[2]):\n"
+            "from towerkit.tools.install_horovod import _cache\n"
+            "with _cache._entry_lock(Path(sys.argv[1]), sys.argv[2]):\n"
             "    print('locked', flush=True)\n"
             "    time.sleep(1.0)\n"
             "    Path(sys.argv[3]).write_text('done')\n"
@@ -701,7 +713,7 @@ class TestWheelCache:
             text=True,
         ) as first:
             assert first.stdout.readline() == "locked\n"
-            with ih._entry_lock(cache, self.KEY):
+            with _cache._entry_lock(cache, self.KEY):
                 assert marker.read_text() == "done"
             assert first.wait(timeout=60) == 0
         assert "waiting for another install-horovod to finish" in capsys.readouterr().out
@@ -713,7 +725,7 @@ class TestParseProbe:
 
     def test_ok(self):
         """The last tagged line counts; unknown keys are ignored."""
-        text = f'warning\n{ih.PROBE_TAG} {{"tensorflow": "2.21.0", "horovod": "0.28.1", "gloo": true, "x": 1}}\n'
+        text = f'warning\n{_records.PROBE_TAG} {{"tensorflow": "2.21.0", "horovod": "0.28.1", "gloo": true, "x": 1}}\n'
         assert parse_probe(text) == Probe(tensorflow="2.21.0", horovod="0.28.1", gloo=True)
 
     def test_fail(self):
@@ -721,9 +733,9 @@ class TestParseProbe:
         with pytest.raises(HorovodInstallError, match="printed no line starting with"):
             parse_probe("Traceback: boom")
         with pytest.raises(HorovodInstallError, match="report is not JSON"):
-            parse_probe(f"{ih.PROBE_TAG} {{oops")
+            parse_probe(f"{_records.PROBE_TAG} {{oops")
         with pytest.raises(HorovodInstallError, match="must be a JSON object"):
-            parse_probe(f"{ih.PROBE_TAG} [1]")
+            parse_probe(f"{_records.PROBE_TAG} [1]")
 
 
 class TestRealProbe:
@@ -735,7 +747,7 @@ class TestRealProbe:
 
         import tensorflow as tf
 
-        probe = ih._probe(sys.executable, timeout=300)
+        probe = _run._probe(sys.executable, timeout=300)
         assert probe.tensorflow == tf.__version__
         assert probe.tensorflow_error is None
         assert probe.python_tag == f"cp{sys.version_info[0]}{sys.version_info[1]}"
@@ -854,7 +866,7 @@ class TestCheckVerifyOutput:
         """For any size, the expected sum is 1 + ... + np and the average its mean."""
         total = float(np * (np + 1) // 2)
         lines = [
-            f"[{r}]<stdout>:{ih.VERIFY_TAG} "
+            f"[{r}]<stdout>:{_records.VERIFY_TAG} "
             + json.dumps(
                 {"rank": r, "size": np, "sum": [total], "average": [total / np], "broadcast": 7.0}
             )
@@ -865,11 +877,11 @@ class TestCheckVerifyOutput:
 
 def _sdist(folder: Path, version: str, cmake_text: str) -> Path:
     """A tarball shaped like horovod's sdist, written for real."""
-    path = folder / ih.sdist_name(version)
+    path = folder / _plan.sdist_name(version)
     with tarfile.open(path, "w:gz") as archive:
         for name, text in (
             ("setup.py", "print('setup')\n"),
-            (ih.CMAKELISTS, cmake_text),
+            (_records.CMAKELISTS, cmake_text),
         ):
             data = text.encode()
             info = tarfile.TarInfo(f"horovod-{version}/{name}")
@@ -884,10 +896,10 @@ class TestUnpackAndPatch:
     def test_unpack_patch(self, tmp_path):
         """The sdist unpacks to horovod-<version>, and the patch lands in the file."""
         sdist = _sdist(tmp_path, "0.28.1", CMAKE_TEXT)
-        src = ih._unpack(sdist, tmp_path, "0.28.1")
-        ih._apply_patch(src)
-        assert (src / ih.CMAKELISTS).read_text() == patch_cmakelists(CMAKE_TEXT)
-        ih._apply_patch(src)
+        src = _run._unpack(sdist, tmp_path, "0.28.1")
+        _run._apply_patch(src)
+        assert (src / _records.CMAKELISTS).read_text() == patch_cmakelists(CMAKE_TEXT)
+        _run._apply_patch(src)
         assert sorted(p.name for p in (src / "horovod" / "tensorflow").iterdir()) == [
             "CMakeLists.txt"
         ]
@@ -895,19 +907,19 @@ class TestUnpackAndPatch:
     def test_unpack_replaces_old_tree(self, tmp_path):
         """A second unpack starts from a clean tree (no stale build output)."""
         sdist = _sdist(tmp_path, "0.28.1", CMAKE_TEXT)
-        src = ih._unpack(sdist, tmp_path, "0.28.1")
+        src = _run._unpack(sdist, tmp_path, "0.28.1")
         (src / "stale.o").write_text("x")
-        src = ih._unpack(sdist, tmp_path, "0.28.1")
+        src = _run._unpack(sdist, tmp_path, "0.28.1")
         assert not (src / "stale.o").exists()
 
     def test_fail(self, tmp_path):
         """A missing sdist and an unknown CMakeLists fail with what was found."""
         with pytest.raises(HorovodInstallError, match=r"left no 'horovod-0.28.1.tar.gz'"):
-            ih._unpack(tmp_path / ih.sdist_name("0.28.1"), tmp_path, "0.28.1")
-        src = ih._unpack(_sdist(tmp_path, "0.29.0", "project(x)\n"), tmp_path, "0.29.0")
+            _run._unpack(tmp_path / _plan.sdist_name("0.28.1"), tmp_path, "0.28.1")
+        src = _run._unpack(_sdist(tmp_path, "0.29.0", "project(x)\n"), tmp_path, "0.29.0")
         with pytest.raises(HorovodPatchError, match="has no line adding"):
-            ih._apply_patch(src)
-        assert (src / ih.CMAKELISTS).read_text() == "project(x)\n"
+            _run._apply_patch(src)
+        assert (src / _records.CMAKELISTS).read_text() == "project(x)\n"
 
 
 class TestMain:
@@ -1031,3 +1043,33 @@ class TestMain:
         assert sorted(os.listdir(workdir)) == ["verify_horovod.py"]
         assert find_cached_wheel(cache, key) is not None
         assert time.monotonic() - started < 600
+
+
+class TestPackage:
+    """The installer is a small package, one job per module."""
+
+    def test_modules_stay_small(self):
+        """No module of the package is over 600 lines."""
+        folder = Path(ih.__file__).parent
+        sizes = {
+            p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in folder.glob("*.py")
+        }
+        assert {"_records.py", "_plan.py", "_checks.py", "_cache.py", "_run.py", "_cli.py"} <= set(
+            sizes
+        )
+        assert {name: n for name, n in sizes.items() if n > 600} == {}
+
+    def test_runs_as_module(self):
+        """``python -m towerkit.tools.install_horovod --help`` prints the script's usage."""
+        done = subprocess.run(
+            [sys.executable, "-m", "towerkit.tools.install_horovod", "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("usage: install-horovod")
+
+    def test_all_importable(self):
+        """Every name of the package's ``__all__`` is importable from it."""
+        assert [n for n in ih.__all__ if not hasattr(ih, n)] == []

@@ -92,14 +92,20 @@ class TestLoopSpec:
         )
 
     def test_fail(self):
-        """A non-positive steps_per_epoch is refused at construction."""
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be > 0: 0"):
+        """A non-positive steps_per_epoch or an inverted epoch range is refused at construction."""
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
             LoopSpec(steps_per_epoch=0, max_epoch=2)
+        with pytest.raises(
+            ValueError, match=r"'max_epoch' must be >= 'starting_epoch' - 1 \(an empty run\)"
+        ):
+            LoopSpec(steps_per_epoch=1, max_epoch=2, starting_epoch=5)
 
-    @given(st.integers(1, 50), st.integers(1, 20), st.integers(0, 20))
-    def test_total_steps(self, spe, start, max_epoch):
+    @given(st.integers(1, 50), st.integers(1, 20), st.integers(-1, 20))
+    def test_total_steps(self, spe, start, extra):
         """total_steps is the steps of the epochs from starting_epoch to max_epoch inclusive."""
+        max_epoch = start + extra
         spec = LoopSpec(steps_per_epoch=spe, max_epoch=max_epoch, starting_epoch=start)
+        assert spec.bounds.max_epoch == max_epoch
         assert spec.total_steps == spe * len(range(start, max_epoch + 1))
 
 

@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ Two drivers with one constructor, ``LoopTrainer(graph, train_op, callbacks, moni
 - ``trainer``: the trainers lib's real `towerkit.trainers.Trainer`, its loop, session
   creator and logdir handling. The cross-lib nox session runs these tests so.
 - ``loop``: a small real loop over a real session, kept here because this lib's own
-  venv must not hold the trainers lib. It follows the loop semantics of
-  `towerkit.callbacks.loop_events`: epochs ``starting_epoch..max_epoch`` inclusive,
-  ``steps_per_epoch`` steps each, one ``hooked_sess.run(train_op)`` per step,
-  `StopTraining` ends the loop and ``after_train`` still runs.
+  venv must not hold the trainers lib. It is driven by `towerkit.callbacks.loop_events`
+  itself: epochs ``starting_epoch..max_epoch`` inclusive, ``steps_per_epoch`` steps
+  each, one ``hooked_sess.run(train_op)`` per step, `StopTraining` ends the loop and
+  ``after_train`` still runs.
 
 Unset, the real trainer is used when it can be imported.
 """
@@ -21,8 +21,8 @@ import os
 
 import numpy as np
 
-from towerkit.callbacks import Callbacks, HookedSession, StopTraining
-from towerkit.towers._compat import tf1
+from towerkit.callbacks import Callbacks, EventKind, HookedSession, LoopBounds, StopTraining
+from towerkit.towers.compat import tf1
 
 
 class SmallLoop:
@@ -96,20 +96,30 @@ class SmallLoop:
         self._start_gs = int(np.asarray(self.sess.run(self._gs)))
         self.hooked_sess = HookedSession(self.sess, self._callbacks.cbs, step_op=self._gs_inc)
         cbs = self._callbacks
+        calls = {
+            EventKind.BEFORE_TRAIN: cbs.before_train,
+            EventKind.BEFORE_EPOCH: cbs.before_epoch,
+            EventKind.AFTER_EPOCH: cbs.after_epoch,
+            EventKind.TRIGGER_EPOCH: cbs.trigger_epoch,
+        }
+        bounds = LoopBounds(
+            starting_epoch=self.starting_epoch,
+            max_epoch=self.max_epoch,
+            steps_per_epoch=self.steps_per_epoch,
+        )
         try:
             with self.sess.as_default():
-                cbs.before_train()
-                for epoch in range(self.starting_epoch, self.max_epoch + 1):
-                    self.epoch_num, self.local_step = epoch, -1
-                    cbs.before_epoch()
-                    for step in range(self.steps_per_epoch):
-                        self.local_step = step
+                # One step per trigger_step event; its hooked run makes the before_run and
+                # after_run calls itself. after_train runs below, however the loop ends.
+                for event in bounds.events(runs_per_step=0):
+                    self.epoch_num, self.local_step = event.epoch_num, event.local_step
+                    if event.kind is EventKind.TRIGGER_STEP:
                         self.run_step()
                         cbs.trigger_step()
                         if self.hooked_sess.should_stop():
                             raise StopTraining
-                    cbs.after_epoch()
-                    cbs.trigger_epoch()
+                    elif event.kind is not EventKind.AFTER_TRAIN:
+                        calls[event.kind]()
         except StopTraining:
             pass
         finally:
@@ -148,8 +158,7 @@ DRIVER = _driver()
 
 def _real_trainer_class():
     """`Trainer` from the trainers lib, adapted to `SmallLoop`'s constructor."""
-    from towerkit.trainers import NewSessionCreator, Trainer
-    from towerkit.trainers._tfutils import get_default_sess_config
+    from towerkit.trainers import NewSessionCreator, Trainer, get_default_sess_config
 
     class RealTrainer(Trainer):
         """The trainers lib's `Trainer` running `train_op`, built in `graph`."""

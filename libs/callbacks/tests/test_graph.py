@@ -23,7 +23,7 @@ from towerkit.callbacks import (
 )
 from towerkit.callbacks._graph import numerics_report, tensor_names, to_images
 from towerkit.callbacks._monitors import encode_png
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def counter(name="count", dtype=tf.float32):

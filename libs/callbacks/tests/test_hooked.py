@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, HookedSession
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class Recorder(Callback):

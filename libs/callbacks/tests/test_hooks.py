@@ -7,7 +7,7 @@ import pytest
 from loop import LoopTrainer
 
 from towerkit.callbacks import Callback, CallbackToHook, HookToCallback, TFLocalCLIDebugHook
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class RecordingHook(tf1.train.SessionRunHook):

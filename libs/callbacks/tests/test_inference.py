@@ -30,7 +30,7 @@ from towerkit.callbacks import (
 )
 from towerkit.callbacks._inference import chunks
 from towerkit.towers import TowerContext, TowerFunc, session_config_for_devices
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 W = np.array([[1.0, -1.0], [-2.0, 0.5]], np.float32)
 SIGNATURE = [tf.TensorSpec([None, 2], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "label")]

@@ -4,9 +4,19 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from loop import LoopTrainer
 from strategies import loop_params
 
-from towerkit.callbacks import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
+from towerkit.callbacks import (
+    Callback,
+    EventKind,
+    LoopBounds,
+    LoopEvent,
+    LoopPosition,
+    count_steps,
+    loop_events,
+)
+from towerkit.towers.compat import tf1
 
 
 def reference_trace(starting, max_epoch, steps, start_gs, runs):
@@ -59,12 +69,60 @@ class TestLoopEvents:
 
     def test_fail(self):
         """Bad loop parameters are rejected with the field named."""
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be > 0"):
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
             list(loop_events(1, 2, 0))
         with pytest.raises(ValueError, match="'max_epoch' must be >= 'starting_epoch' - 1"):
             list(loop_events(5, 2, 1))
         with pytest.raises(ValueError, match="'runs_per_step' must be >= 0"):
             list(loop_events(1, 2, 1, runs_per_step=-1))
+
+
+class TestLoopBounds:
+    """The bounds record: the one place a run's epochs and steps are checked."""
+
+    def test_repr(self):
+        """The repr names every field."""
+        assert repr(LoopBounds(max_epoch=3, steps_per_epoch=2)) == (
+            "LoopBounds(starting_epoch=1, max_epoch=3, steps_per_epoch=2)"
+        )
+
+    def test_fail(self):
+        """Every fault is listed at once; a bound of the wrong kind makes it a TypeError."""
+        with pytest.raises(
+            ValueError,
+            match=r"^'starting_epoch' must be an int >= 1 \(1-based\); got 0; "
+            r"'steps_per_epoch' must be an int > 0; got -2$",
+        ):
+            LoopBounds(starting_epoch=0, max_epoch=3, steps_per_epoch=-2)
+        with pytest.raises(
+            ValueError,
+            match=r"^'max_epoch' must be >= 'starting_epoch' - 1 \(an empty run\); "
+            r"got max_epoch=1, starting_epoch=3$",
+        ):
+            LoopBounds(starting_epoch=3, max_epoch=1, steps_per_epoch=1)
+        with pytest.raises(TypeError, match=r"^'max_epoch' must be an int; got 2.0$"):
+            LoopBounds(max_epoch=2.0, steps_per_epoch=1)
+        with pytest.raises(TypeError, match=r"'steps_per_epoch' must be an int > 0; got True"):
+            LoopBounds(max_epoch=2, steps_per_epoch=True)
+
+    def test_position_checks_the_same_way(self):
+        """`LoopPosition` and `loop_events` refuse bad bounds with the record's message."""
+        with pytest.raises(ValueError, match=r"^'steps_per_epoch' must be an int > 0; got 0$"):
+            LoopPosition(max_epoch=1, steps_per_epoch=0, epoch_num=0)
+        with pytest.raises(ValueError, match=r"^'steps_per_epoch' must be an int > 0; got 0$"):
+            next(loop_events(1, 1, 0))
+
+    @given(loop_params())
+    def test_events_and_counts(self, params):
+        """The record's events are `loop_events` of its bounds; total_steps counts their steps."""
+        starting, max_epoch, steps, start_gs = params
+        bounds = LoopBounds(starting_epoch=starting, max_epoch=max_epoch, steps_per_epoch=steps)
+        events = list(bounds.events(start_global_step=start_gs))
+        assert events == list(loop_events(starting, max_epoch, steps, start_global_step=start_gs))
+        assert sum(e.kind is EventKind.TRIGGER_STEP for e in events) == bounds.total_steps
+        assert bounds.total_steps == count_steps(starting, max_epoch, steps)
+        assert list(bounds.epochs) == sorted({e.epoch_num for e in events[1:-1]})
+        assert events[-1].position.bounds == bounds
 
 
 class TestLoopPosition:
@@ -98,3 +156,61 @@ class TestLoopPosition:
             if e.kind is EventKind.TRIGGER_STEP and e.position.is_last_step
         ]
         assert len(lasts) == (1 if max_epoch >= starting else 0)
+
+
+class _Recorder(Callback):
+    """Records every callback method the driving loop calls, with the trainer's position."""
+
+    def __init__(self):
+        self.seen = []
+
+    def _record(self, kind):
+        t = self.trainer
+        self.seen.append((kind.value, t.epoch_num, t.local_step, t.global_step))
+
+    def _before_train(self):
+        self._record(EventKind.BEFORE_TRAIN)
+
+    def _before_epoch(self):
+        self._record(EventKind.BEFORE_EPOCH)
+
+    def _before_run(self, ctx):
+        self._record(EventKind.BEFORE_RUN)
+
+    def _after_run(self, ctx, values):
+        self._record(EventKind.AFTER_RUN)
+
+    def _trigger_step(self):
+        self._record(EventKind.TRIGGER_STEP)
+
+    def _after_epoch(self):
+        self._record(EventKind.AFTER_EPOCH)
+
+    def _trigger_epoch(self):
+        self._record(EventKind.TRIGGER_EPOCH)
+
+    def _after_train(self):
+        self._record(EventKind.AFTER_TRAIN)
+
+
+class TestTestLoop:
+    """The loop that drives this lib's tests calls callbacks as `loop_events` says."""
+
+    @pytest.mark.parametrize(("starting", "max_epoch", "steps"), [(1, 2, 3), (2, 3, 1), (3, 2, 2)])
+    def test_follows_loop_events(self, graph, starting, max_epoch, steps):
+        """Every method call, in order, at the position of the matching event."""
+        recorder = _Recorder()
+        w = tf1.get_variable("w", initializer=0.0)
+        LoopTrainer(
+            graph,
+            tf1.assign_add(w, 1.0),
+            [recorder],
+            steps_per_epoch=steps,
+            max_epoch=max_epoch,
+            starting_epoch=starting,
+        ).train()
+        expected = [
+            (e.kind.value, e.epoch_num, e.local_step, e.global_step)
+            for e in loop_events(starting, max_epoch, steps)
+        ]
+        assert recorder.seen == expected

@@ -18,7 +18,7 @@ from loop import LoopTrainer
 
 from towerkit.callbacks import Callback, EstimatedTimeLeft, InjectShell, StartProcOrThread
 from towerkit.callbacks._misc import format_duration, write_atomic
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def step_op(pause=0.0):

@@ -24,7 +24,7 @@ from towerkit.callbacks import (
     StopTraining,
     TFEventWriter,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def make_train_op():

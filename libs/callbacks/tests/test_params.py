@@ -25,7 +25,7 @@ from towerkit.callbacks import (
     ScheduledHyperParamSetter,
     StatMonitorParamSetter,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 SMALL = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

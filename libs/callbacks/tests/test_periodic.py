@@ -20,7 +20,7 @@ from towerkit.callbacks import (
     PeriodicTrigger,
     any_of,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 SMALL = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -11,7 +11,7 @@ from loop import LoopTrainer
 
 from towerkit.callbacks import CallbackError, GraphProfiler, MonitorBase, Monitors
 from towerkit.callbacks._profiler import profile_file_names
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def model():

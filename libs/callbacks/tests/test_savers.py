@@ -18,7 +18,7 @@ from towerkit.callbacks import (
     StopTraining,
 )
 from towerkit.sessinit import SaverRestore
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def train(callbacks, logdir, *, steps=2, max_epoch=3, starting=1, session_init=None):

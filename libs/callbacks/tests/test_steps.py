@@ -10,7 +10,7 @@ from loop import LoopTrainer
 
 from towerkit.callbacks import ProgressBar, SessionRunTimeout, TensorPrinter
 from towerkit.callbacks._steps import display_name, format_value
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def stream_model():

@@ -18,7 +18,7 @@ from towerkit.callbacks import (
 )
 from towerkit.callbacks._summaries import window_mean
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY, TowerContext, add_moving_summary
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def stream_model():

@@ -23,7 +23,7 @@ from towerkit.callbacks._trackers import (
     parse_meminfo,
     throughput,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 STEP_SECONDS = 0.02
 

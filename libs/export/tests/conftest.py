@@ -8,7 +8,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 @pytest.fixture

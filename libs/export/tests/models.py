@@ -7,7 +7,7 @@ import tensorflow as tf
 from numpy.lib.stride_tricks import sliding_window_view
 
 from towerkit.towers import TowerContext, build_placeholders, get_current_tower_context
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 SIGNATURE = (
     tf.TensorSpec([None, 8, 8, 1], tf.float32, "image"),

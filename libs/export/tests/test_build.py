@@ -6,7 +6,7 @@ from models import SIGNATURE, convnet
 
 from towerkit.export import InferenceGraph, PredictConfig, build_inference_graph
 from towerkit.sessinit import SaverRestore
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def _op_types(graph):

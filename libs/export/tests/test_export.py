@@ -21,7 +21,7 @@ from towerkit.export import (
     stateful_nodes,
 )
 from towerkit.sessinit import SaverRestore, SessionInit
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def _config(checkpoint, **kwargs):

@@ -19,7 +19,7 @@ from towerkit.export import (
     unused_inputs,
 )
 from towerkit.export._freeze import input_node, renamed_ops
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class TestReachable:

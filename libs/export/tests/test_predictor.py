@@ -9,7 +9,7 @@ from models import SIGNATURE, convnet, make_data, reference
 from towerkit.export import OfflinePredictor, PredictConfig, UnknownTensorError
 from towerkit.sessinit import DictRestore, SaverRestore
 from towerkit.towers import TowerContext, build_placeholders
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def _config(session_init=None, **kwargs):

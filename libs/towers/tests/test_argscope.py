@@ -21,7 +21,7 @@ from towerkit.towers import (
     get_arg_scope,
     merge_argscope,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 LAYERS_SOURCE = textwrap.dedent(
     '''

@@ -28,7 +28,7 @@ from towerkit.towers import (
     outputs_signature,
     reserved_scopes,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 SIG = [tf.TensorSpec([None, 4], tf.float32, "x")]
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.towers import backup_collection, freeze_collection, restore_collection
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class TestCollections:

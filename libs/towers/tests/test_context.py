@@ -19,7 +19,7 @@ from towerkit.towers import (
     is_main_training_tower,
     tower_reuse,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 specs = st.integers(1, 8).flatmap(
     lambda total: st.builds(

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from towerkit.towers import backward_closure, dependency_of_fetches, dependency_of_targets
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class TestDependencyOfTargets:

@@ -17,7 +17,7 @@ from towerkit.towers import (
     session_config_for_devices,
     visible_gpu_count,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class TestResolveDevices:

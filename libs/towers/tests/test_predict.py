@@ -13,7 +13,7 @@ from towerkit.towers import (
     build_placeholders,
     handle_to_predictor,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 SIG = [tf.TensorSpec([None, 2], tf.float32, "x")]
 

@@ -15,7 +15,7 @@ from towerkit.towers import (
     under_name_scope,
     under_variable_scope,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 class TestAutoReuseVariableScope:

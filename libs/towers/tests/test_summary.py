@@ -20,7 +20,7 @@ from towerkit.towers import (
     check_summary_types,
     summary_tag,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def tags(sess, summaries, feed=None):

@@ -16,7 +16,7 @@ from towerkit.towers import (
     build_placeholders,
     validate_input_signature,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 SIG = [tf.TensorSpec([None, 3], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "label")]
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from towerkit.towers import custom_getter_scope, freeze_variables, remap_variables
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def fc(name, x, units=2):

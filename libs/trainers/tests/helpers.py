@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, EventKind, LoopEvent, LoopPosition, StopTraining
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import Trainer
 from towerkit.trainers._sesscreate import NewSessionCreator
 

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, ModelSaver, ScheduledHyperParamSetter
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     AutoResumeTrainConfig,
     ModelDesc,

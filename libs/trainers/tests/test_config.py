@@ -16,7 +16,7 @@ from towerkit.callbacks import (
     RunUpdateOps,
 )
 from towerkit.sessinit import DictRestore, SaverRestore, get_all_checkpoints
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DEFAULT_CALLBACKS,
     AutoResumeTrainConfig,
@@ -151,12 +151,12 @@ class TestTrainConfig:
             (
                 {"starting_epoch": 5, "max_epoch": 2},
                 ValueError,
-                "'max_epoch' must be >= starting_epoch - 1",
+                "'max_epoch' must be >= 'starting_epoch' - 1",
             ),
             (
                 {"steps_per_epoch": 0},
                 ValueError,
-                "'steps_per_epoch' must be an int > 0 or None; got 0",
+                "'steps_per_epoch' must be an int > 0; got 0",
             ),
             ({"logdir_action": "wipe"}, ValueError, "'logdir_action' must be one of"),
             ({"logdir": 3}, TypeError, "'logdir' must be a path or None; got int"),

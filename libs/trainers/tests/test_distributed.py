@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from towerkit.towers import resolve_devices, visible_gpu_count
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DistributedTrainerParameterServer,
     DistributedTrainerReplicated,

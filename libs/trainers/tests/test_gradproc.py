@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY, TowerContext
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     Chain,
     CheckGradient,
@@ -23,10 +23,8 @@ from towerkit.trainers import (
     ScaleGradient,
     SummaryGradient,
     chain,
-    check_multipliers,
-    first_multiplier,
-    regex_matches,
 )
+from towerkit.trainers._gradproc import check_multipliers, first_multiplier, regex_matches
 
 NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,5}(/[a-z][a-z0-9_]{0,5}){0,2}", fullmatch=True)
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, StopTraining
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DummyConstantInput,
     FeedInput,
@@ -22,13 +22,11 @@ from towerkit.trainers import (
     TFDatasetInput,
     TrainConfig,
     apply_default_prefetch,
-    datapoint_tuple,
     launch_train_with_config,
-    num_batches,
-    spec_mismatches,
-    wants_staging,
 )
 from towerkit.trainers._input import check_input_tensors, iterable_size
+from towerkit.trainers._input_base import spec_mismatches
+from towerkit.trainers._input_sources import datapoint_tuple, num_batches, wants_staging
 
 SIG = [tf.TensorSpec([None, 2], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
 

@@ -10,10 +10,17 @@ from helpers import Probe, as_tuples, counter_trainer, creator, truncated
 from hypothesis import HealthCheck, given, settings
 from strategies import loop_runs
 
-from towerkit.callbacks import Callback, EventKind, MonitorBase, Monitors, loop_events
+from towerkit.callbacks import (
+    Callback,
+    EventKind,
+    MonitorBase,
+    Monitors,
+    StopTraining,
+    loop_events,
+)
 from towerkit.sessinit import DictRestore
-from towerkit.towers._compat import tf1
-from towerkit.trainers import StopTraining, Trainer, TrainerStateError
+from towerkit.towers.compat import tf1
+from towerkit.trainers import Trainer, TrainerStateError
 
 
 def run_probe(starting, max_epoch, steps, start_gs=0, probe=None, trainer_cls=Trainer, **kw):
@@ -309,7 +316,7 @@ class TestPhases:
     def test_bad_loop_parameters(self, graph):
         """Loop parameters are validated before the loop starts."""
         trainer, _ = counter_trainer()
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be > 0"):
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
             trainer.train([], [], creator(), None, 0, 1, 1)
 
     def test_bad_session_objects(self, graph):

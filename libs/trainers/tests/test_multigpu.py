@@ -33,7 +33,7 @@ from towerkit.towers import (
     resolve_devices,
     visible_gpu_count,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     ALLREDUCE_MODES,
     AllReduceChoice,
@@ -50,14 +50,12 @@ from towerkit.trainers import (
     choose_allreduce_mode,
     hierarchical_groups,
     launch_train_with_config,
-    least_loaded,
     match_tower_variables,
     missing_devices,
     replica_sources,
-    tower_variable_key,
 )
 from towerkit.trainers._allreduce import nccl_available
-from towerkit.trainers._dataparallel import device_key
+from towerkit.trainers._dataparallel import device_key, least_loaded, tower_variable_key
 from towerkit.trainers._multigpu import session_creator_for_devices
 
 N = 96

@@ -6,7 +6,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     AccumGradOptimizer,
     FilterNoneGrad,

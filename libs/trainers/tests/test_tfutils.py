@@ -5,7 +5,7 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     get_default_sess_config,
     get_global_step_value,

@@ -7,7 +7,7 @@ from helpers import blobs, creator, dense, mlp_cost
 
 from towerkit.callbacks import Callback
 from towerkit.towers import TowerContext, TowerFunc, TowerRuleError, visible_gpu_count
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DEFAULT_CALLBACKS,
     InputSizeUnknownError,

@@ -177,7 +177,7 @@ def _repeat_run_step(trainer: Any, repeats: int) -> None:
 def _create_params(scenario: Scenario) -> None:
     import tensorflow as tf
 
-    from towerkit.towers._compat import tf1
+    from towerkit.towers.compat import tf1
 
     for spec in scenario.callbacks:
         if isinstance(spec, PARAM_SPECS):
@@ -284,7 +284,7 @@ def _files(logdir: str | None) -> list[str]:
 
 
 def _checkpoint_state(logdir: str | None) -> list[str]:
-    from towerkit.towers._compat import tf1
+    from towerkit.towers.compat import tf1
 
     if logdir is None or not os.path.isfile(os.path.join(logdir, "checkpoint")):
         return []

@@ -188,7 +188,7 @@ class SuiteModel:
         """The tower function: the model and its cost (calls are counted in `tower_calls`)."""
         import tensorflow as tf
 
-        from towerkit.towers._compat import tf1
+        from towerkit.towers.compat import tf1
 
         self.tower_calls += 1
         with tf1.variable_scope("linear"):
@@ -201,7 +201,7 @@ class SuiteModel:
 
     def make_optimizer(self) -> Any:
         """Plain SGD with `LEARNING_RATE`."""
-        from towerkit.towers._compat import tf1
+        from towerkit.towers.compat import tf1
 
         return tf1.train.GradientDescentOptimizer(LEARNING_RATE)
 

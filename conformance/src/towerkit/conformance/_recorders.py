@@ -12,7 +12,7 @@ from towerkit.callbacks import Callback, EventKind, StopTraining
 from towerkit.conformance._model import PROBE_INPUTS, VARIABLES
 from towerkit.conformance._scenario import CLOCK
 from towerkit.conformance._trace import TraceEvent
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 _SNAPSHOT_TRIES = 40
 """How often the towers recorder retries for variables that hold still (other workers)."""

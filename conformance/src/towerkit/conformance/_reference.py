@@ -23,7 +23,6 @@ from towerkit.callbacks import (
     advance,
     any_of,
     fires,
-    loop_events,
     piecewise_schedule,
     value_at,
     value_in_effect,
@@ -81,10 +80,7 @@ def full_stream(loop: LoopSpec, runs_per_step: int) -> list[LoopEvent]:
         7
     """
     return list(
-        loop_events(
-            loop.starting_epoch,
-            loop.max_epoch,
-            loop.steps_per_epoch,
+        loop.bounds.events(
             start_global_step=loop.start_global_step,
             runs_per_step=runs_per_step * loop.run_step_repeats,
         )

@@ -9,8 +9,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
-from attrs.validators import ge, gt, instance_of, optional
+from attrs.validators import ge, instance_of, optional
 
+from towerkit.callbacks import LoopBounds
 from towerkit.conformance._entries import one_of
 from towerkit.conformance._trace import event_kind
 
@@ -77,22 +78,24 @@ class LoopSpec:
         >>> LoopSpec(starting_epoch=3, max_epoch=1)
         Traceback (most recent call last):
         ...
-        ValueError: LoopSpec: 'max_epoch' must be >= starting_epoch - 1 = 2; got 1
+        ValueError: 'max_epoch' must be >= 'starting_epoch' - 1 (an empty run); got max_epoch=1, starting_epoch=3
     """
 
-    starting_epoch: int = attrs.field(default=1, validator=[_int, ge(1)])
-    max_epoch: int = attrs.field(default=2, validator=_int)
-    steps_per_epoch: int = attrs.field(default=3, validator=[_int, gt(0)])
+    starting_epoch: int = 1
+    max_epoch: int = 2
+    steps_per_epoch: int = 3
     start_global_step: int = attrs.field(default=0, validator=[_int, ge(0)])
     run_step_repeats: int = attrs.field(default=1, validator=[_int, ge(0)])
+    bounds: LoopBounds = attrs.field(init=False, repr=False, eq=False)
+    """The epochs and steps, checked by the loop's own record."""
 
-    def __attrs_post_init__(self) -> None:
-        if self.max_epoch < self.starting_epoch - 1:
-            msg = (
-                f"LoopSpec: 'max_epoch' must be >= starting_epoch - 1 = {self.starting_epoch - 1}; "
-                f"got {self.max_epoch}"
-            )
-            raise ValueError(msg)
+    @bounds.default
+    def _bounds(self) -> LoopBounds:
+        return LoopBounds(
+            starting_epoch=self.starting_epoch,
+            max_epoch=self.max_epoch,
+            steps_per_epoch=self.steps_per_epoch,
+        )
 
 
 class CallbackSpec:
@@ -472,7 +475,8 @@ def _to_data(obj: Any) -> Any:
     if attrs.has(type(obj)):
         out: dict[str, Any] = {"type": getattr(obj, "TYPE", "") or type(obj).__name__}
         for f in attrs.fields(type(obj)):
-            out[f.name] = _to_data(getattr(obj, f.name))
+            if f.init:  # derived fields (LoopSpec.bounds) are rebuilt on load
+                out[f.name] = _to_data(getattr(obj, f.name))
         return out
     if isinstance(obj, tuple | list):
         return [_to_data(v) for v in obj]

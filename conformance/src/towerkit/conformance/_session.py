@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import abc
-import contextlib
 import importlib.util
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from towerkit.callbacks import stop_process_group
 from towerkit.conformance._entries import TrainerEntry
 from towerkit.conformance._errors import LaunchError
 from towerkit.conformance._result import RunResult
@@ -214,19 +213,6 @@ def _env() -> dict[str, str]:
     }
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def run_cluster_job(
     job_file: Path, *, workers: int, timeout: float, cwd: Path
 ) -> tuple[int, str, float]:
@@ -266,7 +252,7 @@ def run_cluster_job(
                 logger.error("cluster job: %s still running after %g s", name, timeout)
     finally:
         for _, proc, log in procs:
-            _stop_group(proc)
+            stop_process_group(proc, grace=15.0)
             log.close()
     output = []
     for name, _, _ in procs:

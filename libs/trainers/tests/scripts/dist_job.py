@@ -19,7 +19,7 @@ from dp_model import SIG, CostLog, Snapshot, cost_fn, data, error_rate, initial_
 
 from towerkit.callbacks import JSONWriter, ModelSaver
 from towerkit.towers import resolve_devices, session_config_for_devices
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DistributedTrainerParameterServer,
     DistributedTrainerReplicated,

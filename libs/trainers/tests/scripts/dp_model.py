@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks import Callback
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 DIM = 8
 HIDDEN = 16

@@ -19,7 +19,7 @@ from dp_model import SIG, cost_fn, data, error_rate
 
 from towerkit.callbacks import Callback, ModelSaver
 from towerkit.towers import add_moving_summary
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     AutoResumeTrainConfig,
     HorovodTrainer,

@@ -39,20 +39,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from attrs.validators import ge, gt, instance_of
+from attrs.validators import ge, instance_of
 
+import towerkit.callbacks as cb
+from towerkit.callbacks import EventKind, OnSchedule, TimelineEntry
 from towerkit.tools._files import ToolError, fail, read_toml
-from towerkit.tools._pure import pure_callbacks
-
-_mods = pure_callbacks()
-_loop = _mods["_loop"]
-_triggers = _mods["_triggers"]
-_schedules = _mods["_schedules"]
-_timeline = _mods["_timeline"]
-
-EventKind = _loop.EventKind
-OnSchedule = _schedules.OnSchedule
-TimelineEntry = _timeline.TimelineEntry
 
 __all__ = [
     "CALLBACK_TYPES",
@@ -104,24 +95,34 @@ class LoopSpec:
 
     Attributes:
         steps_per_epoch: steps per epoch (> 0).
-        max_epoch: the last epoch, inclusive (1-based).
+        max_epoch: the last epoch, inclusive (1-based); ``starting_epoch - 1`` is an empty run.
         starting_epoch: the first epoch (1-based).
         start_global_step: the global step restored at the start (>= 0).
+        bounds: the epochs and steps as the loop's own record, which checks them.
 
     Examples:
         >>> LoopSpec(steps_per_epoch=10, max_epoch=3)
         LoopSpec(steps_per_epoch=10, max_epoch=3, starting_epoch=1, start_global_step=0)
     """
 
-    steps_per_epoch: int = attrs.field(validator=[instance_of(int), gt(0)])
-    max_epoch: int = attrs.field(validator=[instance_of(int), ge(0)])
-    starting_epoch: int = attrs.field(default=1, validator=[instance_of(int), ge(1)])
+    steps_per_epoch: int
+    max_epoch: int
+    starting_epoch: int = 1
     start_global_step: int = attrs.field(default=0, validator=[instance_of(int), ge(0)])
+    bounds: cb.LoopBounds = attrs.field(init=False, repr=False, eq=False)
+
+    @bounds.default
+    def _bounds(self) -> cb.LoopBounds:
+        return cb.LoopBounds(
+            starting_epoch=self.starting_epoch,
+            max_epoch=self.max_epoch,
+            steps_per_epoch=self.steps_per_epoch,
+        )
 
     @property
     def total_steps(self) -> int:
         """The number of steps this run makes."""
-        return max(0, self.max_epoch - self.starting_epoch + 1) * self.steps_per_epoch
+        return self.bounds.total_steps
 
 
 def _as_tuple(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -163,7 +164,7 @@ def periodic_callback_rule(every_k_steps: int | None, every_k_epochs: int | None
         >>> periodic_callback_rule(None, 2)
         AnyOf(triggers=(EpochMultiple(k=2), AtLastStep()))
     """
-    return _triggers.periodic_record(every_k_steps, every_k_epochs)
+    return cb.periodic_record(every_k_steps, every_k_epochs)
 
 
 def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
@@ -225,10 +226,10 @@ def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
 def _build_entry(name: str, kind: str, table: Mapping[str, Any]) -> Any:
     if kind == "Callback":
         return TimelineEntry(
-            name=name, trigger=_triggers.EveryK(epochs=1), kinds=[EventKind.TRIGGER_EPOCH]
+            name=name, trigger=cb.EveryK(epochs=1), kinds=[EventKind.TRIGGER_EPOCH]
         )
     if kind == "PeriodicTrigger":
-        rule = _triggers.EveryK(
+        rule: cb.Trigger = cb.EveryK(
             steps=table.get("every_k_steps"),
             epochs=table.get("every_k_epochs"),
             before_train=table.get("before_train", False),
@@ -253,7 +254,7 @@ def _build_entry(name: str, kind: str, table: Mapping[str, Any]) -> Any:
     points = table["schedule"]
     if isinstance(points, list):
         points = [tuple(p) if isinstance(p, list) else p for p in points]
-    schedule = _schedules.PiecewiseSchedule(
+    schedule = cb.PiecewiseSchedule(
         points=points, interp=table.get("interp"), unit="step" if step_based else "epoch"
     )
     rule = OnSchedule(schedule=schedule, set_at_beginning=table.get("set_at_beginning", True))
@@ -268,16 +269,17 @@ def _entry(item: Any, index: int) -> tuple[Any, str]:
         entry = TimelineEntry(name=name, trigger=rule, kinds=kinds)
     else:
         try:
-            entry = _timeline.timeline_entry(item)
+            found = cb.timeline_entry(item)
         except TypeError:
             msg = (
                 f"callbacks #{index}: expected a table, a (name, trigger) or (name, trigger, "
                 f"event_kinds) tuple, or a callback; got {type(item).__name__} {item!r:.80}"
             )
             raise TypeError(msg) from None
-        if entry is None:
+        if found is None:
             msg = f"callbacks #{index}: {item} never fires (it has no trigger_epoch)"
             raise ValueError(msg)
+        entry = found
     kind = getattr(item, "__class__", type(item)).__name__
     if isinstance(item, tuple):
         kind = "ScheduledHyperParamSetter" if isinstance(entry.trigger, OnSchedule) else "trigger"
@@ -347,7 +349,7 @@ def run_timeline(description: Description) -> list[Any]:
         [('before_train', 0, 0, 'lr', 0.1), ('trigger_epoch', 2, 6, 'saver', None), ('trigger_epoch', 3, 9, 'lr', 0.01), ('trigger_epoch', 4, 12, 'saver', None)]
     """
     spec = description.loop
-    return _timeline.timeline(
+    return cb.timeline(
         list(description.entries),
         spec.starting_epoch,
         spec.max_epoch,
@@ -476,10 +478,17 @@ def render_json(description: Description, firings: Sequence[Any]) -> str:
     return json.dumps(doc, indent=1)
 
 
+_NAMESPACE = (
+    *("AllOf", "AnyOf", "AtLastStep", "EpochMultiple", "EveryK", "GlobalStepMultiple", "Not"),
+    *("OnKinds", "Trigger", "all_of", "any_of", "fires", "negate", "trainer_event"),
+    *("OnSchedule", "PiecewiseSchedule", "Schedule", "piecewise_schedule", "scheduled_value"),
+    *("value_at", "value_in_effect"),
+)
+"""The trigger and schedule names of ``towerkit.callbacks`` a Python description sees."""
+
+
 def _python_namespace() -> dict[str, Any]:
-    names: dict[str, Any] = {}
-    for module in (_triggers, _schedules):
-        names.update({n: getattr(module, n) for n in module.__all__})
+    names: dict[str, Any] = {n: getattr(cb, n) for n in _NAMESPACE}
     names.update(
         EventKind=EventKind,
         TimelineEntry=TimelineEntry,

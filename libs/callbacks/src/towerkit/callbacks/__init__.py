@@ -1,33 +1,24 @@
-"""towerkit.callbacks: callbacks, monitors, hyper-parameter setters, schedules and triggers."""
+"""towerkit.callbacks: callbacks, monitors, hyper-parameter setters, schedules and triggers.
 
-from towerkit.callbacks._base import (
-    HOOK_METHODS,
-    Callback,
-    CallbackFactory,
-    Callbacks,
-    ProxyCallback,
-)
+The lib has two layers. The functional core (the loop's event stream, triggers,
+schedules, stat-monitor decisions, inference statistics and the timeline) needs only
+attrs and NumPy: it is imported with the package, and importing it never loads
+TensorFlow. The callbacks, monitors and hooks (the shells over that core) need
+TensorFlow: each is imported from its module the first time it is looked up
+(``towerkit.callbacks.ModelSaver``, ``from towerkit.callbacks import ModelSaver``),
+so a program that uses only the core (the ``timeline`` tool) runs without TensorFlow.
+Every public name is listed in ``__all__`` and imported explicitly below, for readers
+and type checkers.
+"""
+
+import importlib
+from typing import TYPE_CHECKING
+
+# The functional core: no TensorFlow.
 from towerkit.callbacks._errors import CallbackError, MissingStatError, StopTraining
-from towerkit.callbacks._graph import (
-    CheckNumerics,
-    DumpTensorAsImage,
-    DumpTensors,
-    ProcessTensors,
-    RunOp,
-    RunUpdateOps,
-)
-from towerkit.callbacks._hooked import HookedSession
-from towerkit.callbacks._hooks import CallbackToHook, HookToCallback, TFLocalCLIDebugHook
-from towerkit.callbacks._inference import (
-    BinaryClassificationStats,
-    ClassificationError,
+from towerkit.callbacks._inference_stats import (
     Confusion,
-    DataParallelInferenceRunner,
-    Inferencer,
-    InferenceRunner,
-    InferenceRunnerBase,
     MeanState,
-    ScalarStats,
     Tally,
     confusion_add,
     mean_add,
@@ -36,36 +27,15 @@ from towerkit.callbacks._inference import (
     tally_add,
     tally_ratio,
 )
-from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition, count_steps, loop_events
-from towerkit.callbacks._misc import EstimatedTimeLeft, InjectShell, StartProcOrThread
-from towerkit.callbacks._monitors import (
-    CometMLMonitor,
-    JSONWriter,
-    MonitorBase,
-    Monitors,
-    ScalarPrinter,
-    SendMonitorData,
-    SendStat,
-    TFEventWriter,
+from towerkit.callbacks._loop import (
+    EventKind,
+    LoopBounds,
+    LoopEvent,
+    LoopPosition,
+    count_steps,
+    loop_events,
 )
-from towerkit.callbacks._params import (
-    GraphVarParam,
-    HumanHyperParamSetter,
-    HyperParam,
-    HyperParamSetter,
-    HyperParamSetterWithFunc,
-    ObjAttrParam,
-    ScheduledHyperParamSetter,
-    StatMonitorParamSetter,
-)
-from towerkit.callbacks._periodic import (
-    EnableCallbackIf,
-    PeriodicCallback,
-    PeriodicTrigger,
-    periodic_record,
-)
-from towerkit.callbacks._profiler import GraphProfiler
-from towerkit.callbacks._savers import MaxSaver, MinSaver, ModelSaver
+from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._schedules import (
     OnSchedule,
     PiecewiseSchedule,
@@ -77,25 +47,12 @@ from towerkit.callbacks._schedules import (
     value_in_effect,
 )
 from towerkit.callbacks._stats import StatMonitorState, advance, estimate_time_left, should_change
-from towerkit.callbacks._steps import ProgressBar, SessionRunTimeout, TensorPrinter
-from towerkit.callbacks._summaries import (
-    MergeAllSummaries,
-    MovingAverageSummary,
-    SimpleMovingAverage,
-    summary_due,
-)
 from towerkit.callbacks._timeline import (
     Firing,
     TimelineEntry,
     format_timeline,
     timeline,
     timeline_entry,
-)
-from towerkit.callbacks._trackers import (
-    GPUMemoryTracker,
-    GPUUtilizationTracker,
-    HostMemoryTracker,
-    ThroughputTracker,
 )
 from towerkit.callbacks._triggers import (
     AllOf,
@@ -112,15 +69,162 @@ from towerkit.callbacks._triggers import (
     fires,
     firing_kinds,
     negate,
+    periodic_record,
     trainer_event,
 )
 from towerkit.callbacks._types import TrainerView
 from towerkit.callbacks._version import __version__
 
+if TYPE_CHECKING:
+    # The shells, imported on first use (see `_SHELLS` and `__getattr__`).
+    from towerkit.callbacks._base import (
+        HOOK_METHODS,
+        Callback,
+        CallbackFactory,
+        Callbacks,
+        ProxyCallback,
+    )
+    from towerkit.callbacks._graph import (
+        CheckNumerics,
+        DumpTensorAsImage,
+        DumpTensors,
+        ProcessTensors,
+        RunOp,
+        RunUpdateOps,
+    )
+    from towerkit.callbacks._hooked import HookedSession
+    from towerkit.callbacks._hooks import CallbackToHook, HookToCallback, TFLocalCLIDebugHook
+    from towerkit.callbacks._inference import (
+        BinaryClassificationStats,
+        ClassificationError,
+        DataParallelInferenceRunner,
+        Inferencer,
+        InferenceRunner,
+        InferenceRunnerBase,
+        ScalarStats,
+    )
+    from towerkit.callbacks._misc import EstimatedTimeLeft, InjectShell, StartProcOrThread
+    from towerkit.callbacks._monitors import (
+        CometMLMonitor,
+        JSONWriter,
+        MonitorBase,
+        Monitors,
+        ScalarPrinter,
+        SendMonitorData,
+        SendStat,
+        TFEventWriter,
+    )
+    from towerkit.callbacks._params import (
+        GraphVarParam,
+        HumanHyperParamSetter,
+        HyperParam,
+        HyperParamSetter,
+        HyperParamSetterWithFunc,
+        ObjAttrParam,
+        ScheduledHyperParamSetter,
+        StatMonitorParamSetter,
+    )
+    from towerkit.callbacks._periodic import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
+    from towerkit.callbacks._profiler import GraphProfiler
+    from towerkit.callbacks._savers import MaxSaver, MinSaver, ModelSaver
+    from towerkit.callbacks._steps import ProgressBar, SessionRunTimeout, TensorPrinter
+    from towerkit.callbacks._summaries import (
+        MergeAllSummaries,
+        MovingAverageSummary,
+        SimpleMovingAverage,
+        summary_due,
+    )
+    from towerkit.callbacks._trackers import (
+        GPUMemoryTracker,
+        GPUUtilizationTracker,
+        HostMemoryTracker,
+        ThroughputTracker,
+    )
+
+_SHELLS = {
+    "HOOK_METHODS": "_base",
+    "Callback": "_base",
+    "CallbackFactory": "_base",
+    "Callbacks": "_base",
+    "ProxyCallback": "_base",
+    "CheckNumerics": "_graph",
+    "DumpTensorAsImage": "_graph",
+    "DumpTensors": "_graph",
+    "ProcessTensors": "_graph",
+    "RunOp": "_graph",
+    "RunUpdateOps": "_graph",
+    "HookedSession": "_hooked",
+    "CallbackToHook": "_hooks",
+    "HookToCallback": "_hooks",
+    "TFLocalCLIDebugHook": "_hooks",
+    "BinaryClassificationStats": "_inference",
+    "ClassificationError": "_inference",
+    "DataParallelInferenceRunner": "_inference",
+    "Inferencer": "_inference",
+    "InferenceRunner": "_inference",
+    "InferenceRunnerBase": "_inference",
+    "ScalarStats": "_inference",
+    "EstimatedTimeLeft": "_misc",
+    "InjectShell": "_misc",
+    "StartProcOrThread": "_misc",
+    "CometMLMonitor": "_monitors",
+    "JSONWriter": "_monitors",
+    "MonitorBase": "_monitors",
+    "Monitors": "_monitors",
+    "ScalarPrinter": "_monitors",
+    "SendMonitorData": "_monitors",
+    "SendStat": "_monitors",
+    "TFEventWriter": "_monitors",
+    "GraphVarParam": "_params",
+    "HumanHyperParamSetter": "_params",
+    "HyperParam": "_params",
+    "HyperParamSetter": "_params",
+    "HyperParamSetterWithFunc": "_params",
+    "ObjAttrParam": "_params",
+    "ScheduledHyperParamSetter": "_params",
+    "StatMonitorParamSetter": "_params",
+    "EnableCallbackIf": "_periodic",
+    "PeriodicCallback": "_periodic",
+    "PeriodicTrigger": "_periodic",
+    "GraphProfiler": "_profiler",
+    "MaxSaver": "_savers",
+    "MinSaver": "_savers",
+    "ModelSaver": "_savers",
+    "ProgressBar": "_steps",
+    "SessionRunTimeout": "_steps",
+    "TensorPrinter": "_steps",
+    "MergeAllSummaries": "_summaries",
+    "MovingAverageSummary": "_summaries",
+    "SimpleMovingAverage": "_summaries",
+    "summary_due": "_summaries",
+    "GPUMemoryTracker": "_trackers",
+    "GPUUtilizationTracker": "_trackers",
+    "HostMemoryTracker": "_trackers",
+    "ThroughputTracker": "_trackers",
+}
+"""Each public name that needs TensorFlow, and the private module that defines it."""
+
+
+def __getattr__(name: str) -> object:
+    """Import the shell `name` from its module on first use (PEP 562)."""
+    module = _SHELLS.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
 __all__ = [
     "__version__",
     # the loop, pure
     "EventKind",
+    "LoopBounds",
     "LoopEvent",
     "LoopPosition",
     "loop_events",
@@ -232,6 +336,7 @@ __all__ = [
     "SimpleMovingAverage",
     "summary_due",
     # steps and misc
+    "stop_process_group",
     "ProgressBar",
     "TensorPrinter",
     "SessionRunTimeout",

@@ -16,7 +16,7 @@ from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._misc import write_atomic
 from towerkit.callbacks._monitors import encode_png
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 

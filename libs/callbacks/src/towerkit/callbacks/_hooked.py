@@ -10,7 +10,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 from towerkit.callbacks._base import Callback
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 SessionRunArgs = tf1.train.SessionRunArgs
 SessionRunContext = tf1.train.SessionRunContext

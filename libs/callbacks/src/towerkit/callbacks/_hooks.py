@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from towerkit.callbacks._base import Callback
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 _SessionRunHook: Any = tf1.train.SessionRunHook
 

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterator
 
 import attrs
-from attrs.validators import ge, gt, instance_of
+from attrs.validators import ge, instance_of
 
 
 class EventKind(str, enum.Enum):
@@ -25,14 +25,103 @@ class EventKind(str, enum.Enum):
         return f"EventKind.{self.name}"
 
 
-def _check_epochs(instance: LoopPosition, attribute: attrs.Attribute, value: int) -> None:
-    del attribute
-    if value < instance.starting_epoch - 1:
-        msg = (
+def bounds_faults(starting_epoch: object, max_epoch: object, steps_per_epoch: object) -> list[str]:
+    """Every fault of a run's loop bounds, one message each; empty when they are good.
+
+    The one place the bounds are checked: `LoopBounds` and `LoopPosition` raise from it.
+
+    Examples:
+        >>> bounds_faults(1, 3, 10)
+        []
+        >>> bounds_faults(0, 3, 0)
+        ["'starting_epoch' must be an int >= 1 (1-based); got 0", "'steps_per_epoch' must be an int > 0; got 0"]
+        >>> bounds_faults(5, 2, 1)
+        ["'max_epoch' must be >= 'starting_epoch' - 1 (an empty run); got max_epoch=2, starting_epoch=5"]
+    """
+    faults = []
+    starting_ok = _is_int(starting_epoch) and starting_epoch >= 1  # type: ignore[operator]
+    if not starting_ok:
+        faults.append(f"'starting_epoch' must be an int >= 1 (1-based); got {starting_epoch!r}")
+    if not _is_int(max_epoch):
+        faults.append(f"'max_epoch' must be an int; got {max_epoch!r}")
+    elif starting_ok and max_epoch < starting_epoch - 1:  # type: ignore[operator]
+        faults.append(
             f"'max_epoch' must be >= 'starting_epoch' - 1 (an empty run); got "
-            f"max_epoch={value}, starting_epoch={instance.starting_epoch}"
+            f"max_epoch={max_epoch}, starting_epoch={starting_epoch}"
         )
-        raise ValueError(msg)
+    if not (_is_int(steps_per_epoch) and steps_per_epoch > 0):  # type: ignore[operator]
+        faults.append(f"'steps_per_epoch' must be an int > 0; got {steps_per_epoch!r}")
+    return faults
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_bounds(starting_epoch: object, max_epoch: object, steps_per_epoch: object) -> None:
+    """Raise for bad loop bounds, listing every fault (`bounds_faults`).
+
+    Raises:
+        TypeError: a bound is not an int (the message lists the other faults too).
+        ValueError: a bound is out of range.
+    """
+    faults = bounds_faults(starting_epoch, max_epoch, steps_per_epoch)
+    if faults:
+        kinds = not all(map(_is_int, (starting_epoch, max_epoch, steps_per_epoch)))
+        msg = "; ".join(faults)
+        raise (TypeError if kinds else ValueError)(msg)
+
+
+@attrs.frozen(kw_only=True)
+class LoopBounds:
+    """The bounds of a run: which epochs run and how many steps each has.
+
+    The one record of the loop's bounds, validated once at construction: `TrainConfig`,
+    the trainer's ``main_loop``, the conformance suite and the timeline tool build it.
+
+    Attributes:
+        starting_epoch: the first epoch (1-based).
+        max_epoch: the last epoch, inclusive; ``starting_epoch - 1`` is an empty run.
+        steps_per_epoch: steps (``run_step`` calls) in each epoch (> 0).
+
+    Examples:
+        >>> b = LoopBounds(starting_epoch=2, max_epoch=3, steps_per_epoch=10)
+        >>> b
+        LoopBounds(starting_epoch=2, max_epoch=3, steps_per_epoch=10)
+        >>> (list(b.epochs), b.total_steps)
+        ([2, 3], 20)
+        >>> LoopBounds(starting_epoch=4, max_epoch=2, steps_per_epoch=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: 'max_epoch' must be >= 'starting_epoch' - 1 (an empty run); got max_epoch=2, starting_epoch=4; 'steps_per_epoch' must be an int > 0; got 0
+    """
+
+    starting_epoch: int = 1
+    max_epoch: int
+    steps_per_epoch: int
+
+    def __attrs_post_init__(self) -> None:
+        check_bounds(self.starting_epoch, self.max_epoch, self.steps_per_epoch)
+
+    @property
+    def epochs(self) -> range:
+        """The epochs of the run, ``starting_epoch..max_epoch`` inclusive."""
+        return range(self.starting_epoch, self.max_epoch + 1)
+
+    @property
+    def total_steps(self) -> int:
+        """The number of steps the run makes."""
+        return count_steps(self.starting_epoch, self.max_epoch, self.steps_per_epoch)
+
+    def events(self, *, start_global_step: int = 0, runs_per_step: int = 1) -> Iterator[LoopEvent]:
+        """`loop_events` of these bounds."""
+        return loop_events(
+            self.starting_epoch,
+            self.max_epoch,
+            self.steps_per_epoch,
+            start_global_step=start_global_step,
+            runs_per_step=runs_per_step,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -52,12 +141,24 @@ class LoopPosition:
             just returned in ``after_run`` and ``trigger_step``.
     """
 
-    starting_epoch: int = attrs.field(default=1, validator=[instance_of(int), ge(1)])
-    max_epoch: int = attrs.field(validator=[instance_of(int), _check_epochs])
-    steps_per_epoch: int = attrs.field(validator=[instance_of(int), gt(0)])
+    starting_epoch: int = 1
+    max_epoch: int
+    steps_per_epoch: int
     epoch_num: int = attrs.field(validator=instance_of(int))
     local_step: int = attrs.field(default=-1, validator=[instance_of(int), ge(-1)])
     global_step: int = attrs.field(default=0, validator=[instance_of(int), ge(0)])
+
+    def __attrs_post_init__(self) -> None:
+        check_bounds(self.starting_epoch, self.max_epoch, self.steps_per_epoch)
+
+    @property
+    def bounds(self) -> LoopBounds:
+        """The run's bounds, as a `LoopBounds`."""
+        return LoopBounds(
+            starting_epoch=self.starting_epoch,
+            max_epoch=self.max_epoch,
+            steps_per_epoch=self.steps_per_epoch,
+        )
 
     @property
     def is_last_step(self) -> bool:
@@ -124,6 +225,7 @@ def loop_events(
         ...  if e.kind is EventKind.TRIGGER_STEP]
         [(2, 0, 5), (2, 1, 6)]
     """
+    check_bounds(starting_epoch, max_epoch, steps_per_epoch)
     if runs_per_step < 0:
         msg = f"'runs_per_step' must be >= 0; got {runs_per_step}"
         raise ValueError(msg)

@@ -22,7 +22,7 @@ from towerkit.callbacks._errors import CallbackError, MissingStatError
 from towerkit.callbacks._stats import is_real_number
 from towerkit.callbacks._types import TrainerView
 from towerkit.sessinit import atomic_write_text
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 

@@ -27,7 +27,7 @@ from towerkit.callbacks._schedules import (
 )
 from towerkit.callbacks._stats import StatMonitorState, advance, is_real_number
 from towerkit.callbacks._triggers import firing_kinds, trainer_event, trainer_position
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 

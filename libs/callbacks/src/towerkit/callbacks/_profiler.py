@@ -11,7 +11,7 @@ from tensorflow.core.util import event_pb2
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._misc import write_atomic
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 

@@ -15,7 +15,7 @@ from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._monitors import require_logdir
 from towerkit.callbacks._stats import is_real_number
 from towerkit.sessinit import atomic_checkpoint_prefix, atomic_save_checkpoint
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 

@@ -12,7 +12,7 @@ import tqdm
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._graph import ProcessTensors, fetchable_tensors, tensor_names
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 

@@ -13,7 +13,7 @@ from towerkit.callbacks._base import Callback
 from towerkit.callbacks._graph import fetchable_tensors, tensor_names
 from towerkit.callbacks._steps import display_name
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 

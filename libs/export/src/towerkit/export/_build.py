@@ -10,7 +10,7 @@ from towerkit.export._config import PredictConfig
 from towerkit.export._errors import UnknownTensorError
 from towerkit.export._names import render_unknown
 from towerkit.towers import TowerContext, TowerTensorHandle, build_placeholders
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 @attrs.frozen(kw_only=True)

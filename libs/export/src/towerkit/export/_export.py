@@ -15,7 +15,7 @@ from towerkit.export._errors import InferenceOptimizationError
 from towerkit.export._freeze import freeze_session_graph, optimize_graph_def
 from towerkit.export._names import as_names, signature_key
 from towerkit.sessinit import atomic_path, atomic_write_bytes
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.export")
 

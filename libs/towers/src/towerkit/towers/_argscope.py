@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from towerkit.towers._compat import tf1
 from towerkit.towers._context import get_current_tower_context
+from towerkit.towers.compat import tf1
 
 _log = logging.getLogger("towerkit.towers")
 

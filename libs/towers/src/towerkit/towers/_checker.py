@@ -11,12 +11,12 @@ import attrs
 import tensorflow as tf
 
 from towerkit.towers import _context
-from towerkit.towers._compat import tf1
 from towerkit.towers._context import TowerContext
 from towerkit.towers._errors import TowerCheckError, TowerRuleError
 from towerkit.towers._names import scope_segments, strip_tower_prefix
 from towerkit.towers._tower import validate_input_signature
 from towerkit.towers._varreplace import custom_getter_scope
+from towerkit.towers.compat import tf1
 
 _log = logging.getLogger("towerkit.towers")
 

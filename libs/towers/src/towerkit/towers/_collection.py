@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 
 def backup_collection(keys: Iterable[str] | None = None) -> dict[str, list[Any]]:

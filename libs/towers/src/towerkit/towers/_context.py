@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 import attrs
 
-from towerkit.towers._compat import tf1
 from towerkit.towers._errors import TowerContextError
+from towerkit.towers.compat import tf1
 
 Reuse = Literal["inherit", "reuse", "auto"]
 """How a tower's variable scope treats existing variables (see `tower_reuse`)."""

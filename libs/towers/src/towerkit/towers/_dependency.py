@@ -6,7 +6,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 _CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], frozenset[str]]] = (
     weakref.WeakKeyDictionary()

@@ -6,8 +6,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from towerkit.towers._compat import tf1
 from towerkit.towers._tower import TowerTensorHandle
+from towerkit.towers.compat import tf1
 
 
 class OnlinePredictor:

@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 _log = logging.getLogger("towerkit.towers")
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.towers._compat import tf1
 from towerkit.towers._context import get_current_tower_context
 from towerkit.towers._names import join_scope, strip_port, strip_tower_prefix
 from towerkit.towers._scope import cached_name_scope
+from towerkit.towers.compat import tf1
 
 MOVING_SUMMARY_OPS_KEY = "MOVING_SUMMARY_OPS"
 """The collection `add_moving_summary` puts its EMA-update ops into by default."""

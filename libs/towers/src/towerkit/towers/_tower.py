@@ -8,10 +8,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.towers._compat import tf1
 from towerkit.towers._context import BaseTowerContext, get_current_tower_context
 from towerkit.towers._errors import TowerContextError
 from towerkit.towers._names import get_op_tensor_name, join_scope
+from towerkit.towers.compat import tf1
 
 _VARIABLE_COLLECTIONS = ("variables", "local_variables", "model_variables")
 

@@ -1,6 +1,15 @@
-"""towerkit.trainers."""
+"""towerkit.trainers: the training loop, trainers, inputs, gradient processors, optimizers and configs.
 
-from towerkit.callbacks import StopTraining
+`Trainer` runs the loop that `towerkit.callbacks.loop_events` describes, over a session
+it creates, driving callbacks and monitors; `TowerTrainer` and `SingleCostTrainer`
+build the training graph from a tower function, and the multi-device, distributed and
+Horovod trainers replicate it. `TrainConfig` (or `AutoResumeTrainConfig`) with
+`launch_train_with_config` is the one-call way to train a `ModelDesc`. Inputs
+(`InputSource` and its kinds) feed the towers; gradient processors (`GlobalNormClip`,
+`chain`, ...) are records with a pure ``process`` composed into an optimizer by
+`apply_grad_processors`. `StopTraining`, raised by a callback, lives in
+`towerkit.callbacks`.
+"""
 
 # -- trainers, configs, the loop, resuming --
 from towerkit.trainers._base import Trainer
@@ -33,9 +42,6 @@ from towerkit.trainers._gradproc import (
     ScaleGradient,
     SummaryGradient,
     chain,
-    check_multipliers,
-    first_multiplier,
-    regex_matches,
 )
 from towerkit.trainers._input import (
     DummyConstantInput,
@@ -48,10 +54,6 @@ from towerkit.trainers._input import (
     StagingInput,
     TFDatasetInput,
     apply_default_prefetch,
-    datapoint_tuple,
-    num_batches,
-    spec_mismatches,
-    wants_staging,
 )
 from towerkit.trainers._optimizer import (
     AccumGradOptimizer,
@@ -80,11 +82,9 @@ from towerkit.trainers._dataparallel import (
     AllReduceChoice,
     choose_allreduce_mode,
     hierarchical_groups,
-    least_loaded,
     match_tower_variables,
     missing_devices,
     replica_sources,
-    tower_variable_key,
 )
 from towerkit.trainers._distributed import (
     DistributedTrainerBase,
@@ -113,7 +113,6 @@ __all__ = [
     "SingleCostTrainer",
     "SimpleTrainer",
     "NoOpTrainer",
-    "StopTraining",
     "ModelDescBase",
     "ModelDesc",
     "TrainConfig",
@@ -140,10 +139,6 @@ __all__ = [
     "apply_default_prefetch",
     "InputSizeUnknownError",
     "InputSignatureError",
-    "spec_mismatches",
-    "datapoint_tuple",
-    "num_batches",
-    "wants_staging",
     "GradientProcessor",
     "FilterNoneGrad",
     "GlobalNormClip",
@@ -154,9 +149,6 @@ __all__ = [
     "ScaleGradient",
     "Chain",
     "chain",
-    "regex_matches",
-    "first_multiplier",
-    "check_multipliers",
     "apply_grad_processors",
     "ProxyOptimizer",
     "PostProcessOptimizer",
@@ -188,11 +180,9 @@ __all__ = [
     "AllReduceChoice",
     "choose_allreduce_mode",
     "hierarchical_groups",
-    "least_loaded",
     "match_tower_variables",
     "missing_devices",
     "replica_sources",
-    "tower_variable_key",
     "TowerVariableMismatchError",
     "CollectiveError",
     # -- end of data-parallel trainers: multi-device, distributed, horovod --

@@ -8,7 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers._dataparallel import hierarchical_groups
 
 __all__ = [

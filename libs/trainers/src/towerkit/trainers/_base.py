@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopPosition, StopTraining
-from towerkit.towers._compat import tf1
+from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
+from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._interrupt import deferred_sigint
 from towerkit.trainers._resume import plan_logdir
@@ -372,15 +372,12 @@ class Trainer:
             KeyboardInterrupt: after a clean shutdown, when Ctrl-C stopped the loop.
         """
         self._require_phase("main_loop", "initialized")
-        LoopPosition(
-            starting_epoch=starting_epoch,
-            max_epoch=max_epoch,
-            steps_per_epoch=steps_per_epoch,
-            epoch_num=starting_epoch - 1,
+        bounds = LoopBounds(
+            starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
         )
-        self._steps_per_epoch = steps_per_epoch
-        self._starting_epoch = starting_epoch
-        self._max_epoch = max_epoch
+        self._steps_per_epoch = bounds.steps_per_epoch
+        self._starting_epoch = bounds.starting_epoch
+        self._max_epoch = bounds.max_epoch
         self._epoch_num = starting_epoch - 1
         self._local_step = -1
         self._phase = "running"

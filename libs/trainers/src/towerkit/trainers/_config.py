@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from towerkit.callbacks import Callback
+from towerkit.callbacks import Callback, LoopBounds
 from towerkit.trainers._base import _as_callback_list
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._resume import (
@@ -19,31 +19,6 @@ from towerkit.trainers._resume import (
 )
 
 logger = logging.getLogger("towerkit.trainers")
-
-
-def _check_epochs(starting_epoch: Any, max_epoch: Any, steps_per_epoch: Any) -> None:
-    bad = []
-    if (
-        not isinstance(starting_epoch, int)
-        or isinstance(starting_epoch, bool)
-        or starting_epoch < 1
-    ):
-        bad.append(f"'starting_epoch' must be an int >= 1 (1-based); got {starting_epoch!r}")
-    if not isinstance(max_epoch, int) or isinstance(max_epoch, bool):
-        bad.append(f"'max_epoch' must be an int; got {max_epoch!r}")
-    elif isinstance(starting_epoch, int) and max_epoch < starting_epoch - 1:
-        bad.append(
-            f"'max_epoch' must be >= starting_epoch - 1 (inclusive range); got "
-            f"max_epoch={max_epoch}, starting_epoch={starting_epoch}"
-        )
-    if steps_per_epoch is not None and (
-        not isinstance(steps_per_epoch, int)
-        or isinstance(steps_per_epoch, bool)
-        or steps_per_epoch <= 0
-    ):
-        bad.append(f"'steps_per_epoch' must be an int > 0 or None; got {steps_per_epoch!r}")
-    if bad:
-        raise ValueError("; ".join(bad))
 
 
 class TrainConfig:
@@ -119,7 +94,12 @@ class TrainConfig:
         if session_init is not None and not callable(getattr(session_init, "init", None)):
             msg = f"'session_init' must have an init(sess) method or be None; got {type(session_init).__name__}"
             raise TypeError(msg)
-        _check_epochs(starting_epoch, max_epoch, steps_per_epoch)
+        # the loop's bounds, checked by the loop's own record (steps_per_epoch may wait for the input)
+        LoopBounds(
+            starting_epoch=starting_epoch,
+            max_epoch=max_epoch,
+            steps_per_epoch=1 if steps_per_epoch is None else steps_per_epoch,
+        )
         if logdir_action not in LOGDIR_ACTIONS:
             msg = f"'logdir_action' must be one of {LOGDIR_ACTIONS}; got {logdir_action!r}"
             raise ValueError(msg)

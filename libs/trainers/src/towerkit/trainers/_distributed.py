@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from towerkit.callbacks import Callback, HookedSession
 from towerkit.towers import TowerFunc, resolve_devices
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers._allreduce import scale_gradient, sum_gradients
 from towerkit.trainers._dataparallel import tower_variable_key
 from towerkit.trainers._errors import TrainerStateError

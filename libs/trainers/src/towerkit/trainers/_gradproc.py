@@ -15,7 +15,7 @@ import attrs
 import tensorflow as tf
 
 from towerkit.towers import add_moving_summary, get_current_tower_context
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 __all__ = [
     "GradientProcessor",

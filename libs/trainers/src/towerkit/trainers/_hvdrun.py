@@ -8,15 +8,15 @@ script, a test or a CI job that starts horovod training always ends.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 
 import attrs
+
+from towerkit.callbacks import stop_process_group
 
 
 @attrs.frozen
@@ -124,19 +124,8 @@ def launch_horovod_job(
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop_group(proc, grace)
+            stop_process_group(proc, grace)
             out, _ = proc.communicate()
             out += f"\n[horovod job stopped after {timeout:g} s: a rank never finished]"
             return HorovodJob(-1, out, time.monotonic() - started, True)
     return HorovodJob(proc.returncode, out, time.monotonic() - started, False)
-
-
-def _stop_group(proc: subprocess.Popen[str], grace: float) -> None:
-    """SIGTERM `proc`'s process group, then SIGKILL it when it has not ended in `grace` s."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace)
-    # ranks may outlive the launcher: kill whatever is left in the group
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from towerkit.callbacks import Callback
 from towerkit.towers import validate_input_signature
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 __all__ = [
     "InputSignatureError",

@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, StopTraining
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 
 __all__ = ["depends_on", "fetched_ops"]
 

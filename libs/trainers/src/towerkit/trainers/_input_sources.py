@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from towerkit.callbacks import Callback
 from towerkit.towers import visible_gpu_count
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers._input_base import InputSignatureError, InputSource, spec_mismatches
 from towerkit.trainers._input_callbacks import (
     FeedInputCallback,

@@ -17,7 +17,7 @@ from towerkit.towers import (
     resolve_devices,
     session_config_for_devices,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers._allreduce import allreduce, nccl_available, scale_gradient, sum_gradients
 from towerkit.trainers._dataparallel import (
     check_allreduce_mode,

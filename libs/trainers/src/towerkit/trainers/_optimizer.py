@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers._gradproc import GradientProcessor, chain
 
 __all__ = [

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers._tfutils import get_default_sess_config
 
 __all__ = ["NewSessionCreator", "ReuseSessionCreator", "SessionCreatorAdapter"]

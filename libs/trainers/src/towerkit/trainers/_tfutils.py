@@ -6,7 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.towers._compat import parse_tf_version, tf1
+from towerkit.towers.compat import parse_tf_version, tf1
 
 __all__ = [
     "check_mem_fraction",

@@ -20,7 +20,7 @@ from towerkit.towers import (
     get_current_tower_context,
     visible_gpu_count,
 )
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers._base import Trainer
 from towerkit.trainers._errors import TrainerStateError
 

@@ -1,8 +1,17 @@
-"""The TensorFlow this lib runs on: imported once, version-checked, graph mode."""
+"""The TensorFlow towerkit runs on: imported once, version-checked, graph mode.
+
+This is the one public home of TensorFlow access for the libs above the leaves (callbacks,
+trainers, export), the conformance suite, the tools, examples and benchmarks:
+``from towerkit.towers.compat import tf1`` gives ``tf.compat.v1`` after checking that
+the installed TensorFlow is in `SUPPORTED_RANGE`. (The sessinit lib, a leaf beside
+towers, keeps its own private loader so that it installs and imports alone.)
+"""
 
 from __future__ import annotations
 
 import types
+
+__all__ = ["SUPPORTED_RANGE", "check_tf_version", "import_tf", "parse_tf_version", "tf1"]
 
 SUPPORTED_RANGE = ((2, 16), (3, 0))
 """Supported TensorFlow versions: from the first (inclusive) to the second (exclusive)."""

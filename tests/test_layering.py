@@ -1,0 +1,121 @@
+"""The libs reach each other only through public names: no import of another lib's private module."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root."""
+
+SCANNED = ("libs", "conformance", "tools", "examples", "benchmarks", "tests")
+"""The folders whose Python files are scanned (sources, tests, scripts)."""
+
+
+def owner(path: Path) -> str | None:
+    """The part of towerkit a file belongs to (``"callbacks"``, ``"tools"``, ...), or None."""
+    parts = path.relative_to(ROOT).parts
+    if parts[0] == "libs":
+        return parts[1]
+    if parts[0] in ("conformance", "tools"):
+        return parts[0]
+    return None
+
+
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every absolute module path an import names, with its line: ``import a.b``, ``from a import b``."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def foreign_private(source: str, own: str | None) -> list[tuple[int, str]]:
+    """The imports in `source` of a private module (``towerkit.<lib>._x``) of a lib other than `own`."""
+    bad = []
+    for line, module in imported_modules(ast.parse(source)):
+        parts = module.split(".")
+        private = len(parts) >= 3 and parts[2].startswith("_") and not parts[2].startswith("__")
+        repeated = bool(bad) and bad[-1][0] == line  # one report per import statement
+        if parts[0] == "towerkit" and private and parts[1] != own and not repeated:
+            bad.append((line, module))
+    return bad
+
+
+def private_imports(path: Path) -> list[str]:
+    """`foreign_private` for a file of the tree, as ``file:line: module`` lines."""
+    found = foreign_private(path.read_text(encoding="utf-8"), owner(path))
+    return [f"{path.relative_to(ROOT)}:{line}: {module}" for line, module in found]
+
+
+def python_files() -> list[Path]:
+    """The scanned files."""
+    return sorted(p for folder in SCANNED for p in (ROOT / folder).rglob("*.py"))
+
+
+class TestPrivateImports:
+    """No file imports a private module of a lib it is not part of."""
+
+    def test_scan_sees_the_tree(self):
+        """The scan reads the sources of every lib (a moved tree would make it vacuous)."""
+        owners = {owner(p) for p in python_files()}
+        assert {"sessinit", "towers", "callbacks", "trainers", "export"} <= owners
+        assert {"conformance", "tools", None} <= owners
+
+    def test_detects_every_import_form(self):
+        """``from a._x import``, ``import a._x`` and ``from a import _x`` are all reported."""
+        source = (
+            "import os\n"
+            "from towerkit.trainers._base import Trainer\n"
+            "import towerkit.towers._scope\n"
+            "from towerkit.trainers import _tfutils\n"
+            "from towerkit.callbacks._loop import loop_events\n"
+            "from towerkit.trainers import Trainer, __version__\n"
+        )
+        assert foreign_private(source, "callbacks") == [
+            (2, "towerkit.trainers._base"),
+            (3, "towerkit.towers._scope"),
+            (4, "towerkit.trainers._tfutils"),
+        ]
+
+    def test_none_across_libs(self):
+        """Every ``towerkit.<lib>._x`` import sits inside ``<lib>`` itself."""
+        bad = [hit for path in python_files() for hit in private_imports(path)]
+        assert bad == [], "imports of another lib's private module:\n" + "\n".join(bad)
+
+    def test_own_private_imports_allowed(self):
+        """A lib's own private modules are its business (the scan does not flag them)."""
+        path = ROOT / "libs" / "callbacks" / "src" / "towerkit" / "callbacks" / "_timeline.py"
+        modules = [m for _, m in imported_modules(ast.parse(path.read_text(encoding="utf-8")))]
+        assert "towerkit.callbacks._loop" in modules
+        assert private_imports(path) == []
+
+
+LIBS = ("sessinit", "towers", "callbacks", "trainers", "export")
+
+
+class TestOnePublicHome:
+    """Each public object is exported by one lib only."""
+
+    def test_no_name_in_two_libs(self):
+        """No object is listed in the ``__all__`` of two libs (``StopTraining`` lives in callbacks)."""
+        homes: dict[int, list[str]] = {}
+        for lib in LIBS:
+            module = importlib.import_module(f"towerkit.{lib}")
+            for name in module.__all__:
+                if name != "__version__":
+                    homes.setdefault(id(getattr(module, name)), []).append(f"{lib}.{name}")
+        shared = sorted(paths for paths in homes.values() if len(paths) > 1)
+        assert shared == []
+
+    def test_helpers_left_trainers(self):
+        """The trainers lib no longer exports its implementation helpers or `StopTraining`."""
+        trainers = importlib.import_module("towerkit.trainers")
+        gone = ("StopTraining", "regex_matches", "first_multiplier", "check_multipliers")
+        gone += ("least_loaded", "tower_variable_key", "num_batches")
+        assert [n for n in gone if n in trainers.__all__ or hasattr(trainers, n)] == []
