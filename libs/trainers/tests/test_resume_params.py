@@ -7,7 +7,7 @@ import tensorflow as tf
 from helpers import blobs, mlp_cost
 
 from towerkit.callbacks import JSONWriter, ModelSaver, ScheduledHyperParamSetter
-from towerkit.towers._compat import tf1
+from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     AutoResumeTrainConfig,
     ModelDesc,
