@@ -129,11 +129,13 @@ class TestRunUpdateOps:
         LoopTrainer(graph, train_op(), [RunUpdateOps("mine"), probe], max_epoch=1).train()
         assert probe.values == [3.0, 0.0]
 
-    def test_empty_collection_adds_nothing(self, graph):
-        """With nothing to update the callback takes no part in session runs."""
+    def test_empty_collection_adds_nothing(self, graph, caplog):
+        """With nothing to update the callback takes no part in session runs, and says nothing."""
         cb = RunUpdateOps()
         t = LoopTrainer(graph, train_op(), [cb], max_epoch=1)
-        t.train()
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            t.train()
+        assert not [r for r in caplog.records if "RunUpdateOps" in r.getMessage()]
         assert cb.op is None
         assert not cb.has_hook("_before_run")
         assert cb not in t.hooked_sess._before
