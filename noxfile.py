@@ -257,7 +257,7 @@ def horovod(session: nox.Session) -> None:
     install_horovod(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
-    for path in ("tools/tests", "libs/trainers/tests"):
+    for path in ("tools/tests", "libs/trainers/tests", "tests"):
         session.run("pytest", "-m", "horovod", path, *session.posargs, env=env)
 
 
