@@ -7,9 +7,9 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-from towerkit.tools._files import ToolError, fail
+from towerkit.tools._files import ToolError
 
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 """Set (where the user has not set them) before TensorFlow loads, unless ``-v`` is given."""
@@ -86,12 +86,3 @@ def load_tensorflow(tool: str, verbose: bool = False) -> None:
 
     if not verbose:
         tf.get_logger().setLevel("ERROR")
-
-
-def run_with_tensorflow(tool: str, verbose: bool, work: Callable[[], int]) -> int:
-    """Load TensorFlow for `tool`, then run `work`; a `ToolError` becomes one line and status 2."""
-    try:
-        load_tensorflow(tool, verbose)
-    except ToolError as err:
-        return fail(tool, err)
-    return work()
