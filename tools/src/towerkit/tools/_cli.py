@@ -79,7 +79,7 @@ def load_tensorflow(tool: str, verbose: bool = False) -> None:
             with stderr_captured():
                 import towerkit.sessinit  # noqa: F401
     except ImportError as err:
-        message = str(err) or f"cannot import {err.name}"
+        message = " ".join(str(err).split()) or f"cannot import {err.name}"
         msg = f"TensorFlow cannot be imported: {message}"
         raise ToolError(msg) from None
     import tensorflow as tf
