@@ -1,7 +1,7 @@
 # /// script
 # dependencies = ["nox>=2025.2.9"]
 # ///
-"""Every way to run towerkit: tests, conformance, lint, typecheck, demo, bench, horovod.
+"""Every way to run towerkit: tests, conformance, lint, typecheck, build, demo, bench, horovod.
 
 Each lib's tests run in a virtual environment holding only that lib, the
 towerkit libs it declares, and their dependencies: a missing declaration fails
@@ -126,7 +126,9 @@ def crosslib(session: nox.Session) -> None:
     install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
     install_groups(session, "test", "demo")
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
-    session.run("pytest", *paths, *session.posargs, env=pytest_env())
+    # The wheels are tested by `build`, against what it built.
+    ignore = "--ignore=tests/test_wheels.py"
+    session.run("pytest", *paths, ignore, *session.posargs, env=pytest_env())
     session.run("pytest", "--doctest-modules", "--pyargs", "towerkit.tools", env=pytest_env())
     # The callbacks lib's tests again, each callback now driven by the real trainer.
     env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer"}
@@ -151,6 +153,30 @@ def core(session: nox.Session) -> None:
     modules = [f"towerkit.callbacks.{m}" for m in CORE_MODULES]
     session.run("pytest", "tests/test_core_without_tensorflow.py", *session.posargs)
     session.run("pytest", "--doctest-modules", "--pyargs", *modules, env=pytest_env())
+
+
+DIST = ROOT / "dist"
+"""Where `build` writes the sdists and wheels."""
+
+
+@nox.session(tags=["ci"])
+def build(session: nox.Session) -> None:
+    """An sdist and a wheel of every lib, conformance and tools into dist/, then checked.
+
+    twine checks the metadata (the README renders as the long description); the
+    wheels' tests check contents (``py.typed``), metadata against each pyproject, and
+    that each wheel installs alone into a fresh venv from dist/ plus the index, imports,
+    and (for the tools) answers --help, and fails in one line without TensorFlow.
+    """
+    install_groups(session, "test", "build")
+    for old in DIST.glob("towerkit_*"):
+        old.unlink()
+    for path in DISTS.values():
+        session.run("uv", "build", "-q", "--sdist", "--wheel", "--out-dir", str(DIST), str(path))
+    built = sorted(str(p) for p in DIST.glob("towerkit_*"))
+    session.run("twine", "check", "--strict", *built)
+    env = {**pytest_env(), "TOWERKIT_DIST": str(DIST)}
+    session.run("pytest", "tests/test_wheels.py", *session.posargs, env=env)
 
 
 LINT_TARGETS = {
@@ -253,7 +279,7 @@ def horovod(session: nox.Session) -> None:
     install_horovod(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
-    for path in ("tools/tests", "libs/trainers/tests"):
+    for path in ("tools/tests", "libs/trainers/tests", "tests"):
         session.run("pytest", "-m", "horovod", path, *session.posargs, env=env)
 
 

@@ -1,24 +1,95 @@
-"""The README's quick start runs as written and trains its model."""
+"""Every README runs as written: its Python blocks as one program, its command lines at least --help.
+
+The Python blocks of a README, in order, make one program (a block may use what an
+earlier block of the same README defined or wrote); it runs in an empty directory in
+a fresh process, as a user who pastes them would. A block that needs horovod runs in
+the horovod session only. Command lines in the other blocks are checked as far as is
+cheap: each tool and script shown answers ``--help``, each ``nox -s`` session exists,
+each ``pip install`` path and extra exists.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from example_modules import ROOT
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+READMES = [
+    "README.md",
+    *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("libs/*/README.md")),
+    "tools/README.md",
+    "conformance/README.md",
+    "benchmarks/README.md",
+]
+"""Every README of the repository."""
+
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```$", re.S | re.M)
+
+NEEDS_HOROVOD = "launch_horovod_job"
+"""A Python block using this runs only where horovod is installed (``nox -s horovod``)."""
+
+
+def blocks(readme: str) -> list[tuple[str, str]]:
+    """The fenced blocks of `readme`: ``(info string, text)``, in order."""
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    return [(m.group(1).strip(), m.group(2)) for m in FENCE.finditer(text)]
+
+
+def python_program(readme: str) -> str:
+    """The Python blocks of `readme` that run anywhere, joined in order."""
+    return "\n".join(
+        code for info, code in blocks(readme) if info == "python" and NEEDS_HOROVOD not in code
+    )
+
+
+def run_python(code: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """Run `code` as a script in `cwd`, in a fresh interpreter."""
+    script = cwd / "readme_blocks.py"
+    script.write_text(code, encoding="utf-8")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
 
 def quick_start() -> str:
     """The first Python code block of README.md."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"```python\n(.*?)```", text, re.S)
-    if match is None:
-        msg = "README.md has no ```python block"
-        raise AssertionError(msg)
-    return match.group(1)
+    return next(code for info, code in blocks("README.md") if info == "python")
+
+
+def test_every_readme_found():
+    """The list covers every README.md of the repository (outside venvs and build folders)."""
+    found = set()
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "dist")]
+        if "README.md" in files:
+            found.add(str((Path(folder) / "README.md").relative_to(ROOT)))
+    assert found == set(READMES)
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_blocks_are_closed(readme):
+    """Fences pair up: an odd count would turn prose into code and hide a block."""
+    text = (ROOT / readme).read_text(encoding="utf-8")
+    assert len(re.findall(r"^```", text, re.M)) % 2 == 0
 
 
 def test_quick_start_is_short():
@@ -30,24 +101,217 @@ def test_quick_start_is_short():
 @pytest.mark.slow
 def test_quick_start_trains(tmp_path):
     """Run as a script in an empty directory, it learns the weights and writes its logdir."""
-    script = tmp_path / "quick_start.py"
-    script.write_text(
+    done = run_python(
         quick_start()
         + "\nr = tf.train.load_checkpoint('train_log/linear')\n"
-        + "print('weights', r.get_tensor('w').ravel().round(2).tolist())\n"
-    )
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
+        + "print('weights', r.get_tensor('w').ravel().round(2).tolist())\n",
+        tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "weights [1.0, -2.0, 0.5]" in done.stdout
     logdir = tmp_path / "train_log" / "linear"
     assert (logdir / "stats.json").is_file()
     assert (logdir / "checkpoint").is_file()
+
+
+WITH_PYTHON = [r for r in READMES if python_program(r)]
+
+
+def test_each_lib_readme_has_an_example():
+    """Every lib's README shows a Python example."""
+    libs = {r for r in READMES if r.startswith("libs/")}
+    assert libs <= set(WITH_PYTHON)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("readme", WITH_PYTHON)
+def test_python_blocks_run(readme, tmp_path):
+    """The README's Python blocks, pasted in order into one script, run without error."""
+    done = run_python(python_program(readme), tmp_path)
+    assert done.returncode == 0, f"{readme}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+
+
+HOROVOD_TRAIN = """\
+import horovod.tensorflow as hvd
+
+hvd.init()
+print(f"rank {hvd.rank()} of {hvd.size()}")
+"""
+"""The ``train.py`` the README's horovod block launches: any horovod script does."""
+
+
+@pytest.mark.horovod
+def test_horovod_block_runs(tmp_path):
+    """The README's horovod block launches a 2-process job that succeeds."""
+    pytest.importorskip("horovod.tensorflow", reason="horovod not installed: run nox -s horovod")
+    (code,) = [c for i, c in blocks("README.md") if i == "python" and NEEDS_HOROVOD in c]
+    (tmp_path / "train.py").write_text(HOROVOD_TRAIN)
+    code = code.replace('["python", ', f"[{sys.executable!r}, ")
+    done = run_python(code + "\nassert job.ok, job.output\n", tmp_path, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "True False" in done.stdout
+
+
+def test_conformance_example_is_the_tested_file():
+    """The trainers module shown in conformance/README.md is the file its tests run."""
+    shown = [c for i, c in blocks("conformance/README.md") if i == "python"]
+    tested = (ROOT / "conformance" / "tests" / "example_trainers.py").read_text()
+    assert len(shown) == 1
+    assert shown[0].strip() in tested
+
+
+# Command lines ------------------------------------------------------------------------------
+
+with open(ROOT / "tools" / "pyproject.toml", "rb") as _f:
+    TOOLS = sorted(tomllib.load(_f)["project"]["scripts"])
+"""The console scripts of towerkit-tools."""
+
+
+def command_lines(readme: str) -> list[list[str]]:
+    """The shell command lines of `readme`'s non-Python blocks, split into words.
+
+    A leading ``$ `` is dropped, comments are removed, ``&&`` splits a line; lines of
+    output (blocks whose lines do not start with a known command) are left out.
+    """
+    out = []
+    for info, text in blocks(readme):
+        if info not in ("", "sh", "shell", "console", "bash"):
+            continue
+        for raw in text.splitlines():
+            line = raw.removeprefix("$ ").strip()
+            for part in line.split("&&"):
+                try:
+                    words = shlex.split(part, comments=True)
+                except ValueError:
+                    continue
+                if words and (words[0] in (*TOOLS, "pip", "nox", "python", "pytest")):
+                    out.append(words)
+    return out
+
+
+ALL_COMMANDS = [(r, w) for r in READMES for w in command_lines(r)]
+
+
+def test_commands_found():
+    """The extraction sees the commands of the root README and the tools README."""
+    firsts = {w[0] for _, w in ALL_COMMANDS}
+    assert {"pip", "nox", "ls-checkpoint", "install-horovod", "bump-version"} <= firsts
+
+
+def nox_sessions() -> set[str]:
+    """The sessions noxfile.py defines."""
+    text = (ROOT / "noxfile.py").read_text()
+    return set(re.findall(r"@nox\.session[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(", text))
+
+
+@pytest.mark.parametrize(
+    ("readme", "words"),
+    [(r, w) for r, w in ALL_COMMANDS if w[0] == "nox"],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_nox_sessions_exist(readme, words):
+    """Each ``nox -s NAME`` shown names a session of noxfile.py; ``-t`` a tag in use."""
+    del readme
+    sessions = nox_sessions()
+    for flag, value in itertools.pairwise(words):
+        if flag == "-s":
+            assert value in sessions, (value, sorted(sessions))
+        if flag == "-t":
+            assert f'"{value}"' in (ROOT / "noxfile.py").read_text()
+
+
+def pip_targets(words: list[str]) -> list[str]:
+    """The requirements of a ``pip install`` line (options and their values left out)."""
+    out, skip = [], False
+    for word in words[2:]:
+        if skip:
+            skip = False
+        elif word in ("--find-links", "-f", "-p", "--python"):
+            skip = True
+        elif not word.startswith("-"):
+            out.append(word)
+    return out
+
+
+def declared_extras(dist: str) -> set[str]:
+    """The extras of a towerkit distribution, from its pyproject."""
+    folder = ROOT / (
+        "tools" if dist == "tools" else "conformance" if dist == "conformance" else f"libs/{dist}"
+    )
+    with open(folder / "pyproject.toml", "rb") as f:
+        return set(tomllib.load(f)["project"].get("optional-dependencies", {}))
+
+
+@pytest.mark.parametrize(
+    ("readme", "words"),
+    [(r, w) for r, w in ALL_COMMANDS if w[:2] == ["pip", "install"]],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_pip_install_lines(readme, words):
+    """Each towerkit requirement is a folder of the clone or a dist name with --find-links dist."""
+    del readme
+    for target in pip_targets(words):
+        match = re.fullmatch(
+            r"(?:\./)?(libs/\w+|tools|conformance|towerkit-(\w+))(?:\[([\w,]+)\])?", target
+        )
+        if match is None:
+            assert not target.startswith(("towerkit", "./")), target
+            continue
+        path, name, extras = match.groups()
+        if name is not None:
+            assert "--find-links" in words, f"{target}: towerkit is not on an index"
+            dist = name
+        else:
+            assert (ROOT / path / "pyproject.toml").is_file(), path
+            dist = path.removeprefix("libs/")
+        for extra in (extras or "").split(","):
+            if extra:
+                assert extra in declared_extras(dist), (target, extra)
+
+
+TOOL_OR_SCRIPT = sorted(
+    {w[0] for _, w in ALL_COMMANDS if w[0] in TOOLS}
+    | {w[1] for _, w in ALL_COMMANDS if w[0] == "python" and w[1:2] and w[1].endswith(".py")}
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", TOOL_OR_SCRIPT)
+def test_commands_answer_help(command, tmp_path):
+    """Each tool and script shown answers --help with status 0."""
+    if command.endswith(".py"):
+        args = [sys.executable, str(ROOT / command), "--help"]
+    else:
+        module = command.replace("-", "_")
+        args = [sys.executable, "-m", f"towerkit.tools.{module}", "--help"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        args, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("usage:"), done.stdout[:200]
+
+
+@pytest.mark.slow
+def test_timeline_example_output(tmp_path):
+    """The timeline run.toml of tools/README.md prints the lines shown under it."""
+    found = blocks("tools/README.md")
+    index = next(i for i, (info, _) in enumerate(found) if info == "toml")
+    (tmp_path / "run.toml").write_text(found[index][1])
+    shown = found[index + 1][1].splitlines()
+    assert shown[0] == "$ timeline run.toml"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-m", "towerkit.tools.timeline", "run.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    for line in shown[1:]:
+        if line != "...":
+            assert line in printed, line

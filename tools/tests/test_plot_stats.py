@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import struct
 
 import pytest
@@ -150,6 +152,17 @@ class TestPlot:
         path = plot_stats(tmp_path / "run")
         assert path == str(tmp_path / "run" / "stats.png")
         assert png_size(tmp_path / "run" / "stats.png") == image_size(4) == (1200, 600)
+
+    @pytest.mark.parametrize("umask", [0o022, 0o027])
+    def test_png_mode_follows_umask(self, tmp_path, umask):
+        """The PNG gets the mode any other new file gets (0644 under umask 022), not 0600."""
+        write_stats(tmp_path / "run")
+        previous = os.umask(umask)
+        try:
+            path = plot_stats(tmp_path / "run")
+        finally:
+            os.umask(previous)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
 
     def test_keys_columns_dpi(self, tmp_path):
         """--keys picks statistics; --columns and --dpi set the layout and size."""

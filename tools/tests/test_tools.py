@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -99,7 +100,52 @@ def test_console_script_runs(tmp_path):
 @pytest.mark.slow
 def test_blocker_blocks(tmp_path):
     """The import blocker the no-TensorFlow tests rely on does make TensorFlow unimportable."""
-    done = run_blocked("towerkit.tools.ls_checkpoint", [str(tmp_path)], ["tensorflow"], tmp_path)
+    done = run_blocked("towerkit.sessinit._compat", [], ["tensorflow"], tmp_path)
     assert done.returncode == 1
     assert "ImportError: tensorflow is blocked in this test" in done.stderr
     assert sys.modules.get("towerkit.tools") is towerkit.tools
+
+
+TF_TOOLS = {
+    "ls-checkpoint": ["nowhere"],
+    "dump-params": ["nowhere", "out.npz"],
+    "load-params": ["nowhere.npz", "out/model-0"],
+}
+"""The tools that need TensorFlow, with arguments that would otherwise be read."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", sorted(TF_TOOLS))
+def test_without_tensorflow_one_line(tool, tmp_path):
+    """Without TensorFlow, a tool prints one ``tool: error:`` line saying so and exits 2."""
+    done = run_blocked(f"towerkit.tools.{TOOLS[tool]}", TF_TOOLS[tool], ["tensorflow"], tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"{tool}: error: TensorFlow cannot be imported: ")
+    assert "towerkit-sessinit[cpu]" in done.stderr
+
+
+def run_tool(module: str, args: list[str], cwd) -> subprocess.CompletedProcess[str]:
+    """``python -m towerkit.tools.<module> *args`` with TensorFlow's log level left unset."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
+    return subprocess.run(
+        [sys.executable, "-m", f"towerkit.tools.{module}", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_quiet_unless_verbose(checkpoint, tmp_path):
+    """A tool's stderr stays empty by default; -v shows TensorFlow's start-up lines."""
+    quiet = run_tool("ls_checkpoint", [str(checkpoint)], tmp_path)
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+    assert quiet.stdout.startswith(f"checkpoint {checkpoint} ")
+    loud = run_tool("ls_checkpoint", ["-v", str(checkpoint)], tmp_path)
+    assert loud.returncode == 0
+    assert loud.stdout == quiet.stdout
+    assert loud.stderr.strip(), "-v shows what TensorFlow prints when it loads"

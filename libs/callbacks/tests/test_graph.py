@@ -2,6 +2,7 @@
 
 import logging
 import os
+import stat
 
 import numpy as np
 import pytest
@@ -128,11 +129,13 @@ class TestRunUpdateOps:
         LoopTrainer(graph, train_op(), [RunUpdateOps("mine"), probe], max_epoch=1).train()
         assert probe.values == [3.0, 0.0]
 
-    def test_empty_collection_adds_nothing(self, graph):
-        """With nothing to update the callback takes no part in session runs."""
+    def test_empty_collection_adds_nothing(self, graph, caplog):
+        """With nothing to update the callback takes no part in session runs, and says nothing."""
         cb = RunUpdateOps()
         t = LoopTrainer(graph, train_op(), [cb], max_epoch=1)
-        t.train()
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            t.train()
+        assert not [r for r in caplog.records if "RunUpdateOps" in r.getMessage()]
         assert cb.op is None
         assert not cb.has_hook("_before_run")
         assert cb not in t.hooked_sess._before
@@ -328,6 +331,24 @@ class TestDumpTensorAsImage:
             for i in (0, 1):
                 data = (tmp_path / f"images-ep002-step4-{i}.png").read_bytes()
                 np.testing.assert_array_equal(s.run(tf.io.decode_png(data)), expected[i])
+
+    def test_png_mode_follows_umask(self, graph, tmp_path):
+        """Image files get the mode the umask gives new files (0644 under 022), not 0600."""
+        tf.constant(np.zeros((1, 2, 2, 1), np.float32), name="images")
+        previous = os.umask(0o022)
+        try:
+            LoopTrainer(
+                graph,
+                train_op(),
+                [DumpTensorAsImage("images")],
+                logdir=tmp_path,
+                max_epoch=1,
+                steps_per_epoch=1,
+            ).train()
+        finally:
+            os.umask(previous)
+        (png,) = tmp_path.glob("*.png")
+        assert stat.S_IMODE(png.stat().st_mode) == 0o644
 
     def test_map_func_and_prefix(self, graph, tmp_path):
         """map_func and scale shape the pixels; prefix names the files."""

@@ -224,10 +224,28 @@ class TestSaverRestore:
         prefix = write_checkpoint(VALUES)
         variables = make_vars({"step": SHAPES["step"]})
         init_all(sess)
-        with caplog.at_level(logging.INFO, logger="towerkit.sessinit"):
+        with caplog.at_level(logging.DEBUG, logger="towerkit.sessinit"):
             SaverRestore(prefix).init(sess)
         assert read(sess, variables)["step"] == 42
-        assert "3 entries of checkpoint" in caplog.text
+        info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+        assert info == [
+            f"Restoring from checkpoint {prefix!r}: 1 restored, 3 unused in the source."
+        ]
+        debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+        assert any(
+            m.startswith(f"3 entries of checkpoint {prefix!r} match no graph") for m in debug
+        )
+
+    def test_one_of_each_in_the_singular(self, graph, sess, make_vars, write_checkpoint, caplog):
+        """One missing variable and one unused entry are told in the singular."""
+        prefix = write_checkpoint({k: VALUES[k] for k in ("step", "block/conv/W")})
+        make_vars({k: SHAPES[k] for k in ("step", "block/conv/b")})
+        init_all(sess)
+        with caplog.at_level(logging.DEBUG, logger="towerkit.sessinit"):
+            SaverRestore(prefix).init(sess)
+        messages = [r.getMessage().splitlines()[0] for r in caplog.records]
+        assert f"1 graph variable is not in checkpoint {prefix!r} and keeps its value:" in messages
+        assert f"1 entry of checkpoint {prefix!r} matches no graph variable:" in messages
 
     def test_mismatch(self, graph, sess, make_vars, write_checkpoint):
         """Shape or dtype mismatches raise at setup, listing every variable with both sides."""
@@ -519,8 +537,12 @@ class TestSmartInit:
         for source in (prefix, str(tmp_path / "p.npz"), values):
             with pytest.raises(
                 RestoreMismatchError, match=r"'bad': source float32 \(3,\), graph float32 \(2,\)"
-            ):
+            ) as info:
                 SmartInit(source).init(sess)
+            # The fix offered is SmartInit's own argument, whatever the source.
+            assert str(info.value).splitlines()[-1] == (
+                "Pass ignore_mismatch=True to SmartInit to convert the fixable ones and skip the rest."
+            )
             sess.run(variables["h"].initializer)
             SmartInit(source, ignore_mismatch=True).init(sess)
             assert sess.run(variables["h"]).tolist() == [0.5, 1.5]

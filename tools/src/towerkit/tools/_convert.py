@@ -6,6 +6,7 @@ import argparse
 import os
 from collections.abc import Sequence
 
+from towerkit.tools._cli import add_verbose_arg, load_tensorflow
 from towerkit.tools._files import ToolError, fail
 from towerkit.tools._vars import (
     compile_patterns,
@@ -35,6 +36,7 @@ def add_selection_args(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="print what would be written, write nothing"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    add_verbose_arg(parser)
 
 
 def convert(
@@ -51,6 +53,7 @@ def convert(
         The exit status: 0 on success, 2 on a user error (printed).
     """
     try:
+        load_tensorflow(tool, args.verbose)
         include = compile_patterns(args.include, "--include")
         exclude = compile_patterns(args.exclude, "--exclude")
         _check_target(target, target_kind, overwrite=args.overwrite)

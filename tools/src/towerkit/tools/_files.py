@@ -40,11 +40,19 @@ def atomic_path(final_path: str | os.PathLike[str]) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
+        # mkstemp makes the file 0600; give it the mode a plain open() would.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

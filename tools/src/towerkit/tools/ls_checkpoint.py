@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from towerkit.tools._cli import add_verbose_arg, load_tensorflow
 from towerkit.tools._files import ToolError, fail
 from towerkit.tools._vars import (
     compile_patterns,
@@ -126,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--sort", choices=("name", "size"), default="name", help="row order")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_verbose_arg(parser)
     return parser
 
 
@@ -136,10 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments (default: ``sys.argv[1:]``).
 
     Returns:
-        0 on success, 2 when the path is missing or not a checkpoint or npz file.
+        0 on success, 2 when the path is missing or not a checkpoint or npz file, or
+        TensorFlow cannot be imported.
     """
     args = _parser().parse_args(argv)
     try:
+        load_tensorflow("ls-checkpoint", args.verbose)
         include = compile_patterns(args.include, "--include")
         exclude = compile_patterns(args.exclude, "--exclude")
         kind, resolved, infos = list_source(args.path)

@@ -232,7 +232,7 @@ class RunUpdateOps(RunOp):
     def _group(self) -> Any:
         ops = self.graph.get_collection(self._collection)
         if not ops:
-            logger.info("%s: collection %r is empty; nothing to run", self, self._collection)
+            logger.debug("%s: collection %r is empty; nothing to run", self, self._collection)
             return None
         logger.info("%s: running %d op(s) of %r with every step", self, len(ops), self._collection)
         return tf.group(*ops, name="update_ops")

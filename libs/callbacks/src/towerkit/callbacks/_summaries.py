@@ -55,7 +55,8 @@ class MovingAverageSummary(Callback):
     def _setup_graph(self) -> None:
         ops = self.graph.get_collection(self._collection)
         if not ops:
-            logger.warning(
+            # A default callback: a graph without moving averages is normal, not a problem.
+            logger.debug(
                 "%s: collection %r is empty; no moving average to maintain", self, self._collection
             )
             self._args = False
@@ -100,7 +101,8 @@ def summary_due(local_step: int, steps_per_epoch: int, next_global_step: int, pe
 def _merged_summary(cb: Callback, key: str | None) -> Any:
     merged = tf1.summary.merge_all(key or tf1.GraphKeys.SUMMARIES)
     if merged is None:
-        logger.warning("%s: no summary in collection %r; nothing to write", cb, key or "summaries")
+        # A default callback: a graph without summaries is normal, not a problem.
+        logger.debug("%s: no summary in collection %r; nothing to write", cb, key or "summaries")
     return merged
 
 

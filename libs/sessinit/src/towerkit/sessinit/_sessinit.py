@@ -208,17 +208,25 @@ class _PlannedRestore(SessionInit, abc.ABC):
             lines = "\n".join(f"  {a.describe()} ({' and '.join(a.fixes)})" for a in converted)
             logger.warning("Converting %d values from %s:\n%s", len(converted), label, lines)
         if plan.missing:
+            many = len(plan.missing) != 1
             logger.warning(
-                "%d graph variables are not in %s and keep their values:\n%s",
+                "%d graph %s not in %s and %s:\n%s",
                 len(plan.missing),
+                "variables are" if many else "variable is",
                 label,
+                "keep their values" if many else "keeps its value",
                 render_names(plan.missing),
             )
         if plan.unused:
-            logger.info(
-                "%d entries of %s match no graph variable:\n%s",
+            # Optimizer slots and moving averages left out of an inference graph: expected,
+            # and counted in the summary line; the list is there for debugging.
+            many = len(plan.unused) != 1
+            logger.debug(
+                "%d %s of %s %s no graph variable:\n%s",
                 len(plan.unused),
+                "entries" if many else "entry",
                 label,
+                "match" if many else "matches",
                 render_names(plan.unused),
             )
         logger.info("Restoring from %s: %s.", label, plan.summary())
@@ -443,6 +451,12 @@ def _is_npz_path(path: str) -> bool:
     return os.path.isfile(path) and checkpoint_prefix_of(path) == path and zipfile.is_zipfile(path)
 
 
+_SMART_INIT_HINT = (
+    "Pass ignore_mismatch=True to SmartInit to convert the fixable ones and skip the rest."
+)
+"""The fix a mismatch error offers when SmartInit made the initializer."""
+
+
 def SmartInit(obj: Any, *, ignore_mismatch: bool = False) -> SessionInit:
     """Make a SessionInit from whatever `obj` is.
 
@@ -474,19 +488,25 @@ def SmartInit(obj: Any, *, ignore_mismatch: bool = False) -> SessionInit:
         return JustCurrentSession()
     if isinstance(obj, SessionInit):
         return obj
-    if isinstance(obj, Mapping):
-        return DictRestore(obj, ignore_mismatch=ignore_mismatch)
     if isinstance(obj, (list, tuple)):
         return ChainInit([SmartInit(o, ignore_mismatch=ignore_mismatch) for o in obj])
-    if isinstance(obj, (str, os.PathLike)):
+    init: _PlannedRestore
+    if isinstance(obj, Mapping):
+        init = DictRestore(obj, ignore_mismatch=ignore_mismatch)
+    elif isinstance(obj, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(obj))
         if _is_npz_path(path):
-            return _NpzRestore(path, ignore_mismatch=ignore_mismatch)
-        if ignore_mismatch:
-            return SaverRestoreRelaxed(path)
-        return SaverRestore(path)
-    msg = (
-        f"SmartInit cannot load a {type(obj).__name__}: expected a checkpoint path or "
-        "directory, an npz path, a dict of arrays, a SessionInit, None or '', or a list of these"
-    )
-    raise TypeError(msg)
+            init = _NpzRestore(path, ignore_mismatch=ignore_mismatch)
+        elif ignore_mismatch:
+            init = SaverRestoreRelaxed(path)
+        else:
+            init = SaverRestore(path)
+    else:
+        msg = (
+            f"SmartInit cannot load a {type(obj).__name__}: expected a checkpoint path or "
+            "directory, an npz path, a dict of arrays, a SessionInit, None or '', or a list of these"
+        )
+        raise TypeError(msg)
+    # The fix offered on a mismatch is the one SmartInit's caller can apply.
+    init._hint = _SMART_INIT_HINT
+    return init

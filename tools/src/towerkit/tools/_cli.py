@@ -1,0 +1,88 @@
+"""What every tool does around its work: a quiet TensorFlow start, errors as one line and status 2."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+
+from towerkit.tools._files import ToolError
+
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+"""Set (where the user has not set them) before TensorFlow loads, unless ``-v`` is given."""
+
+
+def add_verbose_arg(parser: argparse.ArgumentParser) -> None:
+    """``-v/--verbose``: let TensorFlow print its start-up and C++ log lines."""
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's start-up and C++ log lines (hidden by default)",
+    )
+
+
+@contextlib.contextmanager
+def stderr_captured() -> Iterator[list[str]]:
+    """Send what this process writes to file descriptor 2 into a list instead of the terminal.
+
+    TensorFlow's C++ libraries write their start-up lines (``All log messages before
+    absl::InitializeLog()``, oneDNN notices) straight to descriptor 2 when they load,
+    whatever ``TF_CPP_MIN_LOG_LEVEL`` says; Python's ``sys.stderr`` goes the same way.
+    The list is filled when the block ends.
+
+    Examples:
+        >>> with stderr_captured() as lines:
+        ...     os.write(2, b"hidden\\n")
+        7
+        >>> lines
+        ['hidden']
+    """
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read().decode("utf-8", "replace").splitlines())
+
+
+def load_tensorflow(tool: str, verbose: bool = False) -> None:
+    """Import TensorFlow and the towerkit libs that need it, quietly unless `verbose`.
+
+    Call before anything imports TensorFlow. Without `verbose`, TensorFlow's C++ log
+    level is raised (``TF_CPP_MIN_LOG_LEVEL=2`` unless already set) and its start-up
+    lines are hidden.
+
+    Raises:
+        ToolError: TensorFlow (or a towerkit lib) cannot be imported; the message is the
+            import error's, in one line.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    if not verbose:
+        for key, value in QUIET_ENV.items():
+            os.environ.setdefault(key, value)
+    try:
+        if verbose:
+            import towerkit.sessinit
+        else:
+            with stderr_captured():
+                import towerkit.sessinit  # noqa: F401
+    except ImportError as err:
+        message = " ".join(str(err).split()) or f"cannot import {err.name}"
+        msg = f"TensorFlow cannot be imported: {message}"
+        raise ToolError(msg) from None
+    import tensorflow as tf
+
+    if not verbose:
+        tf.get_logger().setLevel("ERROR")
