@@ -22,9 +22,7 @@ __all__ = [
     "unregistered_inputs",
 ]
 
-_SOURCES: weakref.WeakKeyDictionary[Any, weakref.WeakSet[InputSource]] = (
-    weakref.WeakKeyDictionary()
-)
+_SOURCES: weakref.WeakKeyDictionary[Any, weakref.WeakSet[InputSource]] = weakref.WeakKeyDictionary()
 """The input sources set up in each graph, to find those whose callbacks nobody drives."""
 
 
