@@ -6,8 +6,17 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.callbacks import Callback, Callbacks, HookedSession, StopTraining
-from towerkit.towers import TowerContext, TowerFunc
+from towerkit.callbacks import (
+    Callback,
+    Callbacks,
+    ClassificationError,
+    DataParallelInferenceRunner,
+    HookedSession,
+    InferenceRunner,
+    ScalarStats,
+    StopTraining,
+)
+from towerkit.towers import TowerContext, TowerFunc, session_config_for_devices
 from towerkit.towers._compat import tf1
 from towerkit.trainers import (
     DummyConstantInput,
@@ -17,6 +26,7 @@ from towerkit.trainers import (
     InputSource,
     IterableInput,
     ModelDesc,
+    NewSessionCreator,
     NumpyInput,
     SimpleTrainer,
     StagingInput,
@@ -246,7 +256,8 @@ class TestSetupReturnsCallbacks:
         """setup again with the same signature returns the same callbacks."""
         source = FeedInput(CountingFlow(3))
         first = source.setup(SIG)
-        assert len(first) == 1 and isinstance(first[0], Callback)
+        assert len(first) == 1
+        assert isinstance(first[0], Callback)
         assert source.setup(SIG) == first
         assert not first[0].chief_only, "input callbacks run on every worker"
 
@@ -295,6 +306,98 @@ class TestSetupReturnsCallbacks:
             callbacks=[seen], monitors=[], extra_callbacks=[], steps_per_epoch=3, max_epoch=1
         )
         assert seen.ids == [0, 1, 2]
+
+
+def labelled(n=10, seed=3):
+    """n datapoints of Linear's signature (batches of 2) and the labels Linear's w=0 gets right."""
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(n, 2, 2)).astype(np.float32)
+    ys = rng.integers(0, 2, size=(n, 2)).astype(np.int32)
+    return list(zip(xs, ys))
+
+
+def val_cost(x, y):
+    """Linear's cost and a per-datapoint 0/1 'wrong' vector: prediction 0 for every point."""
+    w = tf1.get_variable("w", [2], initializer=tf1.zeros_initializer())
+    err = tf.linalg.matvec(x, w) - tf.cast(y, tf.float32)
+    tf.cast(tf.not_equal(y, 0), tf.float32, name="incorrect_vector")
+    return tf.reduce_mean(tf.square(err), name="cost")
+
+
+class TestSourcesInInferenceRunner:
+    """InferenceRunner and DataParallelInferenceRunner take this lib's input sources."""
+
+    def run(self, runner, epochs=2, **kw):
+        trainer = SimpleTrainer()
+        trainer.setup_graph(
+            Linear().get_input_signature(),
+            DummyConstantInput([[2, 2], [2]]),
+            val_cost,
+            lambda: tf1.train.GradientDescentOptimizer(0.0),
+        )
+        trainer.train_with_defaults(
+            callbacks=[runner],
+            monitors=None if "logdir" in kw else [],
+            extra_callbacks=[],
+            steps_per_epoch=2,
+            max_epoch=epochs,
+            **kw,
+        )
+        return trainer
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda pts: FeedInput(pts),
+            lambda pts: FeedInput(pts, infinite=False),
+            lambda pts: IterableInput(pts),
+            lambda pts: NumpyInput(
+                [np.concatenate([x for x, _ in pts]), np.concatenate([y for _, y in pts])],
+                batch_size=2,
+                shuffle=False,
+            ),
+        ],
+    )
+    def test_inference_runner(self, graph, make):
+        """``InferenceRunner(FeedInput(...), ...)``: every round is one pass over the data."""
+        pts = labelled()
+        want = float(np.mean(np.concatenate([y for _, y in pts]) != 0))
+        runner = InferenceRunner(make(pts), [ClassificationError(), ScalarStats("cost")])
+        trainer = self.run(runner, epochs=3)
+        history = trainer.monitors.get_history("validation_error")
+        assert [v for _, v in history] == pytest.approx([want] * 3)
+        assert trainer.monitors.get_latest("validation_cost") > 0
+
+    def test_data_parallel(self, graph):
+        """``DataParallelInferenceRunner(FeedInput(...), ...)`` on two logical devices."""
+        pts = labelled(n=7)
+        want = float(np.mean(np.concatenate([y for _, y in pts]) != 0))
+        runner = DataParallelInferenceRunner(FeedInput(pts), ClassificationError(), gpus=2)
+        trainer = SimpleTrainer()
+        trainer.setup_graph(
+            Linear().get_input_signature(),
+            DummyConstantInput([[2, 2], [2]]),
+            val_cost,
+            lambda: tf1.train.GradientDescentOptimizer(0.0),
+        )
+        trainer.train_with_defaults(
+            callbacks=[runner],
+            monitors=[],
+            extra_callbacks=[],
+            steps_per_epoch=1,
+            max_epoch=2,
+            session_creator=NewSessionCreator(
+                config=session_config_for_devices(["/cpu:0", "/cpu:1"])
+            ),
+        )
+        history = trainer.monitors.get_history("validation_error")
+        assert [v for _, v in history] == pytest.approx([want] * 2)
+
+    def test_unknown_size(self, graph):
+        """A source of unknown size cannot make rounds; the error names it."""
+        runner = InferenceRunner(FeedInput(NoLen()), ClassificationError())
+        with pytest.raises(ValueError, match=r"the size of FeedInput\(NoLen\) is unknown"):
+            self.run(runner)
 
 
 class TestSpecMismatches:
