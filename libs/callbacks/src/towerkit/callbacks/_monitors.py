@@ -594,11 +594,36 @@ def _compile_all(what: str, patterns: Iterable[str] | None) -> tuple[re.Pattern[
     return tuple(out)
 
 
-class ScalarPrinter(MonitorBase):
-    """Log scalars (logger ``towerkit.callbacks``, level INFO) after each epoch and/or step.
+def format_scalar(name: str, val: Any) -> str:
+    """The line `ScalarPrinter` prints for one scalar.
 
-    Each scalar put since the last print is logged once, as ``name: value``, sorted by
-    name.
+    Examples:
+        >>> format_scalar("cost", 0.123456789)
+        'cost: 0.12346'
+        >>> format_scalar("epoch_num", 3)
+        'epoch_num: 3'
+    """
+    return f"{name}: {val:.5g}" if isinstance(val, float) else f"{name}: {val}"
+
+
+def logging_configured(log: logging.Logger) -> bool:
+    """Whether records of `log` reach a handler someone set up (the program, not Python's default).
+
+    False when neither `log` nor the loggers it propagates to have a handler: then
+    Python shows only warnings and errors (through its last-resort handler).
+    """
+    return log.hasHandlers()
+
+
+class ScalarPrinter(MonitorBase):
+    """Print scalars after each epoch and/or step.
+
+    Each scalar put since the last print is printed once, as ``name: value``, sorted by
+    name. When the program has set up logging (a handler on the ``towerkit.callbacks``
+    logger or one of its parents, e.g. with ``logging.basicConfig``), the lines go
+    to that logger at level INFO, so its configuration decides where they go and
+    whether they show. Otherwise they are written to standard error (above any
+    progress bar), so a program that configured nothing still sees them.
 
     Args:
         enable_step: print after each step the scalars put during it.
@@ -649,13 +674,18 @@ class ScalarPrinter(MonitorBase):
         return super().has_hook(method)
 
     def _print(self) -> None:
-        for name in sorted(self._pending):
-            val = self._pending[name]
-            if isinstance(val, float):
-                logger.info("%s: %.5g", name, val)
-            else:
-                logger.info("%s: %s", name, val)
+        lines = [format_scalar(name, self._pending[name]) for name in sorted(self._pending)]
         self._pending = {}
+        if logging_configured(logger):
+            for line in lines:
+                logger.info("%s", line)
+            return
+        import sys
+
+        import tqdm
+
+        for line in lines:
+            tqdm.tqdm.write(line, file=sys.stderr)
 
     def _trigger_step(self) -> None:
         if self._step and self._pending:

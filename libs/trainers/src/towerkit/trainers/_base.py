@@ -472,14 +472,16 @@ class Trainer:
                     trigger()
                 if should_stop() or interrupt.requested:
                     raise StopTraining("stop requested")
+            elapsed = time.perf_counter() - start
+            # after after_epoch, which ends the progress bar's line
+            cbs.after_epoch()
             logger.info(
                 "epoch %d done: %d steps in %.2f s (global step %d)",
                 epoch,
                 steps_per_epoch,
-                time.perf_counter() - start,
+                elapsed,
                 self.global_step,
             )
-            cbs.after_epoch()
             cbs.trigger_epoch()
             if should_stop() or interrupt.requested:
                 raise StopTraining("stop requested")
