@@ -342,6 +342,25 @@ class TestJSONWriter:
         assert JSONWriter.load_existing_epoch_number(tmp_path) == 2
         assert sorted(os.listdir(tmp_path)) == ["stats.json"]
 
+    def test_load_existing_default_dir(self, tmp_path):
+        """On a set-up writer, the directory defaults to its trainer's logdir."""
+        mons = train_json(tmp_path, steps_per_epoch=3, max_epoch=2)
+        (writer,) = mons.monitors
+        assert writer.load_existing_epoch_number() == 2
+        assert writer.load_existing_json() == JSONWriter.load_existing_json(str(tmp_path))
+        assert writer.load_existing_json(tmp_path / "elsewhere") is None
+
+    def test_load_existing_fail(self):
+        """Without a dir and without a trainer's logdir, the error says what to pass."""
+        with pytest.raises(
+            TypeError,
+            match=r"JSONWriter.load_existing_json\(\) needs 'dir' \(the log directory\): "
+            r"called on the class, and there is no global log directory to default to",
+        ):
+            JSONWriter.load_existing_json()
+        with pytest.raises(TypeError, match=r"this JSONWriter has no trainer with a logdir yet"):
+            JSONWriter().load_existing_epoch_number()
+
     def test_resume_appends_and_drops_rerun_epochs(self, tmp_path):
         """A resumed run keeps the records before its starting epoch and replaces the rest."""
         train_json(tmp_path, steps_per_epoch=3, max_epoch=4)
