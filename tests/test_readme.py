@@ -11,6 +11,7 @@ each ``pip install`` path and extra exists.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shlex
@@ -110,8 +111,15 @@ def test_quick_start_trains(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "weights [1.0, -2.0, 0.5]" in done.stdout
     logdir = tmp_path / "train_log" / "linear"
-    assert (logdir / "stats.json").is_file()
     assert (logdir / "checkpoint").is_file()
+    stats = json.loads((logdir / "stats.json").read_text())
+    costs = [entry["cost"] for entry in stats]
+    assert len(costs) == 20
+    assert costs[-1] < 0.01 * costs[0], "the loss falls"
+    shown = [
+        float(line.split(": ")[1]) for line in done.stderr.splitlines() if line.startswith("cost: ")
+    ]
+    assert shown == pytest.approx(costs, rel=1e-4), "each epoch's cost is shown on the terminal"
 
 
 WITH_PYTHON = [r for r in READMES if python_program(r)]

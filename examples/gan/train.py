@@ -135,8 +135,7 @@ class GANTrainer(TowerTrainer):
         self.tower_func = TowerFunc(model.build_graph, model.inputs())
         self.sampler_func = TowerFunc(model.generator, model.inputs()[1:])
         with self.graph.as_default():
-            input.setup(self.tower_func.input_signature)
-            self.register_callback(input.get_callbacks())
+            self.register_callback(input.setup(self.tower_func.input_signature))
             with TowerContext("", is_training=True):
                 d_loss, g_loss = self.tower_func(*input.get_input_tensors())
             d_vars = tf1.trainable_variables("discrim/")

@@ -12,6 +12,7 @@ from loop import LoopTrainer
 
 from towerkit.callbacks import (
     BinaryClassificationStats,
+    Callback,
     CallbackError,
     ClassificationError,
     Confusion,
@@ -20,6 +21,7 @@ from towerkit.callbacks import (
     InferenceRunner,
     MeanState,
     ScalarStats,
+    StopTraining,
     Tally,
     confusion_add,
     mean_add,
@@ -174,7 +176,11 @@ class TestInferenceRunner:
             InferenceRunner([], [])
         with pytest.raises(TypeError, match=r"'input' is an iterator \(generator\)"):
             InferenceRunner((p for p in []), ClassificationError())
-        with pytest.raises(TypeError, match=r"'input' must be a tf.data.Dataset or a re-iterable"):
+        with pytest.raises(
+            TypeError,
+            match=r"'input' must be a tf.data.Dataset, a function of no argument building one, "
+            r"an InputSource \(e.g. FeedInput\), or a re-iterable of datapoints.*got int",
+        ):
             InferenceRunner(3, ClassificationError())
         with pytest.raises(TypeError, match=r"'tower_func' must be a towerkit.towers.TowerFunc"):
             InferenceRunner([], ClassificationError(), tower_func=print)
@@ -211,6 +217,51 @@ class TestInferenceRunner:
         with pytest.raises(CallbackError, match=r"needs a tower function"):
             trainer.train()
 
+    def test_dataset_function(self, graph):
+        """A function building the dataset is called in the trainer's graph, in setup_graph."""
+        x, y = data(11)
+        called_in = []
+
+        def make():
+            called_in.append(tf1.get_default_graph())
+            return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+
+        runner = InferenceRunner(make, infs())
+        trainer = build_trainer(graph, runner).train()
+        check_stats(trainer, expected(x, y, SIZES))
+        assert called_in == [graph]
+
+    def test_dataset_function_fail(self, graph):
+        """A function that builds no dataset is named with what it returned."""
+        runner = InferenceRunner(lambda: [1, 2], ClassificationError())
+        with pytest.raises(TypeError, match=r"the function given as 'input' returned list, not a"):
+            build_trainer(graph, runner).train()
+
+    def test_input_source(self, graph):
+        """An input source's tensors feed the tower; the runner drives the source's callbacks."""
+        x, y = data(11)
+        source = ListSource(batches(x, y, SIZES))
+        runner = InferenceRunner(source, infs())
+        trainer = build_trainer(graph, runner, max_epoch=3).train()
+        check_stats(trainer, expected(x, y, SIZES), epochs=3)
+        assert source.callback.trainer is trainer, "set up by the runner"
+        assert source.callback.phases == ["before_train", "after_train"]
+
+    def test_input_source_finite(self, graph):
+        """A finite source that ends at the first batch of a round is restarted once."""
+        x, y = data(11)
+        source = ListSource(batches(x, y, SIZES), infinite=False)
+        runner = InferenceRunner(source, infs())
+        trainer = build_trainer(graph, runner, max_epoch=2).train()
+        check_stats(trainer, expected(x, y, SIZES))
+        assert source.callback.phases == ["before_train", "before_train", "after_train"]
+
+    def test_input_source_unknown_size(self, graph):
+        """A source of unknown size cannot make rounds: a clear error."""
+        source = ListSource(batches(*data(4), [4]), size=None)
+        with pytest.raises(ValueError, match=r"the size of ListSource is unknown"):
+            build_trainer(graph, InferenceRunner(source, ClassificationError())).train()
+
     def test_dataset_from_another_graph(self, graph):
         """A dataset made outside the trainer's graph is refused with the reason."""
         with tf.Graph().as_default():
@@ -219,6 +270,67 @@ class TestInferenceRunner:
             )
         with pytest.raises(ValueError, match=r"the dataset must be created in the trainer's graph"):
             build_trainer(graph, InferenceRunner(ds, ClassificationError())).train()
+
+
+class ListSource:
+    """A small input source following the protocol: batches fed into placeholders.
+
+    Its callback feeds the next batch in ``before_run`` and, when not ``infinite``,
+    raises ``StopTraining`` at the end of the data.
+    """
+
+    def __init__(self, points, infinite=True, size=-1):
+        self.points = points
+        self.infinite = infinite
+        self._size = len(points) if size == -1 else size
+        self.callback = None
+
+    def __str__(self):
+        return "ListSource"
+
+    def setup(self, signature):
+        self.signature = signature
+        return []
+
+    def get_input_tensors(self):
+        self.placeholders = [tf1.placeholder(s.dtype, s.shape) for s in self.signature]
+        return self.placeholders
+
+    def get_callbacks(self):
+        if self.callback is None:
+            self.callback = ListFeed(self)
+        return [self.callback]
+
+    def size(self):
+        if self._size is None:
+            raise TypeError("size unknown")
+        return self._size
+
+
+class ListFeed(Callback):
+    """Feeds `ListSource`'s placeholders."""
+
+    def __init__(self, source):
+        self.source = source
+        self.phases = []
+        self.it = None
+
+    def _before_train(self):
+        self.phases.append("before_train")
+        self.it = iter(self.source.points)
+
+    def _after_train(self):
+        self.phases.append("after_train")
+
+    def _before_run(self, ctx):
+        try:
+            point = next(self.it)
+        except StopIteration:
+            if not self.source.infinite:
+                raise StopTraining("no more data") from None
+            self.it = iter(self.source.points)
+            point = next(self.it)
+        return tf1.train.SessionRunArgs(None, dict(zip(self.source.placeholders, point)))
 
 
 class TestDataParallelInferenceRunner:
@@ -242,6 +354,24 @@ class TestDataParallelInferenceRunner:
         x, y = data(11)
         ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
         runner = DataParallelInferenceRunner(ds, infs(), gpus=[0, 1])
+        config = session_config_for_devices(["/cpu:0", "/cpu:1"])
+        trainer = build_trainer(graph, runner, session_config=config).train()
+        check_stats(trainer, expected(x, y, SIZES))
+
+    def test_input_source(self, graph):
+        """An input source's batches are pulled on the host, one per tower."""
+        x, y = data(11)
+        runner = DataParallelInferenceRunner(ListSource(batches(x, y, SIZES)), infs(), gpus=2)
+        config = session_config_for_devices(["/cpu:0", "/cpu:1"])
+        trainer = build_trainer(graph, runner, session_config=config).train()
+        check_stats(trainer, expected(x, y, SIZES))
+
+    def test_dataset_function(self, graph):
+        """A function building the dataset works as the dataset does."""
+        x, y = data(11)
+        runner = DataParallelInferenceRunner(
+            lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(4), infs(), gpus=2
+        )
         config = session_config_for_devices(["/cpu:0", "/cpu:1"])
         trainer = build_trainer(graph, runner, session_config=config).train()
         check_stats(trainer, expected(x, y, SIZES))

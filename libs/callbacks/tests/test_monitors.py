@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -341,6 +342,25 @@ class TestJSONWriter:
         assert JSONWriter.load_existing_epoch_number(tmp_path) == 2
         assert sorted(os.listdir(tmp_path)) == ["stats.json"]
 
+    def test_load_existing_default_dir(self, tmp_path):
+        """On a set-up writer, the directory defaults to its trainer's logdir."""
+        mons = train_json(tmp_path, steps_per_epoch=3, max_epoch=2)
+        (writer,) = mons.monitors
+        assert writer.load_existing_epoch_number() == 2
+        assert writer.load_existing_json() == JSONWriter.load_existing_json(str(tmp_path))
+        assert writer.load_existing_json(tmp_path / "elsewhere") is None
+
+    def test_load_existing_fail(self):
+        """Without a dir and without a trainer's logdir, the error says what to pass."""
+        with pytest.raises(
+            TypeError,
+            match=r"JSONWriter.load_existing_json\(\) needs 'dir' \(the log directory\): "
+            r"called on the class, and there is no global log directory to default to",
+        ):
+            JSONWriter.load_existing_json()
+        with pytest.raises(TypeError, match=r"this JSONWriter has no trainer with a logdir yet"):
+            JSONWriter().load_existing_epoch_number()
+
     def test_resume_appends_and_drops_rerun_epochs(self, tmp_path):
         """A resumed run keeps the records before its starting epoch and replaces the rest."""
         train_json(tmp_path, steps_per_epoch=3, max_epoch=4)
@@ -433,6 +453,50 @@ class TestScalarPrinter:
         assert [r.getMessage() for r in caplog.records] == ["loss: 0.25", "loss: 0.5"]
         assert printer.allows("val-loss")
         assert not printer.allows("other")
+
+    @pytest.mark.parametrize(
+        ("setup", "stdout", "stderr"),
+        [
+            ("", "", "val: 10\nval: 20\n"),
+            (
+                "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')",
+                "val: 10\nval: 20\n",
+                "",
+            ),
+            ("logging.basicConfig(level=logging.WARNING)", "", ""),
+        ],
+        ids=["no-logging-setup", "logging-at-info", "logging-at-warning"],
+    )
+    def test_terminal(self, tmp_path, setup, stdout, stderr):
+        """Without logging set up, epoch statistics go to stderr; else logging decides."""
+        script = tmp_path / "run.py"
+        script.write_text(
+            "import logging, sys\n"
+            f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+            f"{setup}\n"
+            "import tensorflow as tf\n"
+            "from loop import SmallLoop\n"
+            "from towerkit.callbacks import Callback, Monitors, ScalarPrinter\n"
+            "from towerkit.towers.compat import tf1\n"
+            "class Put(Callback):\n"
+            "    def _trigger(self):\n"
+            "        self.trainer.monitors.put_scalar('val', float(self.epoch_num * 10))\n"
+            "g = tf.Graph()\n"
+            "with g.as_default():\n"
+            "    w = tf1.get_variable('w', initializer=0.0)\n"
+            "    SmallLoop(g, tf1.assign_add(w, 1.0), [Put()], Monitors([ScalarPrinter()]),\n"
+            "              max_epoch=2).train()\n"
+        )
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, env=env, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout == stdout
+        err = "".join(
+            line for line in done.stderr.splitlines(keepends=True) if line.startswith("val")
+        )
+        assert err == stderr
 
     def test_has_hook(self):
         """Steps cost nothing unless enable_step."""

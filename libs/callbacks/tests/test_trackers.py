@@ -1,6 +1,8 @@
 """ThroughputTracker, HostMemoryTracker, GPUUtilizationTracker and GPUMemoryTracker in a real loop."""
 
 import logging
+import queue
+import threading
 import time
 
 import numpy as np
@@ -140,6 +142,30 @@ class TestGPUUtilizationTracker:
             hist = t.monitors.get_history("GPUUtil")
             assert len(hist) == 2
             assert all(0 <= v <= 100 for _, v in hist)
+
+    def test_worker(self):
+        """The static worker measures between two settings of the event; -1 without NVML."""
+        evt, stop = threading.Event(), threading.Event()
+        results = queue.Queue()
+        gpus = nvml_gpus()
+        thread = threading.Thread(
+            target=GPUUtilizationTracker.worker, args=(evt, results, stop, [0]), daemon=True
+        )
+        thread.start()
+        if gpus == 0:
+            thread.join(timeout=30)
+            assert not thread.is_alive(), "returns at once without NVML or GPUs"
+            assert results.get(timeout=1) == -1
+            return
+        evt.set()
+        time.sleep(2.5)
+        evt.set()
+        (util,) = results.get(timeout=30)
+        assert 0 <= util <= 100
+        stop.set()
+        evt.set()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
 
     def test_fail(self):
         """devices are GPU ids."""

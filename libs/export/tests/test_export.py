@@ -10,6 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from models import SIGNATURE, convnet, make_data, reference
 
 from towerkit.export import (
@@ -105,6 +106,30 @@ class TestExportCompact:
         prob = _run_graph_def(graph_def, {"image:0": image}, "prob:0")
         np.testing.assert_allclose(prob, reference(checkpoint_values, image), atol=1e-5)
         assert os.listdir(tmp_path) == ["model.pb"]
+
+    def test_tensor_inside_the_model_as_input(self, tmp_path):
+        """An input name may name a ``placeholder_with_default`` inside the model."""
+
+        def generator(image):
+            z = tf1.placeholder_with_default(tf1.zeros([tf1.shape(image)[0], 4]), [None, 4], "z")
+            w = tf1.get_variable("gen/W", [4, 2], initializer=tf1.ones_initializer())
+            tf1.identity(tf1.matmul(z, w) * 2.0, name="sample")
+
+        config = PredictConfig(
+            tower_func=generator,
+            input_signature=SIGNATURE[:1],
+            input_names=["z"],
+            output_names=["sample"],
+        )
+        z = np.arange(12, dtype=np.float32).reshape(3, 4)
+        want = 2.0 * z @ np.ones([4, 2], np.float32)
+        path = ModelExporter(config).export_compact(str(tmp_path / "gen.pb"))
+        graph_def = _read_graph_def(path)
+        assert {n.name: n.op for n in graph_def.node}["z"] == "Placeholder"
+        np.testing.assert_allclose(_run_graph_def(graph_def, {"z:0": z}, "sample:0"), want)
+        serving = tf.saved_model.load(ModelExporter(config).export_serving(str(tmp_path / "sm")))
+        got = serving.signatures["prediction_pipeline"](z=tf.constant(z))["sample"]
+        np.testing.assert_allclose(got.numpy(), want)
 
     def test_unoptimized_same_outputs(self, checkpoint, tmp_path):
         """Optimized, TOCO-compatible and unoptimized graphs agree to 1e-6."""

@@ -97,8 +97,51 @@ class TestOfflinePredictor:
             assert made == [predictor.sess]
             assert predictor(make_data(2)[0])[0].shape == (2, 3)
 
+    def test_feed_a_tensor_inside_the_model(self):
+        """A sampler feeds a ``placeholder_with_default`` inside the model, not a model input."""
+
+        def generator(image):
+            batch = tf1.shape(image)[0]
+            z = tf1.placeholder_with_default(tf1.zeros([batch, 4]), [None, 4], name="z")
+            w = tf1.get_variable("gen/W", [4, 2], initializer=tf1.ones_initializer())
+            h = tf1.identity(tf1.matmul(z, w), name="hidden")
+            tf1.identity(h * 2.0, name="sample")
+
+        config = PredictConfig(
+            tower_func=generator,
+            input_signature=SIGNATURE[:1],
+            input_names=["z"],
+            output_names=["sample"],
+        )
+        z = np.arange(12, dtype=np.float32).reshape(3, 4)
+        with OfflinePredictor(config) as sampler:
+            (sample,) = sampler(z)
+            np.testing.assert_allclose(sample, 2.0 * z @ np.ones([4, 2], np.float32))
+            assert sampler.input_tensors[0].op.type == "PlaceholderWithDefault"
+        # an intermediate tensor, fed together with a model input
+        config = PredictConfig(
+            tower_func=generator,
+            input_signature=SIGNATURE[:1],
+            input_names=["image", "hidden"],
+            output_names=["sample"],
+        )
+        with OfflinePredictor(config) as predictor:
+            image = np.full([2, 8, 8, 1], 3.0, np.float32)
+            (sample,) = predictor(image, np.ones([2, 2], np.float32))
+            np.testing.assert_allclose(sample, np.full([2, 2], 2.0))
+
     def test_fail(self, checkpoint):
         """Unknown outputs list suggestions; wrong arity and config kind are rejected."""
+        with pytest.raises(
+            UnknownTensorError,
+            match=r"'input_names' must name tensors of the input signature or of the inference "
+            r"tower; not found: 'imag' \(did you mean 'image'\?\)",
+        ):
+            OfflinePredictor(_config(input_names=["imag"]))
+        with pytest.raises(
+            TypeError, match=r"can be fed, not variables or their handles; at fault: 'fc/W'"
+        ):
+            OfflinePredictor(_config(input_names=["fc/W"]))
         with pytest.raises(
             UnknownTensorError,
             match=r"not found: 'probs' \(did you mean 'prob'\?\), 'logit' \(did you mean 'logits'\?\)",

@@ -124,7 +124,12 @@ class TestTrainConfig:
         ("kwargs", "error", "match"),
         [
             ({"data": data(), "dataflow": [1]}, ValueError, "'dataflow' or 'data', not both"),
-            ({"data": [1, 2]}, TypeError, "'data' must be an InputSource; got list"),
+            (
+                {"data": [1, 2]},
+                TypeError,
+                r"'data' must be an InputSource, a tf.data.Dataset or a function of no argument "
+                r"building one; got list \(give an iterable of datapoints as 'dataflow'\)",
+            ),
             ({"model": object()}, TypeError, "'model' must be a ModelDesc; got object"),
             (
                 {"callbacks": [1]},
@@ -223,6 +228,49 @@ class TestLaunch:
         launch_train_with_config(config, trainer)
         assert trainer.steps_per_epoch == 4
         assert len(losses.values) == 8
+
+    def test_data_dataset(self, graph):
+        """``data=`` a tf.data.Dataset built in the graph becomes a prefetching input."""
+        x, y = blobs(64)
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+        losses = Losses()
+        config = TrainConfig(
+            model=Blobs(),
+            data=dataset,
+            callbacks=[losses],
+            monitors=[],
+            extra_callbacks=[],
+            max_epoch=2,
+        )
+        trainer = SimpleTrainer()
+        launch_train_with_config(config, trainer)
+        assert type(trainer.input_source).__name__ == "TFDatasetInput"
+        assert trainer.steps_per_epoch == 4, "the size is the dataset's cardinality"
+        assert len(losses.values) == 8
+
+    def test_data_function(self, graph):
+        """``data=`` a function building the dataset; it is called in the trainer's graph."""
+        x, y = blobs(64)
+        built_in = []
+
+        def make():
+            built_in.append(tf1.get_default_graph())
+            return tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+
+        losses = Losses()
+        config = TrainConfig(
+            model=Blobs(),
+            data=make,
+            callbacks=[losses],
+            monitors=[],
+            extra_callbacks=[],
+            steps_per_epoch=3,
+            max_epoch=2,
+        )
+        trainer = SimpleTrainer()
+        launch_train_with_config(config, trainer)
+        assert built_in == [trainer.graph]
+        assert len(losses.values) == 6
 
     def test_session_init_and_starting_epoch(self, graph):
         """session_init loads values; starting_epoch starts the loop there."""

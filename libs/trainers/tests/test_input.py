@@ -6,7 +6,17 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.callbacks import Callback, Callbacks, HookedSession, StopTraining
+from towerkit.callbacks import (
+    Callback,
+    Callbacks,
+    ClassificationError,
+    DataParallelInferenceRunner,
+    HookedSession,
+    InferenceRunner,
+    ScalarStats,
+    StopTraining,
+)
+from towerkit.towers import TowerContext, TowerFunc, session_config_for_devices
 from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DummyConstantInput,
@@ -16,11 +26,14 @@ from towerkit.trainers import (
     InputSource,
     IterableInput,
     ModelDesc,
+    NewSessionCreator,
     NumpyInput,
     SimpleTrainer,
     StagingInput,
     TFDatasetInput,
+    TowerTrainer,
     TrainConfig,
+    UnregisteredInputError,
     apply_default_prefetch,
     launch_train_with_config,
 )
@@ -181,6 +194,208 @@ class TestProtocol:
         t = tf1.placeholder(tf.float32, None)
         (out,) = check_input_tensors("src", [tf.TensorSpec([None, 2], tf.float32, "x")], [t])
         assert out.shape.as_list() == [None, 2]
+
+
+class LinearTrainer(TowerTrainer):
+    """A trainer written as tensorpack's docs show: the input's callbacks from ``setup``.
+
+    With ``register=False`` it forgets to register them.
+    """
+
+    def __init__(self, input, register=True):
+        super().__init__()
+        sig = Linear().get_input_signature()
+        cbs = input.setup(sig)
+        self.setup_returned = cbs
+        if register:
+            self.register_callback(cbs)
+        self.tower_func = TowerFunc(Linear().build_graph, sig)
+        with TowerContext("", is_training=True):
+            cost = self.tower_func(*input.get_input_tensors())
+        self.train_op = tf1.train.GradientDescentOptimizer(0.01).minimize(cost)
+
+
+class TestSetupReturnsCallbacks:
+    """``InputSource.setup`` returns the callbacks to register, as custom trainers expect."""
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda: FeedInput(CountingFlow(3)),
+            lambda: IterableInput(CountingFlow(3)),
+            lambda: TFDatasetInput(lambda: batches_dataset(3)),
+            lambda: NumpyInput([np.ones([6, 2], np.float32), np.arange(6, dtype=np.int32)], 2),
+            lambda: DummyConstantInput([[2, 2], [2]]),
+        ],
+    )
+    def test_custom_trainer_registers_them(self, graph, make):
+        """``self.register_callback(input.setup(sig))`` in a TowerTrainer subclass trains."""
+        source = make()
+        seen = SeenIds()
+        trainer = LinearTrainer(source)
+        trainer.train_with_defaults(
+            callbacks=[seen], monitors=[], extra_callbacks=[], steps_per_epoch=2, max_epoch=2
+        )
+        assert trainer.global_step == 4
+        assert len(seen.ids) == 4
+        registered = trainer.callbacks
+        assert all(cb in registered for cb in source.get_callbacks()), "the source's own callbacks"
+        assert not any(type(cb).__name__ == "InputSourceCallbacks" for cb in registered)
+
+    def test_feed_order(self, graph):
+        """A FeedInput registered through setup feeds its datapoints in order, across epochs."""
+        seen = SeenIds()
+        LinearTrainer(FeedInput(CountingFlow(3))).train_with_defaults(
+            callbacks=[seen], monitors=[], extra_callbacks=[], steps_per_epoch=2, max_epoch=2
+        )
+        assert seen.ids == [0, 1, 2, 0]
+
+    def test_same_on_each_call(self, graph):
+        """setup again with the same signature returns the same callbacks."""
+        source = FeedInput(CountingFlow(3))
+        first = source.setup(SIG)
+        assert len(first) == 1
+        assert isinstance(first[0], Callback)
+        assert source.setup(SIG) == first
+        assert not first[0].chief_only, "input callbacks run on every worker"
+
+    def test_forwarded_outside_a_trainer(self, graph, sess):
+        """Driven as a plain callback, the stand-in forwards to the source's callbacks."""
+        source = FeedInput(CountingFlow(3))
+        (stand_in,) = source.setup(SIG)
+        _, y = source.get_input_tensors()
+        cbs = Callbacks([stand_in])
+        cbs.setup_graph(View(sess))
+        cbs.before_train()
+        hooked = HookedSession(sess, [stand_in])
+        assert ids(hooked, [y], 4) == [[0], [1], [2], [0]]
+
+    def test_forgotten(self, graph):
+        """A trainer that never registers the input's callbacks fails before the first step."""
+        trainer = LinearTrainer(FeedInput(CountingFlow(3)), register=False)
+        probe = SeenIds()
+        with pytest.raises(
+            UnregisteredInputError,
+            match=r"the input FeedInput\(CountingFlow\) gave tensors to the trainer's graph, "
+            r"but its callbacks are not registered.*self.register_callback\(input.setup\(",
+        ):
+            trainer.train_with_defaults(
+                callbacks=[probe], monitors=[], extra_callbacks=[], steps_per_epoch=2, max_epoch=1
+            )
+        assert probe.ids == [], "no step ran"
+        assert trainer.sess is None, "no session was made"
+
+    def test_forgotten_dataset(self, graph):
+        """The same for an iterator-based source (which would fail uninitialized at step 1)."""
+        trainer = LinearTrainer(TFDatasetInput(batches_dataset(3)), register=False)
+        with pytest.raises(UnregisteredInputError, match=r"the input TFDatasetInput gave"):
+            trainer.train_with_defaults(monitors=[], extra_callbacks=[], steps_per_epoch=2)
+
+    def test_get_callbacks_registered_instead(self, graph):
+        """Registering ``get_callbacks()`` after building the towers is as good."""
+
+        class Later(LinearTrainer):
+            def __init__(self, input):
+                super().__init__(input, register=False)
+                self.register_callback(input.get_callbacks())
+
+        seen = SeenIds()
+        Later(FeedInput(CountingFlow(3))).train_with_defaults(
+            callbacks=[seen], monitors=[], extra_callbacks=[], steps_per_epoch=3, max_epoch=1
+        )
+        assert seen.ids == [0, 1, 2]
+
+
+def labelled(n=10, seed=3):
+    """n datapoints of Linear's signature (batches of 2) and the labels Linear's w=0 gets right."""
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(n, 2, 2)).astype(np.float32)
+    ys = rng.integers(0, 2, size=(n, 2)).astype(np.int32)
+    return list(zip(xs, ys))
+
+
+def val_cost(x, y):
+    """Linear's cost and a per-datapoint 0/1 'wrong' vector: prediction 0 for every point."""
+    w = tf1.get_variable("w", [2], initializer=tf1.zeros_initializer())
+    err = tf.linalg.matvec(x, w) - tf.cast(y, tf.float32)
+    tf.cast(tf.not_equal(y, 0), tf.float32, name="incorrect_vector")
+    return tf.reduce_mean(tf.square(err), name="cost")
+
+
+class TestSourcesInInferenceRunner:
+    """InferenceRunner and DataParallelInferenceRunner take this lib's input sources."""
+
+    def run(self, runner, epochs=2, **kw):
+        trainer = SimpleTrainer()
+        trainer.setup_graph(
+            Linear().get_input_signature(),
+            DummyConstantInput([[2, 2], [2]]),
+            val_cost,
+            lambda: tf1.train.GradientDescentOptimizer(0.0),
+        )
+        trainer.train_with_defaults(
+            callbacks=[runner],
+            monitors=None if "logdir" in kw else [],
+            extra_callbacks=[],
+            steps_per_epoch=2,
+            max_epoch=epochs,
+            **kw,
+        )
+        return trainer
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda pts: FeedInput(pts),
+            lambda pts: FeedInput(pts, infinite=False),
+            lambda pts: IterableInput(pts),
+            lambda pts: NumpyInput(
+                [np.concatenate([x for x, _ in pts]), np.concatenate([y for _, y in pts])],
+                batch_size=2,
+                shuffle=False,
+            ),
+        ],
+    )
+    def test_inference_runner(self, graph, make):
+        """``InferenceRunner(FeedInput(...), ...)``: every round is one pass over the data."""
+        pts = labelled()
+        want = float(np.mean(np.concatenate([y for _, y in pts]) != 0))
+        runner = InferenceRunner(make(pts), [ClassificationError(), ScalarStats("cost")])
+        trainer = self.run(runner, epochs=3)
+        history = trainer.monitors.get_history("validation_error")
+        assert [v for _, v in history] == pytest.approx([want] * 3)
+        assert trainer.monitors.get_latest("validation_cost") > 0
+
+    def test_data_parallel(self, graph):
+        """``DataParallelInferenceRunner(FeedInput(...), ...)`` on two logical devices."""
+        pts = labelled(n=7)
+        want = float(np.mean(np.concatenate([y for _, y in pts]) != 0))
+        runner = DataParallelInferenceRunner(FeedInput(pts), ClassificationError(), gpus=2)
+        trainer = SimpleTrainer()
+        trainer.setup_graph(
+            Linear().get_input_signature(),
+            DummyConstantInput([[2, 2], [2]]),
+            val_cost,
+            lambda: tf1.train.GradientDescentOptimizer(0.0),
+        )
+        trainer.train_with_defaults(
+            callbacks=[runner],
+            monitors=[],
+            extra_callbacks=[],
+            steps_per_epoch=1,
+            max_epoch=2,
+            session_creator=NewSessionCreator(
+                config=session_config_for_devices(["/cpu:0", "/cpu:1"])
+            ),
+        )
+        history = trainer.monitors.get_history("validation_error")
+        assert [v for _, v in history] == pytest.approx([want] * 2)
+
+    def test_unknown_size(self, graph):
+        """A source of unknown size cannot make rounds; the error names it."""
+        runner = InferenceRunner(FeedInput(NoLen()), ClassificationError())
+        with pytest.raises(ValueError, match=r"the size of FeedInput\(NoLen\) is unknown"):
+            self.run(runner)
 
 
 class TestSpecMismatches:

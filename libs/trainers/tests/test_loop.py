@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -413,3 +415,35 @@ class TestLogdir:
         trainer, _ = counter_trainer()
         with pytest.raises(NotADirectoryError, match="exists and is not a directory"):
             trainer.set_logdir(tmp_path / "f")
+
+
+class TestTerminalOutput:
+    """What a run shows on a terminal or a pipe."""
+
+    def test_epoch_done_after_progress_bar(self, tmp_path):
+        """Piped, the 'epoch N done' line starts a line of its own, after the progress bar's."""
+        script = tmp_path / "run.py"
+        script.write_text(
+            "import logging\n"
+            "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+            "import tensorflow as tf\n"
+            "from towerkit.callbacks import ProgressBar\n"
+            "from towerkit.towers.compat import tf1\n"
+            "from towerkit.trainers import NewSessionCreator, Trainer\n"
+            "g = tf.Graph()\n"
+            "with g.as_default():\n"
+            "    w = tf1.get_variable('w', initializer=0.0)\n"
+            "    t = Trainer()\n"
+            "    t.train_op = tf1.assign_add(w, 1.0).op\n"
+            "    t.train([ProgressBar()], [], NewSessionCreator(), None, 5, 1, 2)\n"
+        )
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, env=env, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        lines = done.stderr.splitlines()
+        ends = [i for i, line in enumerate(lines) if "epoch 1 done" in line]
+        assert len(ends) == 1
+        assert lines[ends[0]].startswith("epoch 1 done"), lines[ends[0]]
+        assert "Epoch 1" in lines[ends[0] - 1], "the bar's line comes just before"

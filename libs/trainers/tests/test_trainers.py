@@ -380,6 +380,43 @@ class TestTowers:
         assert trainer.get_predictor(["x"], ["prob"], device=-1) is not None, "cached"
         assert trainer.get_predictor(["x"], ["cost"]) is not None, "same tower, other outputs"
 
+    def test_predictor_feeds_a_tensor_inside_the_model(self, graph):
+        """A sampler callback feeds a tensor of the tower that is not a model input."""
+
+        def cost_with_hidden(x, y):
+            h = dense(x, 16, "fc0", tf.nn.relu)
+            h = tf1.placeholder_with_default(h, [None, 16], name="hidden")
+            logits = dense(h, 10, "fc1")
+            tf.identity(tf.nn.softmax(logits), name="prob")
+            loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            return tf.reduce_mean(loss, name="cost")
+
+        got = {}
+
+        class Sampler(Callback):
+            def _setup_graph(self):
+                self.sample = self.trainer.get_predictor(["hidden"], ["prob"])
+                self.bias = self.trainer.towers[0].get_variable("fc1/b")
+
+            def _after_train(self):
+                (got["prob"],) = self.sample(np.zeros([2, 16], np.float32))
+                got["bias"] = self.bias.eval(session=self.trainer.sess)
+
+        train(SimpleTrainer(), cost_fn=cost_with_hidden, callbacks=[Sampler()], epochs=1)
+        expected = np.exp(got["bias"]) / np.exp(got["bias"]).sum()
+        np.testing.assert_allclose(got["prob"], np.stack([expected] * 2), rtol=1e-5)
+
+    def test_predictor_names_fail(self, graph):
+        """Names that are no tensor, or a variable, are refused with the name at fault."""
+        trainer = SimpleTrainer()
+        trainer.setup_graph(SIG, numpy_input(), mlp_cost, sgd)
+        with pytest.raises(KeyError, match=r"has no tensor 'hiden'"):
+            trainer.get_predictor(["hiden"], ["prob"])
+        with pytest.raises(
+            TypeError, match=r"'input_names' must name tensors that can be fed.*'fc0/W'"
+        ):
+            trainer.get_predictor(["fc0/W"], ["prob"])
+
     def test_predictor_after_finalize(self, graph):
         """A predictor needing a new tower once the graph is finalized: a clear error."""
 

@@ -50,7 +50,8 @@ class Callback:
     ``trigger_step`` after each step, ``after_epoch``, ``trigger_epoch``,
     ``after_train``); a subclass overrides their underscore twins. By default
     ``trigger_epoch`` calls ``trigger``, which triggers such as
-    :class:`PeriodicTrigger` call at other times.
+    :class:`PeriodicTrigger` call at other times. The read-only properties
+    ``epoch_num``, ``global_step`` and ``local_step`` give the trainer's counters.
 
     Attributes:
         trainer: the :class:`TrainerView` driving this callback, from ``setup_graph`` on.
@@ -158,6 +159,33 @@ class Callback:
         if method == "_trigger_epoch" and self.has_hook("_trigger"):
             return True
         return getattr(type(self), method) is not getattr(Callback, method)
+
+    # -- the trainer's counters, read-only ------------------------------------------------
+
+    @property
+    def epoch_num(self) -> int:
+        """The trainer's running epoch (1-based): ``self.trainer.epoch_num``."""
+        return self._trainer_for("epoch_num").epoch_num
+
+    @property
+    def global_step(self) -> int:
+        """The trainer's global step: ``self.trainer.global_step``."""
+        return self._trainer_for("global_step").global_step
+
+    @property
+    def local_step(self) -> int:
+        """The 0-based index of the current step in its epoch: ``self.trainer.local_step``."""
+        return self._trainer_for("local_step").local_step
+
+    def _trainer_for(self, what: str) -> TrainerView:
+        try:
+            return self.trainer
+        except AttributeError:
+            msg = (
+                f"{self}.{what} reads the trainer's counter, but the callback is not set up "
+                "yet: read it from setup_graph on (once a trainer drives the callback)"
+            )
+            raise AttributeError(msg) from None
 
     @property
     def chief_only(self) -> bool:

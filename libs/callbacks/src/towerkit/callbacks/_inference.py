@@ -12,8 +12,9 @@ import tensorflow as tf
 import tqdm
 
 from towerkit.callbacks._base import Callback
-from towerkit.callbacks._errors import CallbackError
+from towerkit.callbacks._errors import CallbackError, StopTraining
 from towerkit.callbacks._graph import tensor_names
+from towerkit.callbacks._hooked import HookedSession
 from towerkit.callbacks._inference_stats import (
     Confusion,
     MeanState,
@@ -217,13 +218,31 @@ def _check_infs(infs: Any) -> tuple[Inferencer, ...]:
     return tuple(items)
 
 
-def _check_input(input: Any) -> Any:
+def _is_input_source(input: Any) -> bool:
+    """Whether `input` follows the input-source protocol (``setup``, tensors, callbacks)."""
+    return all(
+        callable(getattr(input, m, None))
+        for m in ("setup", "get_input_tensors", "get_callbacks", "size")
+    )
+
+
+def _input_kind(input: Any) -> str:
+    """What `input` of a runner is: ``dataset``, ``builder``, ``source`` or ``python``.
+
+    Raises:
+        TypeError: none of these, or a one-pass iterator.
+    """
     if isinstance(input, tf.data.Dataset):
-        return input
+        return "dataset"
+    if _is_input_source(input):
+        return "source"
+    if callable(input) and not hasattr(input, "__iter__"):
+        return "builder"
     if not hasattr(input, "__iter__"):
         msg = (
-            "'input' must be a tf.data.Dataset or a re-iterable of datapoints "
-            f"(a list, or an object with __iter__ and __len__); got {type(input).__name__}"
+            "'input' must be a tf.data.Dataset, a function of no argument building one, an "
+            "InputSource (e.g. FeedInput), or a re-iterable of datapoints (a list, or an "
+            f"object with __iter__ and __len__); got {type(input).__name__}"
         )
         raise TypeError(msg)
     if iter(input) is input:
@@ -232,7 +251,73 @@ def _check_input(input: Any) -> Any:
             "inference; give a re-iterable (a list, or an object whose __iter__ starts over)"
         )
         raise TypeError(msg)
-    return input
+    return "python"
+
+
+class _SourceRounds:
+    """Rounds of inference over an input source, driven by its own callbacks.
+
+    A round runs ``source.size()`` batches through a hooked session holding the
+    source's callbacks (which initialize its iterator or feed its placeholders); the
+    source is not restarted between rounds, so a round is one pass when ``size()`` is
+    a pass. A source that ends (``StopTraining`` from a finite feed, or the end of a
+    dataset) ends the round; when it ends at the first batch of a round, its
+    callbacks' ``before_train`` restarts it once.
+    """
+
+    def __init__(self, source: Any, runner: Callback) -> None:
+        self.source = source
+        self._runner = runner
+        self._cbs: list[Callback] = []
+        self._hooked: Any = None
+        self.size = 0
+
+    def setup(self, signature: Sequence[tf.TensorSpec]) -> None:
+        """Set the source up (before the towers take its tensors)."""
+        self.source.setup(signature)
+
+    def attach(self, trainer: Any) -> None:
+        """Make and set up the source's callbacks, once every tower took its tensors."""
+        try:
+            size = self.source.size()
+        except TypeError as err:
+            msg = (
+                f"{self._runner}: a round of inference runs size() batches of its input, but "
+                f"the size of {self.source} is unknown ({err}); give a source of known size"
+            )
+            raise ValueError(msg) from err
+        self.size = int(size)
+        self._cbs = list(self.source.get_callbacks())
+        for cb in self._cbs:
+            cb.setup_graph(trainer)
+
+    def start(self, sess: Any) -> None:
+        """Before training: the hooked session, and the callbacks' ``before_train``."""
+        self._hooked = HookedSession(sess, self._cbs)
+        for cb in self._cbs:
+            cb.before_train()
+
+    def finish(self) -> None:
+        """After training: the callbacks' ``after_train``."""
+        for cb in self._cbs:
+            cb.after_train()
+
+    def run(self, fetches: Any) -> Iterator[Any]:
+        """The values of `fetches` for each batch of one round."""
+        restarted = False
+        done = 0
+        while done < self.size:
+            try:
+                values = self._hooked.run(fetches)
+            except (StopTraining, tf.errors.OutOfRangeError):
+                if done > 0 or restarted:
+                    return
+                restarted = True
+                for cb in self._cbs:
+                    cb.before_train()
+                continue
+            done += 1
+            yield values
 
 
 def _check_tower_func(tower_func: Any) -> Any:
@@ -290,7 +375,11 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
     (``_build_towers``) and produce the batches' values (``_results``).
 
     Args:
-        input: a ``tf.data.Dataset`` created in the trainer's graph, or a
+        input: a ``tf.data.Dataset`` created in the trainer's graph, a function of no
+            argument building one (called in ``setup_graph``, in the trainer's graph),
+            an input source (``FeedInput``, ``TFDatasetInput``, ...: an object with
+            ``setup``, ``get_input_tensors``, ``get_callbacks`` and ``size``, whose
+            callbacks the runner drives itself; a round is ``size()`` batches), or a
             re-iterable of datapoints: lists or tuples holding one array per input
             of the tower function's input signature (or dicts keyed by input name).
         infs: an Inferencer or a list of them.
@@ -301,9 +390,11 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
     """
 
     def __init__(self, input: Any, infs: Inferencer | Sequence[Inferencer]) -> None:
-        self._input = _check_input(input)
+        self._kind = _input_kind(input)
+        self._input = input
         self._infs = _check_infs(infs)
-        self._is_dataset = isinstance(self._input, tf.data.Dataset)
+        self._is_dataset = self._kind in ("dataset", "builder")
+        self._source = _SourceRounds(input, self) if self._kind == "source" else None
         # For each inferencer, the indices of its fetches in a tower's fetch list.
         self._slots: list[list[int]] = []
 
@@ -348,8 +439,17 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
         return tower_func
 
     def _make_iterator(self) -> Any:
+        dataset = self._input
+        if self._kind == "builder":
+            dataset = self._input()
+            if not isinstance(dataset, tf.data.Dataset):
+                msg = (
+                    f"{self}: the function given as 'input' returned {type(dataset).__name__}, "
+                    "not a tf.data.Dataset"
+                )
+                raise TypeError(msg)
         try:
-            return tf1.data.make_initializable_iterator(self._input)
+            return tf1.data.make_initializable_iterator(dataset)
         except ValueError as err:
             msg = f"{self}: the dataset must be created in the trainer's graph: {err}"
             raise ValueError(msg) from err
@@ -361,10 +461,14 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
 
     def _before_train(self) -> None:
         self._make_callables()
+        if self._source is not None:
+            self._source.start(self.trainer.sess)
         for inf in self._infs:
             inf.before_train()
 
     def _after_train(self) -> None:
+        if self._source is not None:
+            self._source.finish()
         for inf in self._infs:
             inf.after_train()
 
@@ -376,7 +480,9 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
         for inf in self._infs:
             inf.before_inference()
         total = None
-        if not self._is_dataset and hasattr(self._input, "__len__"):
+        if self._source is not None:
+            total = self._source.size
+        elif self._kind == "python" and hasattr(self._input, "__len__"):
             total = len(self._input)
         with tqdm.tqdm(total=total, desc=str(self), unit="batch", leave=False, disable=None) as bar:
             for values in self._results():
@@ -411,14 +517,17 @@ class InferenceRunner(InferenceRunnerBase):
 
     In ``setup_graph`` it calls the tower function (the trainer's by default)
     under ``TowerContext(tower_name, is_training=False)`` on ``device``: on
-    placeholders made from its input signature for a Python input, or on the
-    dataset iterator's output for a ``tf.data.Dataset``. The inference tower
-    reuses the training variables. Each batch is one call of one session callable
-    that fetches every inferencer's tensors.
+    placeholders made from its input signature for a Python input, on the
+    dataset iterator's output for a ``tf.data.Dataset``, or on an input source's
+    tensors. The inference tower reuses the training variables. Each batch is one
+    call of one session callable that fetches every inferencer's tensors (through a
+    hooked session with the source's callbacks, for an input source).
 
     Args:
         input: a ``tf.data.Dataset`` (made in the trainer's graph; the round ends
-            when it is exhausted) or a re-iterable of datapoints (see `InferenceRunnerBase`).
+            when it is exhausted), a function building one, an input source such as
+            ``FeedInput`` (a round is its ``size()`` batches), or a re-iterable of
+            datapoints (see `InferenceRunnerBase`).
         infs: an Inferencer or a list of them.
         tower_name: the inference tower's name scope; each runner needs its own.
         tower_func: the tower function to build the tower with; the trainer's when None.
@@ -464,19 +573,29 @@ class InferenceRunner(InferenceRunnerBase):
         if self._is_dataset:
             self._iterator = self._make_iterator()
             inputs = _dataset_inputs(self._iterator.get_next(), self._signature)
+        elif self._source is not None:
+            self._source.setup(self._signature)
         with tf1.device(device), TowerContext(self._tower_name, is_training=False):
-            if not self._is_dataset:
+            if self._source is not None:
+                inputs = self._source.source.get_input_tensors()
+            elif not self._is_dataset:
                 inputs = self._placeholders = build_placeholders(self._signature)
             tower_func(*inputs)
         self.handle = tower_func.towers[-1]
         self._fetches = self._resolve_fetches(self.handle)
+        if self._source is not None:
+            self._source.attach(self.trainer)
 
     def _make_callables(self) -> None:
+        if self._source is not None:
+            return
         sess = self.trainer.sess
         self._call = sess.make_callable(self._fetches, feed_list=self._placeholders or None)
 
     def _results(self) -> Iterator[Sequence[Any]]:
-        if self._is_dataset:
+        if self._source is not None:
+            yield from self._source.run(self._fetches)
+        elif self._is_dataset:
             self.trainer.sess.run(self._iterator.initializer)
             while True:
                 try:
@@ -500,12 +619,13 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
     each on its own placeholders. Datapoints are taken ``len(devices)`` at a time,
     one per tower, and run in one session call; the remaining datapoints (fewer
     than the towers) run one by one on the first tower. Inferencers see each
-    tower's batch as a batch. A ``tf.data.Dataset`` input is read on the host,
-    one element per datapoint.
+    tower's batch as a batch. A ``tf.data.Dataset`` input (or an input source's
+    tensors) is read on the host, one element (batch) per datapoint.
 
     Args:
-        input: a ``tf.data.Dataset`` (made in the trainer's graph) or a re-iterable
-            of datapoints (see `InferenceRunnerBase`).
+        input: a ``tf.data.Dataset`` (made in the trainer's graph), a function
+            building one, an input source such as ``FeedInput`` (a round is its
+            ``size()`` batches), or a re-iterable of datapoints (see `InferenceRunnerBase`).
         infs: an Inferencer or a list of them.
         gpus: a number of devices or a list of GPU ids.
         tower_name: the towers' name prefix.
@@ -552,6 +672,11 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         if self._is_dataset:
             self._iterator = self._make_iterator()
             self._next = _dataset_inputs(self._iterator.get_next(), self._signature)
+        elif self._source is not None:
+            self._source.setup(self._signature)
+            with tf1.device("/cpu:0"):
+                self._next = list(self._source.source.get_input_tensors())
+            self._source.attach(self.trainer)
         self.handles, self._placeholders, self._fetches = [], [], []
         for k, device in enumerate(self.devices):
             name = f"{self._tower_name}{k}"
@@ -573,7 +698,9 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
             self._pull = sess.make_callable(self._next)
 
     def _datapoints(self) -> Iterator[list[Any]]:
-        if self._is_dataset:
+        if self._source is not None:
+            yield from self._source.run(self._next)
+        elif self._is_dataset:
             self.trainer.sess.run(self._iterator.initializer)
             while True:
                 try:

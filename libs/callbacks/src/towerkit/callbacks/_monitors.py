@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import numbers
@@ -458,6 +459,39 @@ def _last_epoch(records: list[dict[str, Any]]) -> int | None:
     return None
 
 
+class _class_or_instance_method:
+    """A method called on the class (``self`` is None) or on an instance."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+        self.__doc__ = fn.__doc__
+        self.__name__ = fn.__name__
+        self.__wrapped__ = fn
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        return functools.partial(self._fn, obj)
+
+
+def _stats_dir(writer: Any, dir: Any, what: str) -> str:
+    """`dir` as a string; else the logdir of `writer`'s trainer; TypeError when neither."""
+    if dir is not None:
+        return os.fspath(dir)
+    trainer = getattr(writer, "trainer", None)
+    logdir = getattr(trainer, "logdir", None)
+    if logdir is None:
+        where = (
+            "called on the class"
+            if writer is None
+            else "this JSONWriter has no trainer with a logdir yet"
+        )
+        msg = (
+            f"JSONWriter.{what}() needs 'dir' (the log directory): {where}, and there is "
+            "no global log directory to default to"
+        )
+        raise TypeError(msg)
+    return os.fspath(logdir)
+
+
 class JSONWriter(MonitorBase):
     """Write the scalars of each epoch to ``<logdir>/stats.json``.
 
@@ -495,14 +529,21 @@ class JSONWriter(MonitorBase):
         """The records written so far (a copy)."""
         return [dict(r) for r in self._records]
 
-    @staticmethod
-    def load_existing_json(dir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+    @_class_or_instance_method
+    def load_existing_json(
+        self: JSONWriter | None, dir: str | os.PathLike[str] | None = None
+    ) -> list[dict[str, Any]] | None:
         """The records of ``<dir>/stats.json``, or None when there is no such file.
+
+        Call it on the class with `dir` (``JSONWriter.load_existing_json(logdir)``), or on
+        a set-up writer, where `dir` defaults to its trainer's ``logdir``. There is no
+        global log directory to default to on the class.
 
         Raises:
             ValueError: the file is not a JSON list of records.
+            TypeError: no `dir`, and no trainer's logdir to default to.
         """
-        path = os.path.join(os.fspath(dir), JSONWriter.FILENAME)
+        path = os.path.join(_stats_dir(self, dir, "load_existing_json"), JSONWriter.FILENAME)
         if not os.path.isfile(path):
             return None
         try:
@@ -516,10 +557,16 @@ class JSONWriter(MonitorBase):
             raise ValueError(msg)
         return data
 
-    @staticmethod
-    def load_existing_epoch_number(dir: str | os.PathLike[str]) -> int | None:
-        """The ``epoch_num`` of the last record of ``<dir>/stats.json``, or None without one."""
-        return _last_epoch(JSONWriter.load_existing_json(dir) or [])
+    @_class_or_instance_method
+    def load_existing_epoch_number(
+        self: JSONWriter | None, dir: str | os.PathLike[str] | None = None
+    ) -> int | None:
+        """The ``epoch_num`` of the last record of ``<dir>/stats.json``, or None without one.
+
+        `dir` defaults as for `load_existing_json`.
+        """
+        directory = _stats_dir(self, dir, "load_existing_epoch_number")
+        return _last_epoch(JSONWriter.load_existing_json(directory) or [])
 
     def _setup_graph(self) -> None:
         self._path = os.path.join(require_logdir(self), self.FILENAME)
@@ -594,11 +641,36 @@ def _compile_all(what: str, patterns: Iterable[str] | None) -> tuple[re.Pattern[
     return tuple(out)
 
 
-class ScalarPrinter(MonitorBase):
-    """Log scalars (logger ``towerkit.callbacks``, level INFO) after each epoch and/or step.
+def format_scalar(name: str, val: Any) -> str:
+    """The line `ScalarPrinter` prints for one scalar.
 
-    Each scalar put since the last print is logged once, as ``name: value``, sorted by
-    name.
+    Examples:
+        >>> format_scalar("cost", 0.123456789)
+        'cost: 0.12346'
+        >>> format_scalar("epoch_num", 3)
+        'epoch_num: 3'
+    """
+    return f"{name}: {val:.5g}" if isinstance(val, float) else f"{name}: {val}"
+
+
+def logging_configured(log: logging.Logger) -> bool:
+    """Whether records of `log` reach a handler someone set up (the program, not Python's default).
+
+    False when neither `log` nor the loggers it propagates to have a handler: then
+    Python shows only warnings and errors (through its last-resort handler).
+    """
+    return log.hasHandlers()
+
+
+class ScalarPrinter(MonitorBase):
+    """Print scalars after each epoch and/or step.
+
+    Each scalar put since the last print is printed once, as ``name: value``, sorted by
+    name. When the program has set up logging (a handler on the ``towerkit.callbacks``
+    logger or one of its parents, e.g. with ``logging.basicConfig``), the lines go
+    to that logger at level INFO, so its configuration decides where they go and
+    whether they show. Otherwise they are written to standard error (above any
+    progress bar), so a program that configured nothing still sees them.
 
     Args:
         enable_step: print after each step the scalars put during it.
@@ -649,13 +721,18 @@ class ScalarPrinter(MonitorBase):
         return super().has_hook(method)
 
     def _print(self) -> None:
-        for name in sorted(self._pending):
-            val = self._pending[name]
-            if isinstance(val, float):
-                logger.info("%s: %.5g", name, val)
-            else:
-                logger.info("%s: %s", name, val)
+        lines = [format_scalar(name, self._pending[name]) for name in sorted(self._pending)]
         self._pending = {}
+        if logging_configured(logger):
+            for line in lines:
+                logger.info("%s", line)
+            return
+        import sys
+
+        import tqdm
+
+        for line in lines:
+            tqdm.tqdm.write(line, file=sys.stderr)
 
     def _trigger_step(self) -> None:
         if self._step and self._pending:

@@ -258,6 +258,58 @@ class GPUUtilizationTracker(Callback):
     def has_hook(self, method: str) -> bool:
         return self._active and super().has_hook(method)
 
+    @staticmethod
+    def worker(evt: Any, rst_queue: Any, stop_evt: Any, devices: Sequence[int]) -> None:
+        """Measure GPU utilization between two settings of an event; run it in a process or thread.
+
+        The callback samples in a thread of its own; this is for code that drives the
+        measurements itself (as with tensorpack's worker process). The protocol:
+        setting `evt` starts a measurement (the worker clears it); setting it again
+        ends it, and the mean utilization (%) of each GPU of `devices` (physical ids),
+        as a numpy array, is put on `rst_queue`. When `stop_evt` is set at either
+        moment, the worker returns. When NVML cannot be used (no ``nvidia-ml-py``, no
+        NVIDIA driver, e.g. a machine without GPUs) or a GPU does not exist, it logs why,
+        puts ``-1`` on `rst_queue` and returns at once.
+
+        Args:
+            evt: a ``threading.Event`` or ``multiprocessing.Event``.
+            rst_queue: a queue (``queue.Queue``, ``multiprocessing.Queue``) for the results.
+            stop_evt: an event; set it (then `evt`) to end the worker.
+            devices: physical GPU ids (NVML's numbering).
+        """
+        ids = _device_ids(devices, "devices") or ()
+        nvml = _nvml()
+        if nvml is None:
+            logger.warning("GPUUtilizationTracker.worker: NVML is not available; nothing to track")
+            rst_queue.put(-1)
+            return
+        try:
+            count = nvml.nvmlDeviceGetCount()
+            beyond = [d for d in ids if d >= count]
+            if beyond or not ids:
+                logger.warning(
+                    "GPUUtilizationTracker.worker: GPU ids %s do not exist (NVML sees %d GPUs)",
+                    beyond or "(none given)",
+                    count,
+                )
+                rst_queue.put(-1)
+                return
+            handles = [nvml.nvmlDeviceGetHandleByIndex(d) for d in ids]
+            while True:
+                evt.wait()
+                evt.clear()
+                if stop_evt.is_set():
+                    return
+                sampler = _Sampler(nvml, handles)
+                sampler.start()
+                evt.wait()
+                evt.clear()
+                rst_queue.put(sampler.stop())
+                if stop_evt.is_set():
+                    return
+        finally:
+            nvml.nvmlShutdown()
+
     def _setup_graph(self) -> None:
         nvml = _nvml()
         if nvml is None:

@@ -21,7 +21,8 @@ class InferenceGraph:
         graph: the graph holding only the inference tower (and what `session_init` added).
         handle: the tower's handle.
         placeholders: one placeholder per spec of the input signature, named as the spec.
-        inputs: the placeholders of the config's `input_names`, in call order.
+        inputs: the tensors of the config's `input_names`, in call order: placeholders of
+            the signature, or any tensor of the tower named so.
         outputs: the tensors of the config's `output_names`, in output order.
     """
 
@@ -75,6 +76,46 @@ def resolve_outputs(handle: TowerTensorHandle, output_names: tuple[str, ...]) ->
     return found
 
 
+def resolve_inputs(handle: TowerTensorHandle, input_names: tuple[str, ...]) -> list[Any]:
+    """The tensors fed for `input_names`: inputs of the signature, or any tensor of the tower.
+
+    Raises:
+        UnknownTensorError: some names name neither an input nor a tensor of the tower;
+            every one is listed, with close names of the graph as suggestions.
+        TypeError: a name resolves to a variable, a variable handle or an operation's
+            reference, which cannot be fed.
+    """
+    found, missing = [], []
+    for name in input_names:
+        try:
+            found.append(handle.get_tensor(name))
+        except KeyError:
+            missing.append(name)
+    if missing:
+        signature = [s.name for s in handle.input_signature]
+        candidates = [*signature, *_candidate_names(handle.graph, handle.ns_name)]
+        raise UnknownTensorError(
+            render_unknown(
+                missing,
+                candidates,
+                scope="the input signature or of the inference tower",
+                what="input_names",
+            )
+        )
+    bad = [
+        n
+        for n, t in zip(input_names, found)
+        if not isinstance(t, tf1.Tensor) or t.dtype in (tf1.resource, tf1.variant)
+    ]
+    if bad:
+        msg = (
+            "'input_names' must name tensors that can be fed, not variables or their "
+            f"handles; at fault: {', '.join(map(repr, bad))}"
+        )
+        raise TypeError(msg)
+    return found
+
+
 def build_inference_graph(config: PredictConfig, *, setup_restore: bool = True) -> InferenceGraph:
     """Build `config`'s tower for inference in a new graph, on placeholders.
 
@@ -85,7 +126,8 @@ def build_inference_graph(config: PredictConfig, *, setup_restore: bool = True) 
     unfinalized, so callers may add what they need (a saver) before finalizing.
 
     Raises:
-        UnknownTensorError: an output name names no tensor of the tower.
+        UnknownTensorError: an input name names no input and no tensor of the tower, or
+            an output name names no tensor of the tower.
     """
     graph = tf1.Graph()
     with graph.as_default():
@@ -94,7 +136,7 @@ def build_inference_graph(config: PredictConfig, *, setup_restore: bool = True) 
         with TowerContext("", is_training=False):
             tower_func(*placeholders)
         handle = tower_func.towers[0]
-        inputs = handle.get_tensors(config.input_names)
+        inputs = resolve_inputs(handle, config.input_names)
         outputs = resolve_outputs(handle, config.output_names)
         if setup_restore:
             config.session_init.setup_graph(graph)

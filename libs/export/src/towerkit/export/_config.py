@@ -31,7 +31,8 @@ class PredictSpec:
 
     Attributes:
         input_signature: the named specs the tower function takes, in order.
-        input_names: the signature names fed by a predictor, in call order.
+        input_names: the names fed by a predictor, in call order: names of the input
+            signature, or of any tensor of the tower (e.g. a ``placeholder_with_default``).
         output_names: tensor names inside the tower, fetched in this order.
         return_input: a predictor returns ``(inputs, outputs)`` instead of ``outputs``.
 
@@ -55,9 +56,12 @@ class PredictSpec:
 
     @property
     def input_specs(self) -> tuple[tf.TensorSpec, ...]:
-        """The specs of `input_names`, in feeding order."""
+        """The specs of `input_names` that are names of the input signature, in feeding order.
+
+        Names of other tensors of the tower have no spec before the tower is built.
+        """
         by_name = {s.name: s for s in self.input_signature}
-        return tuple(by_name[n] for n in self.input_names)
+        return tuple(by_name[n] for n in self.input_names if n in by_name)
 
 
 def _model_parts(model: Any) -> tuple[Callable[..., Any], Sequence[tf.TensorSpec]]:
@@ -122,7 +126,9 @@ class PredictConfig:
             model: a model description (``inputs()`` and ``build_graph(*inputs)``).
             tower_func: a `TowerFunc` or a callable building the tower from its inputs.
             input_signature: the named specs of a plain callable `tower_func`.
-            input_names: the signature names to feed, in call order (default: all of them).
+            input_names: the names to feed, in call order (default: every input of the
+                signature): names of the input signature, or of any tensor of the tower
+                (``"z"`` for a ``placeholder_with_default`` named ``z`` in the model).
             output_names: names of tensors inside the tower to fetch (``"prob"`` or ``"prob:0"``).
             session_init: a `SessionInit` loading the values (default: `JustCurrentSession`,
                 which keeps the variables' initial values).
@@ -133,8 +139,9 @@ class PredictConfig:
 
         Raises:
             TypeError: an argument of the wrong kind.
-            ValueError: both or neither of `model` and `tower_func`; names that are not
-                in the input signature; no output names, or repeated ones.
+            ValueError: both or neither of `model` and `tower_func`; no input or output
+                names, or repeated ones. Names that name no tensor fail when the tower is
+                built (`UnknownTensorError`, e.g. in `OfflinePredictor`).
         """
         if (model is None) == (tower_func is None):
             given = "both" if model is not None else "neither"

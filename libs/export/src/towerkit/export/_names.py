@@ -82,10 +82,15 @@ def signature_key(tensor_name: str) -> str:
 def check_input_names(
     input_names: Sequence[str] | None, signature_names: Sequence[str]
 ) -> tuple[str, ...]:
-    """The input names to feed: all of the signature's when None, else checked against it.
+    """The names to feed: all of the signature's when None, else the names given, checked.
+
+    A name is either a name of the input signature or the name of any tensor of the
+    tower (``"z"`` or ``"z:0"``, without the tower prefix), for example a
+    ``placeholder_with_default`` inside the model; whether such a tensor exists is
+    known only once the tower is built.
 
     Args:
-        input_names: names chosen among `signature_names`, in feeding order, or None.
+        input_names: the names to feed, in feeding order, or None.
         signature_names: the names of the input signature, in order.
 
     Returns:
@@ -93,30 +98,28 @@ def check_input_names(
 
     Raises:
         TypeError: `input_names` is not a sequence of strings.
-        ValueError: some names are empty, repeated, or not in the signature.
+        ValueError: no names, empty names, or names repeated.
 
     Examples:
         >>> check_input_names(None, ["image", "label"])
         ('image', 'label')
         >>> check_input_names(["image"], ["image", "label"])
         ('image',)
-        >>> check_input_names(["img", "lbl"], ["image", "label"])
+        >>> check_input_names(["z", "image"], ["image", "label"])
+        ('z', 'image')
+        >>> check_input_names(["z", "z"], ["image", "label"])
         Traceback (most recent call last):
         ...
-        ValueError: 'input_names' must be names of the input signature ['image', 'label']; not in it: 'img', 'lbl'
+        ValueError: 'input_names' must not repeat a name; repeated: 'z'
     """
     valid = tuple(signature_names)
     if input_names is None:
         return valid
     names = as_names("input_names", input_names)
     if not names:
-        msg = f"'input_names' is empty: name at least one of the input signature {list(valid)}"
-        raise ValueError(msg)
-    unknown = [n for n in names if n not in valid]
-    if unknown:
         msg = (
-            f"'input_names' must be names of the input signature {list(valid)}; "
-            f"not in it: {', '.join(map(repr, unknown))}"
+            f"'input_names' is empty: name at least one input of the signature {list(valid)} "
+            "or tensor of the tower"
         )
         raise ValueError(msg)
     repeated = _repeated(names)
@@ -178,7 +181,10 @@ def close_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
 
 
 def render_unknown(
-    missing: Sequence[str], candidates: Iterable[str], scope: str = "the inference tower"
+    missing: Sequence[str],
+    candidates: Iterable[str],
+    scope: str = "the inference tower",
+    what: str = "output_names",
 ) -> str:
     """The message for output names that name no tensor, with suggestions for each.
 
@@ -192,4 +198,4 @@ def render_unknown(
         near = close_names(name, pool)
         hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""
         parts.append(f"{name!r}{hint}")
-    return f"'output_names' must name tensors of {scope}; not found: {', '.join(parts)}"
+    return f"{what!r} must name tensors of {scope}; not found: {', '.join(parts)}"

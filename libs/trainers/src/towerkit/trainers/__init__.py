@@ -15,7 +15,11 @@ Horovod trainers replicate it. `TrainConfig` (or `AutoResumeTrainConfig`) with
 from towerkit.trainers._base import Trainer
 from towerkit.trainers._config import AutoResumeTrainConfig, TrainConfig
 from towerkit.trainers._defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
-from towerkit.trainers._errors import LogdirNotEmptyError, TrainerStateError
+from towerkit.trainers._errors import (
+    LogdirNotEmptyError,
+    TrainerStateError,
+    UnregisteredInputError,
+)
 from towerkit.trainers._launch import launch_train_with_config
 from towerkit.trainers._model import ModelDesc, ModelDescBase
 from towerkit.trainers._resume import (
@@ -127,6 +131,7 @@ __all__ = [
     "resume_plan",
     "LogdirNotEmptyError",
     "TrainerStateError",
+    "UnregisteredInputError",
     # -- end of trainers, configs, the loop, resuming --
     # -- inputs, gradient processors, optimizers, sessions, utilities --
     "InputSource",

@@ -10,7 +10,7 @@ from typing import Any
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
 from towerkit.towers.compat import tf1
-from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._errors import TrainerStateError, UnregisteredInputError
 from towerkit.trainers._interrupt import deferred_sigint
 from towerkit.trainers._resume import plan_logdir
 
@@ -35,6 +35,37 @@ def _as_callback_list(what: str, value: Any) -> list[Callback]:
         msg = f"{what!r} must hold Callback instances; entries at fault: {', '.join(bad)}"
         raise TypeError(msg)
     return items
+
+
+def _expand_input_callbacks(cbs: list[Callback]) -> list[Callback]:
+    """`cbs` with each input source's stand-in (from ``InputSource.setup``) replaced by its callbacks."""
+    from towerkit.trainers._input_callbacks import InputSourceCallbacks
+
+    if not any(isinstance(cb, InputSourceCallbacks) for cb in cbs):
+        return cbs
+    out: list[Callback] = []
+    for cb in cbs:
+        for one in cb.callbacks() if isinstance(cb, InputSourceCallbacks) else [cb]:
+            if not any(one is seen for seen in out):
+                out.append(one)
+    return out
+
+
+def _check_inputs_registered(graph: Any) -> None:
+    """Raise `UnregisteredInputError` naming each source of `graph` whose callbacks nobody drives."""
+    from towerkit.trainers._input_base import unregistered_inputs
+
+    missing = unregistered_inputs(graph)
+    if missing:
+        names = ", ".join(map(str, missing))
+        msg = (
+            f"the input {names} gave tensors to the trainer's graph, but its callbacks are not "
+            "registered, so its tensors would produce no data (an iterator never "
+            "initialized, placeholders never fed): register them before training, e.g. "
+            "self.register_callback(input.setup(input_signature)) in the trainer, or "
+            "self.register_callback(input.get_callbacks()) once the towers are built"
+        )
+        raise UnregisteredInputError(msg)
 
 
 def default_session_creator(session_config: Any = None) -> Any:
@@ -285,9 +316,11 @@ class Trainer:
         else:
             self._monitors = Monitors(mons)
         self._registered.append(self._monitors)
+        self._registered = _expand_input_callbacks(self._registered)
         self._callbacks = Callbacks(self._registered)
         with self._graph.as_default():
             self._callbacks.setup_graph(self)
+        _check_inputs_registered(self._graph)
         self._phase = "callbacks"
 
     def _ensure_global_step(self) -> None:
@@ -436,14 +469,16 @@ class Trainer:
                     trigger()
                 if should_stop() or interrupt.requested:
                     raise StopTraining("stop requested")
+            elapsed = time.perf_counter() - start
+            # after after_epoch, which ends the progress bar's line
+            cbs.after_epoch()
             logger.info(
                 "epoch %d done: %d steps in %.2f s (global step %d)",
                 epoch,
                 steps_per_epoch,
-                time.perf_counter() - start,
+                elapsed,
                 self.global_step,
             )
-            cbs.after_epoch()
             cbs.trigger_epoch()
             if should_stop() or interrupt.requested:
                 raise StopTraining("stop requested")

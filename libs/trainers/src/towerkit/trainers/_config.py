@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from towerkit.callbacks import Callback, LoopBounds
@@ -21,12 +21,23 @@ from towerkit.trainers._resume import (
 logger = logging.getLogger("towerkit.trainers")
 
 
+def _is_data(data: Any) -> bool:
+    """Whether `data` is what ``TrainConfig(data=...)`` takes: a source, a dataset, a builder."""
+    import tensorflow as tf
+
+    if callable(getattr(data, "get_input_tensors", None)) or isinstance(data, tf.data.Dataset):
+        return True
+    return callable(data) and not isinstance(data, Iterable)
+
+
 class TrainConfig:
     """Every option of a single-cost training run, for `launch_train_with_config`.
 
     Args:
         dataflow: a data flow to read from; wrapped in a prefetching input source.
-        data: an `InputSource`. Give either `dataflow` or `data`.
+        data: an `InputSource`, or a ``tf.data.Dataset`` (built in the graph the
+            trainer was made in) or a function of no argument building one, which
+            becomes a prefetching `TFDatasetInput`. Give either `dataflow` or `data`.
         model: the `ModelDesc` to train.
         callbacks: callbacks to use.
         extra_callbacks: callbacks added after `callbacks`; ``DEFAULT_CALLBACKS()``
@@ -77,8 +88,12 @@ class TrainConfig:
         if dataflow is not None and data is not None:
             msg = "TrainConfig takes 'dataflow' or 'data', not both"
             raise ValueError(msg)
-        if data is not None and not callable(getattr(data, "get_input_tensors", None)):
-            msg = f"'data' must be an InputSource; got {type(data).__name__}"
+        if data is not None and not _is_data(data):
+            msg = (
+                "'data' must be an InputSource, a tf.data.Dataset or a function of no "
+                f"argument building one; got {type(data).__name__} (give an iterable of "
+                "datapoints as 'dataflow')"
+            )
             raise TypeError(msg)
         if model is not None and not isinstance(model, ModelDescBase):
             msg = f"'model' must be a ModelDesc; got {type(model).__name__}"

@@ -11,6 +11,10 @@ class TrainerStateError(RuntimeError):
     """A trainer method was called in the wrong phase (e.g. registering a callback after setup)."""
 
 
+class UnregisteredInputError(TrainerStateError):
+    """An input source gave tensors to a trainer's graph, but its callbacks are not registered."""
+
+
 class TowerVariableMismatchError(ValueError):
     """Towers built different sets of variables, so their gradients cannot be paired."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,11 @@ __all__ = [
     "InputSource",
     "check_input_tensors",
     "spec_mismatches",
+    "unregistered_inputs",
 ]
+
+_SOURCES: weakref.WeakKeyDictionary[Any, weakref.WeakSet[InputSource]] = weakref.WeakKeyDictionary()
+"""The input sources set up in each graph, to find those whose callbacks nobody drives."""
 
 
 class InputSizeUnknownError(TypeError):
@@ -111,6 +116,8 @@ class InputSource(abc.ABC):
 
     1. ``setup(input_signature)`` once, with the graph being built as the default
        graph: the source builds what it needs there (iterators, queues, placeholders).
+       It returns the source's callbacks (see 3), to register with the trainer:
+       ``self.register_callback(input.setup(signature))``.
     2. ``get_input_tensors()`` once per tower: each call returns tensors that take
        their OWN batch when run, so with ``k`` towers one step consumes ``k`` batches
        (the total batch is ``batch * k``).
@@ -121,6 +128,9 @@ class InputSource(abc.ABC):
        tower (feeds, staging areas, constants) refuse new towers after this call.
     4. ``size()``: the number of steps in one epoch when the source knows it
        (the default of ``steps_per_epoch``).
+
+    A trainer refuses to train (in ``setup_callbacks``, before the first step) when
+    a source set up in its graph gave tensors but its callbacks are not registered.
 
     Subclasses implement ``_setup``, ``_get_input_tensors`` and optionally ``_size``,
     ``_get_callbacks`` and ``_reset_state``.
@@ -135,13 +145,19 @@ class InputSource(abc.ABC):
 
     # -- the protocol --------------------------------------------------------------
 
-    def setup(self, input_signature: Sequence[tf.TensorSpec]) -> None:
+    def setup(self, input_signature: Sequence[tf.TensorSpec]) -> list[Callback]:
         """Build this source's graph parts in the current default graph, once.
 
-        Calling it again with the same signature in the same graph does nothing.
+        Calling it again with the same signature in the same graph does nothing more
+        and returns the same callbacks.
 
         Args:
             input_signature: named ``tf.TensorSpec``s, one per input tensor.
+
+        Returns:
+            The callbacks the trainer must register for this source: one callback
+            standing for ``get_callbacks()``, which it calls when the trainer sets
+            up its callbacks, so the towers may take their tensors after ``setup``.
 
         Raises:
             TypeError, ValueError: a malformed signature.
@@ -151,7 +167,7 @@ class InputSource(abc.ABC):
         graph = tf1.get_default_graph()
         if self._specs is not None:
             if self._specs == specs and self._graph is graph:
-                return
+                return [self._deferred_callbacks()]
             msg = (
                 f"{self} is already set up with signature {list(self._specs)} in graph "
                 f"{id(self._graph):#x}; got signature {list(specs)} in graph {id(graph):#x}"
@@ -160,6 +176,29 @@ class InputSource(abc.ABC):
         self._setup(specs)
         self._specs = specs
         self._graph = graph
+        _SOURCES.setdefault(graph, weakref.WeakSet()).add(self)
+        return [self._deferred_callbacks()]
+
+    def _deferred_callbacks(self) -> Callback:
+        from towerkit.trainers._input_callbacks import InputSourceCallbacks
+
+        found = self.__dict__.get("_deferred")
+        if found is None:
+            found = self.__dict__["_deferred"] = InputSourceCallbacks(self)
+        return found
+
+    def callbacks_driven(self) -> bool:
+        """Whether every callback of this source is set up by a trainer (or an inference runner).
+
+        True when the source needs no callback; False when its callbacks were never
+        made, or made but never set up.
+        """
+        if self._callbacks is None:
+            try:
+                return not self.get_callbacks()
+            except RuntimeError:
+                return False
+        return all(getattr(cb, "trainer", None) is not None for cb in self._callbacks)
 
     def setup_done(self) -> bool:
         """Whether ``setup`` has run."""
@@ -256,3 +295,15 @@ class InputSource(abc.ABC):
 
     def __str__(self) -> str:
         return type(self).__name__
+
+
+def unregistered_inputs(graph: Any) -> list[InputSource]:
+    """The sources set up in `graph` that gave tensors but whose callbacks nobody set up.
+
+    Their tensors would produce nothing (an iterator never initialized, placeholders
+    never fed), so a trainer checks this once its callbacks are set up.
+    """
+    sources = _SOURCES.get(graph)
+    if not sources:
+        return []
+    return [s for s in list(sources) if s._calls > 0 and not s.callbacks_driven()]

@@ -10,7 +10,7 @@ import tensorflow as tf
 from towerkit.callbacks import Callback, StopTraining
 from towerkit.towers.compat import tf1
 
-__all__ = ["depends_on", "fetched_ops"]
+__all__ = ["InputSourceCallbacks", "depends_on", "fetched_ops"]
 
 
 def fetched_ops(graph: Any, fetches: Any) -> list[Any]:
@@ -199,3 +199,114 @@ class StageInputCallback(_InputCallback):
 
     def __str__(self) -> str:
         return f"StageInputCallback({self._name})"
+
+
+class InputSourceCallbacks(_InputCallback):
+    """The callbacks of an input source, as ``InputSource.setup`` returns them.
+
+    It stands for ``source.get_callbacks()``, which it calls only when the trainer sets
+    up its callbacks, after the towers took their tensors. A towerkit trainer puts
+    the source's own callbacks in its place then (so each step calls them directly);
+    driven by anything else, it forwards every method to them.
+
+    Args:
+        source: the input source.
+    """
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+        self._inner: tuple[Callback, ...] | None = None
+        self._run_args: list[tuple[Callback, Any]] = []
+
+    @property
+    def source(self) -> Any:
+        """The input source."""
+        return self._source
+
+    def callbacks(self) -> list[Callback]:
+        """The source's callbacks (``source.get_callbacks()``): call once every tower is built."""
+        return self._source.get_callbacks()
+
+    def has_hook(self, method: str) -> bool:
+        if self._inner is None:
+            return True
+        return any(cb.has_hook(method) for cb in self._inner)
+
+    def setup_graph(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.graph = trainer.graph
+        self._inner = tuple(self.callbacks())
+        with self.graph.as_default():
+            for cb in self._inner:
+                cb.setup_graph(trainer)
+
+    def _each(self, method: str) -> tuple[Callback, ...]:
+        return tuple(cb for cb in self._inner or () if cb.has_hook(f"_{method}"))
+
+    def _before_train(self) -> None:
+        for cb in self._each("before_train"):
+            cb.before_train()
+
+    def _after_train(self) -> None:
+        for cb in self._each("after_train"):
+            cb.after_train()
+
+    def _before_epoch(self) -> None:
+        for cb in self._each("before_epoch"):
+            cb.before_epoch()
+
+    def _after_epoch(self) -> None:
+        for cb in self._each("after_epoch"):
+            cb.after_epoch()
+
+    def _trigger_step(self) -> None:
+        for cb in self._each("trigger_step"):
+            cb.trigger_step()
+
+    def _trigger_epoch(self) -> None:
+        for cb in self._each("trigger_epoch"):
+            cb.trigger_epoch()
+
+    def _before_run(self, run_context: Any) -> Any:
+        wanted = []
+        for cb in self._each("before_run"):
+            args = cb.before_run(run_context)
+            if args is not None:
+                if not isinstance(args, tf1.train.SessionRunArgs):
+                    args = tf1.train.SessionRunArgs(args)
+                wanted.append((cb, args))
+        self._run_args = wanted
+        if not wanted:
+            return None
+        if len(wanted) == 1:
+            return wanted[0][1]
+        feed: dict[Any, Any] = {}
+        for _, args in wanted:
+            feed.update(args.feed_dict or {})
+        return tf1.train.SessionRunArgs(
+            fetches=[args.fetches for _, args in wanted], feed_dict=feed or None
+        )
+
+    def _after_run(self, run_context: Any, run_values: Any) -> None:
+        wanted = self._run_args
+        if len(wanted) == 1:
+            results = [run_values.results]
+        else:
+            results = list(run_values.results or [None] * len(wanted))
+        done = {id(cb) for cb, _ in wanted}
+        for (cb, _), value in zip(wanted, results):
+            if cb.has_hook("_after_run"):
+                cb.after_run(
+                    run_context,
+                    tf1.train.SessionRunValues(
+                        results=value,
+                        options=run_values.options,
+                        run_metadata=run_values.run_metadata,
+                    ),
+                )
+        for cb in self._each("after_run"):
+            if id(cb) not in done:
+                cb.after_run(run_context, run_values._replace(results=None))
+
+    def __str__(self) -> str:
+        return f"InputSourceCallbacks({self._source})"

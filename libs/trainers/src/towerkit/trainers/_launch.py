@@ -47,7 +47,7 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         name
         for name, value in (
             ("model", config.model),
-            ("data or dataflow", config.data or config.dataflow),
+            ("data or dataflow", config.data if config.data is not None else config.dataflow),
         )
         if value is None
     ]

@@ -131,7 +131,8 @@ class TowerTrainer(Trainer):
         the default one).
 
         Args:
-            input_names: names of the input signature (or tensor names in the tower).
+            input_names: names of the input signature, or of any tensor in the tower
+                (e.g. a ``placeholder_with_default`` inside the model).
             output_names: tensor names in the tower, without the tower prefix.
             device: GPU id, or -1 for the CPU; without GPUs every tower is on the CPU.
 
@@ -141,6 +142,7 @@ class TowerTrainer(Trainer):
         Raises:
             TrainerStateError: no tower function, or the graph is already finalized.
             KeyError: a name not found in the inference tower.
+            TypeError: an input name names a variable, which cannot be fed.
         """
         func = self._require_tower_func("get_predictor")
         input_names, output_names = tuple(input_names), tuple(output_names)
@@ -167,11 +169,23 @@ class TowerTrainer(Trainer):
                 func(*placeholders)
             handle = func.towers[len(func.towers) - 1]
             self._inference_towers[dev] = handle
-        predictor = OnlinePredictor(
-            handle.get_tensors(input_names), handle.get_tensors(output_names)
-        )
+        inputs = handle.get_tensors(input_names)
+        fixed = [n for n, t in zip(input_names, inputs) if not _feedable(t)]
+        if fixed:
+            msg = (
+                "'input_names' must name tensors that can be fed (inputs of the signature or "
+                "any tensor of the tower), not variables or their handles; at fault: "
+                f"{', '.join(map(repr, fixed))}"
+            )
+            raise TypeError(msg)
+        predictor = OnlinePredictor(inputs, handle.get_tensors(output_names))
         self._predictors[key] = predictor
         return predictor
+
+
+def _feedable(t: Any) -> bool:
+    """Whether `t` is a tensor that can be fed (not a variable, nor a resource handle)."""
+    return isinstance(t, tf.Tensor) and t.dtype not in (tf.resource, tf.variant)
 
 
 _GATES = {0: 0, 1: 1, 2: 2}
