@@ -6,6 +6,7 @@ from towerkit.sessinit._atomic import (
     atomic_save_checkpoint,
     atomic_write_bytes,
     atomic_write_text,
+    remove_stale_temporaries,
     write_checkpoint_state,
 )
 from towerkit.sessinit._errors import (
@@ -13,13 +14,14 @@ from towerkit.sessinit._errors import (
     NotACheckpointError,
     RestoreMismatchError,
 )
-from towerkit.sessinit._npz import list_npz_vars, load_npz
+from towerkit.sessinit._npz import list_npz_vars, load_npz, verify_npz
 from towerkit.sessinit._paths import (
     checkpoint_step,
     get_all_checkpoints,
     parse_checkpoint_state,
     resolve_checkpoint,
     sort_checkpoints,
+    state_entry_inside,
 )
 from towerkit.sessinit._plan import (
     Assignment,
@@ -68,6 +70,7 @@ __all__ = [
     "list_checkpoint_vars",
     "list_npz_vars",
     "load_npz",
+    "verify_npz",
     # restore plans (pure)
     "VarInfo",
     "Assignment",
@@ -84,6 +87,7 @@ __all__ = [
     "sort_checkpoints",
     "parse_checkpoint_state",
     "resolve_checkpoint",
+    "state_entry_inside",
     # atomic writes
     "atomic_path",
     "atomic_write_bytes",
@@ -91,6 +95,7 @@ __all__ = [
     "atomic_checkpoint_prefix",
     "atomic_save_checkpoint",
     "write_checkpoint_state",
+    "remove_stale_temporaries",
     # errors
     "RestoreMismatchError",
     "CheckpointNotFoundError",
