@@ -318,7 +318,7 @@ class TestPlanPruning:
         plan = plan_pruning(
             saved,
             max_to_keep=max_to_keep,
-            steps_per_epoch=spe,
+            epoch_ends={s for s in steps if s % spe == 0},
             preserve_every_s=every,
             next_preserve_time=next_time,
         )
@@ -338,7 +338,7 @@ class TestPlanPruning:
         """Checkpoints are kept for good at most once per interval, oldest first."""
         saved = [(s, float(s * 100)) for s in range(1, 11)]
         plan = plan_pruning(
-            saved, max_to_keep=1, steps_per_epoch=100, preserve_every_s=250, next_preserve_time=100
+            saved, max_to_keep=1, epoch_ends=(), preserve_every_s=250, next_preserve_time=100
         )
         assert plan.preserve == (1, 4, 7)
         assert plan.keep == (10,)
@@ -347,7 +347,7 @@ class TestPlanPruning:
     def test_repr(self):
         """The plan prints its fields."""
         plan = plan_pruning(
-            [(3, 0.0)], max_to_keep=1, steps_per_epoch=3, preserve_every_s=1, next_preserve_time=5
+            [(3, 0.0)], max_to_keep=1, epoch_ends={3}, preserve_every_s=1, next_preserve_time=5
         )
         assert repr(plan) == "PrunePlan(keep=(3,), delete=(), preserve=(), next_preserve_time=5)"
 

@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import attrs
@@ -64,15 +64,15 @@ def plan_pruning(
     saved: Sequence[tuple[int, float]],
     *,
     max_to_keep: int,
-    steps_per_epoch: int,
+    epoch_ends: Collection[int],
     preserve_every_s: float,
     next_preserve_time: float,
 ) -> PrunePlan:
     """Decide which checkpoints to delete after a save.
 
     The newest `max_to_keep` checkpoints are kept (all of them when it is 0), and so
-    are the newest `EPOCH_ENDS_KEPT` checkpoints saved at the end of an epoch (step a
-    multiple of `steps_per_epoch`), whatever the schedule of the saves: a resumed run
+    are the newest `EPOCH_ENDS_KEPT` checkpoints saved at the end of an epoch (those
+    of `epoch_ends`), whatever the schedule of the saves: a resumed run
     restarts from an epoch-end checkpoint that the statistics file has recorded, and
     the newest one may not be recorded yet. Of the others, oldest first, one written
     at or after `next_preserve_time` is kept for good and moves that time on by
@@ -81,7 +81,7 @@ def plan_pruning(
     Args:
         saved: ``(global step, time written)`` of each tracked checkpoint.
         max_to_keep: how many recent checkpoints to keep; 0 keeps all.
-        steps_per_epoch: steps per epoch (> 0).
+        epoch_ends: the steps of the checkpoints saved at the end of an epoch.
         preserve_every_s: seconds between checkpoints kept for good.
         next_preserve_time: when the next one to keep for good may have been written.
 
@@ -92,14 +92,14 @@ def plan_pruning(
         Saving every step, 3 steps per epoch, keeping 2: steps 3 and 6 end epochs.
 
         >>> plan = plan_pruning([(s, 0.0) for s in range(1, 9)], max_to_keep=2,
-        ...                     steps_per_epoch=3, preserve_every_s=3600, next_preserve_time=1e9)
+        ...                     epoch_ends={3, 6}, preserve_every_s=3600, next_preserve_time=1e9)
         >>> plan.keep, plan.delete
         ((3, 6, 7, 8), (1, 2, 4, 5))
     """
     ordered = sorted(saved)
     steps = [s for s, _ in ordered]
     recent = set(steps if max_to_keep == 0 else steps[-max_to_keep:])
-    ends = [s for s in steps if s % steps_per_epoch == 0]
+    ends = [s for s in steps if s in epoch_ends]
     protected = recent | set(ends[-EPOCH_ENDS_KEPT:])
     keep, delete, preserve = [], [], []
     for step, written in ordered:
@@ -196,6 +196,7 @@ class ModelSaver(Callback):
         self._last_saved: int | None = None
         self._start_step: int | None = None
         self._saved: dict[int, float] = {}
+        self._epoch_ends: set[int] = set()
         self._next_preserve = 0.0
 
     @property
@@ -235,11 +236,14 @@ class ModelSaver(Callback):
         self._start_step = self.trainer.global_step
         self._next_preserve = time.time() + self._hours * 3600
         self._saved = {}
+        spe = max(1, int(self.trainer.steps_per_epoch))
         for name in self._listed_checkpoints(directory):
             step = checkpoint_step(name)
             index = os.path.join(directory, name + ".index")
             if step is not None and os.path.isfile(index):
                 self._saved[step] = os.path.getmtime(index)
+        # this run starts at an epoch end, so earlier epoch ends lie whole epochs before it
+        self._epoch_ends = {s for s in self._saved if (s - self._start_step) % spe == 0}
 
     @staticmethod
     def _listed_checkpoints(directory: str) -> list[str]:
@@ -291,10 +295,15 @@ class ModelSaver(Callback):
             write_state=False,
         )
         self._saved[step] = os.path.getmtime(path + ".index")
+        t = self.trainer
+        if t.local_step in (-1, t.steps_per_epoch - 1):
+            self._epoch_ends.add(step)
+        else:
+            self._epoch_ends.discard(step)
         plan = plan_pruning(
             list(self._saved.items()),
             max_to_keep=self._max_to_keep,
-            steps_per_epoch=max(1, int(self.trainer.steps_per_epoch)),
+            epoch_ends=self._epoch_ends,
             preserve_every_s=self._hours * 3600,
             next_preserve_time=self._next_preserve,
         )
@@ -305,6 +314,7 @@ class ModelSaver(Callback):
         )
         for gone in (*plan.delete, *plan.preserve):
             del self._saved[gone]
+            self._epoch_ends.discard(gone)
         for gone in plan.delete:
             _delete_checkpoint(directory, f"model-{gone}")
         self._last_saved = step
