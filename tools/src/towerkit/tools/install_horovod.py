@@ -22,6 +22,8 @@ from typing import IO, Literal
 
 import attrs
 
+from towerkit.sessinit import atomic_path, atomic_write_text
+
 __all__ = [
     "DEFAULT_VERSION",
     "RUNTIME_REQUIREMENTS",
@@ -841,7 +843,7 @@ def store_wheel(wheel: str | os.PathLike[str], cache: str | os.PathLike[str], ke
     entry = _entry(Path(cache), key)
     entry.mkdir(parents=True, exist_ok=True)
     final = entry / source.name
-    with source.open("rb") as src, _atomic_file(final, "wb") as out:
+    with source.open("rb") as src, atomic_path(final) as tmp, open(tmp, "wb") as out:
         shutil.copyfileobj(src, out)
         os.fchmod(out.fileno(), 0o644)
     for other in entry.glob("horovod-*.whl"):
@@ -1194,7 +1196,7 @@ def _apply_patch(src: Path) -> None:
         msg = f"'{CMAKELISTS}' is missing from {src}: not a horovod source tree the patch knows"
         raise HorovodPatchError(msg)
     text = target.read_text()
-    _write_atomic(target, patch_cmakelists(text))
+    atomic_write_text(target, patch_cmakelists(text))
 
 
 def _wheel_cache_dir(option: str | None, environ: Mapping[str, str]) -> Path | None:
@@ -1507,7 +1509,7 @@ def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 def _verify(step: Step, *, workdir: Path, timeout: float) -> None:
     script = Path(step.argv[-1])
-    _write_atomic(script, VERIFY_SCRIPT)
+    atomic_write_text(script, VERIFY_SCRIPT)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"}
     print(f"$ {shlex.join(step.argv)}", flush=True)
     code, text = _run_job(step.argv, env=env, cwd=workdir, timeout=timeout)

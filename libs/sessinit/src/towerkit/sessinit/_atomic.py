@@ -420,13 +420,14 @@ def atomic_save_checkpoint(
         final = f"{final}-{int(step)}"
     directory = os.path.dirname(final)
     scratch_state = temp_name(STATE_FILENAME)
+    tracks = bool(saver.saver_def.max_to_keep)  # max_to_keep=0: the saver deletes nothing
     with atomic_checkpoint_prefix(final, fsync=fsync) as tmp:
         try:
             saver.save(
                 sess,
                 tmp,
                 write_meta_graph=write_meta_graph,
-                write_state=True,
+                write_state=tracks,
                 latest_filename=scratch_state,
             )
         finally:
