@@ -3,8 +3,9 @@
 Usage: python crash_script.py LOGDIR SCHEDULE [--kill-after N --phase PHASE [--delay-ms D]]
 
 It trains the MLP of `resume_script` with `AutoResumeTrainConfig` for `MAX_EPOCH` epochs
-of `STEPS_PER_EPOCH` steps on data read in the same order every epoch (so a run
-resumed at an epoch boundary computes what an uninterrupted one computes), with a
+of `STEPS_PER_EPOCH` steps from seeded initial values on data read in the same order
+every epoch (so a run resumed at an epoch boundary computes what an uninterrupted one
+computes), with a
 moving average of the cost summarized into ``stats.json``. SCHEDULE picks the saves:
 
 - ``epoch``: `ModelSaver(max_to_keep=1)` at the end of every epoch;
@@ -138,6 +139,7 @@ def main(argv=None) -> int:
         logdir=args.logdir,
     )
     with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(0)  # the same initial variables in every run
         trainer = SimpleTrainer()
         launch_train_with_config(config, trainer)
     print(f"finished at global step {trainer.global_step}", flush=True)
