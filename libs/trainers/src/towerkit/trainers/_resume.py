@@ -81,6 +81,10 @@ def plan_logdir(entries: Sequence[str] | None, action: str) -> Literal["create",
     raise LogdirNotEmptyError(msg)
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 def _pairs(value: Iterable[Sequence[Any]]) -> tuple[tuple[Any, Any], ...]:
     return tuple((a, b) for a, b in value)
 
@@ -164,7 +168,7 @@ class ResumePlan:
         default=None, validator=optional([instance_of(int), ge(0)])
     )
     reason: str = attrs.field(default="", validator=instance_of(str))
-    ignored: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    ignored: tuple[str, ...] = attrs.field(default=(), converter=_strings)
 
     @property
     def resumes(self) -> bool:
