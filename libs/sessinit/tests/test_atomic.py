@@ -303,3 +303,16 @@ def _ended_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_atomic_writes_need_no_tensorflow():
+    """The atomic writes, checkpoint names and npz files import without TensorFlow."""
+    code = (
+        "import sys\n"
+        "from towerkit.sessinit import atomic_path, atomic_write_text, remove_stale_temporaries,"
+        " load_npz, get_all_checkpoints, plan_restore\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
+        "from towerkit.sessinit import SmartInit\n"
+        "assert 'tensorflow' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
