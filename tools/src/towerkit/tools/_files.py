@@ -41,6 +41,15 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def fail(tool: str, message: object) -> int:
-    """Print ``<tool>: error: <message>`` to stderr and return the exit status 2."""
+    """Print ``<tool>: error: <message>`` to stderr and return the exit status 2.
+
+    Examples:
+        >>> import contextlib, io
+        >>> err = io.StringIO()
+        >>> with contextlib.redirect_stderr(err):
+        ...     status = fail("ls-checkpoint", "'x' does not exist")
+        >>> status, err.getvalue()
+        (2, "ls-checkpoint: error: 'x' does not exist\\n")
+    """
     print(f"{tool}: error: {message}", file=sys.stderr)
     return 2
