@@ -36,6 +36,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from towerkit.sessinit import atomic_write_text
+
 HERE = Path(__file__).resolve().parent
 
 BENCHES: dict[str, dict[str, Any]] = {
@@ -369,19 +371,6 @@ def _demote_headings(text: str) -> str:
     return "\n".join(out)
 
 
-def _write_atomic(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
-        raise
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -425,10 +414,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             results[area] = run_bench(area, workdir, args.quick, args.timeout)
     total = time.perf_counter() - start
     machine = machine_info()
-    _write_atomic(args.out, render_report(machine, results, total, args.quick))
+    atomic_write_text(args.out, render_report(machine, results, total, args.quick))
     if args.json:
         doc = {"machine": machine, "total_s": total, "results": results}
-        _write_atomic(args.json, json.dumps(doc, indent=1, default=str))
+        atomic_write_text(args.json, json.dumps(doc, indent=1, default=str))
     print(f"run_all: wrote {args.out} ({total / 60:.1f} min)", file=sys.stderr)
     failed = [a for a, r in results.items() if r["status"] in ("failed", "timeout")]
     return 1 if failed else 0

@@ -164,3 +164,35 @@ class TestMain:
         """A directory without checkpoints is refused."""
         assert main([str(tmp_path)]) == 2
         assert "holds no checkpoint" in capsys.readouterr().err
+
+
+def _damage(path, old: bytes, new: bytes) -> None:
+    blob = path.read_bytes()
+    assert blob.count(old) == 1
+    path.write_bytes(blob.replace(old, new))
+
+
+class TestCorruptNpz:
+    """An npz whose bytes no longer match their CRC-32: one line naming file and entry, status 2."""
+
+    def test_ls_checkpoint(self, tmp_path, capsys):
+        """ls-checkpoint checks every entry of an npz file."""
+        path = tmp_path / "p.npz"
+        np.savez(path, w=np.full(3, 7, np.int64))
+        _damage(path, np.full(3, 7, np.int64).tobytes(), np.array([0, 7, 7]).tobytes())
+        assert main([str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert "p.npz' is corrupt" in err
+        assert "entry 'w'" in err
+
+    def test_load_params(self, tmp_path, capsys):
+        """load-params refuses the file before writing anything."""
+        from towerkit.tools import load_params
+
+        path = tmp_path / "p.npz"
+        np.savez(path, w=np.full(3, 7, np.int64))
+        _damage(path, np.full(3, 7, np.int64).tobytes(), np.array([0, 7, 7]).tobytes())
+        assert load_params.main([str(path), str(tmp_path / "out" / "model-0")]) == 2
+        assert "entry 'w'" in capsys.readouterr().err
+        assert not (tmp_path / "out").exists()

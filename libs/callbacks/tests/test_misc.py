@@ -3,7 +3,6 @@
 import io
 import logging
 import multiprocessing
-import os
 import re
 import sys
 import threading
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from loop import LoopTrainer
 
 from towerkit.callbacks import Callback, EstimatedTimeLeft, InjectShell, StartProcOrThread
-from towerkit.callbacks._misc import format_duration, write_atomic
+from towerkit.callbacks._misc import format_duration
 from towerkit.towers.compat import tf1
 
 
@@ -190,12 +189,3 @@ def test_format_duration(seconds):
     text = format_duration(seconds)
     parts = re.findall(r"(\d+)([dhms])", text)
     assert sum(int(n) * UNITS[u] for n, u in parts) == round(seconds)
-
-
-def test_write_atomic(tmp_path):
-    """The file holds the new bytes and no temporary file is left."""
-    path = tmp_path / "f.bin"
-    write_atomic(path, b"old")
-    write_atomic(path, b"new")
-    assert path.read_bytes() == b"new"
-    assert os.listdir(tmp_path) == ["f.bin"]

@@ -390,6 +390,19 @@ class TestJSONWriter:
         assert [(r["epoch_num"], r["loss"]) for r in data] == [(1, 0.5)]
         assert JSONWriter.load_existing_epoch_number(tmp_path) == 1
 
+    def test_stale_temporaries_removed(self, tmp_path, caplog):
+        """Temporaries of stats.json left by a killed run are removed at the next run, logged."""
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        proc.wait()
+        stale = [f".stats.tmp-{proc.pid}-0123abcd.json", f".stats.json.tmp-{proc.pid}-0123abcd.bak"]
+        other = f".model-3.tmp-{proc.pid}-0123abcd.index"
+        for name in (*stale, other):
+            (tmp_path / name).write_text("partial")
+        with caplog.at_level("WARNING", logger="towerkit.sessinit"):
+            train_json(tmp_path, steps_per_epoch=3, max_epoch=1)
+        assert sorted(os.listdir(tmp_path)) == [other, "stats.json"]
+        assert "removed 2 stale temporary file(s) of stats.json files" in caplog.text
+
     def test_no_file(self, tmp_path):
         """Without a file, the loaders return None."""
         assert JSONWriter.load_existing_json(tmp_path) is None

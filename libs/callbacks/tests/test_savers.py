@@ -1,9 +1,15 @@
 """ModelSaver, MinSaver and MaxSaver with real checkpoints on disk."""
 
 import os
+import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
 from loop import LoopTrainer
 
 from towerkit.callbacks import (
@@ -17,6 +23,7 @@ from towerkit.callbacks import (
     ScheduledHyperParamSetter,
     StopTraining,
 )
+from towerkit.callbacks._savers import EPOCH_ENDS_KEPT, plan_pruning
 from towerkit.sessinit import SaverRestore
 from towerkit.towers.compat import tf1
 
@@ -279,3 +286,129 @@ class TestMinSaverResume:
         saver = run([3.0, 1.0, 2.0, 0.5], 4, 4, session_init=SaverRestore(str(tmp_path)))
         assert saver.best == 0.5
         assert values(tmp_path / "min-val-error.tfmodel")["w"] == 8.0
+
+
+def indexes(d):
+    """The steps of the model-<step> checkpoints in `d`, ascending."""
+    return sorted(
+        int(n[6:-6]) for n in listing(d) if n.startswith("model-") and n.endswith(".index")
+    )
+
+
+def state_entries(d):
+    """The checkpoints the state file of `d` lists."""
+    text = (d / "checkpoint").read_text()
+    return re.findall(r'all_model_checkpoint_paths: "([^"]*)"', text)
+
+
+class TestPlanPruning:
+    """`plan_pruning` keeps the newest max_to_keep and the newest two epoch ends."""
+
+    @given(
+        steps=st.sets(st.integers(0, 60), min_size=1, max_size=25),
+        max_to_keep=st.integers(0, 6),
+        spe=st.integers(1, 7),
+        times=st.lists(st.floats(0, 1e4), min_size=25, max_size=25),
+        every=st.floats(1, 1e4),
+        next_time=st.floats(0, 2e4),
+    )
+    def test_properties(self, steps, max_to_keep, spe, times, every, next_time):
+        """A partition of the input; the newest ones and the last two epoch ends are kept."""
+        saved = list(zip(sorted(steps), times, strict=False))
+        plan = plan_pruning(
+            saved,
+            max_to_keep=max_to_keep,
+            epoch_ends={s for s in steps if s % spe == 0},
+            preserve_every_s=every,
+            next_preserve_time=next_time,
+        )
+        all_steps = sorted(s for s, _ in saved)
+        assert sorted(plan.keep + plan.delete + plan.preserve) == all_steps
+        assert plan.keep == tuple(sorted(plan.keep))
+        newest = all_steps if max_to_keep == 0 else all_steps[-max_to_keep:]
+        assert set(newest) <= set(plan.keep)
+        ends = [s for s in all_steps if s % spe == 0]
+        assert set(ends[-EPOCH_ENDS_KEPT:]) <= set(plan.keep)
+        assert len(plan.keep) <= len(newest) + EPOCH_ENDS_KEPT
+        assert plan.next_preserve_time >= next_time
+        for step in plan.preserve:
+            assert dict(saved)[step] >= next_time
+
+    def test_preserve_spacing(self):
+        """Checkpoints are kept for good at most once per interval, oldest first."""
+        saved = [(s, float(s * 100)) for s in range(1, 11)]
+        plan = plan_pruning(
+            saved, max_to_keep=1, epoch_ends=(), preserve_every_s=250, next_preserve_time=100
+        )
+        assert plan.preserve == (1, 4, 7)
+        assert plan.keep == (10,)
+        assert plan.next_preserve_time == 950
+
+    def test_repr(self):
+        """The plan prints its fields."""
+        plan = plan_pruning(
+            [(3, 0.0)], max_to_keep=1, epoch_ends={3}, preserve_every_s=1, next_preserve_time=5
+        )
+        assert repr(plan) == "PrunePlan(keep=(3,), delete=(), preserve=(), next_preserve_time=5)"
+
+
+class TestModelSaverPruning:
+    """Frequent saves with max_to_keep keep the epoch-end checkpoints a resume needs."""
+
+    def test_every_step(self, tmp_path):
+        """Saved every step, 3 steps an epoch, max_to_keep=2: the last two epoch ends stay."""
+        train(
+            [PeriodicTrigger(ModelSaver(max_to_keep=2), every_k_steps=1)],
+            tmp_path,
+            steps=3,
+            max_epoch=3,
+        )
+        assert indexes(tmp_path) == [6, 8, 9]
+        assert state_entries(tmp_path) == ["model-6", "model-8", "model-9"]
+        for step in indexes(tmp_path):
+            assert values(tmp_path / f"model-{step}")["w"] == step
+
+    def test_stale_temporaries_removed(self, tmp_path, caplog):
+        """Temporaries a killed save left are removed at the next run, with a warning."""
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        proc.wait()
+        leftovers = [
+            f".model-4.tmp-{proc.pid}-0123abcd.index",
+            f".model-4.tmp-{proc.pid}-0123abcd.data-00000-of-00001",
+            f".checkpoint.tmp-{proc.pid}-0123abcd",
+        ]
+        foreign = f".notes.tmp-{proc.pid}-0123abcd.txt"
+        for name in (*leftovers, foreign):
+            (tmp_path / name).write_text("partial")
+        with caplog.at_level("WARNING", logger="towerkit.sessinit"):
+            train([ModelSaver()], tmp_path, max_epoch=1)
+        assert [n for n in listing(tmp_path) if n.startswith(".")] == [foreign]
+        assert "removed 3 stale temporary file(s) of checkpoint files" in caplog.text
+
+
+class TestCopiedDirectory:
+    """A copied directory's state file points into the original: nothing there is touched."""
+
+    def test_copy_then_resume(self, tmp_path, caplog):
+        """Resuming in the copy prunes the copy only; the original stays byte for byte."""
+        a, b = tmp_path / "a", tmp_path / "b"
+        train([ModelSaver(max_to_keep=2)], a, max_epoch=3)
+        text = (a / "checkpoint").read_text()
+        (a / "checkpoint").write_text(
+            text.replace('"model-', f'"{a}{os.sep}model-')
+        )  # what TensorFlow writes without relative paths
+        shutil.copytree(a, b)
+        before = {n: (a / n).read_bytes() for n in listing(a)}
+        with caplog.at_level("WARNING", logger="towerkit"):
+            train(
+                [ModelSaver(max_to_keep=2)],
+                b,
+                starting=4,
+                max_epoch=6,
+                session_init=SaverRestore(str(b)),
+            )
+        assert {n: (a / n).read_bytes() for n in listing(a)} == before
+        assert indexes(b) == [10, 12]
+        assert state_entries(b) == ["model-10", "model-12"]
+        assert "outside" in caplog.text
+        assert values(b / "model-12")["w"] == 12.0

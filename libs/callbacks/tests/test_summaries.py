@@ -217,3 +217,29 @@ class TestSimpleMovingAverage:
                 None, tf1.train.SessionRunValues(results=r, options=None, run_metadata=None)
             )
         np.testing.assert_allclose(cb.averages(), window_mean(rows, window), atol=1e-9)
+
+
+class TestMovingAverageRead:
+    """The summary of a moving average shows the average after the update of its own call."""
+
+    @pytest.mark.parametrize("attach", [False, True])
+    def test_summary_after_update(self, graph, attach):
+        """Over many epochs each epoch's summary equals the EMA of every value so far."""
+        loss, train = stream_model()
+        with TowerContext("", is_training=True):
+            add_moving_summary(loss, decay=0.5)
+        cbs = [MovingAverageSummary(train_op=train.name if attach else None), MergeAllSummaries()]
+        t = LoopTrainer(graph, train, cbs, steps_per_epoch=2, max_epoch=60).train()
+        history = t.monitors.get_history("loss")
+        assert [s for s, _ in history] == list(range(2, 121, 2))
+        for step, value in history:
+            expected = ema([float(v) for v in range(1, step + 1)], decay=0.5)
+            assert value == pytest.approx(expected, rel=1e-6), step  # one step behind: off by 0.5
+
+    def test_summary_depends_on_update(self, graph):
+        """In the graph, the summary's value is the update's output."""
+        loss, _ = stream_model()
+        with TowerContext("", is_training=True):
+            [update] = add_moving_summary(loss)
+        [summary] = [op for op in graph.get_operations() if op.type == "ScalarSummary"]
+        assert summary.inputs[1] is update

@@ -152,6 +152,19 @@ class TestExportCompact:
         unoptimized = {n.op for n in _read_graph_def(tmp_path / "False-False.pb").node}
         assert {"Rsqrt", "AddV2"} <= unoptimized
 
+    def test_stale_temporaries_removed(self, checkpoint, tmp_path, caplog):
+        """Temporaries of the same export left by a killed process are removed, logged."""
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        proc.wait()
+        stale = f".model.tmp-{proc.pid}-0123abcd.pb"
+        other = f".other.tmp-{proc.pid}-0123abcd.pb"
+        for name in (stale, other):
+            (tmp_path / name).write_bytes(b"partial")
+        with caplog.at_level("WARNING", logger="towerkit.sessinit"):
+            ModelExporter(_config(checkpoint)).export_compact(str(tmp_path / "model.pb"))
+        assert sorted(os.listdir(tmp_path)) == [other, "model.pb"]
+        assert stale in caplog.text
+
     def test_optimization_impossible(self, checkpoint, tmp_path, caplog):
         """When optimization cannot work it says why; the fallback writes the unoptimized graph."""
         exporter = ModelExporter(_config(checkpoint, input_names=["image", "label"]))

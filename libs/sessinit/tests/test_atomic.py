@@ -12,6 +12,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
 
 from towerkit.sessinit import (
     SmartInit,
@@ -23,8 +25,10 @@ from towerkit.sessinit import (
     get_all_checkpoints,
     load_checkpoint_vars,
     load_npz,
+    remove_stale_temporaries,
     save_checkpoint_vars,
 )
+from towerkit.sessinit._atomic import parse_temp_name, temp_name
 
 tf1 = tf.compat.v1
 
@@ -230,3 +234,85 @@ class TestKilledWriter:
             "v": [0, 1, 2, 3, 4]
         }
         assert get_all_checkpoints(tmp_path) == [(final, 1)]
+
+
+class TestRemoveStaleTemporaries:
+    """A writer cleans the temporaries of its own kind that a killed writer left behind."""
+
+    @given(
+        stem=st.from_regex(r"[a-z][a-z0-9_.-]{0,12}", fullmatch=True),
+        ext=st.sampled_from(["", ".json", ".npz", ".tfmodel"]),
+        extra=st.sampled_from(
+            ["", ".index", ".data-00000-of-00001", ".data-00000-of-00001.tempstate9"]
+        ),
+    )
+    def test_parse_temp_name(self, stem, ext, extra):
+        """Every name temp_name makes parses back to its final name and this process id."""
+        name = temp_name(stem + ext) + extra
+        assert parse_temp_name(name) == (stem + ext + extra, os.getpid())
+        assert parse_temp_name(stem + ext + extra) is None
+
+    @pytest.mark.slow
+    def test_killed_writers(self, tmp_path):
+        """After a checkpoint writer and an npz writer are killed, each kind is cleaned apart."""
+        final = str(tmp_path / "model-1")
+        save_checkpoint_vars({"v": np.arange(5)}, final)
+        _kill_mid_write(tmp_path, final, ".model-1.tmp")
+        save_checkpoint_vars({"v": np.arange(5)}, str(tmp_path / "params.npz"))
+        _kill_mid_write(tmp_path, str(tmp_path / "params.npz"), ".params.tmp")
+        left = hidden(tmp_path)
+        assert any(n.startswith(".model-1.tmp-") for n in left)
+        assert any(n.startswith(".params.tmp-") for n in left)
+        removed = remove_stale_temporaries(
+            tmp_path, lambda n: n.startswith("model-"), what="checkpoint"
+        )
+        assert removed
+        assert all(n.startswith(".model-1.tmp-") for n in removed)
+        assert all(n.startswith(".params.tmp-") for n in hidden(tmp_path))
+        remove_stale_temporaries(tmp_path, lambda n: n == "params.npz", what="npz")
+        assert hidden(tmp_path) == []
+        assert get_all_checkpoints(tmp_path) == [(final, 1)]
+
+    def test_live_writer_kept(self, tmp_path, caplog):
+        """A temporary of a running process stays; one of an ended process goes, with a warning."""
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            dead_pid = _ended_pid()
+            names = [f".stats.tmp-{live.pid}-0123abcd.json", f".stats.tmp-{dead_pid}-0123abcd.json"]
+            for n in names:
+                (tmp_path / n).write_text("partial")
+            with caplog.at_level("WARNING", logger="towerkit.sessinit"):
+                removed = remove_stale_temporaries(
+                    tmp_path, lambda n: n == "stats.json", what="statistics"
+                )
+            assert removed == [names[1]]
+            assert hidden(tmp_path) == [names[0]]
+            assert "removed 1 stale temporary file(s) of statistics files" in caplog.text
+            assert names[1] in caplog.text
+        finally:
+            live.kill()
+            live.wait()
+
+    def test_missing_directory(self, tmp_path):
+        """A directory that does not exist has nothing to clean."""
+        assert remove_stale_temporaries(tmp_path / "no", lambda n: True, what="any") == []
+
+
+def _ended_pid() -> int:
+    """The id of a process that has ended and been reaped."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_atomic_writes_need_no_tensorflow():
+    """The atomic writes, checkpoint names and npz files import without TensorFlow."""
+    code = (
+        "import sys\n"
+        "from towerkit.sessinit import atomic_path, atomic_write_text, remove_stale_temporaries,"
+        " load_npz, get_all_checkpoints, plan_restore\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
+        "from towerkit.sessinit import SmartInit\n"
+        "assert 'tensorflow' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

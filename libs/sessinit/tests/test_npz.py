@@ -6,6 +6,7 @@ import zipfile
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -13,11 +14,15 @@ from hypothesis.extra import numpy as hnp
 from towerkit.sessinit import (
     CheckpointNotFoundError,
     NotACheckpointError,
+    SmartInit,
     VarInfo,
     list_npz_vars,
     load_npz,
     save_checkpoint_vars,
+    verify_npz,
 )
+
+tf1 = tf.compat.v1
 
 arrays = hnp.arrays(
     dtype=st.sampled_from([np.float16, np.float32, np.float64, np.int8, np.int64, np.bool_]),
@@ -125,3 +130,75 @@ class TestFail:
 
         with pytest.raises(ValueError, match=r"npz path '.*p.zip' does not end with '.npz'"):
             save_npz(tmp_path / "p.zip", {"a": np.zeros(1)})
+
+
+def _corrupt_data(path, old: bytes, new: bytes) -> None:
+    """Replace the first occurrence of `old` in the file by `new` (same length)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    assert blob.count(old) == 1, "the bytes to damage must occur exactly once"
+    with open(path, "wb") as f:
+        f.write(blob.replace(old, new))
+
+
+def _corrupt_crc(path) -> None:
+    """Flip a bit of the CRC-32 that the zip's central directory holds for its first member."""
+    with open(path, "rb") as f:
+        blob = bytearray(f.read())
+    at = blob.index(b"PK\x01\x02") + 16
+    blob[at] ^= 1
+    with open(path, "wb") as f:
+        f.write(bytes(blob))
+
+
+class TestCorrupt:
+    """An npz whose bytes no longer match their CRC-32 fails on every read, naming file and entry."""
+
+    def test_stored_entry(self, tmp_path):
+        """The damaged entry of an uncompressed file is refused; an intact entry still reads."""
+        path = tmp_path / "p.npz"
+        save_checkpoint_vars({"w": np.full(3, 7, np.int64), "ok": np.arange(2)}, path)
+        _corrupt_data(path, np.full(3, 7, np.int64).tobytes(), np.array([0, 7, 7]).tobytes())
+        assert [v.name for v in list_npz_vars(path)] == ["ok", "w"], "headers are intact"
+        with pytest.raises(NotACheckpointError, match=r"p\.npz' is corrupt: .*entry 'w'.*CRC-32"):
+            load_npz(path)
+        with pytest.raises(NotACheckpointError, match=r"entry 'w'"):
+            load_npz(path, ["w"])
+        assert load_npz(path, ["ok"])["ok"].tolist() == [0, 1]
+        with pytest.raises(NotACheckpointError, match=r"entry 'w'"):
+            verify_npz(path)
+
+    def test_compressed_entry(self, tmp_path):
+        """A compressed entry with a wrong CRC-32 is refused the same way."""
+        path = tmp_path / "c.npz"
+        np.savez_compressed(path, w=np.full(3, 7.0))
+        _corrupt_crc(path)
+        with pytest.raises(NotACheckpointError, match=r"c\.npz' is corrupt: .*entry 'w'.*CRC-32"):
+            load_npz(path)
+        with pytest.raises(NotACheckpointError, match=r"entry 'w'"):
+            verify_npz(path)
+
+    def test_smartinit(self, tmp_path, graph, sess):
+        """SmartInit on a damaged npz fails before assigning anything."""
+        path = tmp_path / "p.npz"
+        save_checkpoint_vars({"v": np.full(3, 7.0, np.float32)}, path)
+        _corrupt_data(
+            path, np.full(3, 7.0, np.float32).tobytes(), np.zeros(3, np.float32).tobytes()
+        )
+        v = tf1.get_variable("v", initializer=np.ones(3, np.float32))
+        sess.run(tf1.global_variables_initializer())
+        with pytest.raises(NotACheckpointError, match=r"p\.npz' is corrupt: .*entry 'v'"):
+            SmartInit(str(path)).init(sess)
+        assert sess.run(v).tolist() == [1.0, 1.0, 1.0]
+
+    @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(values=st.dictionaries(st.sampled_from(["a", "b/c"]), arrays, min_size=1, max_size=2))
+    def test_intact_verifies(self, tmp_path, values):
+        """Every file written by save_checkpoint_vars or numpy verifies."""
+        path = tmp_path / "p.npz"
+        save_checkpoint_vars(values, path)
+        assert [v.name for v in verify_npz(path)] == sorted(values)
+        np.savez_compressed(
+            tmp_path / "c.npz", **{k.replace("/", "_"): v for k, v in values.items()}
+        )
+        assert len(verify_npz(tmp_path / "c.npz")) == len(values)

@@ -17,6 +17,7 @@ from towerkit.sessinit import (
     parse_checkpoint_state,
     resolve_checkpoint,
     sort_checkpoints,
+    state_entry_inside,
     write_checkpoint_state,
 )
 
@@ -168,3 +169,43 @@ class TestResolveCheckpoint:
         prefix = write_checkpoint({"v": np.zeros(2, np.float32)}, "model-1")
         monkeypatch.setenv("HOME", str(tmp_path))
         assert resolve_checkpoint("~/model-1") == os.path.join(str(tmp_path), "model-1") == prefix
+
+
+class TestStateEntryInside:
+    """Only state-file entries that name a file directly in the directory are followed."""
+
+    @given(name=st.from_regex(r"[a-z][a-z0-9_-]{0,12}", fullmatch=True))
+    def test_inside(self, name):
+        """A bare name, or the absolute path of a file in the directory, is kept by base name."""
+        root = os.path.abspath("runs/b")
+        assert state_entry_inside(root, name) == name
+        assert state_entry_inside(root, os.path.join(root, name)) == name
+
+    @given(name=st.from_regex(r"[a-z][a-z0-9_-]{0,12}", fullmatch=True))
+    def test_outside(self, name):
+        """Paths into another directory, or below or above this one, are refused."""
+        root = os.path.abspath("runs/b")
+        for entry in (
+            os.path.join(os.path.dirname(root), "a", name),
+            os.path.join("..", "a", name),
+            os.path.join("sub", name),
+            os.path.join(root, "sub", name),
+        ):
+            assert state_entry_inside(root, entry) is None, entry
+
+    def test_copied_directory(self, tmp_path, write_checkpoint, caplog):
+        """A copied directory whose state file names the original resolves to its own checkpoint."""
+        a = tmp_path / "a"
+        a.mkdir()
+        b = tmp_path / "b"
+        b.mkdir()
+        write_checkpoint({"v": np.zeros(2)}, name="a/model-5")
+        write_checkpoint({"v": np.ones(2)}, name="b/model-5")
+        (b / "checkpoint").write_text(
+            f'model_checkpoint_path: "{a / "model-5"}"\n'
+            f'all_model_checkpoint_paths: "{a / "model-5"}"\n'
+        )
+        assert str(a / "model-5") in (b / "checkpoint").read_text()
+        with caplog.at_level("WARNING", logger="towerkit.sessinit"):
+            assert resolve_checkpoint(b) == str(b / "model-5")
+        assert "outside its directory" in caplog.text

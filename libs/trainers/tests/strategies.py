@@ -56,3 +56,56 @@ def crashed_runs(draw):
         "epochs": epochs,
         "killed_at": n_epochs * spe + mid,
     }
+
+
+@st.composite
+def saved_runs(draw):
+    """A run saved by `ModelSaver` on any schedule and killed anywhere, as it left the disk.
+
+    ``steps_per_epoch`` steps per epoch from epoch 1; a `ModelSaver` with ``max_to_keep``
+    is triggered every ``every`` steps (its pruning is the real `plan_pruning`), or at
+    epoch ends only; a `JSONWriter` records each epoch after the saver's epoch-end
+    save; the process dies after a random number of writes.
+
+    Returns:
+        dict with ``steps_per_epoch``, ``checkpoints``, ``epochs``, ``killed_at`` (the
+        global step) and ``last_recorded`` (the last epoch recorded, 0 for none).
+    """
+    from towerkit.callbacks._savers import plan_pruning
+
+    spe = draw(st.integers(1, 5))
+    every = draw(st.one_of(st.none(), st.integers(1, 7)))
+    keep = draw(st.integers(1, 4))
+    n_steps = draw(st.integers(0, 6 * spe))
+    events = []  # ("ckpt", step) or ("stats", epoch, step)
+    for step in range(1, n_steps + 1):
+        epoch_end = step % spe == 0
+        if (every is not None and step % every == 0) or (every is None and epoch_end):
+            events.append(("ckpt", step))
+        if epoch_end:
+            events.append(("stats", step // spe, step))
+    cut = draw(st.integers(0, len(events)))
+    saved: dict[int, float] = {}
+    epochs = []
+    for event in events[:cut]:
+        if event[0] == "ckpt":
+            saved[event[1]] = float(event[1])
+            plan = plan_pruning(
+                list(saved.items()),
+                max_to_keep=keep,
+                epoch_ends={s for s in saved if s % spe == 0},
+                preserve_every_s=1e9,
+                next_preserve_time=1e9,
+            )
+            saved = {s: t for s, t in saved.items() if s in plan.keep}
+        else:
+            epochs.append((event[1], event[2]))
+    last_step = max([0] + [e[-1] for e in events[:cut]])
+    return {
+        "steps_per_epoch": spe,
+        "checkpoints": [(f"d/model-{s}", s) for s in sorted(saved)],
+        "epochs": epochs,
+        "killed_at": last_step,
+        "last_recorded": epochs[-1][0] if epochs else 0,
+        "epoch_ends_saved": every is None or spe % every == 0,
+    }

@@ -15,7 +15,7 @@ from towerkit.callbacks import (
     ProgressBar,
     RunUpdateOps,
 )
-from towerkit.sessinit import DictRestore, SaverRestore, get_all_checkpoints
+from towerkit.sessinit import DictRestore, get_all_checkpoints
 from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DEFAULT_CALLBACKS,
@@ -393,20 +393,27 @@ class TestAutoResume:
     def test_continues(self, logdir):
         """A second run with a larger max_epoch continues at the next epoch and global step."""
         first, _, _ = resume_run(logdir, 2)
-        assert first.resume.checkpoint is None
+        assert first.plan_resume(8).checkpoint == os.path.join(str(logdir), "model-16")
         config, trainer, losses = resume_run(logdir, 4)
-        assert config.resume.checkpoint == os.path.join(str(logdir), "model-16")
-        assert isinstance(config.session_init, SaverRestore)
-        assert config.starting_epoch == 3
         assert losses.start == (2, 16)
         assert trainer.global_step == 32
+        assert config.session_init is None, "the config keeps the options as given"
+        assert config.starting_epoch == 1
 
-    def test_plan_at_construction(self, logdir):
-        """With steps_per_epoch given, session_init and starting_epoch are set at construction."""
+    def test_plan_at_launch(self, logdir, tmp_path):
+        """Construction reads nothing; plan_resume reads the logdir when called."""
+        config = AutoResumeTrainConfig(
+            model=Blobs(), data=data(), steps_per_epoch=8, logdir=logdir, monitors=[]
+        )
+        assert config.plan_resume(8).checkpoint is None
         resume_run(logdir, 1, steps_per_epoch=8)
-        config = AutoResumeTrainConfig(model=Blobs(), data=data(), steps_per_epoch=8, logdir=logdir)
-        assert config.starting_epoch == 2
-        assert isinstance(config.session_init, SaverRestore)
+        plan = config.plan_resume(8)
+        assert (plan.checkpoint, plan.starting_epoch) == (os.path.join(str(logdir), "model-8"), 2)
+        assert config.session_init is None
+        assert config.starting_epoch == 1
+        missing = AutoResumeTrainConfig(model=Blobs(), logdir=tmp_path / "nothing" / "here")
+        assert not (tmp_path / "nothing").exists()
+        assert missing.plan_resume(8).checkpoint is None
 
     def test_always_resume_false(self, logdir):
         """always_resume=False: a user's session_init and starting_epoch win."""
@@ -420,13 +427,19 @@ class TestAutoResume:
             session_init=user_init,
             starting_epoch=1,
             logdir=logdir,
+            monitors=[],
         )
-        assert config.session_init is user_init
-        assert config.starting_epoch == 1
+        plan = config.plan_resume(8)
+        assert (plan.checkpoint, plan.starting_epoch) == (None, 1)
         config = AutoResumeTrainConfig(
-            model=Blobs(), data=data(), steps_per_epoch=8, session_init=user_init, logdir=logdir
+            model=Blobs(),
+            data=data(),
+            steps_per_epoch=8,
+            session_init=user_init,
+            logdir=logdir,
+            monitors=[],
         )
-        assert isinstance(config.session_init, SaverRestore), "always_resume=True: resuming wins"
+        assert config.plan_resume(8).checkpoint is not None, "always_resume=True: resuming wins"
 
     def test_fail(self):
         """A logdir is required, and it is kept."""

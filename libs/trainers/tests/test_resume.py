@@ -6,7 +6,7 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import crashed_runs
+from strategies import crashed_runs, saved_runs
 
 from towerkit.trainers import (
     LOGDIR_ACTIONS,
@@ -71,12 +71,36 @@ class TestResumePlan:
         assert (p.checkpoint_step, p.starting_epoch, p.keep_stats_until_step) == (4, 3, 4)
         assert "recorded in the statistics" in p.reason
 
-    def test_misaligned_checkpoint(self):
-        """A checkpoint between epoch ends is still used, its epoch taken from its step."""
-        snap = LogdirSnapshot(checkpoints=[("d/model-7", 7)])
+    def test_mid_epoch_checkpoints_not_resumed(self):
+        """Checkpoints within an epoch are skipped; in the first epoch only, training starts afresh."""
+        snap = LogdirSnapshot(checkpoints=[("d/model-1", 1), ("d/model-7", 7)], epochs=[(1, 3)])
         p = resume_plan(snap, steps_per_epoch=3)
-        assert (p.checkpoint, p.starting_epoch) == ("d/model-7", 3)
-        assert "not a multiple of steps_per_epoch=3" in p.reason
+        assert (p.checkpoint, p.starting_epoch, p.keep_stats_until_step) == (None, 1, 0)
+        assert p.ignored == ("d/model-1", "d/model-7")
+        assert "not resumable: ['d/model-1', 'd/model-7']" in p.reason
+
+    def test_unrecorded_epoch_end(self):
+        """A run that writes statistics only resumes from a checkpoint they recorded."""
+        snap = LogdirSnapshot(checkpoints=[("d/model-3", 3)])
+        assert resume_plan(snap, steps_per_epoch=3).checkpoint == "d/model-3"
+        p = resume_plan(snap, steps_per_epoch=3, writes_stats=True)
+        assert (p.checkpoint, p.starting_epoch) == (None, 1)
+
+    @given(saved_runs())
+    def test_exact_under_any_save_schedule(self, run):
+        """Whatever the saves and the kill, the resumed run restarts at a recorded epoch end."""
+        spe = run["steps_per_epoch"]
+        snap = LogdirSnapshot(checkpoints=run["checkpoints"], epochs=run["epochs"])
+        plan = resume_plan(snap, steps_per_epoch=spe, writes_stats=True)
+        done = plan.starting_epoch - 1
+        assert plan.checkpoint_step == done * spe, "restart at the end of the epoch before"
+        assert plan.checkpoint_step <= run["killed_at"]
+        kept = [e for e, s in run["epochs"] if s <= (plan.keep_stats_until_step or 0)]
+        assert kept == list(range(1, done + 1)), "the statistics continue without a gap"
+        if run["epoch_ends_saved"]:
+            assert done >= run["last_recorded"] - 1, "at most one finished epoch runs again"
+        if done:
+            assert (plan.checkpoint, plan.checkpoint_step) in run["checkpoints"]
 
     def test_fail(self):
         """Bad input is refused with the field named."""
@@ -97,7 +121,7 @@ class TestResumePlan:
         p = ResumePlan(checkpoint="d/model-3", checkpoint_step=3, starting_epoch=2)
         assert repr(p) == (
             "ResumePlan(checkpoint='d/model-3', checkpoint_step=3, starting_epoch=2, "
-            "keep_stats_until_step=None, reason='')"
+            "keep_stats_until_step=None, reason='', ignored=())"
         )
         assert p.resumes
         assert not attrs.evolve(p, checkpoint=None).resumes

@@ -232,7 +232,7 @@ def _auto_resume(
     monitors: list[Any],
     logdir: str | None,
 ) -> None:
-    from towerkit.sessinit import DictRestore
+    from towerkit.sessinit import DictRestore, SaverRestore
     from towerkit.trainers import AutoResumeTrainConfig, launch_train_with_config
 
     spec = scenario.auto_resume
@@ -260,12 +260,15 @@ def _auto_resume(
     if not entry.builds_graph:
         launch_train_with_config(config, trainer)
         return
+    plan = config.plan_resume(scenario.loop.steps_per_epoch)
     trainer.train_with_defaults(
         callbacks=config.callbacks,
         monitors=config.monitors,
-        session_init=config.session_init,
+        session_init=config.session_init
+        if plan.checkpoint is None
+        else SaverRestore(plan.checkpoint),
         steps_per_epoch=config.steps_per_epoch,
-        starting_epoch=config.starting_epoch,
+        starting_epoch=plan.starting_epoch,
         max_epoch=config.max_epoch,
         extra_callbacks=[],
         logdir=config.logdir,

@@ -109,7 +109,18 @@ def _check_target(target: str, kind: str, *, overwrite: bool) -> None:
 
 
 def _write(values: dict, target: str, kind: str, set_latest: bool) -> None:
-    from towerkit.sessinit import save_checkpoint_vars, write_checkpoint_state
+    from towerkit.sessinit import (
+        remove_stale_temporaries,
+        save_checkpoint_vars,
+        write_checkpoint_state,
+    )
+
+    base = os.path.basename(target)
+    remove_stale_temporaries(
+        os.path.dirname(os.path.abspath(target)),
+        lambda n: n == base or n.startswith(base + "."),
+        what=base,
+    )
 
     save_checkpoint_vars(values, target)
     if kind == "checkpoint" and set_latest:

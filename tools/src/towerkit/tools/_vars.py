@@ -144,26 +144,27 @@ def is_npz(path: str) -> bool:
 
 
 def list_source(path: str) -> tuple[str, str, tuple[Any, ...]]:
-    """Describe the variables stored at `path`, without reading their values.
+    """Describe the variables stored at `path` (an npz file's entries are read to check them).
 
     Returns:
         ``(kind, resolved, infos)``: ``"npz"`` or ``"checkpoint"``, the file or prefix
         read, and the ``VarInfo`` records sorted by name.
 
     Raises:
-        ToolError: Nothing at `path`, or not a checkpoint or npz file.
+        ToolError: Nothing at `path`, not a checkpoint or npz file, or an npz file whose
+            entries do not match their CRC-32 (the message names the file and the entry).
     """
     from towerkit.sessinit import (
         CheckpointNotFoundError,
         NotACheckpointError,
         list_checkpoint_vars,
-        list_npz_vars,
         resolve_checkpoint,
+        verify_npz,
     )
 
     try:
         if is_npz(path):
-            return "npz", path, tuple(list_npz_vars(path))
+            return "npz", path, tuple(verify_npz(path))
         prefix = resolve_checkpoint(path)
         return "checkpoint", prefix, tuple(list_checkpoint_vars(prefix))
     except (CheckpointNotFoundError, NotACheckpointError) as err:

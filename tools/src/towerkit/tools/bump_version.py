@@ -17,7 +17,8 @@ from pathlib import Path
 
 import attrs
 
-from towerkit.tools._files import ToolError, fail, write_text_atomic
+from towerkit.sessinit import atomic_write_text
+from towerkit.tools._files import ToolError, fail
 from towerkit.tools._workspace import Dist, find_root, load_dists, pick, version_line
 
 __all__ = [
@@ -399,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prefix = "would change" if args.dry_run else "changed"
         print(f"bump-version: {prefix} {change.path.relative_to(root)}: {change.summary}")
         if not args.dry_run:
-            write_text_atomic(change.path, change.new)
+            atomic_write_text(change.path, change.new)
     return 0
 
 

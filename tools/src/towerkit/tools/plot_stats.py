@@ -11,7 +11,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from towerkit.tools._files import ToolError, atomic_path, fail
+from towerkit.sessinit import atomic_path
+from towerkit.tools._files import ToolError, fail
 
 __all__ = [
     "PANEL_INCHES",

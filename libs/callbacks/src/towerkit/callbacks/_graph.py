@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
-from towerkit.callbacks._misc import write_atomic
 from towerkit.callbacks._monitors import encode_png
+from towerkit.sessinit import atomic_write_bytes
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -386,7 +386,7 @@ class DumpTensors(ProcessTensors):
         buf = io.BytesIO()
         np.savez(buf, **dict(zip(self._names, values)))
         path = os.path.join(self._dir, f"DumpTensors-{self.trainer.global_step}.npz")
-        write_atomic(path, buf.getvalue())
+        atomic_write_bytes(path, buf.getvalue(), fsync=False)
 
 
 def to_images(value: Any, scale: float = 255) -> list[np.ndarray]:
@@ -482,4 +482,6 @@ class DumpTensorAsImage(Callback):
             value = self._map(value)
         stem = f"{self._prefix}-ep{self.trainer.epoch_num:03d}-step{self.trainer.global_step}"
         for idx, image in enumerate(to_images(value, self._scale)):
-            write_atomic(os.path.join(self._dir, f"{stem}-{idx}.png"), encode_png(image))
+            atomic_write_bytes(
+                os.path.join(self._dir, f"{stem}-{idx}.png"), encode_png(image), fsync=False
+            )

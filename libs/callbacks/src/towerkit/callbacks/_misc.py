@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import multiprocessing.process
 import os
-import tempfile
 import threading
 import time
 from typing import Any
@@ -16,28 +14,6 @@ from towerkit.callbacks._base import Callback
 from towerkit.callbacks._stats import estimate_time_left
 
 logger = logging.getLogger("towerkit.callbacks")
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
-
-    A reader never sees a partly written file under ``path``: it sees the old file
-    or the new one.
-    """
-    path = os.fspath(path)
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it 0600; files follow the umask
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def format_duration(seconds: float) -> str:

@@ -22,7 +22,7 @@ from towerkit.callbacks._base import Callback, Callbacks
 from towerkit.callbacks._errors import CallbackError, MissingStatError
 from towerkit.callbacks._stats import is_real_number
 from towerkit.callbacks._types import TrainerView
-from towerkit.sessinit import atomic_write_text
+from towerkit.sessinit import atomic_write_text, remove_stale_temporaries
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -573,6 +573,8 @@ class JSONWriter(MonitorBase):
 
     def _before_train(self) -> None:
         directory = os.path.dirname(self._path)
+        name = os.path.basename(self._path)
+        remove_stale_temporaries(directory, lambda n: n in (name, name + ".bak"), what=name)
         existing = self.load_existing_json(directory) or []
         start = self.trainer.starting_epoch
         kept = [

@@ -10,7 +10,7 @@ from tensorflow.core.util import event_pb2
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
-from towerkit.callbacks._misc import write_atomic
+from towerkit.sessinit import atomic_write_bytes
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -87,9 +87,11 @@ class GraphProfiler(Callback):
             from tensorflow.python.client import timeline
 
             trace = timeline.Timeline(step_stats=metadata.step_stats).generate_chrome_trace_format()
-            write_atomic(os.path.join(self._dir, names["tracing"]), trace.encode("utf-8"))
+            atomic_write_bytes(os.path.join(self._dir, names["tracing"]), trace.encode("utf-8"))
         if self._metadata:
-            write_atomic(os.path.join(self._dir, names["metadata"]), metadata.SerializeToString())
+            atomic_write_bytes(
+                os.path.join(self._dir, names["metadata"]), metadata.SerializeToString()
+            )
         if self._event:
             tagged = event_pb2.TaggedRunMetadata(
                 tag=f"trace-{step}", run_metadata=metadata.SerializeToString()

@@ -2,24 +2,124 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import shutil
-from collections.abc import Sequence
+import time
+from collections.abc import Collection, Sequence
 from typing import Any
+
+import attrs
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._monitors import require_logdir
 from towerkit.callbacks._stats import is_real_number
-from towerkit.sessinit import atomic_checkpoint_prefix, atomic_save_checkpoint
+from towerkit.sessinit import (
+    CheckpointNotFoundError,
+    atomic_checkpoint_prefix,
+    atomic_save_checkpoint,
+    checkpoint_step,
+    remove_stale_temporaries,
+    resolve_checkpoint,
+    state_entry_inside,
+    write_checkpoint_state,
+)
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
 
 _CKPT_FILE = re.compile(r"\.(index|data-\d+-of-\d+)$")
+_MODEL_FILE = re.compile(r"model-\d+(\..*)?")
+_STATE_ENTRY = re.compile(
+    r'^\s*all_model_checkpoint_paths\s*:\s*"((?:[^"\\]|\\.)*)"\s*$', re.MULTILINE
+)
+EPOCH_ENDS_KEPT = 2
+"""How many of the newest epoch-end checkpoints `ModelSaver` never prunes."""
+
+
+@attrs.frozen(kw_only=True)
+class PrunePlan:
+    """Which checkpoints a saver keeps, deletes and keeps for good after a save.
+
+    Attributes:
+        keep: the steps of the checkpoints still tracked, ascending.
+        delete: the steps of the checkpoints to delete.
+        preserve: the steps kept for good (one per ``keep_checkpoint_every_n_hours``);
+            they are no longer tracked, so never deleted.
+        next_preserve_time: when (seconds since the epoch) the next checkpoint to keep
+            for good may have been written.
+    """
+
+    keep: tuple[int, ...]
+    delete: tuple[int, ...]
+    preserve: tuple[int, ...]
+    next_preserve_time: float
+
+
+def plan_pruning(
+    saved: Sequence[tuple[int, float]],
+    *,
+    max_to_keep: int,
+    epoch_ends: Collection[int],
+    preserve_every_s: float,
+    next_preserve_time: float,
+) -> PrunePlan:
+    """Decide which checkpoints to delete after a save.
+
+    The newest `max_to_keep` checkpoints are kept (all of them when it is 0), and so
+    are the newest `EPOCH_ENDS_KEPT` checkpoints saved at the end of an epoch (those
+    of `epoch_ends`), whatever the schedule of the saves: a resumed run
+    restarts from an epoch-end checkpoint that the statistics file has recorded, and
+    the newest one may not be recorded yet. Of the others, oldest first, one written
+    at or after `next_preserve_time` is kept for good and moves that time on by
+    `preserve_every_s`; the rest are deleted.
+
+    Args:
+        saved: ``(global step, time written)`` of each tracked checkpoint.
+        max_to_keep: how many recent checkpoints to keep; 0 keeps all.
+        epoch_ends: the steps of the checkpoints saved at the end of an epoch.
+        preserve_every_s: seconds between checkpoints kept for good.
+        next_preserve_time: when the next one to keep for good may have been written.
+
+    Returns:
+        The `PrunePlan`.
+
+    Examples:
+        Saving every step, 3 steps per epoch, keeping 2: steps 3 and 6 end epochs.
+
+        >>> plan = plan_pruning([(s, 0.0) for s in range(1, 9)], max_to_keep=2,
+        ...                     epoch_ends={3, 6}, preserve_every_s=3600, next_preserve_time=1e9)
+        >>> plan.keep, plan.delete
+        ((3, 6, 7, 8), (1, 2, 4, 5))
+    """
+    ordered = sorted(saved)
+    steps = [s for s, _ in ordered]
+    recent = set(steps if max_to_keep == 0 else steps[-max_to_keep:])
+    ends = [s for s in steps if s in epoch_ends]
+    protected = recent | set(ends[-EPOCH_ENDS_KEPT:])
+    keep, delete, preserve = [], [], []
+    for step, written in ordered:
+        if step in protected:
+            keep.append(step)
+        elif written >= next_preserve_time:
+            preserve.append(step)
+            next_preserve_time = written + preserve_every_s
+        else:
+            delete.append(step)
+    return PrunePlan(
+        keep=tuple(keep),
+        delete=tuple(delete),
+        preserve=tuple(preserve),
+        next_preserve_time=next_preserve_time,
+    )
+
+
+def _is_saver_file(name: str) -> bool:
+    return name == "checkpoint" or _MODEL_FILE.fullmatch(name) is not None
 
 
 def _collections(value: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -47,13 +147,25 @@ class ModelSaver(Callback):
     At ``after_train`` it also saves the final state when training stopped at an epoch
     boundary after the last save (for instance when the saver is triggered every few
     epochs, or a callback stopped training at the end of an epoch); a run stopped in
-    the middle of an epoch is not saved there, so every checkpoint marks the end of an
-    epoch and a resumed run restarts at an epoch boundary. Checkpoints already in the
-    directory (from the state file) count towards ``max_to_keep`` when a run resumes.
+    the middle of an epoch is not saved there.
+
+    Whatever the schedule of the saves, the newest two checkpoints saved at the end of
+    an epoch are never pruned, on top of the ``max_to_keep`` newest ones: a resumed run
+    (`AutoResumeTrainConfig`) restarts from the newest epoch-end checkpoint that
+    ``stats.json`` recorded, so it ends at exactly the step count of an uninterrupted
+    run. Checkpoints that the directory's state file lists count towards
+    ``max_to_keep`` when a run resumes.
+
+    The saver reads, prunes and writes only inside its directory: a state file entry
+    that points elsewhere (a copied log directory holds absolute paths into the
+    original) is ignored with a warning, or taken as the checkpoint of the same name in
+    this directory when there is one. Hidden temporaries that a killed save left in the
+    directory are removed at ``before_train`` (logged).
 
     Args:
         max_to_keep: how many recent checkpoints to keep (older ones are deleted; 0
-            keeps all), as in ``tf.compat.v1.train.Saver``.
+            keeps all), as in ``tf.compat.v1.train.Saver``, plus the newest two
+            epoch-end checkpoints.
         keep_checkpoint_every_n_hours: additionally keep (never delete) one checkpoint
             per this many hours; "keep" does not mean "create".
         checkpoint_dir: where to save; the trainer's ``logdir`` by default.
@@ -83,6 +195,9 @@ class ModelSaver(Callback):
         self._saver: Any = None
         self._last_saved: int | None = None
         self._start_step: int | None = None
+        self._saved: dict[int, float] = {}
+        self._epoch_ends: set[int] = set()
+        self._next_preserve = 0.0
 
     @property
     def checkpoint_dir(self) -> str | None:
@@ -107,7 +222,7 @@ class ModelSaver(Callback):
             raise ValueError(msg)
         self._saver = tf1.train.Saver(
             var_list=var_list,
-            max_to_keep=self._max_to_keep,
+            max_to_keep=0,  # pruning is ModelSaver's (see plan_pruning)
             keep_checkpoint_every_n_hours=self._hours,
             write_version=tf1.train.SaverDef.V2,
             save_relative_paths=True,
@@ -115,17 +230,47 @@ class ModelSaver(Callback):
         )
 
     def _before_train(self) -> None:
-        os.makedirs(self._dir, exist_ok=True)  # type: ignore[arg-type]
+        directory = str(self._dir)
+        os.makedirs(directory, exist_ok=True)
+        remove_stale_temporaries(directory, _is_saver_file, what="checkpoint")
         self._start_step = self.trainer.global_step
-        state = tf1.train.get_checkpoint_state(self._dir)
-        if state is not None:
-            existing = [
-                p if os.path.isabs(p) else os.path.join(self._dir, p)  # type: ignore[arg-type]
-                for p in state.all_model_checkpoint_paths
-            ]
-            existing = [p for p in existing if os.path.isfile(p + ".index")]
-            if existing:
-                self._saver.recover_last_checkpoints(existing)
+        self._next_preserve = time.time() + self._hours * 3600
+        self._saved = {}
+        spe = max(1, int(self.trainer.steps_per_epoch))
+        for name in self._listed_checkpoints(directory):
+            step = checkpoint_step(name)
+            index = os.path.join(directory, name + ".index")
+            if step is not None and os.path.isfile(index):
+                self._saved[step] = os.path.getmtime(index)
+        # this run starts at an epoch end, so earlier epoch ends lie whole epochs before it
+        self._epoch_ends = {s for s in self._saved if (s - self._start_step) % spe == 0}
+
+    @staticmethod
+    def _listed_checkpoints(directory: str) -> list[str]:
+        """The base names of the checkpoints the state file lists, only those in `directory`."""
+        try:
+            with open(os.path.join(directory, "checkpoint"), encoding="utf-8") as f:
+                text = f.read()
+        except (FileNotFoundError, UnicodeDecodeError):
+            return []
+        names, outside = [], []
+        for entry in _STATE_ENTRY.findall(text):
+            entry = re.sub(r"\\(.)", r"\1", entry)
+            inside = state_entry_inside(directory, entry)
+            if inside is None:
+                outside.append(entry)
+                inside = os.path.basename(entry)
+            names.append(inside)
+        if outside:
+            logger.warning(
+                "ModelSaver: the state file of %s lists checkpoints outside it (a copied "
+                "directory?): %s; they are not read or deleted; the checkpoints of the same "
+                "names in %s are used instead, and the state file is rewritten at the next save",
+                directory,
+                outside,
+                directory,
+            )
+        return names
 
     def _trigger(self) -> None:
         self._save()
@@ -140,15 +285,53 @@ class ModelSaver(Callback):
         step = int(self.trainer.global_step)
         if step == self._last_saved:
             return
+        directory = str(self._dir)
         path = atomic_save_checkpoint(
             self._saver,
             self.trainer.sess,
-            os.path.join(self._dir, "model"),  # type: ignore[arg-type]
+            os.path.join(directory, "model"),
             global_step=step,
             write_meta_graph=False,
+            write_state=False,
         )
+        self._saved[step] = os.path.getmtime(path + ".index")
+        t = self.trainer
+        if t.local_step in (-1, t.steps_per_epoch - 1):
+            self._epoch_ends.add(step)
+        else:
+            self._epoch_ends.discard(step)
+        plan = plan_pruning(
+            list(self._saved.items()),
+            max_to_keep=self._max_to_keep,
+            epoch_ends=self._epoch_ends,
+            preserve_every_s=self._hours * 3600,
+            next_preserve_time=self._next_preserve,
+        )
+        self._next_preserve = plan.next_preserve_time
+        kept = [os.path.join(directory, f"model-{s}") for s in plan.keep]
+        write_checkpoint_state(
+            directory, path, kept, timestamps=[self._saved[s] for s in plan.keep]
+        )
+        for gone in (*plan.delete, *plan.preserve):
+            del self._saved[gone]
+            self._epoch_ends.discard(gone)
+        for gone in plan.delete:
+            _delete_checkpoint(directory, f"model-{gone}")
         self._last_saved = step
         logger.info("model saved to %s", path)
+
+
+def _delete_checkpoint(directory: str, base: str) -> None:
+    """Delete a checkpoint's files, its ``.index`` first (so it never looks complete)."""
+    names = [n for n in os.listdir(directory) if n.startswith(base + ".")]
+    for name in sorted(names, key=lambda n: not n.endswith(".index")):
+        if (
+            name[len(base) :] == ".index"
+            or _CKPT_FILE.fullmatch(name[len(base) :])
+            or name[len(base) :] == ".meta"
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(directory, name))
 
 
 def _file_safe(name: str) -> str:
@@ -230,6 +413,9 @@ class MinSaver(Callback):
 
     def _before_train(self) -> None:
         self._best = None
+        remove_stale_temporaries(
+            str(self._dir), lambda n: n.startswith(self._filename + "."), what=self._filename
+        )
         target = os.path.join(self._dir, self._filename)  # type: ignore[arg-type]
         stats = os.path.join(self._dir, "stats.json")  # type: ignore[arg-type]
         if not (os.path.isfile(target + ".index") and os.path.isfile(stats)):
@@ -259,8 +445,11 @@ class MinSaver(Callback):
             self._copy_latest(value)
 
     def _copy_latest(self, value: float) -> None:
-        latest = tf1.train.latest_checkpoint(self._dir)
-        if latest is None:
+        try:
+            latest = resolve_checkpoint(str(self._dir))
+        except CheckpointNotFoundError:
+            latest = None
+        if latest is None or os.path.basename(latest).startswith(self._filename):
             msg = (
                 f"{self} found no checkpoint in {self._dir!r} to copy: put a ModelSaver "
                 "with the same checkpoint_dir before it in the callbacks"

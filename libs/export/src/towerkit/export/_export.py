@@ -14,7 +14,7 @@ from towerkit.export._config import PredictConfig
 from towerkit.export._errors import InferenceOptimizationError
 from towerkit.export._freeze import freeze_session_graph, optimize_graph_def
 from towerkit.export._names import as_names, signature_key
-from towerkit.sessinit import atomic_path, atomic_write_bytes
+from towerkit.sessinit import atomic_path, atomic_write_bytes, remove_stale_temporaries
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.export")
@@ -36,6 +36,8 @@ def _target(filename: Any, overwrite: bool, *, directory: bool) -> str:
         if not directory and os.path.isdir(path):
             msg = f"{path!r} is a directory: a compact graph is one file; pick another name"
             raise IsADirectoryError(msg)
+    base = os.path.basename(os.path.normpath(path))
+    remove_stale_temporaries(os.path.dirname(os.path.abspath(path)), lambda n: n == base, what=base)
     return path
 
 

@@ -1,4 +1,11 @@
-"""towerkit.sessinit: load values into a TensorFlow session from checkpoints, npz files and dicts."""
+"""towerkit.sessinit: load values into a TensorFlow session from checkpoints, npz files and dicts.
+
+The session initializers and the checkpoint readers and writers import TensorFlow when
+first used; the atomic writes, checkpoint names, npz files and restore plans do not, so
+tools import them without TensorFlow.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from towerkit.sessinit._atomic import (
     atomic_checkpoint_prefix,
@@ -6,6 +13,7 @@ from towerkit.sessinit._atomic import (
     atomic_save_checkpoint,
     atomic_write_bytes,
     atomic_write_text,
+    remove_stale_temporaries,
     write_checkpoint_state,
 )
 from towerkit.sessinit._errors import (
@@ -13,13 +21,14 @@ from towerkit.sessinit._errors import (
     NotACheckpointError,
     RestoreMismatchError,
 )
-from towerkit.sessinit._npz import list_npz_vars, load_npz
+from towerkit.sessinit._npz import list_npz_vars, load_npz, verify_npz
 from towerkit.sessinit._paths import (
     checkpoint_step,
     get_all_checkpoints,
     parse_checkpoint_state,
     resolve_checkpoint,
     sort_checkpoints,
+    state_entry_inside,
 )
 from towerkit.sessinit._plan import (
     Assignment,
@@ -33,22 +42,56 @@ from towerkit.sessinit._plan import (
     render_names,
     target_name,
 )
-from towerkit.sessinit._sessinit import (
-    ChainInit,
-    DictRestore,
-    JustCurrentSession,
-    SaverRestore,
-    SaverRestoreRelaxed,
-    SessionInit,
-    SmartInit,
-)
-from towerkit.sessinit._varmanip import (
-    dump_session_params,
-    list_checkpoint_vars,
-    load_checkpoint_vars,
-    save_checkpoint_vars,
-)
 from towerkit.sessinit._version import __version__
+
+if TYPE_CHECKING:
+    from towerkit.sessinit._sessinit import (
+        ChainInit,
+        DictRestore,
+        JustCurrentSession,
+        SaverRestore,
+        SaverRestoreRelaxed,
+        SessionInit,
+        SmartInit,
+    )
+    from towerkit.sessinit._varmanip import (
+        dump_session_params,
+        list_checkpoint_vars,
+        load_checkpoint_vars,
+        save_checkpoint_vars,
+    )
+
+_NEEDS_TENSORFLOW = {
+    "ChainInit": "_sessinit",
+    "DictRestore": "_sessinit",
+    "JustCurrentSession": "_sessinit",
+    "SaverRestore": "_sessinit",
+    "SaverRestoreRelaxed": "_sessinit",
+    "SessionInit": "_sessinit",
+    "SmartInit": "_sessinit",
+    "dump_session_params": "_varmanip",
+    "list_checkpoint_vars": "_varmanip",
+    "load_checkpoint_vars": "_varmanip",
+    "save_checkpoint_vars": "_varmanip",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names that need TensorFlow, imported from their module on first use (PEP 562)."""
+    module = _NEEDS_TENSORFLOW.get(name)
+    if module is None:
+        msg = f"module 'towerkit.sessinit' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib
+
+    value = getattr(importlib.import_module(f"towerkit.sessinit.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_NEEDS_TENSORFLOW))
+
 
 __all__ = [
     "__version__",
@@ -68,6 +111,7 @@ __all__ = [
     "list_checkpoint_vars",
     "list_npz_vars",
     "load_npz",
+    "verify_npz",
     # restore plans (pure)
     "VarInfo",
     "Assignment",
@@ -84,6 +128,7 @@ __all__ = [
     "sort_checkpoints",
     "parse_checkpoint_state",
     "resolve_checkpoint",
+    "state_entry_inside",
     # atomic writes
     "atomic_path",
     "atomic_write_bytes",
@@ -91,6 +136,7 @@ __all__ = [
     "atomic_checkpoint_prefix",
     "atomic_save_checkpoint",
     "write_checkpoint_state",
+    "remove_stale_temporaries",
     # errors
     "RestoreMismatchError",
     "CheckpointNotFoundError",

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from towerkit.sessinit._paths import STATE_FILENAME
 
+logger = logging.getLogger("towerkit.sessinit")
+
 _SUFFIX = re.compile(r"\.(index|meta|data-\d+-of-\d+)")
+_TEMP = re.compile(
+    r"\.(?P<stem>.+)\.(?P<tag>tmp|old)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})(?P<rest>.*)", re.DOTALL
+)
 
 
 def temp_name(final_name: str, tag: str = "tmp") -> str:
@@ -31,6 +37,109 @@ def temp_name(final_name: str, tag: str = "tmp") -> str:
     if not stem:
         stem, ext = ext, ""
     return f".{stem}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}{ext}"
+
+
+def parse_temp_name(name: str) -> tuple[str, int] | None:
+    """The final name a temporary made by `temp_name` stands for, and its writer's process id.
+
+    Files written under a temporary name keep any suffix added after it (a checkpoint's
+    ``.index`` and ``.data-*`` files, TensorFlow's own ``.tempstate*`` files), and the
+    final name returned keeps it too.
+
+    Args:
+        name: A directory entry's base name.
+
+    Returns:
+        ``(final name, process id)``, or None when `name` is not such a temporary.
+
+    Examples:
+        >>> parse_temp_name(".stats.tmp-4242-0123abcd.json")
+        ('stats.json', 4242)
+        >>> parse_temp_name(".model-100.tmp-7-89abcdef.index")
+        ('model-100.index', 7)
+        >>> parse_temp_name(".checkpoint.tmp-7-89abcdef")
+        ('checkpoint', 7)
+        >>> parse_temp_name("model-100.index") is None
+        True
+    """
+    match = _TEMP.fullmatch(name)
+    if match is None:
+        return None
+    return match["stem"] + match["rest"], int(match["pid"])
+
+
+def _process_gone(pid: int) -> bool:
+    """Whether process `pid` can no longer be writing (ended, a zombie, or this very process)."""
+    if pid == os.getpid():
+        return True
+    if os.name != "posix":
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()[:1] == ["Z"]
+    except OSError:
+        return False
+
+
+def remove_stale_temporaries(
+    directory: str | os.PathLike[str], belongs: Callable[[str], bool], *, what: str
+) -> list[str]:
+    """Remove the temporaries that interrupted atomic writes of some files left in `directory`.
+
+    A process killed while writing (`atomic_path`, `atomic_checkpoint_prefix`,
+    `write_checkpoint_state`) leaves its hidden temporary behind; the final file is
+    never touched. A writer calls this before writing again into a directory, for the
+    kind of files it writes (`belongs` is asked about each temporary's final name), and
+    the temporaries whose writing process has ended (or is this process) are removed,
+    with one warning that lists them. Temporaries of a process still running are left
+    alone.
+
+    Args:
+        directory: The directory to clean; nothing happens when it does not exist.
+        belongs: Whether a final name (such as ``"model-100.index"``) is of this kind.
+        what: The kind, for the log line (``"checkpoint"``, ``"statistics"``...).
+
+    Returns:
+        The base names removed, sorted.
+
+    Examples:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> for n in (".stats.tmp-999999999-0123abcd.json", ".a.tmp-999999999-0123abcd", "stats.json"):
+        ...     open(os.path.join(d, n), "w").close()
+        >>> remove_stale_temporaries(d, lambda n: n == "stats.json", what="statistics")
+        ['.stats.tmp-999999999-0123abcd.json']
+        >>> sorted(os.listdir(d))
+        ['.a.tmp-999999999-0123abcd', 'stats.json']
+    """
+    root = os.fspath(directory)
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    removed = []
+    for name in sorted(names):
+        parsed = parse_temp_name(name)
+        if parsed is None or not belongs(parsed[0]) or not _process_gone(parsed[1]):
+            continue
+        _remove(os.path.join(root, name))
+        removed.append(name)
+    if removed:
+        logger.warning(
+            "removed %d stale temporary file(s) of %s files from %s, left by a write that "
+            "was interrupted: %s",
+            len(removed),
+            what,
+            root,
+            ", ".join(removed),
+        )
+    return removed
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:
@@ -311,13 +420,14 @@ def atomic_save_checkpoint(
         final = f"{final}-{int(step)}"
     directory = os.path.dirname(final)
     scratch_state = temp_name(STATE_FILENAME)
+    tracks = bool(saver.saver_def.max_to_keep)  # max_to_keep=0: the saver deletes nothing
     with atomic_checkpoint_prefix(final, fsync=fsync) as tmp:
         try:
             saver.save(
                 sess,
                 tmp,
                 write_meta_graph=write_meta_graph,
-                write_state=True,
+                write_state=tracks,
                 latest_filename=scratch_state,
             )
         finally:

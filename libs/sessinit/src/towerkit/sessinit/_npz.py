@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import os
 import struct
 import zipfile
@@ -28,6 +29,10 @@ class _Member:
     fortran: bool
     data_offset: int | None
     """Where the raw array bytes start in the file; None for compressed members."""
+    member_offset: int | None
+    """Where the member's bytes (the ``.npy`` header, then the array) start; None if compressed."""
+    crc: int
+    """The CRC-32 the zip directory holds for the member's bytes."""
 
 
 def _not_npz(path: str, why: str) -> NotACheckpointError:
@@ -63,18 +68,30 @@ def _read_member(path: str, f, zf: zipfile.ZipFile, info: zipfile.ZipInfo, size:
         fields = _LOCAL_HEADER.unpack(header) if len(header) == _LOCAL_HEADER.size else None
         if fields is None or fields[0] != _LOCAL_MAGIC:
             raise _not_npz(path, f"member {info.filename!r} has a broken zip header")
-        f.seek(info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10])
+        start: int | None = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+        f.seek(start)
         shape, fortran, dtype = _read_npy_header(path, info.filename, f)
         offset: int | None = f.tell()
     else:
-        with zf.open(info) as member:
-            shape, fortran, dtype = _read_npy_header(path, info.filename, member)
-        offset = None
+        try:
+            with zf.open(info) as member:
+                shape, fortran, dtype = _read_npy_header(path, info.filename, member)
+        except zipfile.BadZipFile as err:
+            if "CRC" in str(err):
+                raise _corrupt(path, name, info.CRC, None) from None
+            raise
+        offset = start = None
     if dtype.hasobject:
         raise _not_npz(path, f"entry {name!r} holds Python objects: expected numeric arrays")
     var = VarInfo(name=name, shape=shape, dtype=dtype)
     return _Member(
-        info=var, member=info.filename, np_dtype=dtype, fortran=fortran, data_offset=offset
+        info=var,
+        member=info.filename,
+        np_dtype=dtype,
+        fortran=fortran,
+        data_offset=offset,
+        member_offset=start,
+        crc=info.CRC,
     )
 
 
@@ -208,23 +225,72 @@ def read_npz(index: NpzIndex, names: Iterable[str] | None = None) -> dict[str, n
         zf = None
         for name in wanted:
             m = members[name]
-            if m.data_offset is None:
+            if m.data_offset is None or m.member_offset is None:
                 zf = zf or zipfile.ZipFile(path)
-                try:
-                    with zf.open(m.member) as member:
-                        out[name] = np.lib.format.read_array(member, allow_pickle=False)
-                except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as err:
-                    raise _not_npz(path, f"entry {name!r} cannot be read ({err})") from None
+                out[name] = _read_compressed(path, zf, m)
                 continue
             shape = tuple(int(d or 0) for d in m.info.shape)
             array = np.empty(shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
-            f.seek(m.data_offset)
+            f.seek(m.member_offset)
+            crc = zlib.crc32(f.read(m.data_offset - m.member_offset))
             if _readinto(f, array) != array.nbytes:
                 raise _not_npz(path, f"entry {name!r} is truncated")
+            crc = zlib.crc32(memoryview(array.reshape(-1, order="A")).cast("B"), crc)  # type: ignore[arg-type]
+            if crc != m.crc:
+                raise _corrupt(path, name, m.crc, crc)
             out[name] = array
         if zf is not None:
             zf.close()
     return out
+
+
+def _corrupt(path: str, name: str, stored: int, computed: int | None) -> NotACheckpointError:
+    got = "" if computed is None else f", computed {computed:#010x}"
+    msg = (
+        f"npz file {path!r} is corrupt: the bytes of entry {name!r} do not match their "
+        f"CRC-32 (stored {stored:#010x}{got}); the file was damaged after it was written: "
+        "restore it from a copy"
+    )
+    return NotACheckpointError(msg)
+
+
+def _read_compressed(path: str, zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
+    """A compressed member, read whole (``zipfile`` checks its CRC-32 at the end)."""
+    try:
+        data = zf.read(m.member)
+    except zipfile.BadZipFile as err:
+        if "CRC" in str(err):
+            raise _corrupt(path, m.info.name, m.crc, None) from None
+        raise _not_npz(path, f"entry {m.info.name!r} cannot be read ({err})") from None
+    except (zlib.error, EOFError) as err:
+        raise _not_npz(path, f"entry {m.info.name!r} cannot be read ({err})") from None
+    try:
+        return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
+    except ValueError as err:
+        raise _not_npz(path, f"entry {m.info.name!r} cannot be read ({err})") from None
+
+
+def verify_npz(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
+    """Check that every entry of an npz file reads back as written (its CRC-32 matches).
+
+    `load_npz` and `SmartInit` check the entries they read; this checks them all
+    without keeping the values (one entry in memory at a time).
+
+    Args:
+        path: The ``.npz`` file.
+
+    Returns:
+        The entries, as `list_npz_vars` gives them.
+
+    Raises:
+        CheckpointNotFoundError: `path` does not exist.
+        NotACheckpointError: `path` is not an npz file of arrays, or an entry is
+            corrupt (the message names the file and the entry).
+    """
+    index = index_npz(path)
+    for m in index.members:
+        read_npz(index, [m.info.name])
+    return index.infos
 
 
 def save_npz(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable
@@ -12,6 +13,33 @@ _SUFFIX = re.compile(r"\.(index|meta|data-\d+-of-\d+)$")
 _STATE_LINE = re.compile(r'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"\s*$', re.MULTILINE)
 STATE_FILENAME = "checkpoint"
 """The name of TensorFlow's checkpoint state file inside a checkpoint directory."""
+
+logger = logging.getLogger("towerkit.sessinit")
+
+
+def state_entry_inside(directory: str, entry: str) -> str | None:
+    """The base name of a state-file entry when it names a file directly in `directory`, else None.
+
+    A ``checkpoint`` state file may hold absolute paths (TensorFlow writes them unless
+    told otherwise); once the directory is copied or moved they point into the old
+    one. Readers and writers of a checkpoint directory only follow entries that stay
+    inside it.
+
+    Examples:
+        >>> state_entry_inside("/runs/b", "model-10")
+        'model-10'
+        >>> state_entry_inside("/runs/b", "/runs/b/model-10")
+        'model-10'
+        >>> state_entry_inside("/runs/b", "/runs/a/model-10") is None
+        True
+        >>> state_entry_inside("/runs/b", "../a/model-10") is None
+        True
+    """
+    root = os.path.normpath(os.path.abspath(directory))
+    full = os.path.normpath(os.path.join(root, entry))
+    if os.path.dirname(full) != root or not os.path.basename(full):
+        return None
+    return os.path.basename(full)
 
 
 def checkpoint_step(filename: str, prefix: str = "model") -> int | None:
@@ -119,12 +147,19 @@ def _latest_in_dir(directory: str) -> str:
         with open(state, encoding="utf-8", errors="replace") as f:
             named = parse_checkpoint_state(f.read())
         if named:
-            for candidate in (
-                os.path.join(directory, named),
-                os.path.join(directory, os.path.basename(named)),
-            ):
-                if os.path.isfile(candidate + ".index"):
-                    return candidate
+            inside = state_entry_inside(directory, named)
+            if inside is None:
+                logger.warning(
+                    "the state file %s names %r, outside its directory (a copied directory?): "
+                    "ignored; looking for %r in the directory instead",
+                    state,
+                    named,
+                    os.path.basename(named),
+                )
+                inside = os.path.basename(named)
+            candidate = os.path.join(directory, inside)
+            if os.path.isfile(candidate + ".index"):
+                return candidate
     indexes = sorted(
         n for n in os.listdir(directory) if n.endswith(".index") and not n.startswith(".")
     )

@@ -233,6 +233,9 @@ def add_moving_summary(
     it by ``(1 - decay)`` towards the value, and a scalar summary of the average
     whose name is the tensor's name without the tower prefix. Run the update ops
     once per step (the callbacks' ``MovingAverageSummary`` runs `collection`).
+    The summary is of the update's output, as in tensorpack: fetched in the same call
+    as the update, it shows the average after that call's update (never a value read
+    before it); fetched on its own, it runs the update.
 
     A no-op returning ``[]`` in any tower but the main training tower.
 
@@ -282,9 +285,9 @@ def add_moving_summary(
                 mark = started.assign(1.0)
             with tf1.control_dependencies([mark]):
                 update = tf.identity(assign, name="update")
-            summary = tf.raw_ops.ScalarSummary(
-                tags=name, values=average.read_value(), name="summary"
-            )
+            # The summary is of the update's result, so it reads the average after the
+            # update of the same call (a plain read would race with the assignment).
+            summary = tf.raw_ops.ScalarSummary(tags=name, values=update, name="summary")
         for key in summary_colls:
             tf1.add_to_collection(key, summary)
         if collection is not None:

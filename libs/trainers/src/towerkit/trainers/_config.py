@@ -140,8 +140,15 @@ class TrainConfig:
         self.logdir = None if logdir is None else os.path.abspath(os.fspath(logdir))
         self.logdir_action = logdir_action
 
-    def _resolve(self, steps_per_epoch: int) -> ResumePlan | None:
-        """The resume plan for a run of `steps_per_epoch` steps per epoch; None: no resuming."""
+    def plan_resume(self, steps_per_epoch: int) -> ResumePlan | None:
+        """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).
+
+        `launch_train_with_config` calls it once, when the run launches, and applies the
+        plan; the config itself is never changed.
+
+        Args:
+            steps_per_epoch: the run's steps per epoch.
+        """
         del steps_per_epoch
         return None
 
@@ -157,19 +164,21 @@ class AutoResumeTrainConfig(TrainConfig):
     """A `TrainConfig` that continues the run found in its `logdir`.
 
     Running the same command again after the process died (even by SIGKILL in the
-    middle of an epoch) continues training: the newest checkpoint that is
-    consistent with the statistics file is restored (``session_init``), the epoch
-    after it is the ``starting_epoch``, and statistics written after that
-    checkpoint are dropped (the old file is kept as ``stats.json.bak``), so the
-    global step, the epoch numbers, the hyper-parameters (restored with the
-    variables) and ``stats.json`` continue from one consistent moment. See
-    `resume_plan` for the exact rule.
+    middle of an epoch) continues training: the newest checkpoint saved at the end
+    of an epoch that is consistent with the statistics file is restored (the
+    ``session_init`` of the run), the epoch after it is the ``starting_epoch``, and
+    statistics written after that checkpoint are dropped (the old file is kept as
+    ``stats.json.bak``), so the global step, the epoch numbers, the hyper-parameters
+    (restored with the variables) and ``stats.json`` continue from one consistent
+    moment, and the run ends at exactly the global step of an uninterrupted one,
+    whatever the schedule of the saves (`ModelSaver` keeps the epoch-end checkpoints
+    this needs). See `resume_plan` for the exact rule.
 
     With no checkpoint in `logdir`, training starts as the options say.
 
-    ``session_init`` and ``starting_epoch`` are set at construction when
-    ``steps_per_epoch`` is given, else when the run is launched (the input's size
-    is known then); ``resume`` holds the plan.
+    The log directory is read when the run launches (`plan_resume`, called by
+    `launch_train_with_config`), not at construction, and the config keeps the
+    options as given: ``session_init`` and ``starting_epoch`` are the user's.
 
     Args:
         always_resume: when True, a checkpoint found wins over the ``session_init``
@@ -197,16 +206,11 @@ class AutoResumeTrainConfig(TrainConfig):
             raise ValueError(msg)
         super().__init__(**kwargs)
         self.always_resume = bool(always_resume)
-        self._user_session_init = self.session_init
-        self._user_starting_epoch = self.starting_epoch
         self._gave_session_init = kwargs.get("session_init") is not None
         self._gave_starting_epoch = "starting_epoch" in kwargs
-        self.snapshot = self._scan()
-        self.resume: ResumePlan | None = None
-        if self.steps_per_epoch is not None:
-            self._resolve(self.steps_per_epoch)
 
-    def _scan(self) -> LogdirSnapshot:
+    def snapshot(self) -> LogdirSnapshot:
+        """What the log directory holds now (its checkpoints and statistics records)."""
         from towerkit.sessinit import get_all_checkpoints
 
         logdir = str(self.logdir)
@@ -217,25 +221,21 @@ class AutoResumeTrainConfig(TrainConfig):
             logdir, [(os.path.join(logdir, os.path.basename(p)), s) for p, s in found]
         )
 
-    def _resolve(self, steps_per_epoch: int) -> ResumePlan:
-        """Compute the resume plan for `steps_per_epoch` and set ``session_init``/``starting_epoch``."""
-        from towerkit.sessinit import SaverRestore
-
-        plan = resume_plan(
-            self.snapshot,
+    def plan_resume(self, steps_per_epoch: int) -> ResumePlan:
+        """The `ResumePlan` for a run of `steps_per_epoch` steps per epoch, read from the logdir now."""
+        return resume_plan(
+            self.snapshot(),
             steps_per_epoch=steps_per_epoch,
-            starting_epoch=self._user_starting_epoch,
+            starting_epoch=self.starting_epoch,
             user_session_init=self._gave_session_init,
             user_starting_epoch=self._gave_starting_epoch,
             always_resume=self.always_resume,
+            writes_stats=self._writes_stats(),
         )
-        if plan != self.resume:
-            logger.info("AutoResumeTrainConfig: %s", plan.reason)
-        self.resume = plan
-        self.session_init = (
-            SaverRestore(plan.checkpoint)
-            if plan.checkpoint is not None
-            else self._user_session_init
-        )
-        self.starting_epoch = plan.starting_epoch
-        return plan
+
+    def _writes_stats(self) -> bool:
+        from towerkit.callbacks import JSONWriter
+
+        if self.monitors is None:
+            return True  # DEFAULT_MONITORS() holds a JSONWriter
+        return any(isinstance(m, JSONWriter) for m in self.monitors)

@@ -24,8 +24,9 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
     2. ``trainer.setup_graph(model.get_input_signature(), input, model.build_graph,
        model.get_optimizer)``;
     3. ``trainer.train_with_defaults(...)`` with the other options of `config`
-       (``steps_per_epoch`` defaults to the input's size; an `AutoResumeTrainConfig`
-       decides ``session_init`` and ``starting_epoch`` from its logdir now).
+       (``steps_per_epoch`` defaults to the input's size; for an `AutoResumeTrainConfig`,
+       ``config.plan_resume(steps_per_epoch)`` reads the logdir now and the plan's
+       checkpoint and starting epoch are used, the config left as it is).
 
     Raises:
         TypeError: `config` is not a `TrainConfig`, or `trainer` not a `SingleCostTrainer`.
@@ -66,9 +67,18 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
     if steps_per_epoch is None:
         steps_per_epoch = source.size()
         logger.info("steps_per_epoch not given: using the input's size, %d", steps_per_epoch)
-    plan = config._resolve(steps_per_epoch)
-    if plan is not None and plan.keep_stats_until_step is not None and trainer.is_chief:
-        truncate_stats(str(config.logdir), plan.keep_stats_until_step)
+    session_init, starting_epoch = config.session_init, config.starting_epoch
+    plan = config.plan_resume(steps_per_epoch)
+    if plan is not None:
+        level = logging.WARNING if plan.ignored else logging.INFO
+        logger.log(level, "%s: %s", type(config).__name__, plan.reason)
+        if plan.checkpoint is not None:
+            from towerkit.sessinit import SaverRestore
+
+            session_init = SaverRestore(plan.checkpoint)
+        starting_epoch = plan.starting_epoch
+        if plan.keep_stats_until_step is not None and trainer.is_chief:
+            truncate_stats(str(config.logdir), plan.keep_stats_until_step)
     session_creator = config.session_creator
     if session_creator is None:
         session_creator = default_session_creator(config.session_config)
@@ -76,9 +86,9 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         callbacks=config.callbacks,
         monitors=config.monitors,
         session_creator=session_creator,
-        session_init=config.session_init,
+        session_init=session_init,
         steps_per_epoch=steps_per_epoch,
-        starting_epoch=config.starting_epoch,
+        starting_epoch=starting_epoch,
         max_epoch=config.max_epoch,
         extra_callbacks=config.extra_callbacks,
         logdir=config.logdir,

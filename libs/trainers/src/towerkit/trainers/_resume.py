@@ -81,6 +81,10 @@ def plan_logdir(entries: Sequence[str] | None, action: str) -> Literal["create",
     raise LogdirNotEmptyError(msg)
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 def _pairs(value: Iterable[Sequence[Any]]) -> tuple[tuple[Any, Any], ...]:
     return tuple((a, b) for a, b in value)
 
@@ -153,6 +157,8 @@ class ResumePlan:
             step (they describe training the restored model never saw), or None to keep
             them all.
         reason: one sentence for the log.
+        ignored: the checkpoints of the logdir passed over when none could be resumed
+            from exactly (all saved within an epoch, or not recorded in the statistics).
     """
 
     checkpoint: str | None = attrs.field(validator=optional(instance_of(str)))
@@ -162,6 +168,7 @@ class ResumePlan:
         default=None, validator=optional([instance_of(int), ge(0)])
     )
     reason: str = attrs.field(default="", validator=instance_of(str))
+    ignored: tuple[str, ...] = attrs.field(default=(), converter=_strings)
 
     @property
     def resumes(self) -> bool:
@@ -177,17 +184,23 @@ def resume_plan(
     user_session_init: bool = False,
     user_starting_epoch: bool = False,
     always_resume: bool = True,
+    writes_stats: bool = False,
 ) -> ResumePlan:
     """Decide which checkpoint to restore and which epoch to start, from a log directory.
 
-    The checkpoint chosen is the newest one saved at the end of an epoch (its step a
-    multiple of `steps_per_epoch`) that the statistics file has recorded; the run
-    continues with the epoch after it, and the statistics records written after it
-    are dropped. So a process killed at any point (mid-epoch, between saving and
-    writing statistics, or the other way round) restarts with the global step,
-    epoch number and statistics of one consistent moment. When no checkpoint is
-    recorded in the statistics, the newest epoch-end checkpoint is used (its epoch
-    is ``step // steps_per_epoch``); failing that, the newest checkpoint.
+    A run resumes only from a checkpoint saved at the end of an epoch, so that it
+    ends at exactly the global step of an uninterrupted run whatever the schedule of
+    the saves (the data order of an epoch restarts with the epoch). The checkpoint
+    chosen is the newest one whose step ends an epoch in the statistics file; the run
+    continues with the epoch after it, and the statistics records written after it are
+    dropped. So a process killed at any point (mid-epoch, between saving and writing
+    statistics, or the other way round) restarts with the global step, epoch number
+    and statistics of one consistent moment. When the statistics record no
+    checkpoint and the run does not write statistics (`writes_stats` False), the
+    newest checkpoint whose step is a multiple of `steps_per_epoch` is used (its epoch
+    is ``step // steps_per_epoch``). Checkpoints saved within an epoch are never
+    resumed from: when no checkpoint qualifies, training starts afresh (the plan lists
+    the checkpoints it passed over in ``ignored``).
 
     Args:
         snapshot: what the log directory holds.
@@ -197,6 +210,8 @@ def resume_plan(
         user_starting_epoch: whether the user gave a ``starting_epoch``.
         always_resume: when False, the user's ``session_init`` and ``starting_epoch``
             win over the resumed ones (each one separately); when True, resuming wins.
+        writes_stats: whether the run writes ``stats.json`` (a ``JSONWriter``): then a
+            checkpoint counts only once the statistics recorded the end of its epoch.
 
     Returns:
         The `ResumePlan`.
@@ -217,6 +232,13 @@ def resume_plan(
         >>> resume_plan(snap, steps_per_epoch=10).starting_epoch
         3
 
+        Saved every step, killed in epoch 3: the mid-epoch checkpoints are not used.
+
+        >>> snap = LogdirSnapshot(checkpoints=[(f"d/model-{s}", s) for s in (10, 20, 21, 22)],
+        ...                       epochs=[(1, 10), (2, 20)])
+        >>> resume_plan(snap, steps_per_epoch=10).checkpoint
+        'd/model-20'
+
         Nothing to resume from:
 
         >>> resume_plan(LogdirSnapshot(), steps_per_epoch=10, starting_epoch=4).starting_epoch
@@ -226,32 +248,32 @@ def resume_plan(
         msg = f"'steps_per_epoch' must be an int > 0; got {steps_per_epoch!r}"
         raise ValueError(msg)
     checkpoints = sorted(snapshot.checkpoints, key=lambda pair: pair[1])
-    if not checkpoints:
-        keep = 0 if snapshot.epochs else None
-        return ResumePlan(
-            checkpoint=None,
-            starting_epoch=starting_epoch,
-            keep_stats_until_step=keep,
-            reason="no checkpoint in the logdir: training starts afresh"
-            + (" and the statistics of the earlier run are dropped" if keep == 0 else ""),
-        )
     ends = snapshot.epoch_ends()
-    recorded = [(p, s) for p, s in checkpoints if s in ends and s % steps_per_epoch == 0]
-    aligned = [(p, s) for p, s in checkpoints if s % steps_per_epoch == 0]
+    recorded = [(p, s) for p, s in checkpoints if s in ends]
+    aligned = [(p, s) for p, s in checkpoints if s % steps_per_epoch == 0 and s > 0]
     if recorded:
         path, step = recorded[-1]
         epoch = ends[step]
         why = f"the newest checkpoint recorded in the statistics ({path!r}, epoch {epoch})"
-    elif aligned:
+    elif aligned and not writes_stats:
         path, step = aligned[-1]
         epoch = step // steps_per_epoch
         why = f"the newest epoch-end checkpoint ({path!r}, epoch {epoch} from its step)"
     else:
-        path, step = checkpoints[-1]
-        epoch = step // steps_per_epoch
-        why = (
-            f"the newest checkpoint ({path!r}, step {step}, not a multiple of "
-            f"steps_per_epoch={steps_per_epoch}: epoch {epoch} assumed)"
+        keep = 0 if snapshot.epochs else None
+        ignored = tuple(p for p, _ in checkpoints)
+        return ResumePlan(
+            checkpoint=None,
+            starting_epoch=starting_epoch,
+            keep_stats_until_step=keep,
+            ignored=ignored,
+            reason=(
+                f"no checkpoint of a finished epoch in the logdir (not resumable: {list(ignored)}): "
+                if ignored
+                else "no checkpoint in the logdir: "
+            )
+            + "training starts afresh"
+            + (" and the statistics of the earlier run are dropped" if keep == 0 else ""),
         )
     use_ckpt = always_resume or not user_session_init
     use_epoch = always_resume or not user_starting_epoch

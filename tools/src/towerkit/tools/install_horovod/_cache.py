@@ -6,12 +6,11 @@ import contextlib
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Literal
 
+from towerkit.sessinit import atomic_path
 from towerkit.tools.install_horovod._records import WHEEL_CACHE_ENV, BuildOptions, Probe
 
 __all__ = ["cache_key", "find_cached_wheel", "store_wheel", "evict_cached_wheel"]
@@ -179,7 +178,7 @@ def store_wheel(wheel: str | os.PathLike[str], cache: str | os.PathLike[str], ke
     entry = _entry(Path(cache), key)
     entry.mkdir(parents=True, exist_ok=True)
     final = entry / source.name
-    with source.open("rb") as src, _atomic_file(final, "wb") as out:
+    with source.open("rb") as src, atomic_path(final) as tmp, open(tmp, "wb") as out:
         shutil.copyfileobj(src, out)
         os.fchmod(out.fileno(), 0o644)
     for other in entry.glob("horovod-*.whl"):
@@ -212,29 +211,6 @@ def evict_cached_wheel(cache: str | os.PathLike[str], key: str) -> bool:
         return False
     shutil.rmtree(doomed, ignore_errors=True)
     return True
-
-
-@contextlib.contextmanager
-def _atomic_file(path: Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO]:
-    """Open a hidden temporary sibling of ``path``; on success flush it and rename it over ``path``.
-
-    On failure the temporary file is removed and ``path`` is left as it was.
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    with _atomic_file(path) as handle:
-        handle.write(text)
 
 
 def _wheel_cache_dir(option: str | None, environ: Mapping[str, str]) -> Path | None:

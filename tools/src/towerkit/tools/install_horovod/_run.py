@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from towerkit.callbacks import stop_process_group
+from towerkit.sessinit import atomic_write_text
 from towerkit.tools.install_horovod._cache import (
     _entry_lock,
     _wheel_cache_dir,
-    _write_atomic,
     cache_key,
     evict_cached_wheel,
     find_cached_wheel,
@@ -143,7 +143,7 @@ def _apply_patch(src: Path) -> None:
         msg = f"'{CMAKELISTS}' is missing from {src}: not a horovod source tree the patch knows"
         raise HorovodPatchError(msg)
     text = target.read_text()
-    _write_atomic(target, patch_cmakelists(text))
+    atomic_write_text(target, patch_cmakelists(text))
 
 
 def _install(args: argparse.Namespace, options: BuildOptions) -> int:
@@ -413,7 +413,7 @@ def _run_job(
 
 def _verify(step: Step, *, workdir: Path, timeout: float) -> None:
     script = Path(step.argv[-1])
-    _write_atomic(script, VERIFY_SCRIPT)
+    atomic_write_text(script, VERIFY_SCRIPT)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"}
     print(f"$ {shlex.join(step.argv)}", flush=True)
     code, text = _run_job(step.argv, env=env, cwd=workdir, timeout=timeout)
