@@ -56,6 +56,12 @@ def stderr_captured() -> Iterator[list[str]]:
             lines.extend(sink.read().decode("utf-8", "replace").splitlines())
 
 
+def _load_sessinit() -> None:
+    import towerkit.sessinit
+
+    _ = towerkit.sessinit.SmartInit  # a name that imports TensorFlow, checking its version
+
+
 def load_tensorflow(tool: str, verbose: bool = False) -> None:
     """Import TensorFlow and the towerkit libs that need it, quietly unless `verbose`.
 
@@ -73,11 +79,14 @@ def load_tensorflow(tool: str, verbose: bool = False) -> None:
         for key, value in QUIET_ENV.items():
             os.environ.setdefault(key, value)
     try:
+        # towerkit.sessinit loads TensorFlow at the first use of a name that needs it
+        # (its session initializers): touch one here, so the tool fails (or TensorFlow
+        # prints its start-up lines) now rather than later.
         if verbose:
-            import towerkit.sessinit
+            _load_sessinit()
         else:
             with stderr_captured():
-                import towerkit.sessinit  # noqa: F401
+                _load_sessinit()
     except ImportError as err:
         message = " ".join(str(err).split()) or f"cannot import {err.name}"
         msg = f"TensorFlow cannot be imported: {message}"
