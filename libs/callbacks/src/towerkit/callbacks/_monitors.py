@@ -381,9 +381,10 @@ def require_logdir(callback: Callback, explicit: str | None = None, what: str = 
 class TFEventWriter(MonitorBase):
     """Write every summary and event to a TensorFlow event file (for TensorBoard).
 
-    The writer opens in ``setup_graph`` (statistics put in ``before_train`` are kept),
-    adds the graph in ``before_train``, flushes after each epoch and closes after
-    training. Summaries are written at the trainer's global step.
+    The writer opens when something is first written (the graph, in ``before_train``,
+    or a statistic put before it), so a run that fails before training writes no
+    event file. It flushes after each epoch and closes after training. Summaries are
+    written at the trainer's global step.
 
     Args:
         logdir: the directory of the event files; the trainer's ``logdir`` by default.
@@ -416,7 +417,12 @@ class TFEventWriter(MonitorBase):
     def _setup_graph(self) -> None:
         self.logdir = require_logdir(self, self._logdir_arg)
         self._files = 0
-        self._open()
+        self._writer = None
+
+    def _opened(self) -> Any:
+        if self._writer is None:
+            self._open()
+        return self._writer
 
     def _open(self) -> None:
         # a distinct suffix per file: event file names hold the time in seconds only
@@ -430,23 +436,25 @@ class TFEventWriter(MonitorBase):
             )
 
     def _before_train(self) -> None:
-        self._writer.add_graph(self.graph)
+        self._opened().add_graph(self.graph)
 
     def process_summary(self, summary: Any) -> None:
-        self._writer.add_summary(summary, self.trainer.global_step)
+        self._opened().add_summary(summary, self.trainer.global_step)
 
     def process_event(self, evt: Any) -> None:
-        self._writer.add_event(evt)
+        self._opened().add_event(evt)
 
     def _trigger_epoch(self) -> None:
         if self._split:
-            self._writer.close()
+            self._opened().close()
             self._open()
         else:
-            self._writer.flush()
+            self._opened().flush()
 
     def _after_train(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 def _last_epoch(records: list[dict[str, Any]]) -> int | None:
