@@ -10,6 +10,7 @@ from towerkit.sessinit._atomic import (
 )
 from towerkit.sessinit._errors import (
     CheckpointNotFoundError,
+    CorruptCheckpointError,
     NotACheckpointError,
     RestoreMismatchError,
 )
@@ -95,4 +96,5 @@ __all__ = [
     "RestoreMismatchError",
     "CheckpointNotFoundError",
     "NotACheckpointError",
+    "CorruptCheckpointError",
 ]
