@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
 from loop import LoopTrainer
 
 from towerkit.callbacks import (
@@ -24,6 +26,7 @@ from towerkit.callbacks import (
     StopTraining,
     TFEventWriter,
 )
+from towerkit.callbacks._monitors import fill_command
 from towerkit.towers._compat import tf1
 
 
@@ -480,6 +483,30 @@ class TestSendMonitorData:
             SendMonitorData("echo", [])
         with pytest.raises(ValueError, match="'command' is not a valid format string"):
             SendMonitorData("echo {val", "val")
+
+    @pytest.mark.parametrize(
+        ("command", "match"),
+        [
+            ("echo {val:d}", r"\{val:d\}: Unknown format code 'd' .* use a float format"),
+            ("echo {val!z}", r"\{val!z\}: unknown conversion 'z' \(use !r, !s or !a\)"),
+            ("echo {val:{n}}", r"\{val:\{n\}\}: nested fields in a format spec"),
+            ("echo {val:>>>}", r"\{val:>>>\}: Unknown format code '>'"),
+        ],
+    )
+    def test_malformed_template(self, command, match):
+        """A template that could not format a float fails at construction, not at the first send."""
+        with pytest.raises(ValueError, match=r"cannot format a statistic: " + match):
+            SendMonitorData(command, ["val", "n"])
+        with pytest.raises(ValueError, match=match):
+            SendStat(command, ["val", "n"])
+
+    @given(st.sampled_from(["", ".3f", "08.2e", "g", "%", ">12", ",.1f", "+.0f"]), st.floats())
+    def test_valid_specs_format_any_float(self, spec, value):
+        """What the check accepts formats every float (and int) at send time."""
+        command = f"echo {{val:{spec}}}"
+        SendMonitorData(command, "val")
+        assert fill_command(command, {"val": value}).startswith("echo ")
+        assert fill_command(command, {"val": 3}).startswith("echo ")
 
 
 class TestSendStat:

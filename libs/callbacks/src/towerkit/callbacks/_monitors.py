@@ -687,13 +687,33 @@ def _check_command(command: str, names: tuple[str, ...]) -> None:
         msg = f"'command' must be a non-empty shell command; got {command!r}"
         raise TypeError(msg)
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(command) if f is not None]
+        parts = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(command)]
     except ValueError as err:
         msg = f"'command' is not a valid format string: {err}; command: {command!r}"
         raise ValueError(msg) from err
+    fields = [f for f, _, _ in parts if f is not None]
     unknown = [f for f in fields if f not in names]
     if unknown:
         msg = f"'command' uses fields {unknown} that are not in 'names' {list(names)}"
+        raise ValueError(msg)
+    bad = []
+    for field, spec, conv in parts:
+        if field is None:
+            continue
+        if conv not in (None, "r", "s", "a"):
+            bad.append(f"{{{field}!{conv}}}: unknown conversion {conv!r} (use !r, !s or !a)")
+        elif spec and ("{" in spec or "}" in spec):
+            bad.append(f"{{{field}:{spec}}}: nested fields in a format spec are not supported")
+        else:
+            try:
+                fill_command(f"{{x{'!' + conv if conv else ''}:{spec or ''}}}", {"x": 0.5})
+            except (ValueError, TypeError) as err:
+                bad.append(
+                    f"{{{field}:{spec}}}: {err} (statistics are floats: use a float format "
+                    "such as '.3f', '.0f' or 'g')"
+                )
+    if bad:
+        msg = f"'command' has fields that cannot format a statistic: {'; '.join(bad)}"
         raise ValueError(msg)
 
 
@@ -743,7 +763,9 @@ class SendMonitorData(MonitorBase):
         names: the statistic name(s) to collect.
 
     Raises:
-        ValueError: the command uses a field that is not in ``names``.
+        ValueError: the command is not a valid template: a field that is not in
+            ``names``, an unknown conversion, or a format spec that cannot format a
+            float (``{x:d}``); checked here, not at the first send.
     """
 
     def __init__(self, command: str, names: str | Iterable[str]) -> None:
