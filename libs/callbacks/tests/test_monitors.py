@@ -509,6 +509,31 @@ class TestSendMonitorData:
         assert fill_command(command, {"val": 3}).startswith("echo ")
 
 
+class TestReservedStatNames:
+    """Statistics JSONWriter cannot write (its own record keys) are warned about."""
+
+    def test_summary_at_setup_and_put(self, graph, tmp_path, caplog):
+        """A scalar summary tagged 'epoch_num' is named at setup; a put 'global_step' at its put."""
+        tf1.summary.scalar("epoch_num", tf.constant(1.0))
+
+        class Put(Callback):
+            def _trigger_epoch(self):
+                self.trainer.monitors.put_scalar("global_step", 5.0)
+                self.trainer.monitors.put_scalar("loss", 1.0)
+
+        writer = JSONWriter()
+        with caplog.at_level(logging.WARNING, logger="towerkit.callbacks"):
+            LoopTrainer(
+                graph, make_train_op(), [Put()], [writer], logdir=tmp_path, max_epoch=2
+            ).train()
+        text = caplog.text
+        assert "the graph has a scalar summary named 'epoch_num'" in text
+        assert text.count("a statistic named 'global_step' is not written") == 1
+        records = json.loads((tmp_path / "stats.json").read_text())
+        assert [r["epoch_num"] for r in records] == [1, 2]
+        assert all(r["loss"] == 1.0 for r in records)
+
+
 class TestSendStat:
     """A callback sending the latest values of statistics."""
 

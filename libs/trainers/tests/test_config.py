@@ -182,6 +182,14 @@ class TestTrainConfig:
         )
 
 
+def test_monitor_as_callback_in_config():
+    """TrainConfig refuses a monitor among the callbacks at construction."""
+    from towerkit.callbacks import JSONWriter
+
+    with pytest.raises(TypeError, match=r"'extra_callbacks' holds monitors \(#0: JSONWriter\)"):
+        TrainConfig(model=Blobs(), extra_callbacks=[JSONWriter()])
+
+
 class TestLaunch:
     """launch_train_with_config trains a ModelDesc end to end."""
 

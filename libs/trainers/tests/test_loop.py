@@ -542,3 +542,60 @@ class TestFailedRun:
 
         got = new_entries(before, before + added)
         assert got == sorted(n for n in added if n not in set(before))
+
+
+class TestWritersAtSetup:
+    """Callbacks that would fight over files, or write nothing, are refused at setup."""
+
+    @pytest.mark.parametrize(
+        ("callbacks", "monitors", "match"),
+        [
+            ("two_savers", [], r"'.*/log/model-\*' \(ModelSaver, ModelSaver\)"),
+            ("periodic_saver", [], r"'.*/log/model-\*' \(ModelSaver, ModelSaver\)"),
+            ([], "two_writers", r"'.*/log/stats.json' \(JSONWriter, JSONWriter\)"),
+        ],
+    )
+    def test_same_files(self, graph, logdir, callbacks, monitors, match):
+        """Two savers (one wrapped) or two stats writers on one directory: ValueError, nothing written."""
+        from towerkit.callbacks import JSONWriter, ModelSaver, PeriodicTrigger
+
+        made = {
+            "two_savers": lambda: [ModelSaver(), ModelSaver(max_to_keep=2)],
+            "periodic_saver": lambda: [ModelSaver(), PeriodicTrigger(ModelSaver(), every_k_steps=1)],
+            "two_writers": lambda: [JSONWriter(), JSONWriter()],
+        }
+        cbs = made[callbacks]() if isinstance(callbacks, str) else callbacks
+        mons = made[monitors]() if isinstance(monitors, str) else monitors
+        trainer, _ = counter_trainer()
+        with pytest.raises(ValueError, match=r"callbacks would write the same files: " + match):
+            trainer.train(cbs, mons, creator(), None, 1, 1, 1, logdir=logdir)
+        assert not logdir.exists()
+
+    def test_savers_in_two_directories(self, graph, logdir):
+        """Two savers with different directories are fine."""
+        from towerkit.callbacks import ModelSaver
+
+        trainer, _ = counter_trainer()
+        savers = [ModelSaver(), ModelSaver(checkpoint_dir=logdir / "best")]
+        trainer.train(savers, [], creator(), None, 1, 1, 1, logdir=logdir)
+        assert (logdir / "model-1.index").is_file()
+        assert (logdir / "best" / "model-1.index").is_file()
+
+    def test_monitor_as_callback(self, graph, logdir):
+        """A monitor given as a callback would write nothing: TypeError naming it."""
+        from towerkit.callbacks import JSONWriter
+
+        trainer, _ = counter_trainer()
+        with pytest.raises(
+            TypeError, match=r"'callbacks' holds monitors \(#0: JSONWriter\): .*pass it in 'monitors'"
+        ):
+            trainer.train([JSONWriter()], [], creator(), None, 1, 1, 1, logdir=logdir)
+        assert not logdir.exists()
+
+    def test_claim_conflicts(self):
+        """claim_conflicts: each path claimed twice or more, with every claimant."""
+        from towerkit.trainers._base import claim_conflicts
+
+        claims = [("a", "X"), ("b", "Y"), ("a", "Z"), ("a", "X")]
+        assert claim_conflicts(claims) == ["'a' (X, Z, X)"]
+        assert claim_conflicts([("a", "X"), ("b", "X")]) == []

@@ -466,6 +466,25 @@ def _last_epoch(records: list[dict[str, Any]]) -> int | None:
     return None
 
 
+_RECORD_KEYS = ("epoch_num", "global_step")
+"""The keys JSONWriter writes in every record itself; statistics of those names are not written."""
+
+
+def _scalar_summary_tags(graph: Any) -> set[str]:
+    """The constant tags of the scalar summary ops in `graph`'s summaries collection."""
+    tags = set()
+    for op in graph.get_collection(tf1.GraphKeys.SUMMARIES):
+        op = getattr(op, "op", op)
+        if op.type != "ScalarSummary":
+            continue
+        tag_op = op.inputs[0].op
+        if tag_op.type == "Const":
+            value = tf1.make_ndarray(tag_op.get_attr("value"))
+            if value.ndim == 0:
+                tags.add(value.item().decode() if isinstance(value.item(), bytes) else str(value))
+    return tags
+
+
 class JSONWriter(MonitorBase):
     """Write the scalars of each epoch to ``<logdir>/stats.json``.
 
@@ -529,9 +548,6 @@ class JSONWriter(MonitorBase):
         """The ``epoch_num`` of the last record of ``<dir>/stats.json``, or None without one."""
         return _last_epoch(JSONWriter.load_existing_json(dir) or [])
 
-    def _setup_graph(self) -> None:
-        self._path = os.path.join(require_logdir(self), self.FILENAME)
-
     def _before_train(self) -> None:
         directory = os.path.dirname(self._path)
         existing = self.load_existing_json(directory) or []
@@ -561,7 +577,31 @@ class JSONWriter(MonitorBase):
             self._write()
 
     def process_scalar(self, name: str, val: float) -> None:
+        if name in _RECORD_KEYS:
+            if name not in self._clashes:
+                self._clashes.add(name)
+                logger.warning(
+                    "JSONWriter: a statistic named %r is not written to %s: each record's %r "
+                    "is the trainer's own; give the statistic another name",
+                    name,
+                    self._path,
+                    name,
+                )
+            return
         self._pending[name] = val
+
+    def _setup_graph(self) -> None:
+        self._path = os.path.join(require_logdir(self), self.FILENAME)
+        self._clashes: set[str] = set()
+        for tag in _scalar_summary_tags(self.graph) & set(_RECORD_KEYS):
+            self._clashes.add(tag)
+            logger.warning(
+                "JSONWriter: the graph has a scalar summary named %r, which %s will not hold: "
+                "each record's %r is the trainer's own; give the summary another name",
+                tag,
+                self._path,
+                tag,
+            )
 
     def _trigger_epoch(self) -> None:
         record: dict[str, Any] = {

@@ -97,6 +97,68 @@ def _discard_new_entries(taken: _LogdirTaken) -> None:
         logger.warning("moved %s back to %s", taken.moved_aside, taken.path)
 
 
+def _reject_monitors(what: str, cbs: Sequence[Callback]) -> None:
+    """TypeError when monitors are given as callbacks: they would receive no statistics."""
+    from towerkit.callbacks import MonitorBase
+
+    bad = [f"#{i}: {cb}" for i, cb in enumerate(cbs) if isinstance(cb, MonitorBase)]
+    if bad:
+        msg = (
+            f"{what!r} holds monitors ({', '.join(bad)}): a monitor given as a callback "
+            "receives no statistics and writes nothing; pass it in 'monitors' instead"
+        )
+        raise TypeError(msg)
+
+
+def _flatten(cbs: Iterable[Any]) -> Iterator[Any]:
+    """Every callback of `cbs`, wrapped ones and the monitors of a `Monitors` group included."""
+    from towerkit.callbacks import Monitors, ProxyCallback
+
+    for cb in cbs:
+        yield cb
+        if isinstance(cb, Monitors):
+            yield from _flatten(cb.monitors)
+        elif isinstance(cb, Callbacks):
+            yield from _flatten(cb.cbs)
+        elif isinstance(cb, ProxyCallback):
+            yield from _flatten([cb.cb])
+
+
+def file_claims(cbs: Iterable[Any]) -> list[tuple[str, str]]:
+    """``(path, callback)`` for each file set a callback of `cbs` writes (after ``setup_graph``).
+
+    A `ModelSaver` claims ``<checkpoint_dir>/model-*``, a `JSONWriter` its
+    ``stats.json``, a `MinSaver`/`MaxSaver` its copy.
+    """
+    from towerkit.callbacks import JSONWriter, MinSaver, ModelSaver
+
+    claims = []
+    for cb in _flatten(cbs):
+        if isinstance(cb, ModelSaver) and cb.checkpoint_dir is not None:
+            claims.append((os.path.join(os.path.abspath(cb.checkpoint_dir), "model-*"), str(cb)))
+        elif isinstance(cb, JSONWriter) and cb.path is not None:
+            claims.append((os.path.abspath(cb.path), str(cb)))
+        elif isinstance(cb, MinSaver) and cb.checkpoint_dir is not None:
+            claims.append((os.path.join(os.path.abspath(cb.checkpoint_dir), cb.filename), str(cb)))
+    return claims
+
+
+def claim_conflicts(claims: Iterable[tuple[str, str]]) -> list[str]:
+    """The paths claimed more than once, each with its claimants, sorted by path.
+
+    Examples:
+        >>> claim_conflicts([("d/stats.json", "JSONWriter"), ("d/model-*", "ModelSaver"),
+        ...                  ("d/stats.json", "JSONWriter")])
+        ["'d/stats.json' (JSONWriter, JSONWriter)"]
+        >>> claim_conflicts([("a/model-*", "ModelSaver"), ("b/model-*", "ModelSaver")])
+        []
+    """
+    owners: dict[str, list[str]] = {}
+    for path, who in claims:
+        owners.setdefault(path, []).append(who)
+    return [f"{p!r} ({', '.join(w)})" for p, w in sorted(owners.items()) if len(w) > 1]
+
+
 def default_session_creator(session_config: Any = None) -> Any:
     """A ``NewSessionCreator`` with `session_config`, else the default session config."""
     from towerkit.trainers._sesscreate import NewSessionCreator
@@ -328,6 +390,7 @@ class Trainer:
             if any(one is seen for seen in self._registered):
                 msg = f"callback {one} is registered twice: register each callback once"
                 raise ValueError(msg)
+            _reject_monitors("callbacks", [one])
             self._registered.append(one)
             ok = True
         return ok
@@ -344,13 +407,25 @@ class Trainer:
         be read from it after training), unless this worker is not the chief and some
         of its monitors are chief-only, in which case a group of the others is made.
 
+        Callbacks that would write the same files (two `ModelSaver` on one
+        directory, wrapped or not, two `JSONWriter`) are refused once set up, before
+        anything is written.
+
         Raises:
-            TypeError: entries that are not callbacks.
+            TypeError: entries that are not callbacks, or monitors among the callbacks
+                (they would receive no statistics).
+            ValueError: callbacks that would write the same files; the message names
+                the files and the callbacks.
             TrainerStateError: called twice.
         """
+        self._require_phase("setup_callbacks", "new")
+        with self._failed_start_cleanup():
+            self._setup_callbacks(callbacks, monitors)
+        self._phase = "callbacks"
+
+    def _setup_callbacks(self, callbacks: Any, monitors: Any) -> None:
         from towerkit.callbacks import Monitors
 
-        self._require_phase("setup_callbacks", "new")
         self.register_callback(_as_callback_list("callbacks", callbacks))
         given = monitors.monitors if isinstance(monitors, Monitors) else monitors
         mons: list[Any] = [
@@ -363,9 +438,15 @@ class Trainer:
             self._monitors = Monitors(mons)
         self._registered.append(self._monitors)
         self._callbacks = Callbacks(self._registered)
-        with self._failed_start_cleanup(), self._graph.as_default():
+        with self._graph.as_default():
             self._callbacks.setup_graph(self)
-        self._phase = "callbacks"
+        conflicts = claim_conflicts(file_claims(self._registered))
+        if conflicts:
+            msg = (
+                f"callbacks would write the same files: {'; '.join(conflicts)}; keep one "
+                "of each, or give them different directories (checkpoint_dir=...)"
+            )
+            raise ValueError(msg)
 
     def _ensure_global_step(self) -> None:
         """Create the global step variable and the op that increments it with every run."""
