@@ -127,10 +127,9 @@ def _flatten(cbs: Iterable[Any]) -> Iterator[Any]:
 def file_claims(cbs: Iterable[Any]) -> list[tuple[str, str]]:
     """``(path, callback)`` for each file set a callback of `cbs` writes (after ``setup_graph``).
 
-    A `ModelSaver` claims ``<checkpoint_dir>/model-*``, a `JSONWriter` its
-    ``stats.json``, a `MinSaver`/`MaxSaver` its copy.
+    A `ModelSaver` claims ``<checkpoint_dir>/model-*``, a `JSONWriter` its ``stats.json``.
     """
-    from towerkit.callbacks import JSONWriter, MinSaver, ModelSaver
+    from towerkit.callbacks import JSONWriter, ModelSaver
 
     claims = []
     for cb in _flatten(cbs):
@@ -138,8 +137,6 @@ def file_claims(cbs: Iterable[Any]) -> list[tuple[str, str]]:
             claims.append((os.path.join(os.path.abspath(cb.checkpoint_dir), "model-*"), str(cb)))
         elif isinstance(cb, JSONWriter) and cb.path is not None:
             claims.append((os.path.abspath(cb.path), str(cb)))
-        elif isinstance(cb, MinSaver) and cb.checkpoint_dir is not None:
-            claims.append((os.path.join(os.path.abspath(cb.checkpoint_dir), cb.filename), str(cb)))
     return claims
 
 
