@@ -152,9 +152,11 @@ def damage(prefix, how):
     elif how == "drop":
         os.remove(data)
     elif how == "index":
-        body = bytearray(open(prefix + ".index", "rb").read())
+        with open(prefix + ".index", "rb") as f:
+            body = bytearray(f.read())
         body[30] ^= 0xFF  # inside the first block, which has a checksum
-        open(prefix + ".index", "wb").write(bytes(body))
+        with open(prefix + ".index", "wb") as f:
+            f.write(bytes(body))
 
 
 DAMAGE = {
@@ -187,14 +189,18 @@ class TestCorruptCheckpoint:
         from towerkit.sessinit import CorruptCheckpointError, SmartInit
 
         damage(saved, how)
+
+        def restore():
+            init = SmartInit(saved)
+            with tf1.Session() as s:
+                s.run(tf1.global_variables_initializer())
+                init.init(s)
+
         with tf.Graph().as_default():
             tf1.get_variable("a", [1000])
             tf1.get_variable("b", [3, 4])
             with pytest.raises(CorruptCheckpointError, match=DAMAGE[how]) as info:
-                init = SmartInit(saved)
-                with tf1.Session() as s:
-                    s.run(tf1.global_variables_initializer())
-                    init.init(s)
+                restore()
         if how in ("zero", "flip"):
             assert isinstance(info.value.__cause__, tf.errors.OpError), "chained to the read error"
 
@@ -227,7 +233,8 @@ class TestCorruptCheckpoint:
         """A damaged index is not a readable checkpoint (the index names the fault)."""
         damage(saved, "index")
         with pytest.raises(
-            NotACheckpointError, match=r"is not a readable TensorFlow checkpoint: .*checksum mismatch"
+            NotACheckpointError,
+            match=r"is not a readable TensorFlow checkpoint: .*checksum mismatch",
         ):
             list_checkpoint_vars(saved)
 

@@ -561,7 +561,10 @@ class TestWritersAtSetup:
 
         made = {
             "two_savers": lambda: [ModelSaver(), ModelSaver(max_to_keep=2)],
-            "periodic_saver": lambda: [ModelSaver(), PeriodicTrigger(ModelSaver(), every_k_steps=1)],
+            "periodic_saver": lambda: [
+                ModelSaver(),
+                PeriodicTrigger(ModelSaver(), every_k_steps=1),
+            ],
             "two_writers": lambda: [JSONWriter(), JSONWriter()],
         }
         cbs = made[callbacks]() if isinstance(callbacks, str) else callbacks
@@ -587,7 +590,8 @@ class TestWritersAtSetup:
 
         trainer, _ = counter_trainer()
         with pytest.raises(
-            TypeError, match=r"'callbacks' holds monitors \(#0: JSONWriter\): .*pass it in 'monitors'"
+            TypeError,
+            match=r"'callbacks' holds monitors \(#0: JSONWriter\): .*pass it in 'monitors'",
         ):
             trainer.train([JSONWriter()], [], creator(), None, 1, 1, 1, logdir=logdir)
         assert not logdir.exists()

@@ -107,18 +107,19 @@ def check_data_files(prefix: str, infos: Sequence[VarInfo]) -> None:
     base = os.path.basename(prefix)
     shards, missing = missing_shards(os.listdir(directory), base)
     if missing:
-        files = ", ".join(repr(data_file_name(prefix, i, shards)) for i in missing)
+        absent = ", ".join(repr(data_file_name(prefix, i, shards)) for i in missing)
         msg = (
             f"checkpoint {prefix!r} is incomplete: its index lists {len(infos)} variables but "
-            f"the data file {files} does not exist; restore it from a copy or use another "
+            f"the data file {absent} does not exist; restore it from a copy or use another "
             "checkpoint"
         )
         raise CorruptCheckpointError(msg)
     needed = 0
     for info in infos:
-        if info.dtype == "string" or info.size is None:
+        itemsize = _fixed_itemsize(info.dtype)
+        if itemsize is None or info.size is None:
             continue
-        needed += info.size * np.dtype(info.dtype).itemsize
+        needed += info.size * itemsize
     files = [data_file_name(prefix, i, shards) for i in range(shards)]
     have = sum(os.path.getsize(f) for f in files)
     if have < needed:
@@ -129,6 +130,17 @@ def check_data_files(prefix: str, infos: Sequence[VarInfo]) -> None:
             "copy or use another checkpoint"
         )
         raise CorruptCheckpointError(msg)
+
+
+def _fixed_itemsize(dtype: str) -> int | None:
+    """Bytes per element of a fixed-size dtype; None for strings and dtypes of unknown size."""
+    if dtype == "string":
+        return None
+    try:
+        size = tf.as_dtype(dtype).size
+    except (TypeError, ValueError):
+        return None
+    return int(size) if size else None
 
 
 def _reason(err: BaseException) -> str:
@@ -158,9 +170,9 @@ def corrupt_checkpoint_error(
         for name in wanted:
             try:
                 reader.get_tensor(name)
-            except Exception as one:  # noqa: BLE001 - each failure is reported
+            except Exception as one:
                 at_fault.append(f"{name!r} ({_reason(one)})")
-    except Exception:  # noqa: BLE001 - the index itself is unreadable: say what the read said
+    except Exception:
         at_fault = []
     directory = os.path.dirname(prefix) or "."
     shards, _ = missing_shards(os.listdir(directory), os.path.basename(prefix))
@@ -168,7 +180,9 @@ def corrupt_checkpoint_error(
     where = repr(files[0]) if shards == 1 else f"{files[0]!r} ... ({shards} shards)"
     if not at_fault:
         at_fault = [f"a read of {len(wanted)} variables ({_reason(err)})"]
-    shown = ", ".join(at_fault[:20]) + (f" and {len(at_fault) - 20} more" if len(at_fault) > 20 else "")
+    shown = ", ".join(at_fault[:20]) + (
+        f" and {len(at_fault) - 20} more" if len(at_fault) > 20 else ""
+    )
     msg = (
         f"checkpoint {prefix!r} is corrupt: its data file {where} does not hold the values "
         f"its index describes; at fault: {shown}. Restore the files from a copy or use "

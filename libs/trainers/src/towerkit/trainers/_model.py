@@ -79,7 +79,9 @@ class ModelDesc(ModelDescBase):
         if "_optimizer" not in self.__dict__:
             opt = self.optimizer()
             missing = [
-                m for m in ("compute_gradients", "apply_gradients") if not callable(getattr(opt, m, None))
+                m
+                for m in ("compute_gradients", "apply_gradients")
+                if not callable(getattr(opt, m, None))
             ]
             if missing:
                 msg = (
