@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
 from loop import LoopTrainer
 
 from towerkit.callbacks import (
@@ -25,6 +27,7 @@ from towerkit.callbacks import (
     StopTraining,
     TFEventWriter,
 )
+from towerkit.callbacks._monitors import fill_command
 from towerkit.towers.compat import tf1
 
 
@@ -557,6 +560,55 @@ class TestSendMonitorData:
             SendMonitorData("echo", [])
         with pytest.raises(ValueError, match="'command' is not a valid format string"):
             SendMonitorData("echo {val", "val")
+
+    @pytest.mark.parametrize(
+        ("command", "match"),
+        [
+            ("echo {val:d}", r"\{val:d\}: Unknown format code 'd' .* use a float format"),
+            ("echo {val!z}", r"\{val!z\}: unknown conversion 'z' \(use !r, !s or !a\)"),
+            ("echo {val:{n}}", r"\{val:\{n\}\}: nested fields in a format spec"),
+            ("echo {val:>>>}", r"\{val:>>>\}: Unknown format code '>'"),
+        ],
+    )
+    def test_malformed_template(self, command, match):
+        """A template that could not format a float fails at construction, not at the first send."""
+        with pytest.raises(ValueError, match=r"cannot format a statistic: " + match):
+            SendMonitorData(command, ["val", "n"])
+        with pytest.raises(ValueError, match=match):
+            SendStat(command, ["val", "n"])
+
+    @given(st.sampled_from(["", ".3f", "08.2e", "g", "%", ">12", ",.1f", "+.0f"]), st.floats())
+    def test_valid_specs_format_any_float(self, spec, value):
+        """What the check accepts formats every float (and int) at send time."""
+        command = f"echo {{val:{spec}}}"
+        SendMonitorData(command, "val")
+        assert fill_command(command, {"val": value}).startswith("echo ")
+        assert fill_command(command, {"val": 3}).startswith("echo ")
+
+
+class TestReservedStatNames:
+    """Statistics JSONWriter cannot write (its own record keys) are warned about."""
+
+    def test_summary_at_setup_and_put(self, graph, tmp_path, caplog):
+        """A scalar summary tagged 'epoch_num' is named at setup; a put 'global_step' at its put."""
+        tf1.summary.scalar("epoch_num", tf.constant(1.0))
+
+        class Put(Callback):
+            def _trigger_epoch(self):
+                self.trainer.monitors.put_scalar("global_step", 5.0)
+                self.trainer.monitors.put_scalar("loss", 1.0)
+
+        writer = JSONWriter()
+        with caplog.at_level(logging.WARNING, logger="towerkit.callbacks"):
+            LoopTrainer(
+                graph, make_train_op(), [Put()], [writer], logdir=tmp_path, max_epoch=2
+            ).train()
+        text = caplog.text
+        assert "the graph has a scalar summary named 'epoch_num'" in text
+        assert text.count("a statistic named 'global_step' is not written") == 1
+        records = json.loads((tmp_path / "stats.json").read_text())
+        assert [r["epoch_num"] for r in records] == [1, 2]
+        assert all(r["loss"] == 1.0 for r in records)
 
 
 class TestSendStat:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
 
 from towerkit.sessinit import (
     CheckpointNotFoundError,
@@ -128,3 +130,131 @@ class TestDumpSessionParams:
             dump_session_params(tmp_path / "params.npy")
         with pytest.raises(RuntimeError, match=r"needs a default session"):
             dump_session_params(tmp_path / "params.npz")
+
+
+def damage(prefix, how):
+    """Damage checkpoint `prefix` on disk: ``zero``/``cut`` its data file, ``drop`` it, ``index``."""
+    import os
+
+    data = prefix + ".data-00000-of-00001"
+    if how == "zero":
+        size = os.path.getsize(data)
+        with open(data, "r+b") as f:
+            f.write(b"\0" * size)
+    elif how == "flip":
+        with open(data, "r+b") as f:
+            f.seek(5)
+            byte = f.read(1)
+            f.seek(5)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    elif how == "cut":
+        os.truncate(data, os.path.getsize(data) // 2)
+    elif how == "drop":
+        os.remove(data)
+    elif how == "index":
+        with open(prefix + ".index", "rb") as f:
+            body = bytearray(f.read())
+        body[30] ^= 0xFF  # inside the first block, which has a checksum
+        with open(prefix + ".index", "wb") as f:
+            f.write(bytes(body))
+
+
+DAMAGE = {
+    "zero": r"is corrupt: its data file '.*model-1\.data-00000-of-00001' does not hold the values "
+    r"its index describes; at fault: 'a' \(checksum mismatch",
+    "flip": r"is corrupt: .*at fault: 'a' \(checksum mismatch: its bytes changed after they were written\)",
+    "cut": r"is truncated: its data file '.*model-1\.data-00000-of-00001' holds \d+ bytes but "
+    r"its index describes at least 4048 bytes",
+    "drop": r"is incomplete: its index lists 2 variables but the data file "
+    r"'.*model-1\.data-00000-of-00001' does not exist",
+}
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A two-variable checkpoint ``<tmp>/model-1`` written by save_checkpoint_vars."""
+    prefix = str(tmp_path / "model-1")
+    save_checkpoint_vars(
+        {"a": np.arange(1000, dtype=np.float32), "b": np.ones((3, 4), np.float32)}, prefix
+    )
+    return prefix
+
+
+class TestCorruptCheckpoint:
+    """Damaged checkpoint files give a CorruptCheckpointError naming the file and the fault."""
+
+    @pytest.mark.parametrize("how", sorted(DAMAGE))
+    def test_smart_init(self, saved, how):
+        """SmartInit: at construction for missing or short files, at init for damaged bytes."""
+        from towerkit.sessinit import CorruptCheckpointError, SmartInit
+
+        damage(saved, how)
+
+        def restore():
+            init = SmartInit(saved)
+            with tf1.Session() as s:
+                s.run(tf1.global_variables_initializer())
+                init.init(s)
+
+        with tf.Graph().as_default():
+            tf1.get_variable("a", [1000])
+            tf1.get_variable("b", [3, 4])
+            with pytest.raises(CorruptCheckpointError, match=DAMAGE[how]) as info:
+                restore()
+        if how in ("zero", "flip"):
+            assert isinstance(info.value.__cause__, tf.errors.OpError), "chained to the read error"
+
+    @pytest.mark.parametrize("how", ["zero", "flip"])
+    def test_finalized_graph_reader(self, saved, how):
+        """The reader path (a relaxed restore into a finalized graph) says the same."""
+        from towerkit.sessinit import CorruptCheckpointError, SaverRestoreRelaxed
+
+        damage(saved, how)
+        with tf.Graph().as_default() as g:
+            tf1.get_variable("a", [1000])
+            tf1.get_variable("b", [3, 4])
+            init = SaverRestoreRelaxed(saved)
+            with tf1.Session() as s:
+                s.run(tf1.global_variables_initializer())
+                g.finalize()
+                with pytest.raises(CorruptCheckpointError, match=DAMAGE[how]):
+                    init.init(s)
+
+    @pytest.mark.parametrize("how", sorted(DAMAGE))
+    def test_load_checkpoint_vars(self, saved, how):
+        """load_checkpoint_vars reads nothing silently wrong."""
+        from towerkit.sessinit import CorruptCheckpointError
+
+        damage(saved, how)
+        with pytest.raises(CorruptCheckpointError, match=DAMAGE[how]):
+            load_checkpoint_vars(saved)
+
+    def test_damaged_index(self, saved):
+        """A damaged index is not a readable checkpoint (the index names the fault)."""
+        damage(saved, "index")
+        with pytest.raises(
+            NotACheckpointError,
+            match=r"is not a readable TensorFlow checkpoint: .*checksum mismatch",
+        ):
+            list_checkpoint_vars(saved)
+
+    def test_names(self, saved):
+        """load_checkpoint_vars(names=...) reads those only; unknown names are a KeyError."""
+        got = load_checkpoint_vars(saved, ["b"])
+        assert list(got) == ["b"]
+        with pytest.raises(KeyError, match=r"holds no variables \['zz'\]"):
+            load_checkpoint_vars(saved, ["zz"])
+
+    @given(st.sets(st.integers(0, 6)), st.integers(1, 7))
+    def test_missing_shards(self, present, total):
+        """missing_shards: the shards of 0..N-1 whose data file is absent."""
+        from towerkit.sessinit._varmanip import data_file_name, missing_shards
+
+        present = {i for i in present if i < total}
+        names = ["m.index", *(data_file_name("m", i, total) for i in present)]
+        got_total, missing = missing_shards(names, "m")
+        if present:
+            assert got_total == total
+            assert missing == [i for i in range(total) if i not in present]
+        else:
+            assert (got_total, missing) == (1, [0])

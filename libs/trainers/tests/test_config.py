@@ -187,6 +187,14 @@ class TestTrainConfig:
         )
 
 
+def test_monitor_as_callback_in_config():
+    """TrainConfig refuses a monitor among the callbacks at construction."""
+    from towerkit.callbacks import JSONWriter
+
+    with pytest.raises(TypeError, match=r"'extra_callbacks' holds monitors \(#0: JSONWriter\)"):
+        TrainConfig(model=Blobs(), extra_callbacks=[JSONWriter()])
+
+
 class TestLaunch:
     """launch_train_with_config trains a ModelDesc end to end."""
 
@@ -440,6 +448,41 @@ class TestAutoResume:
             monitors=[],
         )
         assert config.plan_resume(8).checkpoint is not None, "always_resume=True: resuming wins"
+
+    def test_failed_resume_removes_nothing_it_found(self, logdir):
+        """A resumed run failing before its first step leaves every file it found byte-identical."""
+        from towerkit.callbacks import JSONWriter, TFEventWriter
+
+        class Boom(Callback):
+            def _before_train(self):
+                raise RuntimeError("boom")
+
+        def run(max_epoch, callbacks=()):
+            with tf.Graph().as_default():
+                config = AutoResumeTrainConfig(
+                    model=Blobs(),
+                    data=data(),
+                    callbacks=[*callbacks, ModelSaver()],
+                    monitors=[TFEventWriter(), JSONWriter()],
+                    extra_callbacks=[],
+                    max_epoch=max_epoch,
+                    logdir=logdir,
+                )
+                launch_train_with_config(config, SimpleTrainer())
+            return config
+
+        run(2)
+
+        def files():
+            return {p.name: p.read_bytes() for p in logdir.iterdir()}
+
+        before = files()
+        with pytest.raises(RuntimeError, match="boom"):
+            run(4, [Boom()])
+        assert files() == before
+        config = run(4)
+        assert config.starting_epoch == 3
+        assert os.path.isfile(os.path.join(logdir, "model-32.index"))
 
     def test_fail(self):
         """A logdir is required, and it is kept."""

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 from helpers import Probe, as_tuples, counter_trainer, creator, truncated
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from strategies import loop_runs
 
 from towerkit.callbacks import (
@@ -447,3 +448,199 @@ class TestTerminalOutput:
         assert len(ends) == 1
         assert lines[ends[0]].startswith("epoch 1 done"), lines[ends[0]]
         assert "Epoch 1" in lines[ends[0] - 1], "the bar's line comes just before"
+
+
+def tree(path):
+    """``{relative path: bytes}`` of every file under `path` (directories as None); {} when absent."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(root, d), path)] = None
+        for f in files:
+            full = os.path.join(root, f)
+            with open(full, "rb") as fh:
+                out[os.path.relpath(full, path)] = fh.read()
+    return out
+
+
+class Boom(Callback):
+    """Raises ``RuntimeError("boom")`` in the callback method named by `where`."""
+
+    def __init__(self, where):
+        self.where = where
+
+    def _before_train(self):
+        if self.where == "before_train":
+            raise RuntimeError("boom")
+
+    def _trigger_epoch(self):
+        if self.where == "trigger_epoch" and self.trainer.epoch_num == 2:
+            raise RuntimeError("boom")
+
+
+def writing_run(logdir, callbacks=(), session_init=None, train_op=None, **kw):
+    """A counter run with an event writer, a stats file and a saver, in a fresh graph."""
+    from towerkit.callbacks import JSONWriter, ModelSaver, TFEventWriter
+
+    with tf.Graph().as_default():
+        trainer, _ = counter_trainer()
+        if train_op is not None:
+            trainer.train_op = train_op()
+        trainer.train(
+            [*callbacks, ModelSaver()],
+            [TFEventWriter(), JSONWriter()],
+            creator(),
+            session_init,
+            2,
+            1,
+            2,
+            logdir=logdir,
+            **kw,
+        )
+    return trainer
+
+
+def failing_step():
+    """A train op that fails when it runs: a numerics check on a NaN."""
+    return tf.debugging.check_numerics(tf.constant(np.nan), "bad batch").op
+
+
+class TestFailedRun:
+    """A run failing before its first step leaves the logdir as it found it."""
+
+    @pytest.mark.parametrize(
+        "how",
+        [
+            {"callbacks": [Boom("before_train")]},
+            {"session_init": DictRestore({"x": np.zeros(3, np.float32)})},
+            {"train_op": failing_step},
+        ],
+        ids=["before_train", "restore", "first_step"],
+    )
+    def test_rerun_is_not_blocked(self, logdir, how):
+        """The directory the run made is removed; the same command then runs."""
+        with pytest.raises((RuntimeError, ValueError, tf.errors.InvalidArgumentError)):
+            writing_run(logdir, **how)
+        assert not logdir.exists()
+        writing_run(logdir)
+        assert (logdir / "stats.json").is_file()
+
+    def test_empty_dir_kept(self, logdir):
+        """A directory that existed (empty) is emptied again, not removed."""
+        logdir.mkdir()
+        with pytest.raises(RuntimeError, match="boom"):
+            writing_run(logdir, callbacks=[Boom("before_train")])
+        assert logdir.is_dir()
+        assert list(logdir.iterdir()) == []
+
+    def test_overwrite_moved_back(self, logdir):
+        """'overwrite' moved the old directory aside: it is moved back."""
+        logdir.mkdir()
+        (logdir / "old.txt").write_text("x")
+        before = tree(logdir)
+        with pytest.raises(RuntimeError, match="boom"):
+            writing_run(logdir, callbacks=[Boom("before_train")], logdir_action="overwrite")
+        assert tree(logdir) == before
+        assert [p.name for p in logdir.parent.iterdir()] == ["log"]
+
+    def test_keep_touches_nothing_that_was_there(self, logdir):
+        """'keep': only the entries the run added are removed; the old ones are byte-identical."""
+        writing_run(logdir)
+        (logdir / "sub").mkdir()
+        (logdir / "sub" / "notes.txt").write_text("mine")
+        before = tree(logdir)
+        with pytest.raises(RuntimeError, match="boom"):
+            writing_run(logdir, callbacks=[Boom("before_train")], logdir_action="keep")
+        assert tree(logdir) == before
+
+    def test_after_a_step_everything_stays(self, logdir):
+        """A run failing after steps keeps its files (its checkpoints are worth resuming from)."""
+        with pytest.raises(RuntimeError, match="boom"):
+            writing_run(logdir, callbacks=[Boom("trigger_epoch")])
+        names = sorted(p.name for p in logdir.iterdir())
+        assert "stats.json" in names
+        assert any(n.startswith("events.out.tfevents") for n in names)
+        assert "model-2.index" in names
+        with pytest.raises(FileExistsError, match="the logdir is not empty"):
+            writing_run(logdir)
+
+    def test_no_event_file_before_training(self, logdir):
+        """The event writer writes no file for a run that fails in setup."""
+        from towerkit.callbacks import TFEventWriter
+
+        with tf.Graph().as_default():
+            trainer, _ = counter_trainer()
+            trainer.set_logdir(logdir)
+            trainer.setup_callbacks([], [TFEventWriter()])
+            assert list(logdir.iterdir()) == []
+
+    @given(st.lists(st.text(min_size=1, max_size=4)), st.lists(st.text(min_size=1, max_size=4)))
+    def test_new_entries(self, before, added):
+        """new_entries: exactly the names of `after` absent from `before`, sorted."""
+        from towerkit.trainers._base import new_entries
+
+        got = new_entries(before, before + added)
+        assert got == sorted(n for n in added if n not in set(before))
+
+
+class TestWritersAtSetup:
+    """Callbacks that would fight over files, or write nothing, are refused at setup."""
+
+    @pytest.mark.parametrize(
+        ("callbacks", "monitors", "match"),
+        [
+            ("two_savers", [], r"'.*/log/model-\*' \(ModelSaver, ModelSaver\)"),
+            ("periodic_saver", [], r"'.*/log/model-\*' \(ModelSaver, ModelSaver\)"),
+            ([], "two_writers", r"'.*/log/stats.json' \(JSONWriter, JSONWriter\)"),
+        ],
+    )
+    def test_same_files(self, graph, logdir, callbacks, monitors, match):
+        """Two savers (one wrapped) or two stats writers on one directory: ValueError, nothing written."""
+        from towerkit.callbacks import JSONWriter, ModelSaver, PeriodicTrigger
+
+        made = {
+            "two_savers": lambda: [ModelSaver(), ModelSaver(max_to_keep=2)],
+            "periodic_saver": lambda: [
+                ModelSaver(),
+                PeriodicTrigger(ModelSaver(), every_k_steps=1),
+            ],
+            "two_writers": lambda: [JSONWriter(), JSONWriter()],
+        }
+        cbs = made[callbacks]() if isinstance(callbacks, str) else callbacks
+        mons = made[monitors]() if isinstance(monitors, str) else monitors
+        trainer, _ = counter_trainer()
+        with pytest.raises(ValueError, match=r"callbacks would write the same files: " + match):
+            trainer.train(cbs, mons, creator(), None, 1, 1, 1, logdir=logdir)
+        assert not logdir.exists()
+
+    def test_savers_in_two_directories(self, graph, logdir):
+        """Two savers with different directories are fine."""
+        from towerkit.callbacks import ModelSaver
+
+        trainer, _ = counter_trainer()
+        savers = [ModelSaver(), ModelSaver(checkpoint_dir=logdir / "best")]
+        trainer.train(savers, [], creator(), None, 1, 1, 1, logdir=logdir)
+        assert (logdir / "model-1.index").is_file()
+        assert (logdir / "best" / "model-1.index").is_file()
+
+    def test_monitor_as_callback(self, graph, logdir):
+        """A monitor given as a callback would write nothing: TypeError naming it."""
+        from towerkit.callbacks import JSONWriter
+
+        trainer, _ = counter_trainer()
+        with pytest.raises(
+            TypeError,
+            match=r"'callbacks' holds monitors \(#0: JSONWriter\): .*pass it in 'monitors'",
+        ):
+            trainer.train([JSONWriter()], [], creator(), None, 1, 1, 1, logdir=logdir)
+        assert not logdir.exists()
+
+    def test_claim_conflicts(self):
+        """claim_conflicts: each path claimed twice or more, with every claimant."""
+        from towerkit.trainers._base import claim_conflicts
+
+        claims = [("a", "X"), ("b", "Y"), ("a", "Z"), ("a", "X")]
+        assert claim_conflicts(claims) == ["'a' (X, Z, X)"]
+        assert claim_conflicts([("a", "X"), ("b", "X")]) == []

@@ -75,7 +75,10 @@ def convert(
         for name in names:
             print(f"  {name}  {by_name[name].describe()}")
     else:
-        values = read_values(kind, resolved, names)
+        try:
+            values = read_values(kind, resolved, names)
+        except ToolError as err:
+            return fail(tool, err)
         _write(values, target, target_kind, set_latest)
     dropped = len(by_name) - len(names)
     print(

@@ -172,15 +172,19 @@ def list_source(path: str) -> tuple[str, str, tuple[Any, ...]]:
 
 
 def read_values(kind: str, resolved: str, names: Sequence[str]) -> dict[str, Any]:
-    """Read the values of `names` from an npz file or a checkpoint prefix."""
-    from towerkit.sessinit import load_npz
+    """Read the values of `names` from an npz file or a checkpoint prefix.
 
-    if kind == "npz":
-        return load_npz(resolved, names)
-    import tensorflow as tf
+    Raises:
+        ToolError: The values cannot be read back (a truncated or damaged file).
+    """
+    from towerkit.sessinit import NotACheckpointError, load_checkpoint_vars, load_npz
 
-    reader = tf.train.load_checkpoint(resolved)
-    return {name: reader.get_tensor(name) for name in names}
+    try:
+        if kind == "npz":
+            return load_npz(resolved, names)
+        return load_checkpoint_vars(resolved, names)
+    except NotACheckpointError as err:
+        raise ToolError(str(err)) from None
 
 
 def files_of(kind: str, resolved: str) -> list[str]:

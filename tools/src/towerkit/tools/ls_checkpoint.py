@@ -16,6 +16,7 @@ from towerkit.tools._vars import (
     files_of,
     format_bytes,
     list_source,
+    read_values,
     select_names,
     var_bytes,
 )
@@ -128,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sort", choices=("name", "size"), default="name", help="row order")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_verbose_arg(parser)
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="also read every value back (one at a time) and check it against its checksum; "
+        "without it only the files' presence and sizes are checked",
+    )
     return parser
 
 
@@ -139,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 on success, 2 when the path is missing or not a checkpoint or npz file, or
-        TensorFlow cannot be imported.
+        TensorFlow cannot be imported, or
+        its files are damaged (a missing or truncated data file; with ``--verify``, any
+        value whose bytes do not match their checksum).
     """
     args = _parser().parse_args(argv)
     try:
@@ -147,9 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         include = compile_patterns(args.include, "--include")
         exclude = compile_patterns(args.exclude, "--exclude")
         kind, resolved, infos = list_source(args.path)
+        keep = set(select_names([i.name for i in infos], include, exclude))
+        if args.verify:
+            for name in sorted(keep):
+                read_values(kind, resolved, [name])
     except ToolError as err:
         return fail("ls-checkpoint", err)
-    keep = set(select_names([i.name for i in infos], include, exclude))
     rows = rows_of([i for i in infos if i.name in keep])
     on_disk = sum(os.path.getsize(f) for f in files_of(kind, resolved))
     if args.json:

@@ -382,9 +382,10 @@ def require_logdir(callback: Callback, explicit: str | None = None, what: str = 
 class TFEventWriter(MonitorBase):
     """Write every summary and event to a TensorFlow event file (for TensorBoard).
 
-    The writer opens in ``setup_graph`` (statistics put in ``before_train`` are kept),
-    adds the graph in ``before_train``, flushes after each epoch and closes after
-    training. Summaries are written at the trainer's global step.
+    The writer opens when something is first written (the graph, in ``before_train``,
+    or a statistic put before it), so a run that fails before training writes no
+    event file. It flushes after each epoch and closes after training. Summaries are
+    written at the trainer's global step.
 
     Args:
         logdir: the directory of the event files; the trainer's ``logdir`` by default.
@@ -417,7 +418,12 @@ class TFEventWriter(MonitorBase):
     def _setup_graph(self) -> None:
         self.logdir = require_logdir(self, self._logdir_arg)
         self._files = 0
-        self._open()
+        self._writer = None
+
+    def _opened(self) -> Any:
+        if self._writer is None:
+            self._open()
+        return self._writer
 
     def _open(self) -> None:
         # a distinct suffix per file: event file names hold the time in seconds only
@@ -431,23 +437,25 @@ class TFEventWriter(MonitorBase):
             )
 
     def _before_train(self) -> None:
-        self._writer.add_graph(self.graph)
+        self._opened().add_graph(self.graph)
 
     def process_summary(self, summary: Any) -> None:
-        self._writer.add_summary(summary, self.trainer.global_step)
+        self._opened().add_summary(summary, self.trainer.global_step)
 
     def process_event(self, evt: Any) -> None:
-        self._writer.add_event(evt)
+        self._opened().add_event(evt)
 
     def _trigger_epoch(self) -> None:
         if self._split:
-            self._writer.close()
+            self._opened().close()
             self._open()
         else:
-            self._writer.flush()
+            self._opened().flush()
 
     def _after_train(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 def _last_epoch(records: list[dict[str, Any]]) -> int | None:
@@ -490,6 +498,25 @@ def _stats_dir(writer: Any, dir: Any, what: str) -> str:
         )
         raise TypeError(msg)
     return os.fspath(logdir)
+
+
+_RECORD_KEYS = ("epoch_num", "global_step")
+"""The keys JSONWriter writes in every record itself; statistics of those names are not written."""
+
+
+def _scalar_summary_tags(graph: Any) -> set[str]:
+    """The constant tags of the scalar summary ops in `graph`'s summaries collection."""
+    tags = set()
+    for op in graph.get_collection(tf1.GraphKeys.SUMMARIES):
+        op = getattr(op, "op", op)
+        if op.type != "ScalarSummary":
+            continue
+        tag_op = op.inputs[0].op
+        if tag_op.type == "Const":
+            value = tf1.make_ndarray(tag_op.get_attr("value"))
+            if value.ndim == 0:
+                tags.add(value.item().decode() if isinstance(value.item(), bytes) else str(value))
+    return tags
 
 
 class JSONWriter(MonitorBase):
@@ -568,9 +595,6 @@ class JSONWriter(MonitorBase):
         directory = _stats_dir(self, dir, "load_existing_epoch_number")
         return _last_epoch(JSONWriter.load_existing_json(directory) or [])
 
-    def _setup_graph(self) -> None:
-        self._path = os.path.join(require_logdir(self), self.FILENAME)
-
     def _before_train(self) -> None:
         directory = os.path.dirname(self._path)
         name = os.path.basename(self._path)
@@ -602,7 +626,31 @@ class JSONWriter(MonitorBase):
             self._write()
 
     def process_scalar(self, name: str, val: float) -> None:
+        if name in _RECORD_KEYS:
+            if name not in self._clashes:
+                self._clashes.add(name)
+                logger.warning(
+                    "JSONWriter: a statistic named %r is not written to %s: each record's %r "
+                    "is the trainer's own; give the statistic another name",
+                    name,
+                    self._path,
+                    name,
+                )
+            return
         self._pending[name] = val
+
+    def _setup_graph(self) -> None:
+        self._path = os.path.join(require_logdir(self), self.FILENAME)
+        self._clashes: set[str] = set()
+        for tag in _scalar_summary_tags(self.graph) & set(_RECORD_KEYS):
+            self._clashes.add(tag)
+            logger.warning(
+                "JSONWriter: the graph has a scalar summary named %r, which %s will not hold: "
+                "each record's %r is the trainer's own; give the summary another name",
+                tag,
+                self._path,
+                tag,
+            )
 
     def _trigger_epoch(self) -> None:
         record: dict[str, Any] = {
@@ -758,13 +806,33 @@ def _check_command(command: str, names: tuple[str, ...]) -> None:
         msg = f"'command' must be a non-empty shell command; got {command!r}"
         raise TypeError(msg)
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(command) if f is not None]
+        parts = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(command)]
     except ValueError as err:
         msg = f"'command' is not a valid format string: {err}; command: {command!r}"
         raise ValueError(msg) from err
+    fields = [f for f, _, _ in parts if f is not None]
     unknown = [f for f in fields if f not in names]
     if unknown:
         msg = f"'command' uses fields {unknown} that are not in 'names' {list(names)}"
+        raise ValueError(msg)
+    bad = []
+    for field, spec, conv in parts:
+        if field is None:
+            continue
+        if conv not in (None, "r", "s", "a"):
+            bad.append(f"{{{field}!{conv}}}: unknown conversion {conv!r} (use !r, !s or !a)")
+        elif spec and ("{" in spec or "}" in spec):
+            bad.append(f"{{{field}:{spec}}}: nested fields in a format spec are not supported")
+        else:
+            try:
+                fill_command(f"{{x{'!' + conv if conv else ''}:{spec or ''}}}", {"x": 0.5})
+            except (ValueError, TypeError) as err:
+                bad.append(
+                    f"{{{field}:{spec}}}: {err} (statistics are floats: use a float format "
+                    "such as '.3f', '.0f' or 'g')"
+                )
+    if bad:
+        msg = f"'command' has fields that cannot format a statistic: {'; '.join(bad)}"
         raise ValueError(msg)
 
 
@@ -814,7 +882,9 @@ class SendMonitorData(MonitorBase):
         names: the statistic name(s) to collect.
 
     Raises:
-        ValueError: the command uses a field that is not in ``names``.
+        ValueError: the command is not a valid template: a field that is not in
+            ``names``, an unknown conversion, or a format spec that cannot format a
+            float (``{x:d}``); checked here, not at the first send.
     """
 
     def __init__(self, command: str, names: str | Iterable[str]) -> None:

@@ -276,6 +276,8 @@ class ModelSaver(Callback):
         self._save()
 
     def _after_train(self) -> None:
+        if self._start_step is None:  # before_train never ran: the run failed before it
+            return
         t = self.trainer
         at_boundary = t.local_step in (-1, t.steps_per_epoch - 1)
         if at_boundary and t.global_step != self._start_step and t.global_step != self._last_saved:

@@ -18,6 +18,7 @@ from towerkit.sessinit._atomic import (
 )
 from towerkit.sessinit._errors import (
     CheckpointNotFoundError,
+    CorruptCheckpointError,
     NotACheckpointError,
     RestoreMismatchError,
 )
@@ -141,4 +142,5 @@ __all__ = [
     "RestoreMismatchError",
     "CheckpointNotFoundError",
     "NotACheckpointError",
+    "CorruptCheckpointError",
 ]

@@ -13,3 +13,11 @@ class CheckpointNotFoundError(FileNotFoundError):
 
 class NotACheckpointError(ValueError):
     """A path exists but holds neither a TensorFlow checkpoint nor an npz file."""
+
+
+class CorruptCheckpointError(NotACheckpointError):
+    """A checkpoint's files exist, but their bytes are not what its index describes.
+
+    A data file is missing, shorter than its index says (truncated), or holds values
+    whose checksums do not match (overwritten or damaged after it was written).
+    """

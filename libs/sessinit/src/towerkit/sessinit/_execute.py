@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from towerkit.sessinit._compat import tf1
 from towerkit.sessinit._plan import Assignment, VarInfo, normalize_name
+from towerkit.sessinit._varmanip import corrupt_checkpoint_error
 
 logger = logging.getLogger("towerkit.sessinit")
 
@@ -231,9 +232,20 @@ def run_checkpoint_restore(
     found = checkpoint_restore_op(sess.graph, pairs, variables) if build_ops else None
     if found is not None:
         prefix, op = found
-        sess.run(op, feed_dict={prefix: checkpoint})
+        try:
+            sess.run(op, feed_dict={prefix: checkpoint})
+        except (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError) as err:
+            raise corrupt_checkpoint_error(checkpoint, [p.source.name for p in pairs], err) from err
         return
     if build_ops:
         logger.debug("graph is finalized without a restore op for this plan: feeding values")
     reader = tf1.train.NewCheckpointReader(checkpoint)
-    run_value_restore(sess, pairs, variables, lambda p: reader.get_tensor(p.source.name))
+
+    def read(pair: Assignment) -> Any:
+        try:
+            return reader.get_tensor(pair.source.name)
+        except (tf.errors.OpError, IndexError, EOFError) as err:
+            names = [p.source.name for p in pairs]
+            raise corrupt_checkpoint_error(checkpoint, names, err) from err
+
+    run_value_restore(sess, pairs, variables, read)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+
+import attrs
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
 from towerkit.towers.compat import tf1
@@ -68,6 +72,121 @@ def _check_inputs_registered(graph: Any) -> None:
         raise UnregisteredInputError(msg)
 
 
+@attrs.frozen(kw_only=True)
+class _LogdirTaken:
+    """The log directory as this run found it: what a run failing before its first step undoes."""
+
+    path: str
+    before: frozenset[str]
+    """The names in the directory when the run took it (none when it was made or moved aside)."""
+    made: bool
+    """Whether the run created the directory."""
+    moved_aside: str | None = None
+    """Where ``logdir_action="overwrite"`` moved the directory the run found, if it did."""
+
+
+def new_entries(before: Iterable[str], after: Iterable[str]) -> list[str]:
+    """The names of `after` that are not in `before`, sorted: what a run added to a directory.
+
+    Examples:
+        >>> new_entries(["checkpoint", "model-10.index"], ["checkpoint", "events.1", "model-10.index"])
+        ['events.1']
+    """
+    old = set(before)
+    return sorted(n for n in after if n not in old)
+
+
+def _discard_new_entries(taken: _LogdirTaken) -> None:
+    """Remove the entries a failed run added to its log directory, and the directory if it made it.
+
+    Only names that were not in the directory when the run took it are removed, so
+    nothing that existed before the run (a resumed run's checkpoints and statistics)
+    is ever touched.
+    """
+    if not os.path.isdir(taken.path):
+        return
+    added = new_entries(taken.before, os.listdir(taken.path))
+    for name in added:
+        full = os.path.join(taken.path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        else:
+            os.remove(full)
+    removed_dir = taken.made and not os.listdir(taken.path)
+    if removed_dir:
+        os.rmdir(taken.path)
+    if added or removed_dir:
+        logger.warning(
+            "training failed before its first step: removed what it wrote to %s (%s)%s, "
+            "so the same command can run again",
+            taken.path,
+            ", ".join(added) if added else "nothing",
+            " and the directory" if removed_dir else "",
+        )
+    if removed_dir and taken.moved_aside is not None and os.path.isdir(taken.moved_aside):
+        os.rename(taken.moved_aside, taken.path)
+        logger.warning("moved %s back to %s", taken.moved_aside, taken.path)
+
+
+def _reject_monitors(what: str, cbs: Sequence[Callback]) -> None:
+    """TypeError when monitors are given as callbacks: they would receive no statistics."""
+    from towerkit.callbacks import MonitorBase
+
+    bad = [f"#{i}: {cb}" for i, cb in enumerate(cbs) if isinstance(cb, MonitorBase)]
+    if bad:
+        msg = (
+            f"{what!r} holds monitors ({', '.join(bad)}): a monitor given as a callback "
+            "receives no statistics and writes nothing; pass it in 'monitors' instead"
+        )
+        raise TypeError(msg)
+
+
+def _flatten(cbs: Iterable[Any]) -> Iterator[Any]:
+    """Every callback of `cbs`, wrapped ones and the monitors of a `Monitors` group included."""
+    from towerkit.callbacks import Monitors, ProxyCallback
+
+    for cb in cbs:
+        yield cb
+        if isinstance(cb, Monitors):
+            yield from _flatten(cb.monitors)
+        elif isinstance(cb, Callbacks):
+            yield from _flatten(cb.cbs)
+        elif isinstance(cb, ProxyCallback):
+            yield from _flatten([cb.cb])
+
+
+def file_claims(cbs: Iterable[Any]) -> list[tuple[str, str]]:
+    """``(path, callback)`` for each file set a callback of `cbs` writes (after ``setup_graph``).
+
+    A `ModelSaver` claims ``<checkpoint_dir>/model-*``, a `JSONWriter` its ``stats.json``.
+    """
+    from towerkit.callbacks import JSONWriter, ModelSaver
+
+    claims = []
+    for cb in _flatten(cbs):
+        if isinstance(cb, ModelSaver) and cb.checkpoint_dir is not None:
+            claims.append((os.path.join(os.path.abspath(cb.checkpoint_dir), "model-*"), str(cb)))
+        elif isinstance(cb, JSONWriter) and cb.path is not None:
+            claims.append((os.path.abspath(cb.path), str(cb)))
+    return claims
+
+
+def claim_conflicts(claims: Iterable[tuple[str, str]]) -> list[str]:
+    """The paths claimed more than once, each with its claimants, sorted by path.
+
+    Examples:
+        >>> claim_conflicts([("d/stats.json", "JSONWriter"), ("d/model-*", "ModelSaver"),
+        ...                  ("d/stats.json", "JSONWriter")])
+        ["'d/stats.json' (JSONWriter, JSONWriter)"]
+        >>> claim_conflicts([("a/model-*", "ModelSaver"), ("b/model-*", "ModelSaver")])
+        []
+    """
+    owners: dict[str, list[str]] = {}
+    for path, who in claims:
+        owners.setdefault(path, []).append(who)
+    return [f"{p!r} ({', '.join(w)})" for p, w in sorted(owners.items()) if len(w) > 1]
+
+
 def default_session_creator(session_config: Any = None) -> Any:
     """A ``NewSessionCreator`` with `session_config`, else the default session config."""
     from towerkit.trainers._sesscreate import NewSessionCreator
@@ -100,7 +219,9 @@ class Trainer:
     The log directory is an argument of ``train`` (and of ``TrainConfig``), or set
     with ``set_logdir`` before ``setup_callbacks`` when driving the phases by hand.
     ``logdir=None`` means the run writes no files. Callbacks read it as
-    ``trainer.logdir``.
+    ``trainer.logdir``. A run that fails before its first step has finished (a bad
+    restore, an exception in ``before_train``, a first step that raises) leaves the
+    directory as it found it: see ``set_logdir``.
 
     Counters follow the documented loop semantics (see
     `towerkit.callbacks.loop_events`): ``epoch_num`` is the running epoch from just
@@ -133,6 +254,7 @@ class Trainer:
         self._callbacks: Callbacks = Callbacks(())
         self._monitors: Any = None
         self._logdir: str | None = None
+        self._logdir_taken: _LogdirTaken | None = None
         self._phase = "new"
         self._epoch_num = 0
         self._local_step = -1
@@ -225,6 +347,12 @@ class Trainer:
                 ``<logdir>.old-<timestamp>`` atomically, never deleting it, and start
                 in an empty one), or ``"keep"`` (write into it as it is, as resuming does).
 
+        A run that fails (raises) before its first step has finished removes what it
+        added to the directory (the entries that were not there when it took the
+        directory, and the directory itself when it created it; a directory moved
+        aside by ``"overwrite"`` is moved back), so running the same command again is
+        not refused. Entries the directory held before are never touched.
+
         Raises:
             LogdirNotEmptyError: the directory holds files and the action is ``"error"``.
             ValueError: an unknown action.
@@ -241,6 +369,7 @@ class Trainer:
             msg = f"'logdir' {path!r} exists and is not a directory"
             raise NotADirectoryError(msg)
         action = plan_logdir(entries, logdir_action)
+        aside: str | None = None
         if action == "move":
             aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}"
             n = 1
@@ -249,8 +378,15 @@ class Trainer:
                 aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
             os.rename(path, aside)
             logger.warning("moved the existing logdir %s aside to %s", path, aside)
+        made = not os.path.isdir(path)
         os.makedirs(path, exist_ok=True)
         self._logdir = path
+        self._logdir_taken = _LogdirTaken(
+            path=path,
+            before=frozenset(entries or ()) if aside is None else frozenset(),
+            made=made,
+            moved_aside=aside,
+        )
 
     # -- phase 1: callbacks ------------------------------------------------------------
 
@@ -282,6 +418,7 @@ class Trainer:
             if any(one is seen for seen in self._registered):
                 msg = f"callback {one} is registered twice: register each callback once"
                 raise ValueError(msg)
+            _reject_monitors("callbacks", [one])
             self._registered.append(one)
             ok = True
         return ok
@@ -298,13 +435,25 @@ class Trainer:
         be read from it after training), unless this worker is not the chief and some
         of its monitors are chief-only, in which case a group of the others is made.
 
+        Callbacks that would write the same files (two `ModelSaver` on one
+        directory, wrapped or not, two `JSONWriter`) are refused once set up, before
+        anything is written.
+
         Raises:
-            TypeError: entries that are not callbacks.
+            TypeError: entries that are not callbacks, or monitors among the callbacks
+                (they would receive no statistics).
+            ValueError: callbacks that would write the same files; the message names
+                the files and the callbacks.
             TrainerStateError: called twice.
         """
+        self._require_phase("setup_callbacks", "new")
+        with self._failed_start_cleanup():
+            self._setup_callbacks(callbacks, monitors)
+        self._phase = "callbacks"
+
+    def _setup_callbacks(self, callbacks: Any, monitors: Any) -> None:
         from towerkit.callbacks import Monitors
 
-        self._require_phase("setup_callbacks", "new")
         self.register_callback(_as_callback_list("callbacks", callbacks))
         given = monitors.monitors if isinstance(monitors, Monitors) else monitors
         mons: list[Any] = [
@@ -321,6 +470,13 @@ class Trainer:
         with self._graph.as_default():
             self._callbacks.setup_graph(self)
         _check_inputs_registered(self._graph)
+        conflicts = claim_conflicts(file_claims(self._registered))
+        if conflicts:
+            msg = (
+                f"callbacks would write the same files: {'; '.join(conflicts)}; keep one "
+                "of each, or give them different directories (checkpoint_dir=...)"
+            )
+            raise ValueError(msg)
         self._phase = "callbacks"
 
     def _ensure_global_step(self) -> None:
@@ -359,7 +515,7 @@ class Trainer:
             msg = f"'session_init' must have an init(sess) method or be None; got {type(session_init).__name__}"
             raise TypeError(msg)
         self._ensure_global_step()
-        with self._graph.as_default():
+        with self._failed_start_cleanup(), self._graph.as_default():
             setup = getattr(session_init, "setup_graph", None)
             if callable(setup):
                 setup()
@@ -414,6 +570,11 @@ class Trainer:
         self._epoch_num = starting_epoch - 1
         self._local_step = -1
         self._phase = "running"
+        with self._failed_start_cleanup():
+            self._run_loop(steps_per_epoch, starting_epoch, max_epoch)
+
+    def _run_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+        """``main_loop`` once the counters are set: the callbacks around `_loop`, then cleanup."""
         cbs = self._callbacks
         interrupted = False
         failed: BaseException | None = None
@@ -498,6 +659,31 @@ class Trainer:
             self._phase = "done"
             self._interrupt = None
             self.sess.close()
+
+    # -- a run that fails before its first step ------------------------------------------
+
+    def _stepped(self) -> bool:
+        """Whether a step of this run has finished (read once, when the run fails)."""
+        if self.hooked_sess is not None and self.global_step != self._start_global_step:
+            return True
+        return self._phase in ("running", "done") and (
+            self._local_step > 0 or self._epoch_num > self._starting_epoch
+        )
+
+    @contextlib.contextmanager
+    def _failed_start_cleanup(self) -> Iterator[None]:
+        """On an exception before any step finished, remove what the run wrote to its logdir."""
+        try:
+            yield
+        except BaseException:
+            taken = self._logdir_taken
+            if taken is not None and not self._stepped():
+                self._logdir_taken = None
+                try:
+                    _discard_new_entries(taken)
+                except OSError:
+                    logger.exception("could not remove what the failed run wrote to %s", taken.path)
+            raise
 
     # -- all three -------------------------------------------------------------------------
 

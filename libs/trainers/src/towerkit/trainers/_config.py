@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from towerkit.callbacks import Callback, LoopBounds
-from towerkit.trainers._base import _as_callback_list
+from towerkit.trainers._base import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._resume import (
     LOGDIR_ACTIONS,
@@ -125,11 +125,13 @@ class TrainConfig:
         self.data = data
         self.model = model
         self.callbacks = _as_callback_list("callbacks", callbacks)
+        _reject_monitors("callbacks", self.callbacks)
         self.extra_callbacks = (
             None
             if extra_callbacks is None
             else _as_callback_list("extra_callbacks", extra_callbacks)
         )
+        _reject_monitors("extra_callbacks", self.extra_callbacks or [])
         self.monitors = None if monitors is None else _as_callback_list("monitors", monitors)
         self.session_creator = session_creator
         self.session_config = session_config

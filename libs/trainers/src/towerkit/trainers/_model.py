@@ -70,7 +70,25 @@ class ModelDesc(ModelDescBase):
         raise TypeError(msg)
 
     def get_optimizer(self) -> Any:
-        """``optimizer()``, called once and cached: every caller gets the same optimizer."""
+        """``optimizer()``, called once and cached: every caller gets the same optimizer.
+
+        Raises:
+            TypeError: ``optimizer()`` returned something without ``compute_gradients``
+                and ``apply_gradients`` (not a ``tf.compat.v1.train.Optimizer``).
+        """
         if "_optimizer" not in self.__dict__:
-            self.__dict__["_optimizer"] = self.optimizer()
+            opt = self.optimizer()
+            missing = [
+                m
+                for m in ("compute_gradients", "apply_gradients")
+                if not callable(getattr(opt, m, None))
+            ]
+            if missing:
+                msg = (
+                    f"{type(self).__name__}.optimizer() must return a "
+                    f"tf.compat.v1.train.Optimizer; got {type(opt).__name__} {opt!r:.60}, "
+                    f"which has no {' or '.join(missing)}"
+                )
+                raise TypeError(msg)
+            self.__dict__["_optimizer"] = opt
         return self.__dict__["_optimizer"]
