@@ -1,5 +1,6 @@
 """ModelDesc, TrainConfig, AutoResumeTrainConfig, launch_train_with_config and the defaults."""
 
+import json
 import os
 
 import numpy as np
@@ -481,7 +482,10 @@ class TestAutoResume:
             run(4, [Boom()])
         assert files() == before
         config = run(4)
-        assert config.starting_epoch == 3
+        plan = config.plan_resume(8)
+        assert (plan.starting_epoch, plan.checkpoint_step) == (5, 32), "the rerun resumed and ran"
+        with open(os.path.join(logdir, "stats.json")) as f:
+            assert [r["epoch_num"] for r in json.load(f)] == [1, 2, 3, 4]
         assert os.path.isfile(os.path.join(logdir, "model-32.index"))
 
     def test_fail(self):
