@@ -474,7 +474,9 @@ def sync_replicas_op(name: str = "sync_replicas", graph: Any = None) -> Any:
         everything = graph.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES) + graph.get_collection(
             tf1.GraphKeys.LOCAL_VARIABLES
         )
-        masters, replicas, seen = [], [], set()
+        masters: list[Any] = []
+        replicas: list[Any] = []
+        seen: set[int] = set()
         for v in everything:
             if id(v) in seen:
                 continue
