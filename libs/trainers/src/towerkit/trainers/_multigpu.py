@@ -38,6 +38,7 @@ __all__ = [
 
 logger = logging.getLogger("towerkit.trainers")
 
+
 def _check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, int)) or isinstance(value, float):
         msg = f"{name!r} must be a bool; got {type(value).__name__}"
