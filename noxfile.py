@@ -91,6 +91,12 @@ def install_groups(session: nox.Session, *groups: str) -> None:
         session.install(*nox.project.dependency_groups(PYPROJECT, group))
 
 
+def install_layers(session: nox.Session) -> None:
+    """tf-keras, as the towers lib's ``layers`` extra declares it (the graph-mode layers)."""
+    extras = nox.project.load_toml(DISTS["towerkit-towers"] / "pyproject.toml")["project"]
+    session.install(*extras["optional-dependencies"]["layers"])
+
+
 def pytest_env() -> dict[str, str]:
     """Quiet TensorFlow's C++ logging in test runs."""
     return {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0"}
@@ -102,6 +108,8 @@ def tests(session: nox.Session, lib: str) -> None:
     """One lib's tests and doctests, in a venv with only that lib and its declared dependencies."""
     install_local(session, f"towerkit-{lib}")
     install_groups(session, "test")
+    if lib == "towers":
+        install_layers(session)
     # Callbacks are driven by the lib's small test loop here (the trainers lib is not in
     # this venv); crosslib runs the same tests with the real trainer.
     env = (
@@ -125,6 +133,7 @@ def crosslib(session: nox.Session) -> None:
     """Tests that need several libs together (tools, examples, integration)."""
     install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
     install_groups(session, "test", "demo")
+    install_layers(session)
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     # The wheels are tested by `build`, against what it built.
     ignore = "--ignore=tests/test_wheels.py"

@@ -55,8 +55,8 @@ from towerkit.trainers import (
     replica_sources,
 )
 from towerkit.trainers._allreduce import nccl_available
+from towerkit.trainers._builder import session_creator_for_devices
 from towerkit.trainers._dataparallel import device_key, least_loaded, tower_variable_key
-from towerkit.trainers._multigpu import session_creator_for_devices
 
 N = 96
 """Datapoints of the training set: 12 batches of 8."""

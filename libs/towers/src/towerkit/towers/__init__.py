@@ -42,7 +42,13 @@ from towerkit.towers._devices import (
     session_config_for_devices,
     visible_gpu_count,
 )
-from towerkit.towers._errors import TowerCheckError, TowerContextError, TowerRuleError
+from towerkit.towers._errors import (
+    LayersUnavailableError,
+    TowerCheckError,
+    TowerContextError,
+    TowerRuleError,
+)
+from towerkit.towers._layers import check_tf_keras_version, enable_tf_layers
 from towerkit.towers._names import (
     get_op_tensor_name,
     join_scope,
@@ -154,7 +160,11 @@ __all__ = [
     "check_summary_types",
     "check_summary_lists",
     "summary_tag",
+    # graph-mode layers (tf-keras)
+    "enable_tf_layers",
+    "check_tf_keras_version",
     # errors
+    "LayersUnavailableError",
     "TowerContextError",
     "TowerRuleError",
     "TowerCheckError",

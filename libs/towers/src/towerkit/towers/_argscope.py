@@ -7,14 +7,17 @@ import contextvars
 import functools
 import inspect
 import logging
+import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from towerkit.towers._context import get_current_tower_context
 from towerkit.towers.compat import tf1
+from towerkit.towers._context import get_current_tower_context
+from towerkit.towers._errors import LayersUnavailableError
+from towerkit.towers._layers import layers_loader_state, layers_loaders
 
 _log = logging.getLogger("towerkit.towers")
 
@@ -199,14 +202,64 @@ def enable_argscope_for_function(
     return wrapper
 
 
+def _module_functions(module: types.ModuleType) -> list[tuple[str, Any]]:
+    """The public functions of `module`, resolving TensorFlow's lazy Keras loaders first."""
+    state = layers_loader_state(module)
+    if state is None:
+        return [
+            (attr, value)
+            for attr, value in list(vars(module).items())
+            if not attr.startswith("_") and inspect.isfunction(value)
+        ]
+    fix = (
+        "the graph-mode layers (tf.compat.v1.layers) need tf-keras: install "
+        "'towerkit-towers[layers]' and call towerkit.towers.enable_tf_layers() (or set "
+        "TF_USE_LEGACY_KERAS=1) before the layers are first used"
+    )
+    try:
+        names = [n for n in dir(module) if not n.startswith("_")]
+        found = [(n, getattr(module, n)) for n in names]
+    except (ImportError, AttributeError) as err:
+        msg = f"cannot enable argscope for {module!r}: {err}; {fix}"
+        raise LayersUnavailableError(msg) from err
+    functions = [(n, v) for n, v in found if inspect.isfunction(v)]
+    if layers_loader_state(module) != "tf_keras" and not functions:
+        msg = f"cannot enable argscope for {module!r}: it holds no functions; {fix}"
+        raise LayersUnavailableError(msg)
+    return functions
+
+
 def enable_argscope_for_module(module: types.ModuleType, log_shape: bool = True) -> None:
     """Replace every public function of `module` by its argscope-enabled version.
 
-    This changes the module object for every user of it.
+    This changes the module object for every user of it. TensorFlow's lazily
+    loaded modules, such as ``tf.compat.v1.layers`` (the graph-mode layers of
+    tf-keras, see `enable_tf_layers`), are resolved first and the module they
+    stand for is changed, so ``tf.compat.v1.layers.conv2d`` reads the argscope.
+
+    Raises:
+        TypeError: `module` is not a module.
+        LayersUnavailableError: `module` is ``tf.compat.v1.layers`` without tf-keras
+            behind it.
     """
     if not isinstance(module, types.ModuleType):
         msg = f"'module' must be a module; got {type(module).__name__}"
         raise TypeError(msg)
-    for attr, value in list(vars(module).items()):
-        if not attr.startswith("_") and inspect.isfunction(value):
-            setattr(module, attr, enable_argscope_for_function(value, log_shape=log_shape))
+    functions = _module_functions(module)
+    targets = [module]
+    real = sys.modules.get(getattr(module, "__name__", ""))
+    if real is not None and real is not module:
+        targets.append(real)
+    if layers_loader_state(module) is not None:
+        # other names of the same lazily loaded module (see `layers_loaders`)
+        targets += [
+            m
+            for m in layers_loaders()
+            if all(m is not t for t in targets)
+            and layers_loader_state(m) == layers_loader_state(module)
+            and getattr(m, "__name__", None) == getattr(module, "__name__", None)
+        ]
+    for attr, value in functions:
+        wrapped = enable_argscope_for_function(value, log_shape=log_shape)
+        for target in targets:
+            setattr(target, attr, wrapped)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 from typing import Any, Literal
 
 import attrs
 
 from towerkit.towers._errors import TowerContextError
 from towerkit.towers.compat import tf1
+
+_log = logging.getLogger("towerkit.towers")
 
 Reuse = Literal["inherit", "reuse", "auto"]
 """How a tower's variable scope treats existing variables (see `tower_reuse`)."""
@@ -228,9 +231,31 @@ class BaseTowerContext:
         finally:
             self._token = None
             self._added = {key: self._added_to(key) for key in self._graph.collections}
+            self._drop_update_ops()
             stack, self._stack = self._stack, None
             if stack is not None:
                 stack.close()
+
+    def _drop_update_ops(self) -> None:
+        """Keep ``UPDATE_OPS`` to the main training tower's: a later training tower's leave it.
+
+        Batch-norm layers add their moving-statistics updates to ``UPDATE_OPS`` in
+        every tower; only the first tower's run (`RunUpdateOps`), as the summaries
+        are the main training tower's only. The dropped ops stay listed in
+        `get_collection_in_tower`.
+        """
+        if not self._spec.is_training or self._spec.index == 0 or self._added is None:
+            return
+        added = {id(x) for x in self._added.get(tf1.GraphKeys.UPDATE_OPS, [])}
+        if not added:
+            return
+        ref = self._graph.get_collection_ref(tf1.GraphKeys.UPDATE_OPS)
+        ref[:] = [x for x in ref if id(x) not in added]
+        _log.info(
+            "tower %r: %d op(s) left out of UPDATE_OPS (only the main training tower's run)",
+            self._spec.ns_name,
+            len(added),
+        )
 
     def _added_to(self, key: str) -> list[Any]:
         start = self._start.get(key, set())

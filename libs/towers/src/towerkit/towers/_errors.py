@@ -13,3 +13,7 @@ class TowerRuleError(ValueError):
 
 class TowerCheckError(RuntimeError):
     """The tower-rule checker could not build the tower function even once."""
+
+
+class LayersUnavailableError(ImportError):
+    """``tf.compat.v1.layers`` cannot be used: tf-keras is missing, of another version, or not routed."""

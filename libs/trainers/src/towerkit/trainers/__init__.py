@@ -81,6 +81,15 @@ from towerkit.trainers._tfutils import (
 # -- end of inputs, gradient processors, optimizers, sessions, utilities --
 # isort: split
 # -- data-parallel trainers: multi-device, distributed, horovod --
+from towerkit.trainers._builder import (
+    DataParallelBuilder,
+    LeastLoadedDeviceSetter,
+    aggregate_grads,
+    allreduce_grads,
+    make_replicas_local,
+    session_creator_for_devices,
+    sync_replicas_op,
+)
 from towerkit.trainers._dataparallel import (
     ALLREDUCE_MODES,
     AllReduceChoice,
@@ -181,6 +190,13 @@ __all__ = [
     "HorovodJob",
     "horovod_launch_argv",
     "launch_horovod_job",
+    "DataParallelBuilder",
+    "LeastLoadedDeviceSetter",
+    "aggregate_grads",
+    "allreduce_grads",
+    "make_replicas_local",
+    "sync_replicas_op",
+    "session_creator_for_devices",
     "ALLREDUCE_MODES",
     "AllReduceChoice",
     "choose_allreduce_mode",

@@ -13,9 +13,7 @@ from towerkit.callbacks import Callback, HookedSession
 from towerkit.towers import TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
 from towerkit.trainers._allreduce import scale_gradient, sum_gradients
-from towerkit.trainers._dataparallel import tower_variable_key
-from towerkit.trainers._errors import TrainerStateError
-from towerkit.trainers._multigpu import (
+from towerkit.trainers._builder import (
     ChiefOwnsLogdir,
     SessionInitThenRun,
     align_tower_grads,
@@ -23,6 +21,8 @@ from towerkit.trainers._multigpu import (
     make_replicas_local,
     warn_missing_devices,
 )
+from towerkit.trainers._dataparallel import tower_variable_key
+from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
 

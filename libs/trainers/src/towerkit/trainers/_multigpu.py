@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,26 +10,23 @@ from typing import Any
 import tensorflow as tf
 
 from towerkit.callbacks import Callback
-from towerkit.towers import (
-    TowerContext,
-    TowerFunc,
-    resolve_devices,
-    session_config_for_devices,
-)
+from towerkit.towers import TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
-from towerkit.trainers._allreduce import allreduce, nccl_available, scale_gradient, sum_gradients
-from towerkit.trainers._dataparallel import (
-    check_allreduce_mode,
-    choose_allreduce_mode,
-    device_key,
-    least_loaded,
-    match_tower_variables,
-    missing_devices,
-    replica_index,
-    replica_sources,
+from towerkit.trainers._allreduce import nccl_available, scale_gradient
+from towerkit.trainers._builder import (
+    LeastLoadedDeviceSetter,
+    RunOpEachEpoch,
+    SessionInitThenRun,
+    aggregate_grads,
+    align_tower_grads,
+    allreduce_grads,
+    build_towers,
+    copy_masters_op,
+    make_replicas_local,
+    session_creator_for_devices,
+    warn_missing_devices,
 )
-from towerkit.trainers._resume import plan_logdir
-from towerkit.trainers._sesscreate import NewSessionCreator
+from towerkit.trainers._dataparallel import check_allreduce_mode, choose_allreduce_mode, device_key
 from towerkit.trainers._tower import SingleCostTrainer
 
 __all__ = [
@@ -41,279 +37,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("towerkit.trainers")
-
-VARIABLE_OP_TYPES = frozenset(
-    {"Variable", "VariableV2", "VarHandleOp", "AutoReloadVariable", "_VarHandlesOp"}
-)
-"""Op types that hold a variable's state: what a parameter-server placement moves."""
-
-GradsAndVars = list[tuple[Any, Any]]
-
-
-# -- pieces shared by every data-parallel trainer -------------------------------------------
-
-
-class SessionInitThenRun:
-    """A session initializer that runs another one (when given), then some ops.
-
-    Data-parallel trainers wrap the user's ``session_init`` in it, so the copies of
-    the variables are made equal right after the values are loaded (restored or
-    initialized), before the trainer reads the global step.
-
-    Args:
-        session_init: the user's session initializer, or None.
-        ops: the ops to run after it (e.g. copying tower 0's variables to the others).
-        what: what the ops do, for the log.
-        on_error: turns an error of the ops into the exception to raise (raised
-            from the original); None raises the original.
-    """
-
-    def __init__(
-        self,
-        session_init: Any,
-        ops: Sequence[Any],
-        what: str,
-        on_error: Callable[[Exception], Exception] | None = None,
-    ) -> None:
-        self._inner = session_init
-        self._ops = [op for op in ops if op is not None]
-        self._what = what
-        self._on_error = on_error
-
-    def setup_graph(self, graph: Any = None) -> None:
-        """Build the wrapped initializer's ops, when it has a ``setup_graph``."""
-        setup = getattr(self._inner, "setup_graph", None)
-        if callable(setup):
-            setup() if graph is None else setup(graph)
-
-    def init(self, sess: Any) -> None:
-        """Run the wrapped initializer, then the ops."""
-        if self._inner is not None:
-            self._inner.init(sess)
-        if self._ops:
-            try:
-                sess.run(self._ops)
-            except tf.errors.OpError as err:
-                if self._on_error is None:
-                    raise
-                raise self._on_error(err) from err
-            logger.info("%s", self._what)
-
-    def __repr__(self) -> str:
-        return f"SessionInitThenRun({self._inner!r}, {self._what!r})"
-
-
-class RunOpEachEpoch(Callback):
-    """Run an op at the end of every epoch, on every worker (chief or not).
-
-    Args:
-        op: the op, or a function returning it, called in ``before_train`` (so the op
-            may be built after the callbacks are set up).
-        what: a short description for the log.
-    """
-
-    _chief_only = False
-
-    def __init__(self, op: Any, what: str) -> None:
-        self._op_arg = op
-        self._op: Any = None
-        self._what = what
-
-    def _before_train(self) -> None:
-        self._op = self._op_arg() if callable(self._op_arg) else self._op_arg
-
-    def _trigger_epoch(self) -> None:
-        if self._op is not None:
-            self.trainer.sess.run(self._op)
-
-    def __str__(self) -> str:
-        return f"RunOpEachEpoch({self._what})"
-
-
-class ChiefOwnsLogdir:
-    """Mixin for multi-process trainers: only the chief creates, moves or writes the logdir.
-
-    On other processes ``set_logdir`` keeps the path (``trainer.logdir``, for
-    callbacks that are not chief-only) but neither creates, checks nor moves the
-    directory, so processes sharing a file system never race on it.
-    """
-
-    is_chief: bool
-    _logdir: str | None
-
-    def set_logdir(
-        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
-    ) -> None:
-        """As `Trainer.set_logdir` on the chief; other processes only keep the path."""
-        if self.is_chief or logdir is None:
-            super().set_logdir(logdir, logdir_action)  # type: ignore[misc]
-            return
-        self._require_phase("set_logdir", "new")  # type: ignore[attr-defined]
-        plan_logdir(None, logdir_action)
-        self._logdir = os.path.abspath(os.fspath(logdir))
-        logger.info("not the chief: the logdir %s is left to the chief", self._logdir)
-
-
-def session_creator_for_devices(session_creator: Any, devices: Sequence[str]) -> Any:
-    """`session_creator`, or a copy whose session has every device of `devices`.
-
-    A `NewSessionCreator` (the default one, or one made from a user's session config)
-    becomes one whose config also asks for as many logical CPU devices as ``/cpu:k``
-    towers need; the rest of its config is kept. Other creators are used as they are.
-    """
-    if not isinstance(session_creator, NewSessionCreator):
-        return session_creator
-    config = session_creator.config
-    merged = session_config_for_devices(devices, config)
-    if merged == config:
-        return session_creator
-    logger.info(
-        "session config: %d logical CPU devices for towers on %s",
-        merged.device_count["CPU"],
-        list(devices),
-    )
-    return NewSessionCreator(target=session_creator.target, config=merged)
-
-
-def warn_missing_devices(sess: Any, devices: Sequence[str]) -> None:
-    """Log a warning when the session lacks some tower devices (they fall back elsewhere)."""
-    try:
-        available = [d.name for d in sess.list_devices()]
-    except tf.errors.OpError as err:
-        logger.debug("cannot list the session's devices: %s", err)
-        return
-    missing = missing_devices(devices, available)
-    if missing:
-        logger.warning(
-            "the session has no device %s: those towers run on other devices (soft placement). "
-            "Make the session with towerkit.towers.session_config_for_devices(devices) to get them",
-            missing,
-        )
-
-
-def build_towers(
-    devices: Sequence[Any],
-    get_grads: Callable[[], GradsAndVars],
-    vs_names: Sequence[str],
-    ns_names: Sequence[str] | None = None,
-) -> list[GradsAndVars]:
-    """Build one training tower per device and return each tower's (gradient, variable) pairs.
-
-    Tower ``k`` (0-based) is built under ``TowerContext(ns_names[k], is_training=True,
-    vs_name=vs_names[k], index=k, total=n)`` in ``tf.device(devices[k])`` (a device
-    string or a device function).
-    """
-    n = len(devices)
-    ns_names = ns_names or [f"tower{k}" for k in range(n)]
-    out = []
-    for k, (device, vs, ns) in enumerate(zip(devices, vs_names, ns_names)):
-        with (
-            tf1.device(device),
-            TowerContext(ns, is_training=True, vs_name=vs, index=k, total=n),
-        ):
-            where = device if isinstance(device, str) else getattr(device, "description", device)
-            logger.info("building tower %d of %d on %s", k, n, where)
-            out.append(get_grads())
-    return out
-
-
-def align_tower_grads(tower_grads: Sequence[GradsAndVars]) -> list[list[tuple[Any, Any]]]:
-    """One row per variable of tower 0: that variable's (gradient, variable) in every tower.
-
-    Raises:
-        TowerVariableMismatchError: the towers trained different variables.
-    """
-    names = [[v.op.name for _, v in grads] for grads in tower_grads]
-    order = match_tower_variables(names)
-    return [[tower_grads[t][row[t]] for t in range(len(tower_grads))] for row in order]
-
-
-def make_replicas_local(graph: Any, num_towers: int, first: int = 1) -> list[Any]:
-    """Move the variables of towers ``first..num_towers-1`` into ``LOCAL_VARIABLES`` only.
-
-    After it, the global, trainable and model-variable collections hold one copy of
-    the model (as a single tower's graph does), so savers, restores and summaries
-    see the master copy only; the replicas (``tower<k>/...``, their optimizer slots
-    included) are still initialized with the local variables.
-
-    Returns:
-        The replica variables moved, in graph order.
-    """
-    keys = (
-        tf1.GraphKeys.GLOBAL_VARIABLES,
-        tf1.GraphKeys.TRAINABLE_VARIABLES,
-        tf1.GraphKeys.MODEL_VARIABLES,
-    )
-    moved: list[Any] = []
-    seen: set[int] = set()
-    for key in keys:
-        ref = graph.get_collection_ref(key)
-        keep = []
-        for v in ref:
-            k = replica_index(v.op.name)
-            if k is not None and first <= k < num_towers:
-                if id(v) not in seen:
-                    seen.add(id(v))
-                    moved.append(v)
-            else:
-                keep.append(v)
-        ref[:] = keep
-    local = graph.get_collection_ref(tf1.GraphKeys.LOCAL_VARIABLES)
-    have = {id(v) for v in local}
-    local.extend(v for v in moved if id(v) not in have)
-    return moved
-
-
-def copy_masters_op(masters: Sequence[Any], replicas: Sequence[Any], name: str) -> Any:
-    """An op copying each master variable into its replicas (paired by name); a no-op when none.
-
-    Replicas without a master are left alone, with a warning.
-    """
-    sources = replica_sources([v.op.name for v in masters], [v.op.name for v in replicas])
-    assigns, orphans = [], []
-    for replica, src in zip(replicas, sources):
-        if src is None:
-            orphans.append(replica.op.name)
-            continue
-        master = masters[src]
-        with tf1.device(replica.device):
-            assigns.append(replica.assign(master.read_value(), read_value=False))
-    if orphans:
-        logger.warning(
-            "tower variables without a tower-0 counterpart are not synchronized: %s", orphans
-        )
-    with tf1.name_scope(None):
-        return tf.group(*assigns, name=name)
-
-
-class _DeviceSetter:
-    """Places variables on the parameter devices (least loaded first), other ops on a tower's device."""
-
-    def __init__(self, worker_device: str, ps_devices: Sequence[str], loads: list[int]) -> None:
-        self.worker_device = worker_device
-        self.ps_devices = tuple(ps_devices)
-        self.loads = loads
-        self.description = f"{worker_device} (variables on {list(ps_devices)})"
-
-    def __call__(self, op: Any) -> str:
-        if op.device:
-            return op.device
-        if op.type not in VARIABLE_OP_TYPES:
-            return self.worker_device
-        i = least_loaded(self.loads) if len(self.ps_devices) > 1 else 0
-        self.loads[i] += _variable_bytes(op)
-        return self.ps_devices[i]
-
-
-def _variable_bytes(op: Any) -> int:
-    """Bytes of the variable an op creates (1 when unknown)."""
-    try:
-        shape = tf.TensorShape(op.get_attr("shape"))
-        dtype = tf.as_dtype(op.get_attr("dtype"))
-    except (ValueError, TypeError):
-        return 1
-    n = shape.num_elements() if shape.is_fully_defined() else 1
-    return max(1, n * max(dtype.size, 1))
 
 
 def _check_bool(name: str, value: Any) -> bool:
@@ -461,11 +184,8 @@ class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
         get_grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
         vs_names = [""] + [f"tower{k}" for k in range(1, n)]
         tower_grads = build_towers(self._devices, get_grads, vs_names)
-        rows = align_tower_grads(tower_grads)
-        reduced = allreduce(
-            [[g for g, _ in row] for row in rows], self._devices, choice.mode, self._average
-        )
-        pairs = [(reduced[i][t], rows[i][t][1]) for t in range(n) for i in range(len(rows))]
+        reduced = allreduce_grads(tower_grads, self._devices, self._average, choice.mode)
+        pairs = [pair for tower in reduced for pair in tower]
         opt = get_opt_fn()
         self.train_op = opt.apply_gradients(pairs, name="train_op")
         self._replicas = make_replicas_local(self._graph, n)
@@ -518,10 +238,10 @@ class SyncMultiGPUTrainerParameterServer(_DataParallelTrainer):
         """Where the variables live: ``'cpu'`` or ``'gpu'`` (spread over the towers' devices)."""
         return self._ps_device
 
-    def _setters(self) -> list[_DeviceSetter]:
+    def _setters(self) -> list[LeastLoadedDeviceSetter]:
         ps = ["/cpu:0"] if self._ps_device == "cpu" else list(self._devices)
         loads = [0] * len(ps)
-        return [_DeviceSetter(d, ps, loads) for d in self._devices]
+        return [LeastLoadedDeviceSetter(d, ps, loads) for d in self._devices]
 
     def _shared_tower_grads(
         self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
@@ -533,15 +253,9 @@ class SyncMultiGPUTrainerParameterServer(_DataParallelTrainer):
     def _setup_graph(
         self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
-        rows = self._shared_tower_grads(input, get_cost_fn, get_opt_fn)
-        n = self.num_towers
-        averaged = []
-        with tf1.name_scope("average_gradients"):
-            for row in rows:
-                var = row[0][1]
-                with tf1.device(var.device):
-                    total = sum_gradients([g for g, _ in row])
-                    averaged.append((scale_gradient(total, 1.0 / n), var))
+        get_grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
+        tower_grads = build_towers(self._setters(), get_grads, [""] * self.num_towers)
+        averaged = aggregate_grads(tower_grads, colocation=True, average=True)
         opt = get_opt_fn()
         self.train_op = opt.apply_gradients(averaged, name="train_op")
         return []
