@@ -14,10 +14,10 @@ from typing import Any
 
 import attrs
 
-from towerkit.towers.compat import tf1
 from towerkit.towers._context import get_current_tower_context
 from towerkit.towers._errors import LayersUnavailableError
 from towerkit.towers._layers import layers_loader_state, layers_loaders
+from towerkit.towers.compat import tf1
 
 _log = logging.getLogger("towerkit.towers")
 

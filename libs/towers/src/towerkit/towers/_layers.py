@@ -8,8 +8,8 @@ import types
 import warnings
 from typing import Any
 
-from towerkit.towers.compat import parse_tf_version, tf1
 from towerkit.towers._errors import LayersUnavailableError
+from towerkit.towers.compat import parse_tf_version, tf1
 
 __all__ = [
     "LEGACY_KERAS_ENV",
