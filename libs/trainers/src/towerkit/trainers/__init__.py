@@ -40,6 +40,8 @@ from towerkit.trainers._gradproc import (
 from towerkit.trainers._input import (
     DummyConstantInput,
     FeedInput,
+    InputDataError,
+    InputProducerError,
     InputSignatureError,
     InputSizeUnknownError,
     InputSource,
@@ -140,6 +142,8 @@ __all__ = [
     "apply_default_prefetch",
     "InputSizeUnknownError",
     "InputSignatureError",
+    "InputDataError",
+    "InputProducerError",
     "spec_mismatches",
     "datapoint_tuple",
     "num_batches",
