@@ -240,6 +240,25 @@ class TestTFDatasetInput:
         assert ids(hooked, [y], 7) == [[0], [1], [2], [3], [4], [0], [1]]
         np.testing.assert_array_equal(hooked.run(x), np.full([2, 2], 2.0))
 
+    def test_infinite_not_repeated(self, graph, sess):
+        """An infinite dataset is read as it is; a finite one gets a repeat of its own."""
+
+        def repeats():
+            return sum(op.type == "RepeatDataset" for op in graph.get_operations())
+
+        endless = TFDatasetInput(batches_dataset(3).repeat())
+        endless.setup(SIG)
+        _, y = endless.get_input_tensors()
+        assert repeats() == 1
+        hooked, _ = start(endless, sess)
+        assert ids(hooked, [y], 4) == [[0], [1], [2], [0]]
+        finite = TFDatasetInput(batches_dataset(3))
+        finite.setup(SIG)
+        assert repeats() == 2
+        assert finite.size() == 3
+        with pytest.raises(InputSizeUnknownError):
+            endless.size()
+
     def test_reinit_each_train(self, graph, sess):
         """before_train starts again from the first element; epochs do not re-initialize."""
         source = TFDatasetInput(batches_dataset(5))

@@ -146,22 +146,28 @@ def _dataset_graph(dataset: tf.data.Dataset) -> Any | None:
     return None
 
 
-def _run_cardinality(card: Any) -> int | None:
-    """The value of a cardinality tensor (eager or in a graph), or None when unknown or infinite.
+def _cardinality_value(card: Any) -> int | None:
+    """The value of a cardinality tensor (eager or in a graph), or None when not computable.
 
-    A graph tensor runs in a short-lived CPU-only session, so no GPU memory is taken.
+    ``tf.data.INFINITE_CARDINALITY`` (-1) and ``tf.data.UNKNOWN_CARDINALITY`` (-2) are
+    returned as they are. A graph tensor runs in a short-lived CPU-only session, so no
+    GPU memory is taken.
     """
     try:
         if tf.is_symbolic_tensor(card):
             config = tf1.ConfigProto(device_count={"GPU": 0})
             with tf1.Session(graph=card.graph, config=config) as sess:
-                n = int(sess.run(card))
-        else:
-            n = int(card)
+                return int(sess.run(card))
+        return int(card)
     except (tf.errors.OpError, RuntimeError, ValueError) as err:
         logger.debug("cannot compute a dataset's cardinality: %s", err)
         return None
-    return n if n >= 0 else None
+
+
+def _run_cardinality(card: Any) -> int | None:
+    """The value of a cardinality tensor, or None when unknown, infinite or not computable."""
+    n = _cardinality_value(card)
+    return n if n is not None and n >= 0 else None
 
 
 def _cardinality(dataset: tf.data.Dataset) -> int | None:
@@ -225,10 +231,17 @@ class _IteratorInput(InputSource):
     def _init_feed(self) -> dict[Any, Any] | None:
         return None
 
+    def _endless(self) -> bool:
+        """Whether the dataset of `_make_dataset` is known to be infinite (then not repeated)."""
+        return False
+
     def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
         with tf.device(_INPUT_DEVICE):
             dataset = _to_signature(self._make_dataset(specs), specs, str(self))
-            dataset = dataset.repeat()
+            # A pipeline that ends in a repeat makes every get_next hop to another thread:
+            # an infinite dataset is read as it is.
+            if not self._endless():
+                dataset = dataset.repeat()
             if self._prefetch is not None:
                 dataset = dataset.prefetch(self._prefetch)
             self._iterator = tf1.data.make_initializable_iterator(dataset)
@@ -254,8 +267,9 @@ class _IteratorInput(InputSource):
 class TFDatasetInput(_IteratorInput):
     """Input from a ``tf.data.Dataset`` built by the user.
 
-    The dataset is repeated forever: an epoch is ``steps_per_epoch`` steps, not a pass
-    over the data, and passes continue across epoch boundaries. Its iterator is
+    The dataset is repeated forever (unless it is infinite already, which is read as
+    it is): an epoch is ``steps_per_epoch`` steps, not a pass over the data, and
+    passes continue across epoch boundaries. Its iterator is
     initialized by the source's callback in ``before_train``, so every call of
     ``train`` starts again from the first element (and a new shuffle); nothing is
     re-initialized between epochs.
@@ -307,6 +321,14 @@ class TFDatasetInput(_IteratorInput):
         self._built = dataset
         self._card_tensor = dataset.cardinality()
         return dataset
+
+    def _endless(self) -> bool:
+        if self._card_tensor is None:
+            return False
+        n = _cardinality_value(self._card_tensor)
+        self._card = n if n is not None and n >= 0 else None
+        self._card_known = True
+        return n == tf.data.INFINITE_CARDINALITY
 
     def _size(self) -> int | None:
         if not self._card_known:
