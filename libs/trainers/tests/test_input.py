@@ -1,5 +1,10 @@
 """Input sources: the protocol, each source's batches in real sessions, prefetch heuristics."""
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,6 +26,8 @@ from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     DummyConstantInput,
     FeedInput,
+    InputDataError,
+    InputProducerError,
     InputSignatureError,
     InputSizeUnknownError,
     InputSource,
@@ -446,6 +453,25 @@ class TestTFDatasetInput:
         assert ids(hooked, [y], 7) == [[0], [1], [2], [3], [4], [0], [1]]
         np.testing.assert_array_equal(hooked.run(x), np.full([2, 2], 2.0))
 
+    def test_infinite_not_repeated(self, graph, sess):
+        """An infinite dataset is read as it is; a finite one gets a repeat of its own."""
+
+        def repeats():
+            return sum(op.type == "RepeatDataset" for op in graph.get_operations())
+
+        endless = TFDatasetInput(batches_dataset(3).repeat())
+        endless.setup(SIG)
+        _, y = endless.get_input_tensors()
+        assert repeats() == 1
+        hooked, _ = start(endless, sess)
+        assert ids(hooked, [y], 4) == [[0], [1], [2], [0]]
+        finite = TFDatasetInput(batches_dataset(3))
+        finite.setup(SIG)
+        assert repeats() == 2
+        assert finite.size() == 3
+        with pytest.raises(InputSizeUnknownError):
+            endless.size()
+
     def test_reinit_each_train(self, graph, sess):
         """before_train starts again from the first element; epochs do not re-initialize."""
         source = TFDatasetInput(batches_dataset(5))
@@ -554,8 +580,46 @@ class TestTFDatasetInput:
             TFDatasetInput(batches_dataset, prefetch=0)
 
 
+def feeding_threads():
+    """The feeding threads of IterableInputs still alive."""
+    return [t for t in threading.enumerate() if t.name.startswith("feed IterableInput")]
+
+
+class SlowFlow:
+    """An endless DataFlow-like iterable whose batches take `delay` seconds each."""
+
+    def __init__(self, delay=0.0):
+        self.delay = delay
+        self.closed = 0
+
+    def __iter__(self):
+        i = 0
+        try:
+            while True:
+                time.sleep(self.delay)
+                yield batch(i % 7)
+                i += 1
+        finally:
+            self.closed += 1
+
+
+class FailingFlow:
+    """Yields `good` batches, then raises KeyError."""
+
+    def __init__(self, good):
+        self.good = good
+
+    def __len__(self):
+        return self.good + 1
+
+    def __iter__(self):
+        for i in range(self.good):
+            yield batch(i)
+        raise KeyError("no such file: image-3.jpg")
+
+
 class TestIterableInput:
-    """`IterableInput` feeds Python datapoints through a prefetching tf.data pipeline."""
+    """`IterableInput` feeds Python datapoints through a queue filled by a thread of its own."""
 
     def test_batches(self, graph, sess):
         """Datapoints come in order, pass after pass; reset_state ran once before training."""
@@ -563,22 +627,28 @@ class TestIterableInput:
         source = IterableInput(flow, prefetch=2)
         source.setup(SIG)
         x, y = source.get_input_tensors()
-        hooked, _ = start(source, sess)
+        hooked, cbs = start(source, sess)
         assert flow.resets == 1
         assert ids(hooked, [y], 7) == [[0], [1], [2], [3], [4], [0], [1]]
         assert flow.passes >= 2
         assert x.dtype == tf.float32
+        assert x.shape.as_list() == [None, 2]
         assert source.size() == 5
+        assert len(feeding_threads()) == 1
+        cbs.after_train()
+        assert feeding_threads() == []
 
     def test_dicts_and_cast(self, graph, sess):
-        """Dict datapoints are read by name; float64 arrays become float32."""
+        """Dict datapoints are read by name; float64 arrays become float32, int64 int32."""
         data = [{"x": np.ones([3, 2]) * i, "y": np.arange(3) + i} for i in range(2)]
         source = IterableInput(data)
         source.setup(SIG)
         x, y = source.get_input_tensors()
-        hooked, _ = start(source, sess)
+        hooked, cbs = start(source, sess)
         xv, yv = hooked.run([x, y])
+        cbs.after_train()
         assert xv.dtype == np.float32
+        assert yv.dtype == np.int32
         np.testing.assert_array_equal(yv, [0, 1, 2])
 
     def test_two_towers(self, graph, sess):
@@ -587,20 +657,10 @@ class TestIterableInput:
         source.setup(SIG)
         _, y0 = source.get_input_tensors()
         _, y1 = source.get_input_tensors()
-        hooked, _ = start(source, sess)
+        hooked, cbs = start(source, sess)
         runs = ids(hooked, [y0, y1], 2)
+        cbs.after_train()
         assert sorted(runs[0] + runs[1]) == [0, 1, 2, 3]
-
-    def test_bad_datapoint(self, graph, sess):
-        """A datapoint of the wrong arity fails the run with a message naming the inputs."""
-        source = IterableInput([(np.zeros([2, 2], np.float32),)])
-        source.setup(SIG)
-        tensors = source.get_input_tensors()
-        hooked, _ = start(source, sess)
-        with pytest.raises(
-            tf.errors.InvalidArgumentError, match=r"the input signature \('x', 'y'\) needs 2"
-        ):
-            hooked.run(tensors)
 
     def test_size_unknown(self, graph):
         """An iterable without len has no size."""
@@ -619,6 +679,148 @@ class TestIterableInput:
             IterableInput(3)
         with pytest.raises(TypeError, match="'prefetch' of IterableInput must be an int"):
             IterableInput([], prefetch=None)
+
+
+def train_linear(data, steps=4, callbacks=(), epochs=2):
+    """Train `Linear` on `data` (a source or a dataflow) with SimpleTrainer; return the trainer."""
+    key = "data" if isinstance(data, InputSource) else "dataflow"
+    trainer = SimpleTrainer()
+    config = TrainConfig(
+        model=Linear(),
+        max_epoch=epochs,
+        steps_per_epoch=steps,
+        monitors=[],
+        extra_callbacks=[],
+        callbacks=list(callbacks),
+        **{key: data},
+    )
+    try:
+        launch_train_with_config(config, trainer)
+    finally:
+        assert feeding_threads() == [], "the feeding thread outlived the run"
+    return trainer
+
+
+GOOD_X, GOOD_Y = batch(0)
+
+BAD_DATA = {
+    "arity": (
+        [(GOOD_X,)],
+        r"IterableInput\(list\): datapoint #0 of pass 1 does not fit the input signature "
+        r"\(x: float32\(None, 2\), y: int32\(None,\)\): datapoint has 1 component\(s\); the "
+        r"input signature \('x', 'y'\) needs 2",
+    ),
+    "kind": ([3], r"datapoint #0 of pass 1 .* a datapoint must be a list/tuple .* got int"),
+    "missing key": ([{"x": GOOD_X}], r"datapoint lacks \['y'\]; it has keys \['x'\]"),
+    "dtype": (
+        [(GOOD_X, GOOD_Y), (GOOD_X, np.full([2], 0.5))],
+        r"datapoint #1 of pass 1 does not fit .*: #1 'y': expected int32\(None,\), got float64\(2,\)",
+    ),
+    "shape": (
+        [(np.zeros([2, 3], np.float32), GOOD_Y)],
+        r"#0 'x': expected float32\(None, 2\), got float32\(2, 3\)",
+    ),
+    "rank": (
+        [(GOOD_X, np.zeros([2, 1], np.int32))],
+        r"#1 'y': expected int32\(None,\), got int32\(2, 1\)",
+    ),
+    "string": ([(GOOD_X, ["a", "b"])], r"#1 'y': expected int32\(None,\), got string\(2,\)"),
+    "ragged": ([([[1.0], [1.0, 2.0]], GOOD_Y)], r"#0 'x': expected float32\(None, 2\), got list"),
+    "empty": (
+        [],
+        r"IterableInput\(list\): pass 1 over the iterable yielded no datapoint; expected "
+        r"datapoints \(x: float32\(None, 2\), y: int32\(None,\)\)",
+    ),
+}
+
+
+class TestIterableInputErrors:
+    """Bad data, a failing iterable, stops and Ctrl-C: clear errors and no thread left behind."""
+
+    @pytest.mark.parametrize("case", sorted(BAD_DATA))
+    def test_bad_data(self, graph, case):
+        """Wrong arity, kind, dtype, shape, or no datapoint: InputDataError naming the input."""
+        data, message = BAD_DATA[case]
+        with pytest.raises(InputDataError, match=message) as info:
+            train_linear(IterableInput(data))
+        assert not isinstance(info.value.__context__, InputDataError)
+        assert info.value.__suppress_context__, "TensorFlow's end-of-queue error is not shown"
+
+    def test_bad_datapoint_after_good_ones(self, graph):
+        """The batches queued before the bad one are trained on; the error comes at the next step."""
+        data = [batch(0), batch(1), (GOOD_X, np.full([2], 0.5))]
+        trainer = SimpleTrainer()
+        with pytest.raises(InputDataError, match="datapoint #2 of pass 1"):
+            launch_train_with_config(
+                TrainConfig(
+                    model=Linear(),
+                    data=IterableInput(data),
+                    steps_per_epoch=5,
+                    max_epoch=1,
+                    monitors=[],
+                    extra_callbacks=[],
+                ),
+                trainer,
+            )
+        assert trainer.global_step == 2
+        assert feeding_threads() == []
+
+    def test_producer_exception(self, graph):
+        """An exception of the iterable surfaces as InputProducerError, caused by it."""
+        with pytest.raises(
+            InputProducerError,
+            match=r"IterableInput\(FailingFlow\): the iterable raised KeyError: "
+            r"'no such file: image-3.jpg'",
+        ) as info:
+            train_linear(FailingFlow(3))
+        assert isinstance(info.value.__cause__, KeyError)
+
+    def test_staged_bad_data(self, graph):
+        """Behind a StagingInput the bad data fails before training with the same error."""
+        with pytest.raises(InputDataError, match="yielded no datapoint"):
+            train_linear(StagingInput(IterableInput([])))
+
+    def test_no_thread_after_train(self, graph):
+        """After a normal run the thread is joined and the iterable's generator closed."""
+        flow = SlowFlow()
+        train_linear(IterableInput(flow))
+        assert flow.closed == 1
+
+    def test_stop_training(self, graph):
+        """StopTraining mid-epoch stops and joins the thread, even with a slow producer."""
+
+        class Stop(Callback):
+            def _trigger_step(self):
+                if self.trainer.global_step == 3:
+                    raise StopTraining("enough")
+
+        trainer = train_linear(IterableInput(SlowFlow(0.02)), steps=10, callbacks=[Stop()])
+        assert trainer.global_step == 3
+
+    def test_error_in_loop_not_replaced(self, graph):
+        """An error of another callback propagates as it is; the thread is still joined."""
+
+        class Boom(Callback):
+            def _trigger_step(self):
+                raise ZeroDivisionError("boom")
+
+        with pytest.raises(ZeroDivisionError, match="boom"):
+            train_linear(IterableInput(SlowFlow()), callbacks=[Boom()])
+
+    @pytest.mark.skipif(
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+        reason="the test runner replaced Python's SIGINT handler, which the loop leaves alone",
+    )
+    def test_sigint(self, graph):
+        """A real SIGINT ends the run after the step, joins the thread, then KeyboardInterrupt."""
+
+        class Interrupt(Callback):
+            def _trigger_step(self):
+                if self.trainer.global_step == 2:
+                    os.kill(os.getpid(), signal.SIGINT)
+
+        with pytest.raises(KeyboardInterrupt):
+            train_linear(IterableInput(SlowFlow(0.01)), steps=10, callbacks=[Interrupt()])
 
 
 class TestNumpyInput:
@@ -833,7 +1035,7 @@ class TestStagingInput:
         source.setup(SIG)
         _, y = source.get_input_tensors()
         unrelated = tf.constant(2.0) * 3
-        hooked, _ = start(source, sess)
+        hooked, cbs = start(source, sess)
         assert stage_size(sess, y) == 1
         got = []
         for _ in range(6):
@@ -841,6 +1043,7 @@ class TestStagingInput:
             assert stage_size(sess, y) == 1
             hooked.run(unrelated)
             assert stage_size(sess, y) == 1
+        cbs.after_train()
         assert got == [0, 1, 2, 3, 4, 0]
         assert source.size() == 5
 

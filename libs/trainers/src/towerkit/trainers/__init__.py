@@ -50,6 +50,8 @@ from towerkit.trainers._gradproc import (
 from towerkit.trainers._input import (
     DummyConstantInput,
     FeedInput,
+    InputDataError,
+    InputProducerError,
     InputSignatureError,
     InputSizeUnknownError,
     InputSource,
@@ -153,6 +155,8 @@ __all__ = [
     "apply_default_prefetch",
     "InputSizeUnknownError",
     "InputSignatureError",
+    "InputDataError",
+    "InputProducerError",
     "GradientProcessor",
     "FilterNoneGrad",
     "GlobalNormClip",

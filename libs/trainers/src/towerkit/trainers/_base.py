@@ -601,8 +601,10 @@ class Trainer:
                 interrupted = True
                 logger.warning("training interrupted at global step %d", self.global_step)
             except BaseException as err:
-                failed = err
-                raise
+                failed = self._input_failure(err)
+                if failed is err:
+                    raise
+                raise failed from failed.__cause__
             finally:
                 interrupted = interrupted or interrupt.requested
                 self._finish(failed)
@@ -643,6 +645,22 @@ class Trainer:
             cbs.trigger_epoch()
             if should_stop() or interrupt.requested:
                 raise StopTraining("stop requested")
+
+    def _input_failure(self, err: BaseException) -> BaseException:
+        """The error to raise for `err`: an input's own error when its failure caused `err`.
+
+        A Python-fed input whose feeding thread found bad data (or whose iterable
+        raised) closes its queue, so the step fails with TensorFlow's end-of-queue
+        error; the input's error says what really went wrong.
+        """
+        from towerkit.trainers._input_feed import InputFeeder
+
+        if not isinstance(err, tf1.errors.OpError):
+            return err
+        for cb in self._registered:
+            if isinstance(cb, InputFeeder) and cb.input_failure() is not None:
+                return cb.input_failure()  # type: ignore[return-value]
+        return err
 
     def _finish(self, failed: BaseException | None) -> None:
         """``after_train`` on every callback, then close the session; never hides `failed`."""

@@ -21,3 +21,11 @@ class TowerVariableMismatchError(ValueError):
 
 class CollectiveError(RuntimeError):
     """A collective operation across processes failed: another process died, hung or left."""
+
+
+class InputDataError(ValueError):
+    """A Python input yielded a datapoint that does not fit the input signature, or none at all."""
+
+
+class InputProducerError(RuntimeError):
+    """The iterable behind a Python input raised while producing datapoints; the cause is its error."""

@@ -1,5 +1,6 @@
 """Inputs: the `InputSource` protocol, its implementations and the default prefetching."""
 
+from towerkit.trainers._errors import InputDataError, InputProducerError
 from towerkit.trainers._input_base import (
     InputSignatureError,
     InputSizeUnknownError,
@@ -25,6 +26,8 @@ __all__ = [
     "InputSource",
     "InputSignatureError",
     "InputSizeUnknownError",
+    "InputDataError",
+    "InputProducerError",
     "check_input_tensors",
     "spec_mismatches",
     "TFDatasetInput",

@@ -14,12 +14,14 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.towers import visible_gpu_count
 from towerkit.towers.compat import tf1
+from towerkit.trainers._datapoints import DatapointLayout, datapoint_tuple
 from towerkit.trainers._input_base import InputSignatureError, InputSource, spec_mismatches
 from towerkit.trainers._input_callbacks import (
     FeedInputCallback,
     InitializeInput,
     StageInputCallback,
 )
+from towerkit.trainers._input_feed import InputFeeder, QueueFeeder
 
 __all__ = [
     "TFDatasetInput",
@@ -72,47 +74,6 @@ def iterable_size(iterable: Any) -> int | None:
     except (TypeError, NotImplementedError):
         return None
     return int(n)
-
-
-def datapoint_tuple(datapoint: Any, names: Sequence[str]) -> tuple[Any, ...]:
-    """A datapoint as a tuple in signature order.
-
-    A datapoint is a sequence with one component per name, in the same order, or a
-    mapping from each name to its component (extra keys are ignored).
-
-    Raises:
-        ValueError: a wrong number of components, or missing names.
-        TypeError: neither a sequence nor a mapping.
-
-    Examples:
-        >>> datapoint_tuple([1, 2], ["x", "y"])
-        (1, 2)
-        >>> datapoint_tuple({"y": 2, "x": 1, "id": 7}, ["x", "y"])
-        (1, 2)
-        >>> datapoint_tuple([1], ["x", "y"])
-        Traceback (most recent call last):
-        ...
-        ValueError: datapoint has 1 component(s); the input signature ('x', 'y') needs 2
-    """
-    if isinstance(datapoint, Mapping):
-        missing = [n for n in names if n not in datapoint]
-        if missing:
-            msg = f"datapoint lacks {missing}; it has keys {sorted(map(str, datapoint))}"
-            raise ValueError(msg)
-        return tuple(datapoint[n] for n in names)
-    if isinstance(datapoint, (str, bytes)) or not isinstance(datapoint, (Sequence, np.ndarray)):
-        msg = (
-            f"a datapoint must be a list/tuple with one component per input "
-            f"{tuple(names)} or a dict keyed by them; got {type(datapoint).__name__}"
-        )
-        raise TypeError(msg)
-    if len(datapoint) != len(names):
-        msg = (
-            f"datapoint has {len(datapoint)} component(s); the input signature "
-            f"{tuple(names)} needs {len(names)}"
-        )
-        raise ValueError(msg)
-    return tuple(datapoint)
 
 
 def wants_staging(devices: Sequence[Any], num_visible_gpus: int) -> bool:
@@ -185,22 +146,28 @@ def _dataset_graph(dataset: tf.data.Dataset) -> Any | None:
     return None
 
 
-def _run_cardinality(card: Any) -> int | None:
-    """The value of a cardinality tensor (eager or in a graph), or None when unknown or infinite.
+def _cardinality_value(card: Any) -> int | None:
+    """The value of a cardinality tensor (eager or in a graph), or None when not computable.
 
-    A graph tensor runs in a short-lived CPU-only session, so no GPU memory is taken.
+    ``tf.data.INFINITE_CARDINALITY`` (-1) and ``tf.data.UNKNOWN_CARDINALITY`` (-2) are
+    returned as they are. A graph tensor runs in a short-lived CPU-only session, so no
+    GPU memory is taken.
     """
     try:
         if tf.is_symbolic_tensor(card):
             config = tf1.ConfigProto(device_count={"GPU": 0})
             with tf1.Session(graph=card.graph, config=config) as sess:
-                n = int(sess.run(card))
-        else:
-            n = int(card)
+                return int(sess.run(card))
+        return int(card)
     except (tf.errors.OpError, RuntimeError, ValueError) as err:
         logger.debug("cannot compute a dataset's cardinality: %s", err)
         return None
-    return n if n >= 0 else None
+
+
+def _run_cardinality(card: Any) -> int | None:
+    """The value of a cardinality tensor, or None when unknown, infinite or not computable."""
+    n = _cardinality_value(card)
+    return n if n is not None and n >= 0 else None
 
 
 def _cardinality(dataset: tf.data.Dataset) -> int | None:
@@ -264,10 +231,17 @@ class _IteratorInput(InputSource):
     def _init_feed(self) -> dict[Any, Any] | None:
         return None
 
+    def _endless(self) -> bool:
+        """Whether the dataset of `_make_dataset` is known to be infinite (then not repeated)."""
+        return False
+
     def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
         with tf.device(_INPUT_DEVICE):
             dataset = _to_signature(self._make_dataset(specs), specs, str(self))
-            dataset = dataset.repeat()
+            # A pipeline that ends in a repeat makes every get_next hop to another thread:
+            # an infinite dataset is read as it is.
+            if not self._endless():
+                dataset = dataset.repeat()
             if self._prefetch is not None:
                 dataset = dataset.prefetch(self._prefetch)
             self._iterator = tf1.data.make_initializable_iterator(dataset)
@@ -293,8 +267,9 @@ class _IteratorInput(InputSource):
 class TFDatasetInput(_IteratorInput):
     """Input from a ``tf.data.Dataset`` built by the user.
 
-    The dataset is repeated forever: an epoch is ``steps_per_epoch`` steps, not a pass
-    over the data, and passes continue across epoch boundaries. Its iterator is
+    The dataset is repeated forever (unless it is infinite already, which is read as
+    it is): an epoch is ``steps_per_epoch`` steps, not a pass over the data, and
+    passes continue across epoch boundaries. Its iterator is
     initialized by the source's callback in ``before_train``, so every call of
     ``train`` starts again from the first element (and a new shuffle); nothing is
     re-initialized between epochs.
@@ -347,6 +322,14 @@ class TFDatasetInput(_IteratorInput):
         self._card_tensor = dataset.cardinality()
         return dataset
 
+    def _endless(self) -> bool:
+        if self._card_tensor is None:
+            return False
+        n = _cardinality_value(self._card_tensor)
+        self._card = n if n is not None and n >= 0 else None
+        self._card_known = True
+        return n == tf.data.INFINITE_CARDINALITY
+
     def _size(self) -> int | None:
         if not self._card_known:
             if self._card_tensor is not None:
@@ -359,24 +342,38 @@ class TFDatasetInput(_IteratorInput):
         return self._card
 
 
-class IterableInput(_IteratorInput):
+class IterableInput(InputSource):
     """Input from a Python iterable of datapoints (a DataFlow, a list, a generator class).
 
     Each datapoint is one batch: a list/tuple of arrays in signature order, or a dict
-    keyed by the signature's names. The datapoints go through
-    ``tf.data.Dataset.from_generator`` into a prefetch buffer filled by a background
-    thread, so producing the next batch overlaps with the training step. After each
-    pass the iterable is iterated again (``iter(iterable)``), forever; ``size()`` is
-    ``len(iterable)`` when it has one. The source's callback calls the iterable's
-    ``reset_state()`` (when it has one) and restarts the pipeline in ``before_train``.
+    keyed by the signature's names. A background thread takes the datapoints, checks
+    them against the signature, and puts them into a queue of the graph (on the CPU)
+    that holds up to `prefetch` batches; each tower's input tensors take one batch
+    from the queue. Producing the next batches thus overlaps with the training
+    step, and the step itself runs no Python. After each pass the iterable is
+    iterated again (``iter(iterable)``), forever; ``size()`` is ``len(iterable)``
+    when it has one.
+
+    The source's callback calls the iterable's ``reset_state()`` (when it has one)
+    and starts the thread in ``before_train``; ``after_train`` (also after an error,
+    `StopTraining` or Ctrl-C) closes the queue and joins the thread.
+
+    A datapoint of the wrong arity, dtype or shape, a pass that yields nothing, or an
+    exception raised by the iterable stops the thread; the batches queued before it
+    are still trained on, then the trainer raises `InputDataError` (bad data) or
+    `InputProducerError` (the iterable raised; its exception is the cause), naming
+    this input, the datapoint, what the signature expects and what came. Components
+    are cast within their kind (``float64`` to ``float32``, ``int64`` to ``int32``).
 
     Args:
         iterable: re-iterable datapoints (not a one-pass iterator).
-        prefetch: batches to keep ready, >= 1 (or ``tf.data.AUTOTUNE``).
+        prefetch: batches the queue holds, >= 1 (``tf.data.AUTOTUNE``: 8).
 
     Raises:
         TypeError: `iterable` is not re-iterable.
     """
+
+    _default_capacity = 8
 
     def __init__(self, iterable: Iterable[Any], *, prefetch: int = 8) -> None:
         _check_reiterable(iterable, "iterable")
@@ -385,23 +382,37 @@ class IterableInput(_IteratorInput):
             msg = "'prefetch' of IterableInput must be an int >= 1 or tf.data.AUTOTUNE; got None"
             raise TypeError(msg)
         self._iterable = iterable
-        self._prefetch = checked
+        self._capacity = self._default_capacity if checked == tf.data.AUTOTUNE else checked
+        self._queue: Any = None
+        self._feeder: QueueFeeder | None = None
 
     @property
     def iterable(self) -> Iterable[Any]:
         """The datapoints."""
         return self._iterable
 
-    def _make_dataset(self, specs: tuple[tf.TensorSpec, ...]) -> tf.data.Dataset:
-        names = [s.name for s in specs]
-        signature = tuple(tf.TensorSpec(s.shape, s.dtype) for s in specs)
-        iterable = self._iterable
+    def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
+        with tf.device(_INPUT_DEVICE), tf1.name_scope("IterableInput"):
+            queue = tf1.FIFOQueue(self._capacity, [s.dtype for s in specs], name="queue")
+            placeholders = [tf1.placeholder(s.dtype, s.shape, name=s.name) for s in specs]
+            self._feeder = QueueFeeder(
+                str(self),
+                self._iterable,
+                DatapointLayout.from_specs(specs),
+                placeholders,
+                queue.enqueue(placeholders, name="enqueue"),
+                queue.close(cancel_pending_enqueues=False, name="close"),
+                queue.close(cancel_pending_enqueues=True, name="cancel"),
+            )
+        self._queue = queue
 
-        def generate() -> Iterator[tuple[Any, ...]]:
-            for dp in iterable:
-                yield datapoint_tuple(dp, names)
+    def _get_input_tensors(self) -> list[tf.Tensor]:
+        with tf.device(_INPUT_DEVICE):
+            got = self._queue.dequeue(name=f"IterableInput_get{self._calls}")
+        return list(got) if isinstance(got, (list, tuple)) else [got]
 
-        return tf.data.Dataset.from_generator(generate, output_signature=signature)
+    def _get_callbacks(self) -> list[Callback]:
+        return [InputFeeder(str(self), self.reset_state, self._feeder)]  # type: ignore[arg-type]
 
     def _size(self) -> int | None:
         return iterable_size(self._iterable)

@@ -1,0 +1,230 @@
+"""A background thread that feeds a Python iterable's datapoints into a queue of the graph."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+
+from towerkit.callbacks import Callback
+from towerkit.trainers._datapoints import DatapointLayout, conform_datapoint
+from towerkit.trainers._errors import InputDataError, InputProducerError
+
+__all__ = ["InputFeeder", "QueueFeeder"]
+
+logger = logging.getLogger("towerkit.trainers")
+
+
+class QueueFeeder:
+    """Feed an iterable's datapoints, pass after pass, into a queue, from a thread of its own.
+
+    The thread runs ``iter(iterable)`` again after each pass, checks and converts
+    each datapoint against `layout` (`conform_datapoint`), and runs the enqueue op
+    with it; the enqueue blocks while the queue is full. The training step dequeues
+    in its own session call, so producing the next batches overlaps with the step
+    and the step itself involves no Python.
+
+    When the data is wrong (wrong arity, dtype or shape, or a pass with no datapoint)
+    or the iterable raises, the thread keeps the error (`failure`), closes the queue
+    and ends: the batches already queued are still used, then the dequeue fails and
+    the trainer raises the kept error instead of TensorFlow's. ``stop`` closes the
+    queue, cancelling a blocked enqueue, and joins the thread.
+
+    Args:
+        name: the input's description, used in messages and as the thread's name.
+        iterable: re-iterable datapoints.
+        layout: what each datapoint must be.
+        placeholders: the tensors the enqueue op takes the datapoint from, in order.
+        enqueue: the op putting one datapoint into the queue.
+        close: the op closing the queue, leaving queued datapoints to the dequeues.
+        cancel: the op closing the queue and cancelling blocked enqueues.
+    """
+
+    join_timeout_s = 10.0
+    """How long ``stop`` waits for a producer busy in the iterable's code."""
+
+    def __init__(
+        self,
+        name: str,
+        iterable: Iterable[Any],
+        layout: DatapointLayout,
+        placeholders: Sequence[Any],
+        enqueue: Any,
+        close: Any,
+        cancel: Any,
+    ) -> None:
+        self._name = name
+        self._iterable = iterable
+        self._layout = layout
+        self._placeholders = list(placeholders)
+        self._enqueue = enqueue
+        self._close_op = close
+        self._cancel_op = cancel
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._failure: BaseException | None = None
+        self._sess: Any = None
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that ended the thread early (an `InputDataError` or `InputProducerError`)."""
+        return self._failure
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The feeding thread of the current run, None before ``start``."""
+        return self._thread
+
+    def start(self, sess: Any) -> None:
+        """Start feeding the queue of `sess` (stopping a thread of an earlier start first)."""
+        if self._thread is not None:
+            self.stop()
+        self._sess = sess
+        self._stopping = threading.Event()
+        self._failure = None
+        opts = config_pb2.CallableOptions()
+        opts.feed.extend(p.name for p in self._placeholders)
+        opts.target.append(self._enqueue.name)
+        put = sess._make_callable_from_options(opts)
+        self._thread = threading.Thread(
+            target=self._run, args=(put, self._stopping), name=f"feed {self._name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Close the queue (cancelling a blocked enqueue) and wait for the thread to end."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stopping.set()
+        self._run_quietly(self._cancel_op)
+        thread.join(self.join_timeout_s)
+        if thread.is_alive():
+            logger.warning(
+                "%s: the feeding thread is still busy in the iterable after %.0f s; it is a "
+                "daemon thread and ends with the process",
+                self._name,
+                self.join_timeout_s,
+            )
+
+    def _run_quietly(self, op: Any) -> None:
+        sess = self._sess
+        if sess is None or getattr(sess, "_closed", False):
+            return
+        try:
+            sess.run(op)
+        except (tf.errors.OpError, RuntimeError) as err:
+            logger.debug("%s: closing the queue: %s", self._name, err)
+
+    def _run(self, put: Callable[..., Any], stopping: threading.Event) -> None:
+        try:
+            self._produce(put, stopping)
+        except _Ended:
+            return
+        except BaseException as err:
+            self._fail(err)
+
+    def _produce(self, put: Callable[..., Any], stopping: threading.Event) -> None:
+        layout = self._layout
+        passes = 0
+        while not stopping.is_set():
+            passes += 1
+            count = 0
+            it = iter(self._iterable)
+            try:
+                for dp in it:
+                    try:
+                        values = conform_datapoint(dp, layout)
+                    except InputDataError as err:
+                        msg = (
+                            f"{self._name}: datapoint #{count} of pass {passes} does not fit "
+                            f"the input signature ({layout}): {err}"
+                        )
+                        raise _DataFault(msg) from None
+                    try:
+                        put(*values)
+                    except (tf.errors.OpError, RuntimeError) as err:
+                        if stopping.is_set() or getattr(self._sess, "_closed", False):
+                            raise _Ended from None
+                        msg = f"{self._name}: feeding the queue failed: {err}"
+                        raise _DataFault(msg, InputProducerError) from err
+                    count += 1
+                    if stopping.is_set():
+                        return
+            finally:
+                close = getattr(it, "close", None)
+                if callable(close):
+                    close()
+            if count == 0:
+                msg = (
+                    f"{self._name}: pass {passes} over the iterable yielded no datapoint; "
+                    f"expected datapoints ({layout})"
+                )
+                raise _DataFault(msg)
+
+    def _fail(self, err: BaseException) -> None:
+        if isinstance(err, _DataFault):
+            failure: BaseException = err.kind(str(err))
+            failure.__cause__ = err.__cause__
+        else:
+            msg = f"{self._name}: the iterable raised {type(err).__name__}: {err}"
+            failure = InputProducerError(msg)
+            failure.__cause__ = err
+        self._failure = failure
+        logger.debug("%s: feeding stopped: %s", self._name, failure)
+        self._run_quietly(self._close_op)
+
+
+class _DataFault(Exception):
+    """Raised inside the feeding thread: the failure to keep, of the given kind."""
+
+    def __init__(self, msg: str, kind: type[Exception] = InputDataError) -> None:
+        super().__init__(msg)
+        self.kind = kind
+
+
+class _Ended(Exception):
+    """Raised inside the feeding thread: the queue was closed by ``stop`` or the session."""
+
+
+class InputFeeder(Callback):
+    """Before training: reset the source's Python state, then start its feeding thread.
+
+    After training (also after an error or Ctrl-C) the thread is stopped and joined,
+    so no thread outlives the run. It runs on every worker, chief or not.
+
+    Args:
+        name: the source's description, for ``str``.
+        reset: the source's ``reset_state``.
+        feeder: the thread's owner.
+    """
+
+    _chief_only = False
+
+    def __init__(self, name: str, reset: Callable[[], None], feeder: QueueFeeder) -> None:
+        self._name = name
+        self._reset = reset
+        self._feeder = feeder
+
+    @property
+    def feeder(self) -> QueueFeeder:
+        """The thread's owner."""
+        return self._feeder
+
+    def input_failure(self) -> BaseException | None:
+        """The error that stopped the feeding thread, or None."""
+        return self._feeder.failure
+
+    def _before_train(self) -> None:
+        self._reset()
+        self._feeder.start(self.trainer.sess)
+
+    def _after_train(self) -> None:
+        self._feeder.stop()
+
+    def __str__(self) -> str:
+        return f"InputFeeder({self._name})"

@@ -1,0 +1,156 @@
+"""Python datapoints against an input signature: the layout record and the conversion."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from towerkit.trainers import InputDataError
+from towerkit.trainers._datapoints import DatapointLayout, conform_datapoint, describe_value
+
+DTYPES = ["float32", "float64", "int32", "int64", "uint8", "bool"]
+
+
+@st.composite
+def layouts_and_datapoints(draw):
+    """A layout, and a datapoint that fits it exactly (numpy arrays of its dtypes and shapes)."""
+    n = draw(st.integers(1, 4))
+    names = [f"in{i}" for i in range(n)]
+    dtypes = [draw(st.sampled_from(DTYPES)) for _ in range(n)]
+    shapes, values = [], []
+    for dtype in dtypes:
+        dims = draw(st.lists(st.integers(0, 3), max_size=3))
+        known = [d if draw(st.booleans()) else None for d in dims]
+        shapes.append(None if draw(st.integers(0, 5)) == 0 else tuple(known))
+        values.append(np.zeros(dims, dtype))
+    layout = DatapointLayout(names=names, dtypes=dtypes, shapes=shapes)
+    return layout, values
+
+
+class TestDatapointLayout:
+    """`DatapointLayout`: names, numpy dtypes and shapes of an input signature."""
+
+    def test_repr(self):
+        """The repr shows every field."""
+        layout = DatapointLayout(names=["x"], dtypes=["float32"], shapes=[(None, 2)])
+        assert repr(layout) == (
+            "DatapointLayout(names=('x',), dtypes=(dtype('float32'),), shapes=((None, 2),))"
+        )
+
+    def test_from_specs(self):
+        """A signature's names, numpy dtypes and shapes; an unknown rank is None."""
+        layout = DatapointLayout.from_specs(
+            [
+                tf.TensorSpec([None, 2], tf.float32, "x"),
+                tf.TensorSpec(None, tf.int64, "y"),
+                tf.TensorSpec([3], tf.string, "s"),
+            ]
+        )
+        assert layout.names == ("x", "y", "s")
+        assert layout.dtypes == (np.dtype("float32"), np.dtype("int64"), np.dtype(object))
+        assert layout.shapes == ((None, 2), None, (3,))
+        assert str(layout) == "x: float32(None, 2), y: int64<unknown rank>, s: string(3,)"
+
+    def test_fail(self):
+        """Fields of different lengths are refused, naming the three lengths."""
+        with pytest.raises(ValueError, match="one entry per input; got 2, 1 and 1"):
+            DatapointLayout(names=["x", "y"], dtypes=["float32"], shapes=[None])
+
+    @given(layouts_and_datapoints())
+    def test_equal_and_hashable(self, case):
+        """Two layouts built from the same values are equal and hash alike."""
+        layout, _ = case
+        again = DatapointLayout(
+            names=list(layout.names), dtypes=list(layout.dtypes), shapes=list(layout.shapes)
+        )
+        assert again == layout
+        assert hash(again) == hash(layout)
+
+
+class TestConformDatapoint:
+    """`conform_datapoint` checks a datapoint and returns one array per input."""
+
+    @given(layouts_and_datapoints())
+    def test_fitting_datapoint_unchanged(self, case):
+        """A datapoint that fits comes back as the same arrays, as a tuple or as a dict."""
+        layout, values = case
+        got = conform_datapoint(values, layout)
+        assert len(got) == len(values)
+        for g, v in zip(got, values):
+            assert g is v
+        as_dict = dict(zip(layout.names, values))
+        assert all(a is b for a, b in zip(conform_datapoint(as_dict, layout), got))
+
+    @given(
+        st.sampled_from([("float64", "float32"), ("int64", "int32"), ("int32", "float32")]),
+        st.lists(st.integers(-100, 100), min_size=1, max_size=5),
+    )
+    def test_cast_within_kind(self, pair, numbers):
+        """float64 to float32, int64 to int32, an integer to a float: cast, values kept."""
+        src, dst = pair
+        layout = DatapointLayout(names=["v"], dtypes=[dst], shapes=[(None,)])
+        (got,) = conform_datapoint([np.asarray(numbers, src)], layout)
+        assert got.dtype == np.dtype(dst)
+        np.testing.assert_array_equal(got, numbers)
+
+    @given(layouts_and_datapoints(), st.data())
+    def test_every_fault_listed(self, case, data):
+        """Components made to not fit are all listed, by index and name, with both specs."""
+        layout, values = case
+        bad = data.draw(st.sets(st.integers(0, len(values) - 1), min_size=1))
+        broken = list(values)
+        for i in bad:
+            broken[i] = np.full([2, 2, 2, 2], "text")
+        with pytest.raises(InputDataError) as info:
+            conform_datapoint(broken, layout)
+        message = str(info.value)
+        for i in range(len(values)):
+            listed = f"#{i} {layout.names[i]!r}: expected " in message
+            assert listed == (i in bad), message
+        assert message.count("got string(2, 2, 2, 2)") == len(bad)
+
+    def test_fail(self):
+        """Arity, kind, dtype and shape faults: InputDataError with what was expected and came."""
+        layout = DatapointLayout(
+            names=["x", "y"], dtypes=["float32", "int32"], shapes=[(None, 2), (None,)]
+        )
+        with pytest.raises(InputDataError, match=r"datapoint has 3 component\(s\)"):
+            conform_datapoint([1, 2, 3], layout)
+        with pytest.raises(InputDataError, match=r"datapoint lacks \['y'\]"):
+            conform_datapoint({"x": 1}, layout)
+        with pytest.raises(InputDataError, match=r"a datapoint must be a list/tuple .* got str"):
+            conform_datapoint("xy", layout)
+        with pytest.raises(
+            InputDataError, match=r"^#1 'y': expected int32\(None,\), got float64\(3,\)$"
+        ):
+            conform_datapoint([np.zeros([3, 2]), np.zeros(3)], layout)
+        with pytest.raises(
+            InputDataError, match=r"^#0 'x': expected float32\(None, 2\), got float32\(3, 2, 1\)$"
+        ):
+            conform_datapoint([np.zeros([3, 2, 1], np.float32), np.zeros(3, np.int32)], layout)
+        assert issubclass(InputDataError, ValueError)
+
+    def test_strings(self):
+        """A string input takes str or bytes arrays (as objects) and refuses numbers."""
+        layout = DatapointLayout(names=["s"], dtypes=[object], shapes=[(None,)])
+        (got,) = conform_datapoint([["a", "bc"]], layout)
+        assert got.dtype == object
+        assert list(got) == ["a", "bc"]
+        with pytest.raises(InputDataError, match=r"expected string\(None,\), got int64\(2,\)"):
+            conform_datapoint([[1, 2]], layout)
+
+
+class TestDescribeValue:
+    """`describe_value` says what a component is."""
+
+    @given(st.sampled_from(DTYPES), st.lists(st.integers(0, 3), max_size=3))
+    def test_arrays(self, dtype, shape):
+        """An array is its dtype name and shape."""
+        assert describe_value(np.zeros(shape, dtype)) == f"{dtype}{tuple(shape)}"
+
+    def test_others(self):
+        """Strings, ragged lists and other objects."""
+        assert describe_value(np.asarray([b"a"])) == "string(1,)"
+        assert describe_value([[1], [1, 2]]) == "list"
+        assert describe_value(object()) == "object"
