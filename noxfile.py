@@ -205,10 +205,14 @@ def lint(session: nox.Session, target: str) -> None:
     session.run("ruff", "format", "--check", *LINT_TARGETS[target])
 
 
+TYPED = [*LIBS, "conformance", "tools"]
+"""What `typecheck` runs mypy on (``check_untyped_defs`` on, from the root pyproject)."""
+
+
 @nox.session(tags=["lint", "ci"])
-@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in LIBS])
+@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in TYPED])
 def typecheck(session: nox.Session, lib: str) -> None:
-    """mypy on one lib's public API, against the installed lib."""
+    """mypy on one lib (or conformance, tools), against the installed distribution."""
     install_local(session, f"towerkit-{lib}")
     install_groups(session, "typecheck")
     session.run("mypy", "-p", f"towerkit.{lib}")

@@ -111,6 +111,10 @@ _RESUME_RULE = (
 def test_auto_resume(trainer_entry, conformance_runner, case):
     """Spec 000 (AutoResumeTrainConfig): a checkpoint and a JSON history in the log directory make the next run continue the epoch, global step and stats.json; always_resume decides whether the user's session_init/starting_epoch win."""
     first, second = RESUME[case]
+    auto = second.auto_resume
+    if auto is None:
+        msg = f"the resume case {case!r} describes no AutoResumeTrainConfig"
+        raise TypeError(msg)
     first_results = conformance_runner.run(first)
     check_run(trainer_entry, first, first_results, recorders=[CLOCK])
     results = conformance_runner.run(second)
@@ -130,7 +134,7 @@ def test_auto_resume(trainer_entry, conformance_runner, case):
     )
     what = f"{trainer_entry.name}, AutoResumeTrainConfig({second.auto_resume})"
     check_run(trainer_entry, resumed, results, recorders=[CLOCK])
-    marker_want = second.auto_resume.marker if user_wins else 0.0
+    marker_want = auto.marker if user_wins else 0.0
     # On a TensorFlow cluster, session_init runs on the chief (worker 0) only; the other
     # workers take the parameter servers' values, and the suite's marker variable is
     # created outside the trainer's device placement, on each worker.

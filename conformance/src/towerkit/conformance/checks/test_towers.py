@@ -19,7 +19,7 @@ def _needs_towers(entry):
 
 def copies(values):
     """``{model variable: {copy name: values}}`` for every copy of each model variable."""
-    out = {m: {} for m in VARIABLES}
+    out: dict[str, dict[str, object]] = {m: {} for m in VARIABLES}
     for name, vals in values.items():
         for m in VARIABLES:
             if name == m or name.endswith("/" + m):
