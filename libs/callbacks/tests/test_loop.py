@@ -61,6 +61,23 @@ class TestLoopEvents:
         n = sum(e.kind is EventKind.TRIGGER_STEP for e in loop_events(starting, max_epoch, steps))
         assert n == count_steps(starting, max_epoch, steps)
 
+    @given(loop_params(), st.integers(0, 3), st.sets(st.sampled_from(list(EventKind))))
+    def test_kinds_filter_the_stream(self, params, runs, kinds):
+        """``kinds=`` yields exactly the full stream's events of those kinds (steps skipped or not)."""
+        starting, max_epoch, steps, start_gs = params
+        kw = {"start_global_step": start_gs, "runs_per_step": runs}
+        full = [e for e in loop_events(starting, max_epoch, steps, **kw) if e.kind in kinds]
+        assert list(loop_events(starting, max_epoch, steps, kinds=kinds, **kw)) == full
+
+    def test_epoch_kinds_skip_the_steps(self):
+        """Epoch events of a run of a million steps per epoch come at once."""
+        evs = list(loop_events(1, 3, 10**6, kinds=[EventKind.TRIGGER_EPOCH]))
+        assert [(e.epoch_num, e.local_step, e.global_step) for e in evs] == [
+            (1, 10**6 - 1, 10**6),
+            (2, 10**6 - 1, 2 * 10**6),
+            (3, 10**6 - 1, 3 * 10**6),
+        ]
+
     def test_trigger_epoch_of_epoch_3(self):
         """In the trigger_epoch of epoch 3, epoch_num is 3 (the documented example)."""
         evs = [e for e in loop_events(1, 5, 2) if e.kind is EventKind.TRIGGER_EPOCH]

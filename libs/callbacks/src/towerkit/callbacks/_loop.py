@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import attrs
 from attrs.validators import ge, instance_of
@@ -23,6 +23,10 @@ class EventKind(str, enum.Enum):
 
     def __repr__(self) -> str:
         return f"EventKind.{self.name}"
+
+
+STEP_KINDS = frozenset({EventKind.BEFORE_RUN, EventKind.AFTER_RUN, EventKind.TRIGGER_STEP})
+"""The kinds of event that happen at every step (the others happen per epoch or per run)."""
 
 
 def bounds_faults(starting_epoch: object, max_epoch: object, steps_per_epoch: object) -> list[str]:
@@ -203,6 +207,7 @@ def loop_events(
     *,
     start_global_step: int = 0,
     runs_per_step: int = 1,
+    kinds: Iterable[EventKind] | None = None,
 ) -> Iterator[LoopEvent]:
     """Yield every event of a training run, in the order the loop calls callbacks.
 
@@ -217,6 +222,9 @@ def loop_events(
         steps_per_epoch: steps per epoch (> 0).
         start_global_step: the global step restored at the start (>= 0).
         runs_per_step: ``hooked_sess.run`` calls per step (>= 0).
+        kinds: yield only the events of these kinds (all when None), the same as
+            filtering the full stream; without step kinds the steps are counted, not
+            walked, so a long run's epoch events come at once.
 
     Examples:
         >>> [e.kind.value for e in loop_events(1, 1, 1)]
@@ -236,21 +244,37 @@ def loop_events(
         epoch_num=starting_epoch - 1,
         global_step=start_global_step,
     )
+    wanted = frozenset(EventKind) if kinds is None else frozenset(map(EventKind, kinds))
+    walk_steps = not wanted.isdisjoint(STEP_KINDS)
     evolve = attrs.evolve
-    yield LoopEvent(EventKind.BEFORE_TRAIN, pos)
+    if EventKind.BEFORE_TRAIN in wanted:
+        yield LoopEvent(EventKind.BEFORE_TRAIN, pos)
     for epoch in range(starting_epoch, max_epoch + 1):
         pos = evolve(pos, epoch_num=epoch, local_step=-1)
-        yield LoopEvent(EventKind.BEFORE_EPOCH, pos)
-        for step in range(steps_per_epoch):
-            pos = evolve(pos, local_step=step)
-            for _ in range(runs_per_step):
-                yield LoopEvent(EventKind.BEFORE_RUN, pos)
-                pos = evolve(pos, global_step=pos.global_step + 1)
-                yield LoopEvent(EventKind.AFTER_RUN, pos)
-            yield LoopEvent(EventKind.TRIGGER_STEP, pos)
-        yield LoopEvent(EventKind.AFTER_EPOCH, pos)
-        yield LoopEvent(EventKind.TRIGGER_EPOCH, pos)
-    yield LoopEvent(EventKind.AFTER_TRAIN, pos)
+        if EventKind.BEFORE_EPOCH in wanted:
+            yield LoopEvent(EventKind.BEFORE_EPOCH, pos)
+        if walk_steps:
+            for step in range(steps_per_epoch):
+                pos = evolve(pos, local_step=step)
+                for _ in range(runs_per_step):
+                    if EventKind.BEFORE_RUN in wanted:
+                        yield LoopEvent(EventKind.BEFORE_RUN, pos)
+                    pos = evolve(pos, global_step=pos.global_step + 1)
+                    if EventKind.AFTER_RUN in wanted:
+                        yield LoopEvent(EventKind.AFTER_RUN, pos)
+                if EventKind.TRIGGER_STEP in wanted:
+                    yield LoopEvent(EventKind.TRIGGER_STEP, pos)
+        else:
+            pos = evolve(
+                pos,
+                local_step=steps_per_epoch - 1,
+                global_step=pos.global_step + steps_per_epoch * runs_per_step,
+            )
+        for kind in (EventKind.AFTER_EPOCH, EventKind.TRIGGER_EPOCH):
+            if kind in wanted:
+                yield LoopEvent(kind, pos)
+    if EventKind.AFTER_TRAIN in wanted:
+        yield LoopEvent(EventKind.AFTER_TRAIN, pos)
 
 
 def count_steps(starting_epoch: int, max_epoch: int, steps_per_epoch: int) -> int:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
 
-from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition
+from towerkit.callbacks._loop import EventKind, loop_events
 from towerkit.callbacks._schedules import OnSchedule, scheduled_value
 from towerkit.callbacks._triggers import EveryK, Trigger, fires
 
@@ -22,8 +22,6 @@ __all__ = [
 
 DEFAULT_KINDS = (EventKind.BEFORE_TRAIN, EventKind.TRIGGER_STEP, EventKind.TRIGGER_EPOCH)
 """The events where triggers act: before training, after each step, after each epoch."""
-
-_STEP_KINDS = frozenset({EventKind.BEFORE_RUN, EventKind.AFTER_RUN, EventKind.TRIGGER_STEP})
 
 
 def _kinds(value: Iterable[Any]) -> tuple[EventKind, ...]:
@@ -112,50 +110,6 @@ def timeline_entry(item: Any) -> TimelineEntry | None:
     raise TypeError(msg)
 
 
-def _events(
-    starting_epoch: int,
-    max_epoch: int,
-    steps_per_epoch: int,
-    start_global_step: int,
-    kinds: frozenset[EventKind],
-) -> Iterator[LoopEvent]:
-    """The loop's events (one run per step) of the given kinds only, in loop order."""
-    common = {
-        "starting_epoch": starting_epoch,
-        "max_epoch": max_epoch,
-        "steps_per_epoch": steps_per_epoch,
-    }
-
-    def at(kind: EventKind, epoch: int, local: int, gs: int) -> LoopEvent:
-        pos = LoopPosition(**common, epoch_num=epoch, local_step=local, global_step=gs)
-        return LoopEvent(kind, pos)
-
-    gs, local, epoch = start_global_step, -1, starting_epoch - 1
-    if EventKind.BEFORE_TRAIN in kinds:
-        yield at(EventKind.BEFORE_TRAIN, epoch, local, gs)
-    steps_needed = bool(kinds & _STEP_KINDS)
-    for epoch in range(starting_epoch, max_epoch + 1):
-        if EventKind.BEFORE_EPOCH in kinds:
-            yield at(EventKind.BEFORE_EPOCH, epoch, -1, gs)
-        if steps_needed:
-            for local in range(steps_per_epoch):
-                if EventKind.BEFORE_RUN in kinds:
-                    yield at(EventKind.BEFORE_RUN, epoch, local, gs)
-                gs += 1
-                if EventKind.AFTER_RUN in kinds:
-                    yield at(EventKind.AFTER_RUN, epoch, local, gs)
-                if EventKind.TRIGGER_STEP in kinds:
-                    yield at(EventKind.TRIGGER_STEP, epoch, local, gs)
-        else:
-            gs += steps_per_epoch
-        local = steps_per_epoch - 1
-        for kind in (EventKind.AFTER_EPOCH, EventKind.TRIGGER_EPOCH):
-            if kind in kinds:
-                yield at(kind, epoch, local, gs)
-    if EventKind.AFTER_TRAIN in kinds:
-        yield at(EventKind.AFTER_TRAIN, epoch, local, gs)
-
-
 def timeline(
     callbacks_or_triggers: Sequence[Any],
     starting_epoch: int,
@@ -214,7 +168,14 @@ def timeline(
         raise ValueError(msg)
     wanted = frozenset(k for e in entries for k in e.kinds)
     out: list[Firing] = []
-    for event in _events(starting_epoch, max_epoch, steps_per_epoch, start_global_step, wanted):
+    events = loop_events(
+        starting_epoch,
+        max_epoch,
+        steps_per_epoch,
+        start_global_step=start_global_step,
+        kinds=wanted,
+    )
+    for event in events:
         for entry in entries:
             if event.kind not in entry.kinds or not fires(entry.trigger, event):
                 continue
