@@ -60,10 +60,12 @@ class SmallLoop:
         self.session_init = session_init
         self.session_config = session_config
         cbs = [cb for cb in callbacks if is_chief or not cb.chief_only]
-        if monitors is None:
-            from towerkit.callbacks import Monitors
+        from towerkit.callbacks import Monitors
 
+        if monitors is None:
             monitors = Monitors([])
+        elif not isinstance(monitors, Monitors):
+            monitors = Monitors(list(monitors))  # a list of monitors, as Trainer.train takes
         self.monitors = monitors
         self._callbacks = Callbacks([*cbs, monitors])
         self.sess = None
