@@ -23,7 +23,7 @@ from towerkit.callbacks import (
     RunUpdateOps,
 )
 from towerkit.callbacks._graph import numerics_report, tensor_names, to_images
-from towerkit.callbacks._monitors import encode_png
+from towerkit.callbacks._png import encode_png
 from towerkit.towers.compat import tf1
 
 

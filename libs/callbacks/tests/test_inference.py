@@ -30,7 +30,7 @@ from towerkit.callbacks import (
     tally_add,
     tally_ratio,
 )
-from towerkit.callbacks._inference import chunks
+from towerkit.callbacks._inference_stats import chunks
 from towerkit.towers import TowerContext, TowerFunc, session_config_for_devices
 from towerkit.towers.compat import tf1
 

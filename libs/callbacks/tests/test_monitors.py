@@ -27,7 +27,7 @@ from towerkit.callbacks import (
     StopTraining,
     TFEventWriter,
 )
-from towerkit.callbacks._monitors import fill_command
+from towerkit.callbacks._senders import fill_command
 from towerkit.towers.compat import tf1
 
 
@@ -166,7 +166,7 @@ class TestMonitors:
         """Images are encoded as real PNG files that TensorFlow decodes back."""
         import tensorflow as tf
 
-        from towerkit.callbacks._monitors import encode_png
+        from towerkit.callbacks._png import encode_png
 
         rng = np.random.default_rng(0)
         for c in (1, 2, 3, 4):

@@ -94,39 +94,31 @@ if TYPE_CHECKING:
     )
     from towerkit.callbacks._hooked import HookedSession
     from towerkit.callbacks._hooks import CallbackToHook, HookToCallback, TFLocalCLIDebugHook
-    from towerkit.callbacks._inference import (
-        BinaryClassificationStats,
-        ClassificationError,
+    from towerkit.callbacks._hyperparams import GraphVarParam, HyperParam, ObjAttrParam
+    from towerkit.callbacks._inference_runners import (
         DataParallelInferenceRunner,
-        Inferencer,
         InferenceRunner,
         InferenceRunnerBase,
+    )
+    from towerkit.callbacks._inferencers import (
+        BinaryClassificationStats,
+        ClassificationError,
+        Inferencer,
         ScalarStats,
     )
     from towerkit.callbacks._misc import EstimatedTimeLeft, InjectShell, StartProcOrThread
-    from towerkit.callbacks._monitors import (
-        CometMLMonitor,
-        JSONWriter,
-        MonitorBase,
-        Monitors,
-        ScalarPrinter,
-        SendMonitorData,
-        SendStat,
-        TFEventWriter,
-    )
-    from towerkit.callbacks._params import (
-        GraphVarParam,
-        HumanHyperParamSetter,
-        HyperParam,
-        HyperParamSetter,
-        HyperParamSetterWithFunc,
-        ObjAttrParam,
-        ScheduledHyperParamSetter,
-        StatMonitorParamSetter,
-    )
+    from towerkit.callbacks._monitor_hub import MonitorBase, Monitors
     from towerkit.callbacks._periodic import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
     from towerkit.callbacks._profiler import GraphProfiler
     from towerkit.callbacks._savers import MaxSaver, MinSaver, ModelSaver
+    from towerkit.callbacks._senders import CometMLMonitor, SendMonitorData, SendStat
+    from towerkit.callbacks._setters import (
+        HumanHyperParamSetter,
+        HyperParamSetter,
+        HyperParamSetterWithFunc,
+        ScheduledHyperParamSetter,
+        StatMonitorParamSetter,
+    )
     from towerkit.callbacks._steps import ProgressBar, SessionRunTimeout, TensorPrinter
     from towerkit.callbacks._summaries import (
         MergeAllSummaries,
@@ -140,6 +132,7 @@ if TYPE_CHECKING:
         HostMemoryTracker,
         ThroughputTracker,
     )
+    from towerkit.callbacks._writers import JSONWriter, ScalarPrinter, TFEventWriter
 
 _SHELLS = {
     "HOOK_METHODS": "_base",
@@ -157,32 +150,21 @@ _SHELLS = {
     "CallbackToHook": "_hooks",
     "HookToCallback": "_hooks",
     "TFLocalCLIDebugHook": "_hooks",
-    "BinaryClassificationStats": "_inference",
-    "ClassificationError": "_inference",
-    "DataParallelInferenceRunner": "_inference",
-    "Inferencer": "_inference",
-    "InferenceRunner": "_inference",
-    "InferenceRunnerBase": "_inference",
-    "ScalarStats": "_inference",
+    "GraphVarParam": "_hyperparams",
+    "HyperParam": "_hyperparams",
+    "ObjAttrParam": "_hyperparams",
+    "DataParallelInferenceRunner": "_inference_runners",
+    "InferenceRunner": "_inference_runners",
+    "InferenceRunnerBase": "_inference_runners",
+    "BinaryClassificationStats": "_inferencers",
+    "ClassificationError": "_inferencers",
+    "Inferencer": "_inferencers",
+    "ScalarStats": "_inferencers",
     "EstimatedTimeLeft": "_misc",
     "InjectShell": "_misc",
     "StartProcOrThread": "_misc",
-    "CometMLMonitor": "_monitors",
-    "JSONWriter": "_monitors",
-    "MonitorBase": "_monitors",
-    "Monitors": "_monitors",
-    "ScalarPrinter": "_monitors",
-    "SendMonitorData": "_monitors",
-    "SendStat": "_monitors",
-    "TFEventWriter": "_monitors",
-    "GraphVarParam": "_params",
-    "HumanHyperParamSetter": "_params",
-    "HyperParam": "_params",
-    "HyperParamSetter": "_params",
-    "HyperParamSetterWithFunc": "_params",
-    "ObjAttrParam": "_params",
-    "ScheduledHyperParamSetter": "_params",
-    "StatMonitorParamSetter": "_params",
+    "MonitorBase": "_monitor_hub",
+    "Monitors": "_monitor_hub",
     "EnableCallbackIf": "_periodic",
     "PeriodicCallback": "_periodic",
     "PeriodicTrigger": "_periodic",
@@ -190,6 +172,14 @@ _SHELLS = {
     "MaxSaver": "_savers",
     "MinSaver": "_savers",
     "ModelSaver": "_savers",
+    "CometMLMonitor": "_senders",
+    "SendMonitorData": "_senders",
+    "SendStat": "_senders",
+    "HumanHyperParamSetter": "_setters",
+    "HyperParamSetter": "_setters",
+    "HyperParamSetterWithFunc": "_setters",
+    "ScheduledHyperParamSetter": "_setters",
+    "StatMonitorParamSetter": "_setters",
     "ProgressBar": "_steps",
     "SessionRunTimeout": "_steps",
     "TensorPrinter": "_steps",
@@ -201,6 +191,9 @@ _SHELLS = {
     "GPUUtilizationTracker": "_trackers",
     "HostMemoryTracker": "_trackers",
     "ThroughputTracker": "_trackers",
+    "JSONWriter": "_writers",
+    "ScalarPrinter": "_writers",
+    "TFEventWriter": "_writers",
 }
 """Each public name that needs TensorFlow, and the private module that defines it."""
 

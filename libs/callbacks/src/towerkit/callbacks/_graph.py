@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
-from towerkit.callbacks._monitors import encode_png
+from towerkit.callbacks._png import encode_png
 from towerkit.sessinit import atomic_write_bytes
 from towerkit.towers.compat import tf1
 

@@ -16,8 +16,8 @@ import attrs
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
-from towerkit.callbacks._monitors import require_logdir
 from towerkit.callbacks._stats import is_real_number
+from towerkit.callbacks._writers import require_logdir
 from towerkit.sessinit import (
     CheckpointNotFoundError,
     atomic_checkpoint_prefix,

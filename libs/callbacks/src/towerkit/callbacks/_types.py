@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from towerkit.callbacks._monitors import Monitors
+    from towerkit.callbacks._monitor_hub import Monitors
 
 
 @runtime_checkable
