@@ -144,7 +144,15 @@ def crosslib(session: nox.Session) -> None:
     session.run("pytest", "libs/callbacks/tests", *session.posargs, env=env)
 
 
-CORE_MODULES = ["_loop", "_triggers", "_schedules", "_stats", "_timeline", "_inference_stats"]
+CORE_MODULES = [
+    "_loop",
+    "_triggers",
+    "_schedules",
+    "_stats",
+    "_timeline",
+    "_inference_stats",
+    "_pruning",
+]
 """The callbacks lib's functional core: its doctests run in the `core` session too."""
 
 

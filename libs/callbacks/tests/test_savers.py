@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from loop import LoopTrainer
 
 from towerkit.callbacks import (
+    EPOCH_ENDS_KEPT,
     Callback,
     CallbackError,
     MaxSaver,
@@ -22,8 +23,8 @@ from towerkit.callbacks import (
     PeriodicTrigger,
     ScheduledHyperParamSetter,
     StopTraining,
+    plan_pruning,
 )
-from towerkit.callbacks._savers import EPOCH_ENDS_KEPT, plan_pruning
 from towerkit.sessinit import SaverRestore
 from towerkit.towers.compat import tf1
 

@@ -71,7 +71,7 @@ def saved_runs(draw):
         dict with ``steps_per_epoch``, ``checkpoints``, ``epochs``, ``killed_at`` (the
         global step) and ``last_recorded`` (the last epoch recorded, 0 for none).
     """
-    from towerkit.callbacks._savers import plan_pruning
+    from towerkit.callbacks import plan_pruning
 
     spe = draw(st.integers(1, 5))
     every = draw(st.one_of(st.none(), st.integers(1, 7)))

@@ -36,6 +36,7 @@ from towerkit.callbacks._loop import (
     loop_events,
 )
 from towerkit.callbacks._procs import stop_process_group
+from towerkit.callbacks._pruning import EPOCH_ENDS_KEPT, PrunePlan, plan_pruning
 from towerkit.callbacks._schedules import (
     OnSchedule,
     PiecewiseSchedule,
@@ -330,6 +331,9 @@ __all__ = [
     "summary_due",
     # steps and misc
     "stop_process_group",
+    "EPOCH_ENDS_KEPT",
+    "PrunePlan",
+    "plan_pruning",
     "ProgressBar",
     "TensorPrinter",
     "SessionRunTimeout",
