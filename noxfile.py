@@ -130,8 +130,10 @@ def tests(session: nox.Session, lib: str) -> None:
 
 @nox.session(tags=["ci"])
 def crosslib(session: nox.Session) -> None:
-    """Tests that need several libs together (tools, examples, integration)."""
-    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
+    """Tests that need several libs together (tools, examples, integration, README blocks)."""
+    install_local(
+        session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
+    )
     install_groups(session, "test", "demo")
     install_layers(session)
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]

@@ -231,20 +231,20 @@ CONFIGS = [
     ),
     Case(
         "config-max-epoch-kind",
-        ValueError,
+        TypeError,
         r"'max_epoch' must be an int; got '10'",
         lambda tmp, _: T.TrainConfig(max_epoch="10"),
     ),
     Case(
         "config-max-before-start",
         ValueError,
-        r"'max_epoch' must be >= starting_epoch - 1 .*max_epoch=1, starting_epoch=5",
+        r"'max_epoch' must be >= 'starting_epoch' - 1 .*max_epoch=1, starting_epoch=5",
         lambda tmp, _: T.TrainConfig(starting_epoch=5, max_epoch=1),
     ),
     Case(
         "config-steps-per-epoch",
         ValueError,
-        r"'steps_per_epoch' must be an int > 0 or None; got 0",
+        r"'steps_per_epoch' must be an int > 0; got 0",
         lambda tmp, _: T.TrainConfig(steps_per_epoch=0),
     ),
     Case(
@@ -289,7 +289,10 @@ CONFIGS = [
         "autoresume-bad-stats",
         ValueError,
         r"stats.json' is not valid JSON .*cannot resume from it",
-        lambda tmp, _: T.AutoResumeTrainConfig(model=Lin(), logdir=os.path.join(tmp, "log")),
+        # The logdir is read when the run launches (plan_resume), not at construction.
+        lambda tmp, _: T.AutoResumeTrainConfig(
+            model=Lin(), logdir=os.path.join(tmp, "log")
+        ).plan_resume(4),
         prepare=lambda tmp: (
             os.makedirs(os.path.join(tmp, "log")),
             text_file("log/stats.json", "[{")(tmp),
