@@ -129,7 +129,10 @@ class TestCluster:
             rep = cluster["reports"][("worker", task)]
             costs = rep["costs"]
             assert len(costs) == STEPS * EPOCHS
-            assert np.mean(costs[-STEPS:]) < 0.5 * np.mean(costs[:STEPS])
+            # The other worker may have trained the shared variables before this one's
+            # first step (a loaded machine starts the processes far apart): then its first
+            # epoch is already near the floor, and a low last epoch is what counts.
+            assert np.mean(costs[-STEPS:]) < max(0.5 * np.mean(costs[:STEPS]), 0.05)
             assert rep["error"] < rep["initial_error"]
             assert rep["error"] < 0.15
 
