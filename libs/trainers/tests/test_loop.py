@@ -579,7 +579,7 @@ class TestFailedRun:
     @given(st.lists(st.text(min_size=1, max_size=4)), st.lists(st.text(min_size=1, max_size=4)))
     def test_new_entries(self, before, added):
         """new_entries: exactly the names of `after` absent from `before`, sorted."""
-        from towerkit.trainers._base import new_entries
+        from towerkit.trainers._logdir import new_entries
 
         got = new_entries(before, before + added)
         assert got == sorted(n for n in added if n not in set(before))
@@ -639,7 +639,7 @@ class TestWritersAtSetup:
 
     def test_claim_conflicts(self):
         """claim_conflicts: each path claimed twice or more, with every claimant."""
-        from towerkit.trainers._base import claim_conflicts
+        from towerkit.trainers._callback_checks import claim_conflicts
 
         claims = [("a", "X"), ("b", "Y"), ("a", "Z"), ("a", "X")]
         assert claim_conflicts(claims) == ["'a' (X, Z, X)"]

@@ -86,11 +86,7 @@ from towerkit.trainers._tfutils import (
 from towerkit.trainers._builder import (
     DataParallelBuilder,
     LeastLoadedDeviceSetter,
-    aggregate_grads,
-    allreduce_grads,
-    make_replicas_local,
     session_creator_for_devices,
-    sync_replicas_op,
 )
 from towerkit.trainers._dataparallel import (
     ALLREDUCE_MODES,
@@ -108,6 +104,12 @@ from towerkit.trainers._distributed import (
     serve_parameters,
 )
 from towerkit.trainers._errors import CollectiveError, TowerVariableMismatchError
+from towerkit.trainers._grad_sync import (
+    aggregate_grads,
+    allreduce_grads,
+    make_replicas_local,
+    sync_replicas_op,
+)
 from towerkit.trainers._horovod import HorovodTrainer, rank_gpu
 from towerkit.trainers._hvdrun import HorovodJob, horovod_launch_argv, launch_horovod_job
 from towerkit.trainers._multigpu import (

@@ -5,196 +5,30 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
-
-import attrs
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
 from towerkit.towers.compat import tf1
-from towerkit.trainers._errors import TrainerStateError, UnregisteredInputError
+from towerkit.trainers._callback_checks import (
+    _as_callback_list,
+    _check_file_claims,
+    _check_inputs_registered,
+    _expand_input_callbacks,
+    _reject_monitors,
+)
+from towerkit.trainers._defaults import callbacks_with_defaults
+from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._input_feed import feeder_failure
 from towerkit.trainers._interrupt import deferred_sigint
+from towerkit.trainers._logdir import _give_back, _LogdirTaken, take_logdir
 from towerkit.trainers._resume import plan_logdir
+from towerkit.trainers._sesscreate import default_session_creator
 
 logger = logging.getLogger("towerkit.trainers")
 
 _PHASES = ("new", "callbacks", "initialized", "running", "done")
-
-
-def _as_callback_list(what: str, value: Any) -> list[Callback]:
-    """`value` (a callback, a list of them, or None) as a list; TypeError listing bad entries."""
-    if value is None:
-        return []
-    items = [value] if isinstance(value, Callback) else value
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        msg = f"{what!r} must be a Callback or a list of Callbacks; got {type(value).__name__}"
-        raise TypeError(msg)
-    items = list(items)
-    bad = [
-        f"#{i}: {type(cb).__name__}" for i, cb in enumerate(items) if not isinstance(cb, Callback)
-    ]
-    if bad:
-        msg = f"{what!r} must hold Callback instances; entries at fault: {', '.join(bad)}"
-        raise TypeError(msg)
-    return items
-
-
-def _expand_input_callbacks(cbs: list[Callback]) -> list[Callback]:
-    """`cbs` with each input source's stand-in (from ``InputSource.setup``) replaced by its callbacks."""
-    from towerkit.trainers._input_callbacks import InputSourceCallbacks
-
-    if not any(isinstance(cb, InputSourceCallbacks) for cb in cbs):
-        return cbs
-    out: list[Callback] = []
-    for cb in cbs:
-        for one in cb.callbacks() if isinstance(cb, InputSourceCallbacks) else [cb]:
-            if not any(one is seen for seen in out):
-                out.append(one)
-    return out
-
-
-def _check_inputs_registered(graph: Any) -> None:
-    """Raise `UnregisteredInputError` naming each source of `graph` whose callbacks nobody drives."""
-    from towerkit.trainers._input_base import unregistered_inputs
-
-    missing = unregistered_inputs(graph)
-    if missing:
-        names = ", ".join(map(str, missing))
-        msg = (
-            f"the input {names} gave tensors to the trainer's graph, but its callbacks are not "
-            "registered, so its tensors would produce no data (an iterator never "
-            "initialized, placeholders never fed): register them before training, e.g. "
-            "self.register_callback(input.setup(input_signature)) in the trainer, or "
-            "self.register_callback(input.get_callbacks()) once the towers are built"
-        )
-        raise UnregisteredInputError(msg)
-
-
-@attrs.frozen(kw_only=True)
-class _LogdirTaken:
-    """The log directory as this run found it: what a run failing before its first step undoes."""
-
-    path: str
-    before: frozenset[str]
-    """The names in the directory when the run took it (none when it was made or moved aside)."""
-    made: bool
-    """Whether the run created the directory."""
-    moved_aside: str | None = None
-    """Where ``logdir_action="overwrite"`` moved the directory the run found, if it did."""
-
-
-def new_entries(before: Iterable[str], after: Iterable[str]) -> list[str]:
-    """The names of `after` that are not in `before`, sorted: what a run added to a directory.
-
-    Examples:
-        >>> new_entries(["checkpoint", "model-10.index"], ["checkpoint", "events.1", "model-10.index"])
-        ['events.1']
-    """
-    old = set(before)
-    return sorted(n for n in after if n not in old)
-
-
-def _discard_new_entries(taken: _LogdirTaken) -> None:
-    """Remove the entries a failed run added to its log directory, and the directory if it made it.
-
-    Only names that were not in the directory when the run took it are removed, so
-    nothing that existed before the run (a resumed run's checkpoints and statistics)
-    is ever touched.
-    """
-    if not os.path.isdir(taken.path):
-        return
-    added = new_entries(taken.before, os.listdir(taken.path))
-    for name in added:
-        full = os.path.join(taken.path, name)
-        if os.path.isdir(full) and not os.path.islink(full):
-            shutil.rmtree(full)
-        else:
-            os.remove(full)
-    removed_dir = taken.made and not os.listdir(taken.path)
-    if removed_dir:
-        os.rmdir(taken.path)
-    if added or removed_dir:
-        logger.warning(
-            "training failed before its first step: removed what it wrote to %s (%s)%s, "
-            "so the same command can run again",
-            taken.path,
-            ", ".join(added) if added else "nothing",
-            " and the directory" if removed_dir else "",
-        )
-    if removed_dir and taken.moved_aside is not None and os.path.isdir(taken.moved_aside):
-        os.rename(taken.moved_aside, taken.path)
-        logger.warning("moved %s back to %s", taken.moved_aside, taken.path)
-
-
-def _reject_monitors(what: str, cbs: Sequence[Callback]) -> None:
-    """TypeError when monitors are given as callbacks: they would receive no statistics."""
-    from towerkit.callbacks import MonitorBase
-
-    bad = [f"#{i}: {cb}" for i, cb in enumerate(cbs) if isinstance(cb, MonitorBase)]
-    if bad:
-        msg = (
-            f"{what!r} holds monitors ({', '.join(bad)}): a monitor given as a callback "
-            "receives no statistics and writes nothing; pass it in 'monitors' instead"
-        )
-        raise TypeError(msg)
-
-
-def _flatten(cbs: Iterable[Any]) -> Iterator[Any]:
-    """Every callback of `cbs`, wrapped ones and the monitors of a `Monitors` group included."""
-    from towerkit.callbacks import Monitors, ProxyCallback
-
-    for cb in cbs:
-        yield cb
-        if isinstance(cb, Monitors):
-            yield from _flatten(cb.monitors)
-        elif isinstance(cb, Callbacks):
-            yield from _flatten(cb.cbs)
-        elif isinstance(cb, ProxyCallback):
-            yield from _flatten([cb.cb])
-
-
-def file_claims(cbs: Iterable[Any]) -> list[tuple[str, str]]:
-    """``(path, callback)`` for each file set a callback of `cbs` writes (after ``setup_graph``).
-
-    A `ModelSaver` claims ``<checkpoint_dir>/model-*``, a `JSONWriter` its ``stats.json``.
-    """
-    from towerkit.callbacks import JSONWriter, ModelSaver
-
-    claims = []
-    for cb in _flatten(cbs):
-        if isinstance(cb, ModelSaver) and cb.checkpoint_dir is not None:
-            claims.append((os.path.join(os.path.abspath(cb.checkpoint_dir), "model-*"), str(cb)))
-        elif isinstance(cb, JSONWriter) and cb.path is not None:
-            claims.append((os.path.abspath(cb.path), str(cb)))
-    return claims
-
-
-def claim_conflicts(claims: Iterable[tuple[str, str]]) -> list[str]:
-    """The paths claimed more than once, each with its claimants, sorted by path.
-
-    Examples:
-        >>> claim_conflicts([("d/stats.json", "JSONWriter"), ("d/model-*", "ModelSaver"),
-        ...                  ("d/stats.json", "JSONWriter")])
-        ["'d/stats.json' (JSONWriter, JSONWriter)"]
-        >>> claim_conflicts([("a/model-*", "ModelSaver"), ("b/model-*", "ModelSaver")])
-        []
-    """
-    owners: dict[str, list[str]] = {}
-    for path, who in claims:
-        owners.setdefault(path, []).append(who)
-    return [f"{p!r} ({', '.join(w)})" for p, w in sorted(owners.items()) if len(w) > 1]
-
-
-def default_session_creator(session_config: Any = None) -> Any:
-    """A ``NewSessionCreator`` with `session_config`, else the default session config."""
-    from towerkit.trainers._sesscreate import NewSessionCreator
-    from towerkit.trainers._tfutils import get_default_sess_config
-
-    return NewSessionCreator(
-        config=session_config if session_config is not None else get_default_sess_config()
-    )
 
 
 class Trainer:
@@ -363,30 +197,9 @@ class Trainer:
             plan_logdir(None, logdir_action)
             self._logdir = None
             return
-        path = os.path.abspath(os.fspath(logdir))
-        entries = sorted(os.listdir(path)) if os.path.isdir(path) else None
-        if entries is None and os.path.exists(path):
-            msg = f"'logdir' {path!r} exists and is not a directory"
-            raise NotADirectoryError(msg)
-        action = plan_logdir(entries, logdir_action)
-        aside: str | None = None
-        if action == "move":
-            aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}"
-            n = 1
-            while os.path.exists(aside):
-                n += 1
-                aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
-            os.rename(path, aside)
-            logger.warning("moved the existing logdir %s aside to %s", path, aside)
-        made = not os.path.isdir(path)
-        os.makedirs(path, exist_ok=True)
-        self._logdir = path
-        self._logdir_taken = _LogdirTaken(
-            path=path,
-            before=frozenset(entries or ()) if aside is None else frozenset(),
-            made=made,
-            moved_aside=aside,
-        )
+        taken = take_logdir(logdir, logdir_action)
+        self._logdir = taken.path
+        self._logdir_taken = taken
 
     # -- phase 1: callbacks ------------------------------------------------------------
 
@@ -470,13 +283,7 @@ class Trainer:
         with self._graph.as_default():
             self._callbacks.setup_graph(self)
         _check_inputs_registered(self._graph)
-        conflicts = claim_conflicts(file_claims(self._registered))
-        if conflicts:
-            msg = (
-                f"callbacks would write the same files: {'; '.join(conflicts)}; keep one "
-                "of each, or give them different directories (checkpoint_dir=...)"
-            )
-            raise ValueError(msg)
+        _check_file_claims(self._registered)
         self._phase = "callbacks"
 
     def _ensure_global_step(self) -> None:
@@ -601,7 +408,7 @@ class Trainer:
                 interrupted = True
                 logger.warning("training interrupted at global step %d", self.global_step)
             except BaseException as err:
-                failed = self._input_failure(err)
+                failed = feeder_failure(err, self._registered)
                 if failed is err:
                     raise
                 raise failed from failed.__cause__
@@ -646,22 +453,6 @@ class Trainer:
             if should_stop() or interrupt.requested:
                 raise StopTraining("stop requested")
 
-    def _input_failure(self, err: BaseException) -> BaseException:
-        """The error to raise for `err`: an input's own error when its failure caused `err`.
-
-        A Python-fed input whose feeding thread found bad data (or whose iterable
-        raised) closes its queue, so the step fails with TensorFlow's end-of-queue
-        error; the input's error says what really went wrong.
-        """
-        from towerkit.trainers._input_feed import InputFeeder
-
-        if not isinstance(err, tf1.errors.OpError):
-            return err
-        for cb in self._registered:
-            if isinstance(cb, InputFeeder) and cb.input_failure() is not None:
-                return cb.input_failure()  # type: ignore[return-value]
-        return err
-
     def _finish(self, failed: BaseException | None) -> None:
         """``after_train`` on every callback, then close the session; never hides `failed`."""
         try:
@@ -697,10 +488,7 @@ class Trainer:
             taken = self._logdir_taken
             if taken is not None and not self._stepped():
                 self._logdir_taken = None
-                try:
-                    _discard_new_entries(taken)
-                except OSError:
-                    logger.exception("could not remove what the failed run wrote to %s", taken.path)
+                _give_back(taken)
             raise
 
     # -- all three -------------------------------------------------------------------------
@@ -765,26 +553,12 @@ class Trainer:
             ValueError: no ``steps_per_epoch`` and no input size to take it from, or
                 default monitors without a ``logdir``.
         """
-        from towerkit.trainers._defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
-
         if _sentinel is not None:
             msg = "train_with_defaults() takes keyword arguments only"
             raise TypeError(msg)
         if steps_per_epoch is None:
             steps_per_epoch = self._default_steps_per_epoch()
-        if monitors is None:
-            if logdir is None:
-                msg = (
-                    "train_with_defaults(monitors=None) uses DEFAULT_MONITORS(), which write "
-                    "event and stats files: pass logdir=... or monitors=[...] (e.g. monitors=[])"
-                )
-                raise ValueError(msg)
-            monitors = DEFAULT_MONITORS()
-        if extra_callbacks is None:
-            extra_callbacks = DEFAULT_CALLBACKS()
-        cbs = _as_callback_list("callbacks", callbacks) + _as_callback_list(
-            "extra_callbacks", extra_callbacks
-        )
+        cbs, monitors = callbacks_with_defaults(callbacks, monitors, extra_callbacks, logdir)
         if session_creator is None:
             session_creator = default_session_creator()
         self.train(

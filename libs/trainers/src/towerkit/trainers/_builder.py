@@ -1,51 +1,30 @@
-"""Data-parallel graph building: towers on devices, gradient aggregation, replica sync.
+"""Data-parallel graph building: towers on devices, and sessions that have those devices.
 
-The multi-device, distributed and horovod trainers are built from these pieces,
-and so are custom multi-device trainers (see "Write a multi-device trainer" in the
-lib's README).
+The multi-device, distributed and horovod trainers are built from these pieces and
+those of ``_grad_sync`` (gradients, replicas) and ``_trainer_parts`` (session
+initializers, callbacks, logdirs), and so are custom multi-device trainers (see
+"Write a multi-device trainer" in the lib's README).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-from towerkit.callbacks import Callback
 from towerkit.towers import TowerContext, resolve_devices, session_config_for_devices
 from towerkit.towers.compat import tf1
-from towerkit.trainers._allreduce import allreduce, nccl_available, scale_gradient, sum_gradients
-from towerkit.trainers._dataparallel import (
-    choose_allreduce_mode,
-    device_key,
-    least_loaded,
-    match_tower_variables,
-    missing_devices,
-    replica_index,
-    replica_sources,
-)
-from towerkit.trainers._resume import plan_logdir
+from towerkit.trainers._dataparallel import least_loaded, missing_devices
 from towerkit.trainers._sesscreate import NewSessionCreator
 
 __all__ = [
     "VARIABLE_OP_TYPES",
-    "ChiefOwnsLogdir",
     "DataParallelBuilder",
-    "GradsAndVars",
     "LeastLoadedDeviceSetter",
-    "RunOpEachEpoch",
-    "SessionInitThenRun",
-    "aggregate_grads",
-    "align_tower_grads",
-    "allreduce_grads",
     "build_towers",
-    "copy_masters_op",
-    "make_replicas_local",
     "session_creator_for_devices",
-    "sync_replicas_op",
     "warn_missing_devices",
 ]
 
@@ -55,9 +34,6 @@ VARIABLE_OP_TYPES = frozenset(
     {"Variable", "VariableV2", "VarHandleOp", "AutoReloadVariable", "_VarHandlesOp"}
 )
 """Op types that hold a variable's state: what a parameter-server placement moves."""
-
-GradsAndVars = list[tuple[Any, Any]]
-"""One tower's ``(gradient, variable)`` pairs."""
 
 Device = str | Callable[[Any], str]
 """A device string, or a device function (op -> device string) such as `LeastLoadedDeviceSetter`."""
@@ -272,322 +248,7 @@ class LeastLoadedDeviceSetter:
         )
 
 
-# -- gradients -------------------------------------------------------------------------------
-
-
-def align_tower_grads(tower_grads: Sequence[GradsAndVars]) -> list[list[tuple[Any, Any]]]:
-    """One row per variable of tower 0: that variable's (gradient, variable) in every tower.
-
-    Variables pair by name without the ``tower<k>/`` scope, so shared variables
-    and replicated copies both pair up.
-
-    Raises:
-        TowerVariableMismatchError: the towers trained different variables.
-    """
-    names = [[v.op.name for _, v in grads] for grads in tower_grads]
-    order = match_tower_variables(names)
-    return [[tower_grads[t][row[t]] for t in range(len(tower_grads))] for row in order]
-
-
-def _check_grad_list(all_grads: Any, what: str) -> list[GradsAndVars]:
-    if isinstance(all_grads, (str, bytes)) or not isinstance(all_grads, Sequence) or not all_grads:
-        msg = (
-            f"{what!r} must be a non-empty list with one list of (gradient, variable) pairs "
-            f"per tower; got {all_grads!r}"
-        )
-        raise TypeError(msg)
-    return [list(g) for g in all_grads]
-
-
-def aggregate_grads(
-    all_grads: Sequence[GradsAndVars],
-    colocation: bool = True,
-    devices: Sequence[str] | None = None,
-    average: bool = True,
-) -> GradsAndVars:
-    """Sum or average each shared variable's gradients over the towers (parameter-server style).
-
-    Args:
-        all_grads: one list of (gradient, variable) pairs per tower, the towers
-            sharing their variables (as `DataParallelBuilder.call_for_each_tower`
-            returns them without ``use_vs``); each tower may list them in any order.
-        colocation: compute each variable's sum on the variable's device.
-        devices: compute the sums on these devices, in turn (variable ``i`` on
-            ``devices[i % len(devices)]``); not together with `colocation`.
-        average: divide the sum by the number of towers.
-
-    Returns:
-        One (gradient, variable) pair per variable, in tower 0's order: what one
-        ``optimizer.apply_gradients`` applies.
-
-    Raises:
-        TowerVariableMismatchError: the towers have gradients for different variables.
-        ValueError: both `colocation` and `devices`.
-    """
-    grads = _check_grad_list(all_grads, "all_grads")
-    if colocation and devices:
-        msg = "give 'colocation=True' or 'devices', not both"
-        raise ValueError(msg)
-    rows = align_tower_grads(grads)
-    factor = 1.0 / len(grads) if average else 1.0
-    out = []
-    with tf1.name_scope("aggregate_grads"):
-        for i, row in enumerate(rows):
-            var = row[0][1]
-            if colocation:
-                device: Any = var.device
-            elif devices:
-                device = devices[i % len(devices)]
-            else:
-                device = None
-            with tf1.device(device):
-                total = sum_gradients([g for g, _ in row])
-                out.append((scale_gradient(total, factor), var))
-    return out
-
-
-def allreduce_grads(
-    all_grads: Sequence[GradsAndVars],
-    devices: Sequence[str],
-    average: bool = True,
-    mode: str | None = None,
-) -> list[GradsAndVars]:
-    """All-reduce the gradients of replicated towers: every tower gets the sum (or mean) of all.
-
-    Args:
-        all_grads: one list of (gradient, variable) pairs per tower, each tower
-            holding its own copy of the variables (as
-            `DataParallelBuilder.call_for_each_tower` with ``use_vs`` returns them).
-        devices: the towers' devices, in tower order.
-        average: divide the sums by the number of towers.
-        mode: ``'cpu'``, ``'hierarchical'``, ``'nccl'`` or None for the automatic
-            choice (as `SyncMultiGPUTrainerReplicated`'s ``mode``; NCCL where it
-            cannot run falls back to ``'cpu'`` with a warning).
-
-    Returns:
-        One list per tower of (reduced gradient, that tower's variable), in tower 0's
-        variable order, each gradient on its tower's device: apply tower ``k``'s list
-        to tower ``k``'s copy (one ``apply_gradients`` over all lists keeps the copies equal).
-
-    Raises:
-        TowerVariableMismatchError: the towers have gradients for different variables.
-        ValueError: not one device per tower, or an unknown mode.
-    """
-    grads = _check_grad_list(all_grads, "all_grads")
-    n = len(grads)
-    if isinstance(devices, str) or len(devices) != n:
-        msg = f"'devices' must hold one device per tower ({n}); got {devices!r}"
-        raise ValueError(msg)
-    gpu_towers = sum(1 for d in devices if device_key(d)[2] == "GPU")
-    choice = choose_allreduce_mode(mode, n, gpu_towers, nccl_available())
-    if choice.fallback:
-        logger.warning("all-reduce: %s", choice.reason)
-    else:
-        (logger.info if mode is None else logger.debug)("all-reduce: %s", choice.reason)
-    rows = align_tower_grads(grads)
-    reduced = allreduce([[g for g, _ in row] for row in rows], list(devices), choice.mode, average)
-    return [[(reduced[i][t], rows[i][t][1]) for i in range(len(rows))] for t in range(n)]
-
-
-# -- replicated variables --------------------------------------------------------------------
-
-
-def make_replicas_local(graph: Any, num_towers: int, first: int = 1) -> list[Any]:
-    """Move the variables of towers ``first..num_towers-1`` into ``LOCAL_VARIABLES`` only.
-
-    After it, the global, trainable and model-variable collections hold one copy of
-    the model (as a single tower's graph does), so savers, restores and summaries
-    see the master copy only; the replicas (``tower<k>/...``, their optimizer slots
-    included) are still initialized with the local variables. Call it after the
-    optimizer's ``apply_gradients``, which creates the slots.
-
-    Args:
-        graph: the graph (e.g. ``trainer.graph``).
-        num_towers: how many towers were built.
-        first: the first tower whose variables move.
-
-    Returns:
-        The replica variables moved, in graph order.
-    """
-    keys = (
-        tf1.GraphKeys.GLOBAL_VARIABLES,
-        tf1.GraphKeys.TRAINABLE_VARIABLES,
-        tf1.GraphKeys.MODEL_VARIABLES,
-    )
-    moved: list[Any] = []
-    seen: set[int] = set()
-    for key in keys:
-        ref = graph.get_collection_ref(key)
-        keep = []
-        for v in ref:
-            k = replica_index(v.op.name)
-            if k is not None and first <= k < num_towers:
-                if id(v) not in seen:
-                    seen.add(id(v))
-                    moved.append(v)
-            else:
-                keep.append(v)
-        ref[:] = keep
-    local = graph.get_collection_ref(tf1.GraphKeys.LOCAL_VARIABLES)
-    have = {id(v) for v in local}
-    local.extend(v for v in moved if id(v) not in have)
-    return moved
-
-
-def copy_masters_op(masters: Sequence[Any], replicas: Sequence[Any], name: str) -> Any:
-    """An op copying each master variable into its replicas (paired by name); a no-op when none.
-
-    Replicas without a master are left alone, with a warning.
-    """
-    sources = replica_sources([v.op.name for v in masters], [v.op.name for v in replicas])
-    assigns, orphans = [], []
-    for replica, src in zip(replicas, sources):
-        if src is None:
-            orphans.append(replica.op.name)
-            continue
-        master = masters[src]
-        with tf1.device(replica.device):
-            assigns.append(replica.assign(master.read_value(), read_value=False))
-    if orphans:
-        logger.warning(
-            "tower variables without a tower-0 counterpart are not synchronized: %s", orphans
-        )
-    with tf1.name_scope(None):
-        return tf.group(*assigns, name=name)
-
-
-def sync_replicas_op(name: str = "sync_replicas", graph: Any = None) -> Any:
-    """An op copying tower 0's variables into every replica (``tower<k>/...``, k >= 1).
-
-    Run it once after the variables are initialized or restored, so the copies
-    start equal, and (optionally) after each epoch, so rounding differences do not
-    accumulate: e.g. ``RunOp(op, run_before=True, run_as_trigger=True)``. The
-    replicas are paired with the global variables by name without the ``tower<k>/``
-    scope, optimizer slots included.
-
-    Args:
-        name: the op's name.
-        graph: the graph; default the current default graph.
-    """
-    graph = graph or tf1.get_default_graph()
-    with graph.as_default():
-        everything = graph.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES) + graph.get_collection(
-            tf1.GraphKeys.LOCAL_VARIABLES
-        )
-        masters: list[Any] = []
-        replicas: list[Any] = []
-        seen: set[int] = set()
-        for v in everything:
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            k = replica_index(v.op.name)
-            (replicas if k is not None and k >= 1 else masters).append(v)
-        return copy_masters_op(masters, replicas, name)
-
-
-# -- sessions, callbacks, logdirs -------------------------------------------------------------
-
-
-class SessionInitThenRun:
-    """A session initializer that runs another one (when given), then some ops.
-
-    Data-parallel trainers wrap the user's ``session_init`` in it, so the copies of
-    the variables are made equal right after the values are loaded (restored or
-    initialized), before the trainer reads the global step.
-
-    Args:
-        session_init: the user's session initializer, or None.
-        ops: the ops to run after it (e.g. copying tower 0's variables to the others).
-        what: what the ops do, for the log.
-        on_error: turns an error of the ops into the exception to raise (raised
-            from the original); None raises the original.
-    """
-
-    def __init__(
-        self,
-        session_init: Any,
-        ops: Sequence[Any],
-        what: str,
-        on_error: Callable[[Exception], Exception] | None = None,
-    ) -> None:
-        self._inner = session_init
-        self._ops = [op for op in ops if op is not None]
-        self._what = what
-        self._on_error = on_error
-
-    def setup_graph(self, graph: Any = None) -> None:
-        """Build the wrapped initializer's ops, when it has a ``setup_graph``."""
-        setup = getattr(self._inner, "setup_graph", None)
-        if callable(setup):
-            setup() if graph is None else setup(graph)
-
-    def init(self, sess: Any) -> None:
-        """Run the wrapped initializer, then the ops."""
-        if self._inner is not None:
-            self._inner.init(sess)
-        if self._ops:
-            try:
-                sess.run(self._ops)
-            except tf.errors.OpError as err:
-                if self._on_error is None:
-                    raise
-                raise self._on_error(err) from err
-            logger.info("%s", self._what)
-
-    def __repr__(self) -> str:
-        return f"SessionInitThenRun({self._inner!r}, {self._what!r})"
-
-
-class RunOpEachEpoch(Callback):
-    """Run an op at the end of every epoch, on every worker (chief or not).
-
-    Args:
-        op: the op, or a function returning it, called in ``before_train`` (so the op
-            may be built after the callbacks are set up).
-        what: a short description for the log.
-    """
-
-    _chief_only = False
-
-    def __init__(self, op: Any, what: str) -> None:
-        self._op_arg = op
-        self._op: Any = None
-        self._what = what
-
-    def _before_train(self) -> None:
-        self._op = self._op_arg() if callable(self._op_arg) else self._op_arg
-
-    def _trigger_epoch(self) -> None:
-        if self._op is not None:
-            self.trainer.sess.run(self._op)
-
-    def __str__(self) -> str:
-        return f"RunOpEachEpoch({self._what})"
-
-
-class ChiefOwnsLogdir:
-    """Mixin for multi-process trainers: only the chief creates, moves or writes the logdir.
-
-    On other processes ``set_logdir`` keeps the path (``trainer.logdir``, for
-    callbacks that are not chief-only) but neither creates, checks nor moves the
-    directory, so processes sharing a file system never race on it.
-    """
-
-    is_chief: bool
-    _logdir: str | None
-
-    def set_logdir(
-        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
-    ) -> None:
-        """As `Trainer.set_logdir` on the chief; other processes only keep the path."""
-        if self.is_chief or logdir is None:
-            super().set_logdir(logdir, logdir_action)  # type: ignore[misc]
-            return
-        self._require_phase("set_logdir", "new")  # type: ignore[attr-defined]
-        plan_logdir(None, logdir_action)
-        self._logdir = os.path.abspath(os.fspath(logdir))
-        logger.info("not the chief: the logdir %s is left to the chief", self._logdir)
+# -- sessions on the towers' devices --------------------------------------------------------
 
 
 def session_creator_for_devices(session_creator: Any, devices: Sequence[str]) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from towerkit.callbacks import Callback, LoopBounds
-from towerkit.trainers._base import _as_callback_list, _reject_monitors
+from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._resume import (
     LOGDIR_ACTIONS,

@@ -13,18 +13,13 @@ from towerkit.callbacks import Callback, HookedSession
 from towerkit.towers import TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
 from towerkit.trainers._allreduce import scale_gradient, sum_gradients
-from towerkit.trainers._builder import (
-    ChiefOwnsLogdir,
-    SessionInitThenRun,
-    align_tower_grads,
-    build_towers,
-    make_replicas_local,
-    warn_missing_devices,
-)
+from towerkit.trainers._builder import build_towers, warn_missing_devices
 from towerkit.trainers._dataparallel import tower_variable_key
 from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._grad_sync import align_tower_grads, make_replicas_local
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
+from towerkit.trainers._trainer_parts import ChiefOwnsLogdir, SessionInitThenRun
 
 __all__ = [
     "DONE_QUEUE",

@@ -12,10 +12,10 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.towers import TowerContext, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
-from towerkit.trainers._builder import ChiefOwnsLogdir, RunOpEachEpoch, SessionInitThenRun
 from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
+from towerkit.trainers._trainer_parts import ChiefOwnsLogdir, RunOpEachEpoch, SessionInitThenRun
 
 __all__ = ["HorovodTrainer", "import_horovod", "is_collective_failure", "rank_gpu"]
 

@@ -228,3 +228,19 @@ class InputFeeder(Callback):
 
     def __str__(self) -> str:
         return f"InputFeeder({self._name})"
+
+
+def feeder_failure(err: BaseException, callbacks: Iterable[Any]) -> BaseException:
+    """The error to raise for `err`: an input's own error when its failure caused `err`.
+
+    A Python-fed input whose feeding thread found bad data (or whose iterable
+    raised) closes its queue, so the step fails with TensorFlow's end-of-queue
+    error; the input's error (from its `InputFeeder` among `callbacks`) says what
+    really went wrong.
+    """
+    if not isinstance(err, tf.errors.OpError):
+        return err
+    for cb in callbacks:
+        if isinstance(cb, InputFeeder) and cb.input_failure() is not None:
+            return cb.input_failure()  # type: ignore[return-value]
+    return err

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from towerkit.trainers._base import default_session_creator
 from towerkit.trainers._config import TrainConfig
 from towerkit.trainers._model import ModelDesc
 from towerkit.trainers._resume import truncate_stats
+from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._tower import SingleCostTrainer
 
 logger = logging.getLogger("towerkit.trainers")

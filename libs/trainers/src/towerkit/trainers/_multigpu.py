@@ -15,19 +15,20 @@ from towerkit.towers.compat import tf1
 from towerkit.trainers._allreduce import nccl_available, scale_gradient
 from towerkit.trainers._builder import (
     LeastLoadedDeviceSetter,
-    RunOpEachEpoch,
-    SessionInitThenRun,
-    aggregate_grads,
-    align_tower_grads,
-    allreduce_grads,
     build_towers,
-    copy_masters_op,
-    make_replicas_local,
     session_creator_for_devices,
     warn_missing_devices,
 )
 from towerkit.trainers._dataparallel import check_allreduce_mode, choose_allreduce_mode, device_key
+from towerkit.trainers._grad_sync import (
+    aggregate_grads,
+    align_tower_grads,
+    allreduce_grads,
+    copy_masters_op,
+    make_replicas_local,
+)
 from towerkit.trainers._tower import SingleCostTrainer
+from towerkit.trainers._trainer_parts import RunOpEachEpoch, SessionInitThenRun
 
 __all__ = [
     "AsyncMultiGPUTrainer",

@@ -140,3 +140,10 @@ class SessionCreatorAdapter(_SessionCreator):
 
     def __repr__(self) -> str:
         return f"SessionCreatorAdapter({self._creator!r}, {self._func!r})"
+
+
+def default_session_creator(session_config: Any = None) -> Any:
+    """A ``NewSessionCreator`` with `session_config`, else the default session config."""
+    return NewSessionCreator(
+        config=session_config if session_config is not None else get_default_sess_config()
+    )

@@ -1,0 +1,119 @@
+"""The log directory a run takes, and how a run failing before its first step gives it back."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterable
+
+import attrs
+
+from towerkit.trainers._resume import plan_logdir
+
+logger = logging.getLogger("towerkit.trainers")
+
+
+@attrs.frozen(kw_only=True)
+class _LogdirTaken:
+    """The log directory as this run found it: what a run failing before its first step undoes."""
+
+    path: str
+    before: frozenset[str]
+    """The names in the directory when the run took it (none when it was made or moved aside)."""
+    made: bool
+    """Whether the run created the directory."""
+    moved_aside: str | None = None
+    """Where ``logdir_action="overwrite"`` moved the directory the run found, if it did."""
+
+
+def new_entries(before: Iterable[str], after: Iterable[str]) -> list[str]:
+    """The names of `after` that are not in `before`, sorted: what a run added to a directory.
+
+    Examples:
+        >>> new_entries(["checkpoint", "model-10.index"], ["checkpoint", "events.1", "model-10.index"])
+        ['events.1']
+    """
+    old = set(before)
+    return sorted(n for n in after if n not in old)
+
+
+def _discard_new_entries(taken: _LogdirTaken) -> None:
+    """Remove the entries a failed run added to its log directory, and the directory if it made it.
+
+    Only names that were not in the directory when the run took it are removed, so
+    nothing that existed before the run (a resumed run's checkpoints and statistics)
+    is ever touched.
+    """
+    if not os.path.isdir(taken.path):
+        return
+    added = new_entries(taken.before, os.listdir(taken.path))
+    for name in added:
+        full = os.path.join(taken.path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        else:
+            os.remove(full)
+    removed_dir = taken.made and not os.listdir(taken.path)
+    if removed_dir:
+        os.rmdir(taken.path)
+    if added or removed_dir:
+        logger.warning(
+            "training failed before its first step: removed what it wrote to %s (%s)%s, "
+            "so the same command can run again",
+            taken.path,
+            ", ".join(added) if added else "nothing",
+            " and the directory" if removed_dir else "",
+        )
+    if removed_dir and taken.moved_aside is not None and os.path.isdir(taken.moved_aside):
+        os.rename(taken.moved_aside, taken.path)
+        logger.warning("moved %s back to %s", taken.moved_aside, taken.path)
+
+
+def _give_back(taken: _LogdirTaken) -> None:
+    """`_discard_new_entries`, logging (not raising) a failure to remove an entry."""
+    try:
+        _discard_new_entries(taken)
+    except OSError:
+        logger.exception("could not remove what the failed run wrote to %s", taken.path)
+
+
+def take_logdir(logdir: str | os.PathLike[str], logdir_action: str) -> _LogdirTaken:
+    """Take `logdir` for a run as `logdir_action` says: create it, or move the old one aside.
+
+    Args:
+        logdir: the directory (created when missing).
+        logdir_action: ``"error"``, ``"overwrite"`` or ``"keep"`` (see `Trainer.set_logdir`).
+
+    Returns:
+        The directory as the run found it, for `_discard_new_entries` when the run fails.
+
+    Raises:
+        LogdirNotEmptyError: the directory holds files and the action is ``"error"``.
+        NotADirectoryError: the path exists and is not a directory.
+        ValueError: an unknown action.
+    """
+    path = os.path.abspath(os.fspath(logdir))
+    entries = sorted(os.listdir(path)) if os.path.isdir(path) else None
+    if entries is None and os.path.exists(path):
+        msg = f"'logdir' {path!r} exists and is not a directory"
+        raise NotADirectoryError(msg)
+    action = plan_logdir(entries, logdir_action)
+    aside: str | None = None
+    if action == "move":
+        aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}"
+        n = 1
+        while os.path.exists(aside):
+            n += 1
+            aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+        os.rename(path, aside)
+        logger.warning("moved the existing logdir %s aside to %s", path, aside)
+    made = not os.path.isdir(path)
+    os.makedirs(path, exist_ok=True)
+    return _LogdirTaken(
+        path=path,
+        before=frozenset(entries or ()) if aside is None else frozenset(),
+        made=made,
+        moved_aside=aside,
+    )

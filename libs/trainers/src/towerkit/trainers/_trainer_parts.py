@@ -1,0 +1,122 @@
+"""Parts data-parallel trainers share: ops after the session init, an op each epoch, the logdir."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from towerkit.callbacks import Callback
+from towerkit.trainers._resume import plan_logdir
+
+__all__ = [
+    "ChiefOwnsLogdir",
+    "RunOpEachEpoch",
+    "SessionInitThenRun",
+]
+
+logger = logging.getLogger("towerkit.trainers")
+
+
+class SessionInitThenRun:
+    """A session initializer that runs another one (when given), then some ops.
+
+    Data-parallel trainers wrap the user's ``session_init`` in it, so the copies of
+    the variables are made equal right after the values are loaded (restored or
+    initialized), before the trainer reads the global step.
+
+    Args:
+        session_init: the user's session initializer, or None.
+        ops: the ops to run after it (e.g. copying tower 0's variables to the others).
+        what: what the ops do, for the log.
+        on_error: turns an error of the ops into the exception to raise (raised
+            from the original); None raises the original.
+    """
+
+    def __init__(
+        self,
+        session_init: Any,
+        ops: Sequence[Any],
+        what: str,
+        on_error: Callable[[Exception], Exception] | None = None,
+    ) -> None:
+        self._inner = session_init
+        self._ops = [op for op in ops if op is not None]
+        self._what = what
+        self._on_error = on_error
+
+    def setup_graph(self, graph: Any = None) -> None:
+        """Build the wrapped initializer's ops, when it has a ``setup_graph``."""
+        setup = getattr(self._inner, "setup_graph", None)
+        if callable(setup):
+            setup() if graph is None else setup(graph)
+
+    def init(self, sess: Any) -> None:
+        """Run the wrapped initializer, then the ops."""
+        if self._inner is not None:
+            self._inner.init(sess)
+        if self._ops:
+            try:
+                sess.run(self._ops)
+            except tf.errors.OpError as err:
+                if self._on_error is None:
+                    raise
+                raise self._on_error(err) from err
+            logger.info("%s", self._what)
+
+    def __repr__(self) -> str:
+        return f"SessionInitThenRun({self._inner!r}, {self._what!r})"
+
+
+class RunOpEachEpoch(Callback):
+    """Run an op at the end of every epoch, on every worker (chief or not).
+
+    Args:
+        op: the op, or a function returning it, called in ``before_train`` (so the op
+            may be built after the callbacks are set up).
+        what: a short description for the log.
+    """
+
+    _chief_only = False
+
+    def __init__(self, op: Any, what: str) -> None:
+        self._op_arg = op
+        self._op: Any = None
+        self._what = what
+
+    def _before_train(self) -> None:
+        self._op = self._op_arg() if callable(self._op_arg) else self._op_arg
+
+    def _trigger_epoch(self) -> None:
+        if self._op is not None:
+            self.trainer.sess.run(self._op)
+
+    def __str__(self) -> str:
+        return f"RunOpEachEpoch({self._what})"
+
+
+class ChiefOwnsLogdir:
+    """Mixin for multi-process trainers: only the chief creates, moves or writes the logdir.
+
+    On other processes ``set_logdir`` keeps the path (``trainer.logdir``, for
+    callbacks that are not chief-only) but neither creates, checks nor moves the
+    directory, so processes sharing a file system never race on it.
+    """
+
+    is_chief: bool
+    _logdir: str | None
+
+    def set_logdir(
+        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
+    ) -> None:
+        """As `Trainer.set_logdir` on the chief; other processes only keep the path."""
+        if self.is_chief or logdir is None:
+            super().set_logdir(logdir, logdir_action)  # type: ignore[misc]
+            return
+        self._require_phase("set_logdir", "new")  # type: ignore[attr-defined]
+        plan_logdir(None, logdir_action)
+        self._logdir = os.path.abspath(os.fspath(logdir))
+        logger.info("not the chief: the logdir %s is left to the chief", self._logdir)
