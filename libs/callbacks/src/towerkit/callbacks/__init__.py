@@ -78,7 +78,6 @@ from towerkit.callbacks._version import __version__
 if TYPE_CHECKING:
     # The shells, imported on first use (see `_SHELLS` and `__getattr__`).
     from towerkit.callbacks._base import (
-        HOOK_METHODS,
         Callback,
         CallbackFactory,
         Callbacks,
@@ -132,7 +131,6 @@ if TYPE_CHECKING:
         MergeAllSummaries,
         MovingAverageSummary,
         SimpleMovingAverage,
-        summary_due,
     )
     from towerkit.callbacks._trackers import (
         GPUMemoryTracker,
@@ -142,7 +140,6 @@ if TYPE_CHECKING:
     )
 
 _SHELLS = {
-    "HOOK_METHODS": "_base",
     "Callback": "_base",
     "CallbackFactory": "_base",
     "Callbacks": "_base",
@@ -196,7 +193,6 @@ _SHELLS = {
     "MergeAllSummaries": "_summaries",
     "MovingAverageSummary": "_summaries",
     "SimpleMovingAverage": "_summaries",
-    "summary_due": "_summaries",
     "GPUMemoryTracker": "_trackers",
     "GPUUtilizationTracker": "_trackers",
     "HostMemoryTracker": "_trackers",
@@ -234,7 +230,6 @@ __all__ = [
     "ProxyCallback",
     "CallbackFactory",
     "Callbacks",
-    "HOOK_METHODS",
     "HookedSession",
     "TrainerView",
     "StopTraining",
@@ -334,7 +329,6 @@ __all__ = [
     "MovingAverageSummary",
     "MergeAllSummaries",
     "SimpleMovingAverage",
-    "summary_due",
     # steps and misc
     "stop_process_group",
     "ProgressBar",
