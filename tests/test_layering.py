@@ -119,3 +119,25 @@ class TestOnePublicHome:
         gone = ("StopTraining", "regex_matches", "first_multiplier", "check_multipliers")
         gone += ("least_loaded", "tower_variable_key", "num_batches")
         assert [n for n in gone if n in trainers.__all__ or hasattr(trainers, n)] == []
+
+    def test_internal_helpers_not_public(self):
+        """Each lib's implementation helpers stay in its private modules, out of its namespace."""
+        gone = {
+            "sessinit": "normalize_name target_name can_upcast can_reshape render_mismatches"
+            " render_names sort_checkpoints parse_checkpoint_state",
+            "towers": "cpu_devices_needed strip_port strip_tower_prefix join_scope scope_segments"
+            " ArgScope merge_argscope backward_closure RULE_NAMES dedupe_violations"
+            " normalize_tower_name reserved_scopes outputs_signature SUMMARY_TYPES"
+            " check_summary_types check_summary_lists summary_tag",
+            "callbacks": "HOOK_METHODS summary_due",
+            "trainers": "rank_gpu horovod_launch_argv hierarchical_groups missing_devices"
+            " replica_sources",
+            "export": "InferenceGraph build_inference_graph freeze_session_graph optimize_graph_def"
+            " STATEFUL_OPS check_input_names check_output_names close_names op_name signature_key"
+            " reachable unused_inputs stateful_nodes",
+        }
+        public = {}
+        for lib, names in gone.items():
+            module = importlib.import_module(f"towerkit.{lib}")
+            public[lib] = [n for n in names.split() if n in module.__all__ or hasattr(module, n)]
+        assert public == {lib: [] for lib in gone}

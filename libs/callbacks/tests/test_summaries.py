@@ -14,9 +14,8 @@ from towerkit.callbacks import (
     MergeAllSummaries,
     MovingAverageSummary,
     SimpleMovingAverage,
-    summary_due,
 )
-from towerkit.callbacks._summaries import window_mean
+from towerkit.callbacks._summaries import summary_due, window_mean
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY, TowerContext, add_moving_summary
 from towerkit.towers.compat import tf1
 

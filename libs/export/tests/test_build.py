@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from models import SIGNATURE, convnet
 
-from towerkit.export import InferenceGraph, PredictConfig, build_inference_graph
+from towerkit.export import PredictConfig
+from towerkit.export._build import InferenceGraph, build_inference_graph
 from towerkit.sessinit import SaverRestore
 from towerkit.towers.compat import tf1
 

@@ -19,8 +19,8 @@ from towerkit.export import (
     OfflinePredictor,
     PredictConfig,
     UnknownTensorError,
-    stateful_nodes,
 )
+from towerkit.export._freeze import stateful_nodes
 from towerkit.sessinit import SaverRestore, SessionInit
 from towerkit.towers.compat import tf1
 

@@ -9,16 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import dags
 
-from towerkit.export import (
+from towerkit.export import InferenceOptimizationError
+from towerkit.export._freeze import (
     STATEFUL_OPS,
-    InferenceOptimizationError,
     freeze_session_graph,
+    input_node,
     optimize_graph_def,
     reachable,
+    renamed_ops,
     stateful_nodes,
     unused_inputs,
 )
-from towerkit.export._freeze import input_node, renamed_ops
 from towerkit.towers.compat import tf1
 
 

@@ -7,14 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import op_names, tensor_names
 
-from towerkit.export import (
+from towerkit.export._names import (
+    as_names,
     check_input_names,
     check_output_names,
     close_names,
     op_name,
+    render_unknown,
     signature_key,
 )
-from towerkit.export._names import as_names, render_unknown
 
 
 class TestOpName:

@@ -14,12 +14,11 @@ from towerkit.sessinit import (
     NotACheckpointError,
     checkpoint_step,
     get_all_checkpoints,
-    parse_checkpoint_state,
     resolve_checkpoint,
-    sort_checkpoints,
     state_entry_inside,
     write_checkpoint_state,
 )
+from towerkit.sessinit._paths import parse_checkpoint_state, sort_checkpoints
 
 SUFFIXES = st.sampled_from([".index", ".meta", ".data-00000-of-00001", ""])
 

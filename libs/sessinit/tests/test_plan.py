@@ -9,14 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import DTYPES, restore_cases, shapes, var_sets
 
-from towerkit.sessinit import (
-    Assignment,
-    RestorePlan,
-    VarInfo,
+from towerkit.sessinit import Assignment, RestorePlan, VarInfo, plan_restore
+from towerkit.sessinit._plan import (
     can_reshape,
     can_upcast,
     normalize_name,
-    plan_restore,
     render_mismatches,
     render_names,
     target_name,

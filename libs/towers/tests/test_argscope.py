@@ -13,14 +13,13 @@ from hypothesis import strategies as st
 from strategies import kwargs_dict
 
 from towerkit.towers import (
-    ArgScope,
     TowerContext,
     argscope,
     enable_argscope_for_function,
     enable_argscope_for_module,
     get_arg_scope,
-    merge_argscope,
 )
+from towerkit.towers._argscope import ArgScope, merge_argscope
 from towerkit.towers.compat import tf1
 
 LAYERS_SOURCE = textwrap.dedent(

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from strategies import scope_name
 
 from towerkit.towers import (
-    RULE_NAMES,
     TowerCheckError,
     TowerContext,
     TowerRuleError,
@@ -18,12 +17,15 @@ from towerkit.towers import (
     argscope,
     auto_reuse_variable_scope,
     check_tower_function,
-    dedupe_violations,
     enable_argscope_for_function,
     ensure_tower_rules,
     format_violations,
     freeze_variables,
     get_current_tower_context,
+)
+from towerkit.towers._checker import (
+    RULE_NAMES,
+    dedupe_violations,
     normalize_tower_name,
     outputs_signature,
     reserved_scopes,

@@ -7,7 +7,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from towerkit.towers import backward_closure, dependency_of_fetches, dependency_of_targets
+from towerkit.towers import dependency_of_fetches, dependency_of_targets
+from towerkit.towers._dependency import backward_closure
 from towerkit.towers.compat import tf1
 
 

@@ -12,11 +12,11 @@ from towerkit.towers import (
     TowerContext,
     TowerFunc,
     build_placeholders,
-    cpu_devices_needed,
     resolve_devices,
     session_config_for_devices,
     visible_gpu_count,
 )
+from towerkit.towers._devices import cpu_devices_needed
 from towerkit.towers.compat import tf1
 
 

@@ -7,13 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import scope_name, tensor_name
 
-from towerkit.towers import (
-    get_op_tensor_name,
-    join_scope,
-    scope_segments,
-    strip_port,
-    strip_tower_prefix,
-)
+from towerkit.towers import get_op_tensor_name
+from towerkit.towers._names import join_scope, scope_segments, strip_port, strip_tower_prefix
 
 
 class TestGetOpTensorName:

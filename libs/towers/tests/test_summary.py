@@ -10,12 +10,14 @@ from hypothesis import strategies as st
 
 from towerkit.towers import (
     MOVING_SUMMARY_OPS_KEY,
-    SUMMARY_TYPES,
     TowerContext,
     add_activation_summary,
     add_moving_summary,
     add_param_summary,
     add_tensor_summary,
+)
+from towerkit.towers._summary import (
+    SUMMARY_TYPES,
     check_summary_lists,
     check_summary_types,
     summary_tag,

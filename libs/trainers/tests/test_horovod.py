@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.trainers import launch_horovod_job, rank_gpu
+from towerkit.trainers import launch_horovod_job
+from towerkit.trainers._horovod import rank_gpu
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 

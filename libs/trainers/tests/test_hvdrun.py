@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.trainers import HorovodJob, horovod_launch_argv, launch_horovod_job
+from towerkit.trainers import HorovodJob, launch_horovod_job
+from towerkit.trainers._hvdrun import horovod_launch_argv
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 needs_horovod = [

@@ -48,15 +48,19 @@ from towerkit.trainers import (
     TowerVariableMismatchError,
     TrainConfig,
     choose_allreduce_mode,
-    hierarchical_groups,
     launch_train_with_config,
     match_tower_variables,
-    missing_devices,
-    replica_sources,
 )
 from towerkit.trainers._allreduce import nccl_available
 from towerkit.trainers._builder import session_creator_for_devices
-from towerkit.trainers._dataparallel import device_key, least_loaded, tower_variable_key
+from towerkit.trainers._dataparallel import (
+    device_key,
+    hierarchical_groups,
+    least_loaded,
+    missing_devices,
+    replica_sources,
+    tower_variable_key,
+)
 
 N = 96
 """Datapoints of the training set: 12 batches of 8."""

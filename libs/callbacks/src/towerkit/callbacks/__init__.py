@@ -79,7 +79,6 @@ from towerkit.callbacks._version import __version__
 if TYPE_CHECKING:
     # The shells, imported on first use (see `_SHELLS` and `__getattr__`).
     from towerkit.callbacks._base import (
-        HOOK_METHODS,
         Callback,
         CallbackFactory,
         Callbacks,
@@ -125,7 +124,6 @@ if TYPE_CHECKING:
         MergeAllSummaries,
         MovingAverageSummary,
         SimpleMovingAverage,
-        summary_due,
     )
     from towerkit.callbacks._trackers import (
         GPUMemoryTracker,
@@ -136,7 +134,6 @@ if TYPE_CHECKING:
     from towerkit.callbacks._writers import JSONWriter, ScalarPrinter, TFEventWriter
 
 _SHELLS = {
-    "HOOK_METHODS": "_base",
     "Callback": "_base",
     "CallbackFactory": "_base",
     "Callbacks": "_base",
@@ -187,7 +184,6 @@ _SHELLS = {
     "MergeAllSummaries": "_summaries",
     "MovingAverageSummary": "_summaries",
     "SimpleMovingAverage": "_summaries",
-    "summary_due": "_summaries",
     "GPUMemoryTracker": "_trackers",
     "GPUUtilizationTracker": "_trackers",
     "HostMemoryTracker": "_trackers",
@@ -228,7 +224,6 @@ __all__ = [
     "ProxyCallback",
     "CallbackFactory",
     "Callbacks",
-    "HOOK_METHODS",
     "HookedSession",
     "TrainerView",
     "StopTraining",
@@ -328,7 +323,6 @@ __all__ = [
     "MovingAverageSummary",
     "MergeAllSummaries",
     "SimpleMovingAverage",
-    "summary_due",
     # steps and misc
     "stop_process_group",
     "EPOCH_ENDS_KEPT",

@@ -26,23 +26,10 @@ from towerkit.sessinit._npz import list_npz_vars, load_npz, verify_npz
 from towerkit.sessinit._paths import (
     checkpoint_step,
     get_all_checkpoints,
-    parse_checkpoint_state,
     resolve_checkpoint,
-    sort_checkpoints,
     state_entry_inside,
 )
-from towerkit.sessinit._plan import (
-    Assignment,
-    RestorePlan,
-    VarInfo,
-    can_reshape,
-    can_upcast,
-    normalize_name,
-    plan_restore,
-    render_mismatches,
-    render_names,
-    target_name,
-)
+from towerkit.sessinit._plan import Assignment, RestorePlan, VarInfo, plan_restore
 from towerkit.sessinit._version import __version__
 
 if TYPE_CHECKING:
@@ -118,16 +105,8 @@ __all__ = [
     "Assignment",
     "RestorePlan",
     "plan_restore",
-    "normalize_name",
-    "target_name",
-    "can_upcast",
-    "can_reshape",
-    "render_mismatches",
-    "render_names",
     # checkpoint names and paths
     "checkpoint_step",
-    "sort_checkpoints",
-    "parse_checkpoint_state",
     "resolve_checkpoint",
     "state_entry_inside",
     # atomic writes

@@ -1,23 +1,16 @@
 """towerkit.towers: tower functions, tower context, scope and variable utilities, summaries, devices."""
 
 from towerkit.towers._argscope import (
-    ArgScope,
     argscope,
     enable_argscope_for_function,
     enable_argscope_for_module,
     get_arg_scope,
-    merge_argscope,
 )
 from towerkit.towers._checker import (
-    RULE_NAMES,
     Violation,
     check_tower_function,
-    dedupe_violations,
     ensure_tower_rules,
     format_violations,
-    normalize_tower_name,
-    outputs_signature,
-    reserved_scopes,
 )
 from towerkit.towers._collection import backup_collection, freeze_collection, restore_collection
 from towerkit.towers._context import (
@@ -31,17 +24,8 @@ from towerkit.towers._context import (
     is_main_training_tower,
     tower_reuse,
 )
-from towerkit.towers._dependency import (
-    backward_closure,
-    dependency_of_fetches,
-    dependency_of_targets,
-)
-from towerkit.towers._devices import (
-    cpu_devices_needed,
-    resolve_devices,
-    session_config_for_devices,
-    visible_gpu_count,
-)
+from towerkit.towers._dependency import dependency_of_fetches, dependency_of_targets
+from towerkit.towers._devices import resolve_devices, session_config_for_devices, visible_gpu_count
 from towerkit.towers._errors import (
     LayersUnavailableError,
     TowerCheckError,
@@ -49,13 +33,7 @@ from towerkit.towers._errors import (
     TowerRuleError,
 )
 from towerkit.towers._layers import check_tf_keras_version, enable_tf_layers
-from towerkit.towers._names import (
-    get_op_tensor_name,
-    join_scope,
-    scope_segments,
-    strip_port,
-    strip_tower_prefix,
-)
+from towerkit.towers._names import get_op_tensor_name
 from towerkit.towers._predict import OnlinePredictor, handle_to_predictor
 from towerkit.towers._scope import (
     auto_reuse_variable_scope,
@@ -65,14 +43,10 @@ from towerkit.towers._scope import (
 )
 from towerkit.towers._summary import (
     MOVING_SUMMARY_OPS_KEY,
-    SUMMARY_TYPES,
     add_activation_summary,
     add_moving_summary,
     add_param_summary,
     add_tensor_summary,
-    check_summary_lists,
-    check_summary_types,
-    summary_tag,
 )
 from towerkit.towers._tower import (
     TowerFunc,
@@ -108,14 +82,9 @@ __all__ = [
     # devices
     "resolve_devices",
     "visible_gpu_count",
-    "cpu_devices_needed",
     "session_config_for_devices",
     # names
     "get_op_tensor_name",
-    "strip_port",
-    "strip_tower_prefix",
-    "join_scope",
-    "scope_segments",
     # scopes
     "auto_reuse_variable_scope",
     "cached_name_scope",
@@ -130,8 +99,6 @@ __all__ = [
     "get_arg_scope",
     "enable_argscope_for_function",
     "enable_argscope_for_module",
-    "ArgScope",
-    "merge_argscope",
     # collections
     "backup_collection",
     "restore_collection",
@@ -139,27 +106,17 @@ __all__ = [
     # dependencies
     "dependency_of_targets",
     "dependency_of_fetches",
-    "backward_closure",
     # tower-rule checker
     "check_tower_function",
     "ensure_tower_rules",
     "Violation",
-    "RULE_NAMES",
     "format_violations",
-    "dedupe_violations",
-    "normalize_tower_name",
-    "reserved_scopes",
-    "outputs_signature",
     # summaries
     "MOVING_SUMMARY_OPS_KEY",
-    "SUMMARY_TYPES",
     "add_tensor_summary",
     "add_param_summary",
     "add_activation_summary",
     "add_moving_summary",
-    "check_summary_types",
-    "check_summary_lists",
-    "summary_tag",
     # graph-mode layers (tf-keras)
     "enable_tf_layers",
     "check_tf_keras_version",

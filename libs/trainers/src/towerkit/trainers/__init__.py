@@ -92,10 +92,7 @@ from towerkit.trainers._dataparallel import (
     ALLREDUCE_MODES,
     AllReduceChoice,
     choose_allreduce_mode,
-    hierarchical_groups,
     match_tower_variables,
-    missing_devices,
-    replica_sources,
 )
 from towerkit.trainers._distributed import (
     DistributedTrainerBase,
@@ -110,8 +107,8 @@ from towerkit.trainers._grad_sync import (
     make_replicas_local,
     sync_replicas_op,
 )
-from towerkit.trainers._horovod import HorovodTrainer, rank_gpu
-from towerkit.trainers._hvdrun import HorovodJob, horovod_launch_argv, launch_horovod_job
+from towerkit.trainers._horovod import HorovodTrainer
+from towerkit.trainers._hvdrun import HorovodJob, launch_horovod_job
 from towerkit.trainers._multigpu import (
     AsyncMultiGPUTrainer,
     SyncMultiGPUTrainer,
@@ -192,9 +189,7 @@ __all__ = [
     "DistributedTrainerReplicated",
     "serve_parameters",
     "HorovodTrainer",
-    "rank_gpu",
     "HorovodJob",
-    "horovod_launch_argv",
     "launch_horovod_job",
     "DataParallelBuilder",
     "LeastLoadedDeviceSetter",
@@ -206,10 +201,7 @@ __all__ = [
     "ALLREDUCE_MODES",
     "AllReduceChoice",
     "choose_allreduce_mode",
-    "hierarchical_groups",
     "match_tower_variables",
-    "missing_devices",
-    "replica_sources",
     "TowerVariableMismatchError",
     "CollectiveError",
     # -- end of data-parallel trainers: multi-device, distributed, horovod --
