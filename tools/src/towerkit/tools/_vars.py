@@ -118,6 +118,8 @@ def format_bytes(n: int | None) -> str:
     Examples:
         >>> format_bytes(12), format_bytes(1536), format_bytes(3 * 2**20), format_bytes(None)
         ('12 B', '1.5 KiB', '3.0 MiB', '?')
+        >>> format_bytes(2**30 - 1)
+        '1.0 GiB'
     """
     if n is None:
         return "?"
@@ -126,7 +128,7 @@ def format_bytes(n: int | None) -> str:
     value = float(n)
     for unit in ("KiB", "MiB", "GiB", "TiB"):
         value /= 1024
-        if value < 1024 or unit == "TiB":
+        if round(value, 1) < 1024 or unit == "TiB":  # 1023.96 KiB shows as 1.0 MiB
             return f"{value:.1f} {unit}"
     raise AssertionError("unreachable")  # pragma: no cover
 
