@@ -294,11 +294,16 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(tags=["ci"])
 def horovod(session: nox.Session) -> None:
-    """Build horovod (gloo) against the installed TensorFlow and run the 2-process tests."""
+    """Build horovod (gloo) against the installed TensorFlow and run the 2-process tests.
+
+    The graph-mode layers (tf-keras) and the demo group are installed too: the layers
+    example's model is trained by horovod ranks in ``tests/test_layers_example.py``.
+    """
     install_local(
         session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
     )
-    install_groups(session, "test")
+    install_groups(session, "test", "demo")
+    install_layers(session)
     install_horovod(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}

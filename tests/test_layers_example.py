@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from example_modules import load_example
+from layers_job import EPOCHS, STEPS, tower_facts
 
 pytest.importorskip("tf_keras", reason="the layers example needs towerkit-towers[layers]")
 
-EPOCHS, STEPS = 1, 15
+JOB = Path(__file__).with_name("layers_job.py")
+JOB_TIMEOUT = 420.0
+"""Seconds a multi-process run (three or two TensorFlow processes on a busy machine) may take."""
+
+HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 
 
 def _initial_values(layers_example) -> dict[str, np.ndarray]:
@@ -44,12 +56,178 @@ def initial(example):
     return _initial_values(example)
 
 
-@pytest.fixture(scope="module", params=["replicated", "ps", "async", "simple"])
+def _reports(out: str) -> list[dict]:
+    """The ``LAYERS-REPORT`` records in a job's output."""
+    found = []
+    for line in out.splitlines():
+        _, tag, rest = line.partition("LAYERS-REPORT ")
+        if tag:
+            found.append(json.loads(rest))
+    return found
+
+
+def _free_ports(n: int) -> list[int]:
+    """`n` distinct TCP ports free on 127.0.0.1 right now."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _cluster_run(kind: str, base: Path) -> list[dict]:
+    """A parameter server and 2 workers on 127.0.0.1; the workers' reports, by task.
+
+    Each process writes to its own log file under `base` (a report is too large for a
+    pipe nobody reads). Every process is stopped, and the test fails, past JOB_TIMEOUT
+    or once a worker fails.
+    """
+    from towerkit.callbacks import stop_process_group
+
+    ports = ",".join(map(str, _free_ports(3)))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    procs, logs = [], []
+    for role, task in (("ps", 0), ("worker", 0), ("worker", 1)):
+        log = base / f"{role}{task}.log"
+        argv = [sys.executable, str(JOB), kind, role, str(task), "--ports", ports]
+        with open(log, "w") as out:
+            procs.append(
+                subprocess.Popen(
+                    [*argv, "--logdir", str(base)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
+        logs.append(log)
+    deadline = time.monotonic() + JOB_TIMEOUT
+    failed = None
+    while failed is None and any(p.poll() is None for p in procs):
+        if any(p.poll() not in (None, 0) for p in procs[1:]):
+            failed = "a worker failed"
+        elif time.monotonic() > deadline:
+            failed = f"the cluster did not exit within {JOB_TIMEOUT:g} s"
+        time.sleep(0.5)
+    for p in procs:
+        stop_process_group(p, grace=5.0)
+    outs = [log.read_text(errors="replace") for log in logs]
+    if failed or any(p.returncode != 0 for p in procs):
+        tails = "\n".join(f"--- {log.name}:\n{out[-3000:]}" for log, out in zip(logs, outs))
+        pytest.fail(f"{failed or 'a process failed'}:\n{tails}")
+    for log, out in zip(logs, outs):
+        assert "ERROR:tensorflow" not in out, (log.name, out[-3000:])
+    return sorted((r for out in outs[1:] for r in _reports(out)), key=lambda r: r["task"])
+
+
+def _horovod_run(base: Path) -> list[dict]:
+    """Two horovod ranks over gloo on localhost; their reports, by rank."""
+    from towerkit.trainers import launch_horovod_job
+
+    job = launch_horovod_job(
+        [sys.executable, str(JOB), "horovod", "--logdir", str(base / "log")],
+        2,
+        timeout=JOB_TIMEOUT,
+        cwd=base,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
+    )
+    assert job.returncode == 0, job.output
+    return sorted(_reports(job.output), key=lambda r: r["rank"])
+
+
+TRAINER_PARAMS = [
+    "replicated",
+    "ps",
+    "async",
+    "simple",
+    "dist-ps",
+    "dist-replicated",
+    pytest.param(
+        "horovod",
+        marks=[
+            pytest.mark.horovod,
+            pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: nox -s horovod"),
+        ],
+    ),
+]
+
+
+def _multi_process_run(name: str, base: Path) -> dict:
+    """A run of a multi-process trainer, as `run` gives it, with every process's report."""
+    reports = _horovod_run(base) if name == "horovod" else _cluster_run(name, base)
+    assert len(reports) == 2, reports
+    (chief,) = [r for r in reports if r["is_chief"]]
+    return {"name": name, "checkpoint": chief["checkpoint"], "facts": chief, "reports": reports}
+
+
+@pytest.fixture(scope="module")
+def dist_ps_run(tmp_path_factory):
+    """The cluster trainer with variables on the parameter server."""
+    return _multi_process_run("dist-ps", tmp_path_factory.mktemp("layers_dist_ps"))
+
+
+@pytest.fixture(scope="module")
+def dist_replicated_run(tmp_path_factory):
+    """The cluster trainer with a copy of the variables per tower."""
+    return _multi_process_run("dist-replicated", tmp_path_factory.mktemp("layers_dist_rep"))
+
+
+@pytest.fixture(scope="module")
+def horovod_run(tmp_path_factory):
+    """Two horovod ranks."""
+    if not HAVE_HOROVOD:
+        pytest.skip("horovod not installed: nox -s horovod")
+    return _multi_process_run("horovod", tmp_path_factory.mktemp("layers_horovod"))
+
+
+@pytest.fixture(scope="module", params=TRAINER_PARAMS)
 def run(request, example, tmp_path_factory):
-    """A short run with the first convolution frozen, per trainer: (name, trainer, checkpoint)."""
-    logdir = str(tmp_path_factory.mktemp(f"layers_{request.param}") / "log")
-    trainer, checkpoint = example.train(logdir, request.param, EPOCHS, STEPS, freeze_first=True)
-    return request.param, trainer, checkpoint
+    """A short run with the first convolution frozen, per trainer.
+
+    A dict: ``name``, ``checkpoint`` (the chief's last one), ``facts`` (`tower_facts` of
+    the chief's graph) and, for the multi-process trainers, ``reports`` (every worker's
+    or rank's `layers_job` report).
+    """
+    name = request.param
+    if name in ("dist-ps", "dist-replicated", "horovod"):
+        return request.getfixturevalue(f"{name.replace('-', '_')}_run")
+    logdir = str(tmp_path_factory.mktemp(f"layers_{name}") / "log")
+    trainer, checkpoint = example.train(logdir, name, EPOCHS, STEPS, freeze_first=True)
+    return {"name": name, "checkpoint": checkpoint, "facts": tower_facts(trainer)}
+
+
+MULTI_TOWER = {"replicated", "ps", "async", "dist-ps", "dist-replicated"}
+"""The trainers that build several towers in one process."""
+
+REPLICATED = {"replicated", "dist-replicated"}
+"""The trainers that keep a copy of the variables per tower."""
+
+
+def _exports_agree(example, checkpoint: str, out: Path, images: np.ndarray) -> np.ndarray:
+    """Export `checkpoint`; check the compact graph and the SavedModel predict what the
+    one-tower predictor does; return the predictor's probabilities."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    (expected,) = example.predictor(checkpoint)(images)
+    compact, serving = example.export(checkpoint, str(out))
+    graph_def = tf1.GraphDef()
+    with open(compact, "rb") as f:
+        graph_def.ParseFromString(f.read())
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.import_graph_def(graph_def, name="")
+    with tf1.Session(graph=graph) as sess:
+        frozen = sess.run("prob:0", {"image:0": images})
+    np.testing.assert_allclose(frozen, expected, atol=1e-5)
+    assert os.path.isfile(os.path.join(serving, "saved_model.pb"))
+    loaded = tf.saved_model.load(serving)
+    out_prob = loaded.signatures["prediction_pipeline"](image=tf.constant(images))["prob"]
+    np.testing.assert_allclose(out_prob.numpy(), expected, atol=1e-5)
+    return expected
 
 
 @pytest.mark.slow
@@ -60,8 +238,7 @@ class TestLayersInEveryTrainer:
         """The checkpoint holds the single-tower names (no tower copies), as a 1-tower graph has."""
         import tensorflow as tf
 
-        _, _, checkpoint = run
-        names = set(tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map())
+        names = set(tf.train.load_checkpoint(run["checkpoint"]).get_variable_to_shape_map())
         assert not [n for n in names if re.match(r"tower\d+/", n)]
         assert set(initial) <= names
 
@@ -69,8 +246,7 @@ class TestLayersInEveryTrainer:
         """freeze_variables holds conv0 in every tower; conv1, fc and batch-norm parameters train."""
         import tensorflow as tf
 
-        _, _, checkpoint = run
-        reader = tf.train.load_checkpoint(checkpoint)
+        reader = tf.train.load_checkpoint(run["checkpoint"])
         np.testing.assert_array_equal(reader.get_tensor("conv0/kernel"), initial["conv0/kernel"])
         for name in ("conv1/kernel", "fc/kernel", "bn1/gamma"):
             assert not np.allclose(reader.get_tensor(name), initial[name]), name
@@ -79,28 +255,77 @@ class TestLayersInEveryTrainer:
         """The moving statistics moved away from their initial 0 (the update ops ran)."""
         import tensorflow as tf
 
-        _, _, checkpoint = run
-        reader = tf.train.load_checkpoint(checkpoint)
+        reader = tf.train.load_checkpoint(run["checkpoint"])
         assert np.abs(reader.get_tensor("bn0/moving_mean")).max() > 1e-3
 
     def test_update_ops_and_variables(self, run):
-        """UPDATE_OPS holds the first tower's 4 updates; shared-variable trainers make one copy."""
-        import tensorflow as tf
-
-        name, trainer, _ = run
-        with trainer.graph.as_default():
-            updates = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
-            trainable = [v.op.name for v in tf.compat.v1.trainable_variables()]
-        assert len(updates) == 4
-        if name != "simple":
-            assert all(op.name.startswith("tower0/") for op in updates)
+        """UPDATE_OPS holds the first tower's 4 updates; one shared copy of the trainables."""
+        name, facts = run["name"], run["facts"]
+        assert len(facts["updates"]) == 4
+        if name in MULTI_TOWER:
+            assert all(op.startswith("tower0/") for op in facts["updates"])
         # conv0 is frozen: conv1 (2), bn0 and bn1 (2 each), fc (2)
-        assert len(trainable) == 8
-        assert not [n for n in trainable if re.match(r"tower\d+/", n)]
-        if name == "replicated":
-            replicas = {v.op.name for v in trainer.replica_variables}
-            assert "tower1/bn0/moving_mean" in replicas
-            assert "tower1/conv0/kernel" in replicas
+        assert len(facts["trainable"]) == 8
+        assert not [n for n in facts["trainable"] if re.match(r"tower\d+/", n)]
+        if name in REPLICATED:
+            assert {"tower1/bn0/moving_mean", "tower1/conv0/kernel"} <= set(facts["replicas"])
+        else:
+            assert facts["replicas"] == []
+
+    def test_one_tower_predictor_and_export(self, example, run, tmp_path):
+        """The checkpoint loads into a one-tower predictor, which classifies well, and exports."""
+        _, _, x_val, y_val = example.load_data()
+        prob = _exports_agree(example, run["checkpoint"], tmp_path / "export", x_val[:200])
+        assert float(np.mean(prob.argmax(axis=1) != y_val[:200])) < 0.25
+
+
+def _tower_values(report: dict, tower: int) -> dict[str, np.ndarray]:
+    """The values of tower `tower`'s copies in a worker's report, by plain variable name."""
+    prefix = f"tower{tower}/"
+    return {
+        k[len(prefix) :]: np.asarray(v) for k, v in report["values"].items() if k.startswith(prefix)
+    }
+
+
+@pytest.mark.slow
+class TestLayersInMultiProcessTrainers:
+    """What the processes of the cluster and horovod trainers hold at the end."""
+
+    def test_replicated_copies(self, dist_replicated_run, initial):
+        """Each worker's towers hold copies; only the first tower's statistics move.
+
+        Only the first tower's update ops run in replicated training, on every worker:
+        the other towers' moving statistics keep what they got at the start (the
+        chief's: their initial values), while their trainable copies follow the
+        global values.
+        """
+        for report in dist_replicated_run["reports"]:
+            first, second = _tower_values(report, 0), _tower_values(report, 1)
+            assert set(first) == set(second) >= {"bn0/moving_mean", "conv1/kernel", "fc/bias"}
+            if report["is_chief"]:
+                np.testing.assert_array_equal(second["bn0/moving_mean"], initial["bn0/moving_mean"])
+            moved = np.abs(first["bn0/moving_mean"] - second["bn0/moving_mean"]).max()
+            assert moved > 1e-3, f"worker {report['task']}: tower 0's statistics did not move"
+            np.testing.assert_array_equal(second["conv0/kernel"], initial["conv0/kernel"])
+            for key in ("conv1/kernel", "fc/kernel", "bn1/gamma"):
+                assert not np.allclose(second[key], initial[key]), key
+
+    def test_one_chief(self, dist_ps_run, dist_replicated_run):
+        """One worker is the chief; it alone reports a checkpoint; both trained their towers."""
+        for job in (dist_ps_run, dist_replicated_run):
+            reports = job["reports"]
+            assert [r["checkpoint"] is not None for r in reports] == [True, False]
+            for r in reports:
+                assert np.abs(np.asarray(r["values"]["bn0/moving_mean"])).max() > 1e-3
+
+    @pytest.mark.horovod
+    @pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: nox -s horovod")
+    def test_ranks_agree(self, horovod_run):
+        """Horovod ranks hold the same trainable and frozen values; rank 0 alone saves."""
+        first, second = (r["values"] for r in horovod_run["reports"])
+        for key in [*horovod_run["facts"]["trainable"], "conv0/kernel"]:
+            np.testing.assert_array_equal(first[key], second[key], err_msg=key)
+        assert [r["checkpoint"] is not None for r in horovod_run["reports"]] == [True, False]
 
 
 @pytest.fixture(scope="module")
@@ -124,23 +349,6 @@ class TestOneTowerPredictorAndExport:
 
     def test_exports_agree(self, example, trained, tmp_path):
         """The compact graph and the SavedModel predict what the predictor predicts."""
-        import tensorflow as tf
-
-        tf1 = tf.compat.v1
         _, checkpoint = trained
         _, _, x_val, _ = example.load_data()
-        (expected,) = example.predictor(checkpoint)(x_val[:50])
-        compact, serving = example.export(checkpoint, str(tmp_path / "export"))
-        graph_def = tf1.GraphDef()
-        with open(compact, "rb") as f:
-            graph_def.ParseFromString(f.read())
-        graph = tf.Graph()
-        with graph.as_default():
-            tf1.import_graph_def(graph_def, name="")
-        with tf1.Session(graph=graph) as sess:
-            frozen = sess.run("prob:0", {"image:0": x_val[:50]})
-        np.testing.assert_allclose(frozen, expected, atol=1e-5)
-        assert os.path.isfile(os.path.join(serving, "saved_model.pb"))
-        loaded = tf.saved_model.load(serving)
-        out = loaded.signatures["prediction_pipeline"](image=tf.constant(x_val[:50]))["prob"]
-        np.testing.assert_allclose(out.numpy(), expected, atol=1e-5)
+        _exports_agree(example, checkpoint, tmp_path / "export", x_val[:50])

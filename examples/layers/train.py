@@ -22,7 +22,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -140,13 +140,18 @@ def make_trainer(name: str, towers: int = 2) -> Any:
 
 def train(
     logdir: str,
-    trainer: str = "replicated",
+    trainer: str | Callable[[], Any] = "replicated",
     epochs: int = 4,
     steps: int = 50,
     freeze_first: bool = False,
     overwrite: bool = False,
 ) -> tuple[Any, str]:
-    """Train; return the trainer and the path of the last checkpoint."""
+    """Train; return the trainer and the path of the last checkpoint.
+
+    `trainer` is one of `TRAINERS` by name, or a function of no argument that makes
+    the trainer (called inside the run's graph, which a trainer belongs to): e.g.
+    ``HorovodTrainer``, or a distributed trainer on this process's server.
+    """
     x_train, y_train, _, _ = load_data()
     with tf.Graph().as_default():
         config = TrainConfig(
@@ -158,7 +163,7 @@ def train(
             logdir=logdir,
             logdir_action="overwrite" if overwrite else "error",
         )
-        used = make_trainer(trainer)
+        used = make_trainer(trainer) if isinstance(trainer, str) else trainer()
         launch_train_with_config(config, used)
     return used, os.path.join(logdir, f"model-{epochs * steps}")
 

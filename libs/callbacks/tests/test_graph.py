@@ -120,6 +120,19 @@ class TestRunUpdateOps:
         assert probe.values == [12.0]
         assert t.hooked_sess.run_calls == 6
 
+    def test_every_worker(self, graph):
+        """On a worker that is not the chief, the updates and a RunOp still run (model state);
+        CheckNumerics, which only checks, is left to the chief (a NaN goes unreported here)."""
+        tf1.get_variable("nan", initializer=np.float32(np.nan))
+        c, d = counter("c"), counter("d")
+        tf1.add_to_collection(tf1.GraphKeys.UPDATE_OPS, tf1.assign_add(c, 1.0))
+        run_op = RunOp(tf1.assign_add(d, 1.0).op)
+        cbs = [RunUpdateOps(), run_op, CheckNumerics(), Probe(c, d)]
+        assert [cb.chief_only for cb in cbs] == [False, False, True, False]
+        t = LoopTrainer(graph, train_op(), cbs, steps_per_epoch=3, max_epoch=2, is_chief=False)
+        t.train()
+        assert cbs[-1].values == [6.0, 3.0]
+
     def test_other_collection(self, graph):
         """A named collection is run instead of UPDATE_OPS."""
         a, b = counter("a"), counter("b")

@@ -123,6 +123,11 @@ class TestCluster:
         ]
         assert sorted(cluster["reports"][("ps", 0)]["done"]) == [0, 1]
 
+    def test_no_tensorflow_error_logged(self, cluster):
+        """No process logs a TensorFlow error (e.g. an op result 'never used')."""
+        for key, out in cluster["outs"].items():
+            assert "ERROR:tensorflow" not in out, (key, out)
+
     def test_training_progresses(self, cluster):
         """Both workers' costs fall; the shared variables classify held-out data well."""
         for task in (0, 1):

@@ -97,7 +97,9 @@ def _runnable(op: Any) -> Any:
 class RunOp(Callback):
     """Run an op before training, on every ``trigger`` and/or with every step.
 
-    The DQN example uses it to update the target network.
+    The DQN example uses it to update the target network. It runs in every training
+    process (``chief_only`` is False), as model updates such as batch-norm statistics
+    must; use ``set_chief_only()`` for an op only the chief should run.
 
     Args:
         op: a ``tf.Operation``, a tensor, a variable update (what ``assign_add``
@@ -113,6 +115,8 @@ class RunOp(Callback):
         TypeError: ``op`` is neither an op, a tensor nor a callable.
         ValueError: ``run_before``, ``run_as_trigger`` and ``run_step`` are all False.
     """
+
+    _chief_only = False
 
     def __init__(
         self,
@@ -287,6 +291,8 @@ class CheckNumerics(RunOp):
         FloatingPointError: (when checking) some variables hold NaN or Inf; the
             message lists every such variable.
     """
+
+    _chief_only = True
 
     def __init__(self, run_as_trigger: bool = True, run_step: bool = False) -> None:
         super().__init__(

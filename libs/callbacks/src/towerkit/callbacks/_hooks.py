@@ -50,11 +50,15 @@ class HookToCallback(Callback):
     The hook's ``begin`` runs in ``setup_graph`` (inside the callback's name scope),
     ``after_create_session(sess, coord=None)`` in ``before_train`` (there is no
     coordinator: ``coord`` is always None), ``before_run``/``after_run`` around
-    every ``hooked_sess.run`` and ``end(sess)`` in ``after_train``.
+    every ``hooked_sess.run`` and ``end(sess)`` in ``after_train``. It runs in
+    every training process (``chief_only`` is False); use ``set_chief_only()`` for
+    a hook only the chief should run (one that writes files, for instance).
 
     Args:
         hook: the hook.
     """
+
+    _chief_only = False
 
     def __init__(self, hook: Any) -> None:
         if not isinstance(hook, tf1.train.SessionRunHook):
@@ -118,6 +122,8 @@ class TFLocalCLIDebugHook(HookToCallback):
     Raises:
         ImportError: this TensorFlow does not ship ``LocalCLIDebugHook``.
     """
+
+    _chief_only = True  # one interactive prompt, in the chief's terminal
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         hook_class = _local_cli_debug_hook_class()

@@ -359,6 +359,11 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                     tf1.is_variable_initialized(done),
                     done.read_value(),
                 )
+            # Both are run by the session creator, which TensorFlow's use-tracking of
+            # these two functions' results does not see: without this, it logs an error
+            # ("Object was never used") when they are collected.
+            ready.mark_used()
+            chief_done[1].mark_used()
         if self.is_chief:
             after = [*after, raise_done]
         config = tf1.ConfigProto()
