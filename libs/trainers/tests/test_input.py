@@ -2,6 +2,7 @@
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -46,6 +47,7 @@ from towerkit.trainers import (
 )
 from towerkit.trainers._input import check_input_tensors, iterable_size
 from towerkit.trainers._input_base import spec_mismatches
+from towerkit.trainers._input_feed import QueueFeeder, SwitchInterval
 from towerkit.trainers._input_sources import datapoint_tuple, num_batches, wants_staging
 
 SIG = [tf.TensorSpec([None, 2], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
@@ -679,6 +681,77 @@ class TestIterableInput:
             IterableInput(3)
         with pytest.raises(TypeError, match="'prefetch' of IterableInput must be an int"):
             IterableInput([], prefetch=None)
+
+
+class SwitchIntervalProbe(Callback):
+    """The interpreter's switch interval seen at each step."""
+
+    _chief_only = False
+
+    def __init__(self):
+        self.seen = []
+
+    def _trigger_step(self):
+        self.seen.append(sys.getswitchinterval())
+
+
+class TestSwitchInterval:
+    """While a feeding thread runs, the GIL is handed over within QueueFeeder.switch_interval_s."""
+
+    @pytest.fixture
+    def interval(self):
+        """A known switch interval before the test, put back after it."""
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(0.005)
+        yield 0.005
+        sys.setswitchinterval(before)
+
+    def test_lowered_while_training(self, graph, interval):
+        """Every step sees the lowered interval; after training the interval is as before."""
+        probe = SwitchIntervalProbe()
+        train_linear(IterableInput(CountingFlow(3)), callbacks=[probe])
+        assert probe.seen == pytest.approx([QueueFeeder.switch_interval_s] * 8)
+        assert sys.getswitchinterval() == pytest.approx(interval)
+
+    def test_restored_after_failure(self, graph, interval):
+        """A run ended by bad data restores it too."""
+        with pytest.raises(InputDataError):
+            train_linear(IterableInput([(GOOD_X,)]))
+        assert sys.getswitchinterval() == pytest.approx(interval)
+
+    def test_left_alone(self, graph, interval, monkeypatch):
+        """switch_interval_s = None leaves the interval as it is."""
+        monkeypatch.setattr(QueueFeeder, "switch_interval_s", None)
+        probe = SwitchIntervalProbe()
+        train_linear(IterableInput(CountingFlow(3)), callbacks=[probe])
+        assert probe.seen == pytest.approx([interval] * 8)
+
+    @given(
+        st.lists(st.tuples(st.booleans(), st.sampled_from([1e-5, 1e-4, 1e-3, 0.01])), max_size=12)
+    )
+    def test_holders(self, ops):
+        """Nested lower/restore: the least value asked while held; the first one's interval after."""
+        before = sys.getswitchinterval()
+        holder = SwitchInterval()
+        asked = []
+        try:
+            for is_lower, seconds in ops:
+                if is_lower:
+                    holder.lower(seconds)
+                    asked.append(seconds)
+                elif holder.holders:
+                    holder.restore()
+                    if holder.holders == 0:
+                        asked = []
+                else:
+                    holder.restore()  # unmatched: no effect
+                want = min([before, *asked]) if holder.holders else before
+                assert sys.getswitchinterval() == pytest.approx(want)
+            while holder.holders:
+                holder.restore()
+            assert sys.getswitchinterval() == pytest.approx(before)
+        finally:
+            sys.setswitchinterval(before)
 
 
 def train_linear(data, steps=4, callbacks=(), epochs=2):

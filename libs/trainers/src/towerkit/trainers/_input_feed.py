@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from towerkit.callbacks import Callback
 from towerkit.trainers._datapoints import DatapointLayout, conform_datapoint
 from towerkit.trainers._errors import InputDataError, InputProducerError
 
-__all__ = ["InputFeeder", "QueueFeeder"]
+__all__ = ["InputFeeder", "QueueFeeder", "SwitchInterval"]
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -27,6 +28,14 @@ class QueueFeeder:
     with it; the enqueue blocks while the queue is full. The training step dequeues
     in its own session call, so producing the next batches overlaps with the step
     and the step itself involves no Python.
+
+    The enqueue runs in the feeding thread itself, not in TensorFlow's thread pool
+    (for one small op, the hand-over to a pool thread cost more than the op). While
+    the thread runs, the interpreter's switch interval is lowered to
+    `switch_interval_s` and restored when the last feeder stops: a producer busy in
+    pure-Python code holds the GIL, and the training thread, returning from its
+    session call, would otherwise wait for it up to Python's default 5 ms (or until
+    the producer's next enqueue, after a whole batch of its work).
 
     When the data is wrong (wrong arity, dtype or shape, or a pass with no datapoint)
     or the iterable raises, the thread keeps the error (`failure`), closes the queue
@@ -46,6 +55,9 @@ class QueueFeeder:
 
     join_timeout_s = 10.0
     """How long ``stop`` waits for a producer busy in the iterable's code."""
+
+    switch_interval_s: float | None = 1e-4
+    """The interpreter's switch interval while feeding, in seconds (None: leave it)."""
 
     def __init__(
         self,
@@ -68,6 +80,7 @@ class QueueFeeder:
         self._stopping = threading.Event()
         self._failure: BaseException | None = None
         self._sess: Any = None
+        self._switching = False
 
     @property
     def failure(self) -> BaseException | None:
@@ -87,17 +100,26 @@ class QueueFeeder:
         self._stopping = threading.Event()
         self._failure = None
         opts = config_pb2.CallableOptions()
+        # The enqueue is one small op: run it in this thread, not TensorFlow's pool
+        # (a hand-over to a pool thread and back cost more than the op itself).
+        opts.run_options.inter_op_thread_pool = -1
         opts.feed.extend(p.name for p in self._placeholders)
         opts.target.append(self._enqueue.name)
         put = sess._make_callable_from_options(opts)
         self._thread = threading.Thread(
             target=self._run, args=(put, self._stopping), name=f"feed {self._name}", daemon=True
         )
+        if self.switch_interval_s is not None:
+            _SWITCH_INTERVAL.lower(self.switch_interval_s)
+            self._switching = True
         self._thread.start()
 
     def stop(self) -> None:
         """Close the queue (cancelling a blocked enqueue) and wait for the thread to end."""
         thread, self._thread = self._thread, None
+        if self._switching:
+            self._switching = False
+            _SWITCH_INTERVAL.restore()
         if thread is None:
             return
         self._stopping.set()
@@ -177,6 +199,47 @@ class QueueFeeder:
         self._failure = failure
         logger.debug("%s: feeding stopped: %s", self._name, failure)
         self._run_quietly(self._close_op)
+
+
+class SwitchInterval:
+    """The interpreter's switch interval, lowered while any holder needs it, then restored.
+
+    ``lower`` and ``restore`` pair up, from any thread: the first ``lower`` saves the
+    interval in effect, each one lowers it to at most its value, and the last
+    ``restore`` puts the saved interval back.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved = 0.0
+
+    @property
+    def holders(self) -> int:
+        """How many ``lower`` calls are not restored yet."""
+        return self._holders
+
+    def lower(self, seconds: float) -> None:
+        """Make the switch interval at most `seconds` until the matching ``restore``."""
+        with self._lock:
+            if self._holders == 0:
+                self._saved = sys.getswitchinterval()
+            self._holders += 1
+            if seconds < sys.getswitchinterval():
+                sys.setswitchinterval(seconds)
+
+    def restore(self) -> None:
+        """End one ``lower``; the last one puts back the interval the first one found."""
+        with self._lock:
+            if self._holders == 0:
+                return
+            self._holders -= 1
+            if self._holders == 0:
+                sys.setswitchinterval(self._saved)
+
+
+_SWITCH_INTERVAL = SwitchInterval()
+"""The process's one switch-interval holder count, shared by every feeder."""
 
 
 class _DataFault(Exception):
