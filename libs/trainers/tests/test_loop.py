@@ -1,5 +1,6 @@
 """The base trainer's loop against the pure event stream: order, counters, stopping, phases."""
 
+import gc
 import os
 import signal
 import subprocess
@@ -644,3 +645,65 @@ class TestWritersAtSetup:
         claims = [("a", "X"), ("b", "Y"), ("a", "Z"), ("a", "X")]
         assert claim_conflicts(claims) == ["'a' (X, Z, X)"]
         assert claim_conflicts([("a", "X"), ("b", "X")]) == []
+
+
+class _FreezeProbe(Callback):
+    """Records ``gc.get_freeze_count()`` before training and at each step."""
+
+    def __init__(self):
+        self.before = None
+        self.steps = []
+
+    def _before_train(self):
+        self.before = gc.get_freeze_count()
+
+    def _trigger_step(self):
+        self.steps.append(gc.get_freeze_count())
+
+
+class TestFrozenHeap:
+    """The objects alive when the loop starts stay out of GC scans during it, then come back."""
+
+    def _run(self):
+        probe = _FreezeProbe()
+        graph = tf.Graph()
+        with graph.as_default():
+            trainer, _ = counter_trainer()
+            trainer.train([probe], [], creator(), None, 3, 1, 2)
+        return probe
+
+    def test_frozen_during_the_loop(self):
+        """Nothing frozen in before_train; the graph's objects frozen at every step; none after."""
+        assert gc.get_freeze_count() == 0
+        probe = self._run()
+        assert probe.before == 0
+        assert len(probe.steps) == 6
+        assert min(probe.steps) > 1000
+        assert gc.get_freeze_count() == 0
+
+    def test_unfrozen_after_a_failure(self):
+        """A step that raises leaves nothing frozen."""
+        graph = tf.Graph()
+        with graph.as_default():
+            trainer, _ = counter_trainer()
+            trainer.train_op = failing_step()
+            with pytest.raises(tf.errors.InvalidArgumentError):
+                trainer.train([], [], creator(), None, 3, 1, 1)
+        assert gc.get_freeze_count() == 0
+
+    def test_left_to_the_owner(self):
+        """A process that froze objects itself, or disabled the collector, is left as it was."""
+        gc.freeze()
+        try:
+            frozen = gc.get_freeze_count()
+            probe = self._run()
+            assert probe.steps == [frozen] * 6
+            assert gc.get_freeze_count() == frozen
+        finally:
+            gc.unfreeze()
+        gc.disable()
+        try:
+            probe = self._run()
+            assert probe.steps == [0] * 6
+        finally:
+            gc.enable()

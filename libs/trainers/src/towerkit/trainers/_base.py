@@ -20,6 +20,7 @@ from towerkit.trainers._callback_checks import (
 )
 from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._input_feed import feeder_failure
 from towerkit.trainers._interrupt import deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, take_logdir
@@ -396,7 +397,8 @@ class Trainer:
                     self.global_step,
                 )
                 cbs.before_train()
-                self._loop(steps_per_epoch, starting_epoch, max_epoch, interrupt)
+                with frozen_heap():
+                    self._loop(steps_per_epoch, starting_epoch, max_epoch, interrupt)
             except StopTraining as err:
                 logger.info(
                     "training stopped at epoch %d, global step %d%s",

@@ -350,7 +350,10 @@ class IterableInput(InputSource):
     them against the signature, and puts them into a queue of the graph (on the CPU)
     that holds up to `prefetch` batches; each tower's input tensors take one batch
     from the queue. Producing the next batches thus overlaps with the training
-    step, and the step itself runs no Python. After each pass the iterable is
+    step, and the step itself runs no Python. While the thread runs, the
+    interpreter's switch interval (``sys.setswitchinterval``) is lowered to 0.1 ms,
+    then restored: a pure-Python producer holds the GIL, and the training thread
+    takes it back sooner after each step. After each pass the iterable is
     iterated again (``iter(iterable)``), forever; ``size()`` is ``len(iterable)``
     when it has one.
 
