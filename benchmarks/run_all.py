@@ -53,7 +53,7 @@ BENCHES: dict[str, dict[str, Any]] = {
             "--feed-models",
             "tiny,mlp,conv",
             "--costly-models",
-            "mlp",
+            "tiny,mlp",
         ],
         "quick": [
             "--models",
