@@ -23,7 +23,7 @@ from towerkit.towers import (
     freeze_variables,
     get_current_tower_context,
 )
-from towerkit.towers._checker import (
+from towerkit.towers._violations import (
     RULE_NAMES,
     dedupe_violations,
     normalize_tower_name,

@@ -48,7 +48,8 @@ from towerkit.trainers import (
 from towerkit.trainers._input import check_input_tensors, iterable_size
 from towerkit.trainers._input_base import spec_mismatches
 from towerkit.trainers._input_feed import QueueFeeder, SwitchInterval
-from towerkit.trainers._input_sources import datapoint_tuple, num_batches, wants_staging
+from towerkit.trainers._input_sources import datapoint_tuple, num_batches
+from towerkit.trainers._input_staging import wants_staging
 
 SIG = [tf.TensorSpec([None, 2], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
 

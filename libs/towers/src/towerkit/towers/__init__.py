@@ -6,12 +6,7 @@ from towerkit.towers._argscope import (
     enable_argscope_for_module,
     get_arg_scope,
 )
-from towerkit.towers._checker import (
-    Violation,
-    check_tower_function,
-    ensure_tower_rules,
-    format_violations,
-)
+from towerkit.towers._checker import check_tower_function, ensure_tower_rules
 from towerkit.towers._collection import backup_collection, freeze_collection, restore_collection
 from towerkit.towers._context import (
     BaseTowerContext,
@@ -57,6 +52,7 @@ from towerkit.towers._tower import (
 )
 from towerkit.towers._varreplace import custom_getter_scope, freeze_variables, remap_variables
 from towerkit.towers._version import __version__
+from towerkit.towers._violations import Violation, format_violations
 
 __all__ = [
     "__version__",

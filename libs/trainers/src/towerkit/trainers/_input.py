@@ -8,19 +8,15 @@ from towerkit.trainers._input_base import (
     check_input_tensors,
     spec_mismatches,
 )
+from towerkit.trainers._input_python import DummyConstantInput, FeedInput, IterableInput
 from towerkit.trainers._input_sources import (
-    DummyConstantInput,
-    FeedInput,
-    IterableInput,
     NumpyInput,
-    StagingInput,
     TFDatasetInput,
-    apply_default_prefetch,
     datapoint_tuple,
     iterable_size,
     num_batches,
-    wants_staging,
 )
+from towerkit.trainers._input_staging import StagingInput, apply_default_prefetch, wants_staging
 
 __all__ = [
     "InputSource",
