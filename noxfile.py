@@ -97,6 +97,27 @@ def install_layers(session: nox.Session) -> None:
     session.install(*extras["optional-dependencies"]["layers"])
 
 
+def install_layers_alone(session: nox.Session) -> None:
+    """tf-keras for the venv's TensorFlow, without the ``tensorflow`` distribution it requires.
+
+    tf-keras requires ``tensorflow`` of its own version; installed next to
+    ``tensorflow-cpu`` it would change which distributions provide TensorFlow, and with
+    them the horovod wheel-cache key (one more horovod build). The towers README gives
+    users the same advice: pin tf-keras to the installed TensorFlow's major.minor.
+    """
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in ('tensorflow-cpu', 'tensorflow'):\n"
+        "    try:\n"
+        "        print(m.version(d)); break\n"
+        "    except m.PackageNotFoundError:\n"
+        "        pass\n"
+    )
+    out = session.run("python", "-c", code, silent=True) or ""
+    major, minor = out.strip().split(".")[:2]
+    session.install("--no-deps", f"tf-keras~={major}.{minor}.0")
+
+
 def pytest_env() -> dict[str, str]:
     """Quiet TensorFlow's C++ logging in test runs."""
     return {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0"}
@@ -303,7 +324,7 @@ def horovod(session: nox.Session) -> None:
         session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
     )
     install_groups(session, "test", "demo")
-    install_layers(session)
+    install_layers_alone(session)
     install_horovod(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
