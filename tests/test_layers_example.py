@@ -311,11 +311,18 @@ class TestLayersInMultiProcessTrainers:
                 assert not np.allclose(second[key], initial[key]), key
 
     def test_one_chief(self, dist_ps_run, dist_replicated_run):
-        """One worker is the chief; it alone reports a checkpoint; both trained their towers."""
+        """One worker is the chief; it alone reports a checkpoint; the global statistics moved.
+
+        With the variables on the parameter server, both workers' update ops move the
+        global statistics, so each worker sees them moved at its end. In the replicated
+        trainer only the chief copies its tower 0's statistics to the global ones (after
+        each epoch): the other worker may end before that, so only the chief's view counts.
+        """
         for job in (dist_ps_run, dist_replicated_run):
             reports = job["reports"]
             assert [r["checkpoint"] is not None for r in reports] == [True, False]
-            for r in reports:
+            seen = reports if job is dist_ps_run else reports[:1]
+            for r in seen:
                 assert np.abs(np.asarray(r["values"]["bn0/moving_mean"])).max() > 1e-3
 
     @pytest.mark.horovod
