@@ -1,6 +1,7 @@
 """A training job that the crash test kills with SIGKILL and runs again (real processes).
 
 Usage: python crash_script.py LOGDIR SCHEDULE [--kill-after N --phase PHASE [--delay-ms D]]
+[--keep] [--max-epoch E] [--hold]
 
 It trains the MLP of `resume_script` with `AutoResumeTrainConfig` for `MAX_EPOCH` epochs
 of `STEPS_PER_EPOCH` steps from seeded initial values on data read in the same order
@@ -17,6 +18,10 @@ With ``--kill-after N`` the process sends itself SIGKILL N steps after its first
 ``save`` after the saver's turn in that step (possibly right after a save, before the
 statistics of an epoch are written), ``timer`` from a thread ``--delay-ms`` after the
 session call (anywhere: in a save, in the statistics write, between two steps).
+
+With ``--keep`` it trains afresh with a plain `TrainConfig` and ``logdir_action="keep"``
+(no resuming), for ``--max-epoch`` epochs. With ``--hold`` it prints ``HOLDING <pid>``
+at ``before_train`` and waits there until killed (the logdir lock tests).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from towerkit.trainers import (
     AutoResumeTrainConfig,
     NumpyInput,
     SimpleTrainer,
+    TrainConfig,
     launch_train_with_config,
 )
 
@@ -102,6 +108,15 @@ class Kill(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class Hold(Callback):
+    """Prints HOLDING and waits forever at before_train: a run that holds its logdir."""
+
+    def _before_train(self):
+        print(f"HOLDING {os.getpid()}", flush=True)
+        while True:
+            time.sleep(1)
+
+
 def saver_for(schedule: str) -> Callback:
     """The ModelSaver of a schedule."""
     if schedule == "epoch":
@@ -118,25 +133,31 @@ def main(argv=None) -> int:
     parser.add_argument("--kill-after", type=int)
     parser.add_argument("--phase", choices=("run", "save", "timer"), default="run")
     parser.add_argument("--delay-ms", type=float, default=0.0)
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--max-epoch", type=int, default=MAX_EPOCH)
+    parser.add_argument("--hold", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s: %(message)s")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(STEPS_PER_EPOCH * 8, 8)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
     kill = dict(after=args.kill_after, phase=args.phase, delay_ms=args.delay_ms)
-    config = AutoResumeTrainConfig(
+    kind = TrainConfig if args.keep else AutoResumeTrainConfig
+    config = kind(
         model=AveragedModel(),
         data=NumpyInput([x, y], batch_size=8, shuffle=False),
         callbacks=[
             Kill(**kill, saver_turn=False),
             saver_for(args.schedule),
             Kill(**kill, saver_turn=True),
+            *([Hold()] if args.hold else []),
         ],
         extra_callbacks=[MovingAverageSummary(), MergeAllSummaries()],
         monitors=[JSONWriter()],
         steps_per_epoch=STEPS_PER_EPOCH,
-        max_epoch=MAX_EPOCH,
+        max_epoch=args.max_epoch,
         logdir=args.logdir,
+        logdir_action="keep",
     )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(0)  # the same initial variables in every run

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,13 +57,17 @@ def uninterrupted(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("uninterrupted") / "log"
     proc = run(logdir, "epoch")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return variables(str(logdir / f"model-{TOTAL}")), (logdir / "stats.json").read_text()
+    return (
+        variables(str(logdir / f"model-{TOTAL}")),
+        (logdir / "stats.json").read_text(),
+        logdir,
+    )
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_killed_and_resumed(tmp_path, schedule, uninterrupted):
     """Killed twice at seeded random points, then resumed: the uninterrupted run's end state."""
-    expected_vars, expected_stats = uninterrupted
+    expected_vars, expected_stats, _ = uninterrupted
     logdir = tmp_path / "log"
     seed = SCHEDULES.index(schedule)
     outputs = []
@@ -101,3 +107,90 @@ def test_killed_and_resumed(tmp_path, schedule, uninterrupted):
         assert os.sep not in name, "the state file names checkpoints of this directory only"
         assert variables(str(logdir / name))["global_step"] <= TOTAL
     assert not [n for n in os.listdir(logdir) if n.startswith(".")], "no temporary left"
+
+
+# -- a logdir holding checkpoints this run did not write -------------------------------------
+
+
+def assert_state_complete(logdir, newest):
+    """Every checkpoint the state file names is complete and loads; this run's newest is there."""
+    state = (logdir / "checkpoint").read_text()
+    named = re.findall(r'all_model_checkpoint_paths: "([^"]*)"', state)
+    assert f'model_checkpoint_path: "model-{newest}"' in state, state
+    assert f"model-{newest}" in named, state
+    for name in named:
+        assert os.path.isfile(logdir / f"{name}.index"), (name, state)
+        assert variables(str(logdir / name))["global_step"] == int(name.split("-")[-1])
+    assert resolve_checkpoint(str(logdir)) == str(logdir / f"model-{newest}")
+
+
+def aside(logdir):
+    """The checkpoints moved aside, ``{folder: [step, ...]}``."""
+    out = {}
+    for name in sorted(os.listdir(logdir)):
+        if re.fullmatch(r"superseded-\d{8}-\d{6}(-\d+)?", name):
+            out[name] = sorted(s for _, s in get_all_checkpoints(str(logdir / name)))
+    return out
+
+
+def test_keep_after_longer_run(tmp_path):
+    """A shorter second run with logdir_action="keep": its checkpoints survive, none is lost."""
+    logdir = tmp_path / "log"
+    first = run(logdir, "epoch")
+    assert first.returncode == 0, first.stdout + first.stderr
+    first_stats = json.loads((logdir / "stats.json").read_text())
+    second = run(logdir, "k3", "--keep", "--max-epoch", "2")
+    log = second.stdout + second.stderr
+    assert second.returncode == 0, log
+    assert "finished at global step 10" in second.stdout, log
+    assert_state_complete(logdir, 10)
+    assert sorted(s for _, s in get_all_checkpoints(str(logdir))) == [6, 9, 10]
+    ((_, steps),) = aside(logdir).items()
+    assert steps == [15, TOTAL], "the first run's checkpoints are moved aside, not deleted"
+    assert "moved aside" in log
+    assert json.loads((logdir / "stats.json.bak").read_text()) == first_stats
+    assert [r["epoch_num"] for r in json.loads((logdir / "stats.json").read_text())] == [1, 2]
+    assert not (logdir / ".towerkit.lock").exists()
+
+
+def test_copied_checkpoints_start_afresh(tmp_path, uninterrupted):
+    """Checkpoints copied in without stats.json: the fresh run moves them aside, ends exact."""
+    expected_vars, expected_stats, source = uninterrupted
+    logdir = tmp_path / "log"
+    logdir.mkdir()
+    for name in os.listdir(source):
+        if name.startswith(f"model-{TOTAL}.") or name == "checkpoint":
+            shutil.copy2(source / name, logdir / name)
+    proc = run(logdir, "step")
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    assert "training starts afresh" in log, log
+    assert_state_complete(logdir, TOTAL)
+    assert list(aside(logdir).values()) == [[TOTAL]]
+    assert (logdir / "stats.json").read_text() == expected_stats
+    got = variables(str(logdir / f"model-{TOTAL}"))
+    for name, value in expected_vars.items():
+        assert np.array_equal(got[name], value), name
+
+
+def test_resume_after_abandoned_epoch_saved_ahead(tmp_path, uninterrupted):
+    """Killed in epoch 3 after saving steps 12-13, resumed from model-10, killed again."""
+    expected_vars, expected_stats, _ = uninterrupted
+    logdir = tmp_path / "log"
+    first = run(logdir, "step", "--kill-after", "14", "--phase", "run")
+    assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
+    assert {12, 13} <= {s for _, s in get_all_checkpoints(str(logdir))}
+    second = run(logdir, "step", "--kill-after", "1", "--phase", "save")
+    log = first.stdout + first.stderr + second.stdout + second.stderr
+    assert second.returncode == -signal.SIGKILL, log
+    assert_state_complete(logdir, 11)
+    assert [12, 13] in aside(logdir).values(), log
+    final = run(logdir, "step")
+    log += final.stdout + final.stderr
+    assert final.returncode == 0, log
+    assert_state_complete(logdir, TOTAL)
+    assert (logdir / "stats.json").read_text() == expected_stats
+    got = variables(str(logdir / f"model-{TOTAL}"))
+    for name, value in expected_vars.items():
+        assert np.array_equal(got[name], value), name
+    assert not [n for n in os.listdir(logdir) if n.startswith(".")], "no lock or temporary left"

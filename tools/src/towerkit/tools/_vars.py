@@ -158,6 +158,7 @@ def list_source(path: str) -> tuple[str, str, tuple[Any, ...]]:
     """
     from towerkit.sessinit import (
         CheckpointNotFoundError,
+        GlobPathError,
         NotACheckpointError,
         list_checkpoint_vars,
         resolve_checkpoint,
@@ -169,7 +170,7 @@ def list_source(path: str) -> tuple[str, str, tuple[Any, ...]]:
             return "npz", path, tuple(verify_npz(path))
         prefix = resolve_checkpoint(path)
         return "checkpoint", prefix, tuple(list_checkpoint_vars(prefix))
-    except (CheckpointNotFoundError, NotACheckpointError) as err:
+    except (CheckpointNotFoundError, NotACheckpointError, GlobPathError) as err:
         raise ToolError(str(err)) from None
 
 
@@ -179,13 +180,18 @@ def read_values(kind: str, resolved: str, names: Sequence[str]) -> dict[str, Any
     Raises:
         ToolError: The values cannot be read back (a truncated or damaged file).
     """
-    from towerkit.sessinit import NotACheckpointError, load_checkpoint_vars, load_npz
+    from towerkit.sessinit import (
+        CheckpointNotFoundError,
+        NotACheckpointError,
+        load_checkpoint_vars,
+        load_npz,
+    )
 
     try:
         if kind == "npz":
             return load_npz(resolved, names)
         return load_checkpoint_vars(resolved, names)
-    except NotACheckpointError as err:
+    except (NotACheckpointError, CheckpointNotFoundError) as err:  # also pruned meanwhile
         raise ToolError(str(err)) from None
 
 

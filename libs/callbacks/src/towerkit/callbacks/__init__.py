@@ -36,7 +36,13 @@ from towerkit.callbacks._loop import (
     loop_events,
 )
 from towerkit.callbacks._procs import stop_process_group
-from towerkit.callbacks._pruning import EPOCH_ENDS_KEPT, PrunePlan, plan_pruning
+from towerkit.callbacks._pruning import (
+    EPOCH_ENDS_KEPT,
+    InheritedCheckpoints,
+    PrunePlan,
+    plan_inherited,
+    plan_pruning,
+)
 from towerkit.callbacks._schedules import (
     OnSchedule,
     PiecewiseSchedule,
@@ -328,6 +334,8 @@ __all__ = [
     "EPOCH_ENDS_KEPT",
     "PrunePlan",
     "plan_pruning",
+    "InheritedCheckpoints",
+    "plan_inherited",
     "ProgressBar",
     "TensorPrinter",
     "SessionRunTimeout",

@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 
 import attrs
 
-__all__ = ["EPOCH_ENDS_KEPT", "PrunePlan", "plan_pruning"]
+__all__ = ["EPOCH_ENDS_KEPT", "InheritedCheckpoints", "PrunePlan", "plan_inherited", "plan_pruning"]
 
 EPOCH_ENDS_KEPT = 2
 """How many of the newest epoch-end checkpoints `ModelSaver` never prunes."""
@@ -17,7 +17,8 @@ class PrunePlan:
     """Which checkpoints a saver keeps, deletes and keeps for good after a save.
 
     Attributes:
-        keep: the steps of the checkpoints still tracked, ascending.
+        keep: the steps of the checkpoints still tracked, oldest first (the inherited
+            ones by step, then this run's in the order it saved them).
         delete: the steps of the checkpoints to delete.
         preserve: the steps kept for good (one per ``keep_checkpoint_every_n_hours``);
             they are no longer tracked, so never deleted.
@@ -38,6 +39,7 @@ def plan_pruning(
     epoch_ends: Collection[int],
     preserve_every_s: float,
     next_preserve_time: float,
+    own: Sequence[int] = (),
 ) -> PrunePlan:
     """Decide which checkpoints to delete after a save.
 
@@ -49,12 +51,21 @@ def plan_pruning(
     at or after `next_preserve_time` is kept for good and moves that time on by
     `preserve_every_s`; the rest are deleted.
 
+    "Newest" is decided from what this run saved, never by outranking: the checkpoints
+    of `saved` that are not in `own` (inherited from the directory's state file) count
+    as older than every checkpoint of `own` whatever their steps, and `own` is taken in
+    the order this run saved it. So the checkpoint just saved (the last of `own`) is
+    always kept, and which of this run's checkpoints are deleted does not depend on
+    the steps of the inherited ones.
+
     Args:
         saved: ``(global step, time written)`` of each tracked checkpoint.
         max_to_keep: how many recent checkpoints to keep; 0 keeps all.
         epoch_ends: the steps of the checkpoints saved at the end of an epoch.
         preserve_every_s: seconds between checkpoints kept for good.
         next_preserve_time: when the next one to keep for good may have been written.
+        own: the steps this run saved, in the order it saved them (a subset of the
+            steps of `saved`); empty: all of `saved` ranks by step.
 
     Returns:
         The `PrunePlan`.
@@ -66,8 +77,19 @@ def plan_pruning(
         ...                     epoch_ends={3, 6}, preserve_every_s=3600, next_preserve_time=1e9)
         >>> plan.keep, plan.delete
         ((3, 6, 7, 8), (1, 2, 4, 5))
+
+        An inherited model-24 never outranks this run's model-4, model-8 and model-12:
+
+        >>> plan = plan_pruning([(24, 0.0), (4, 1.0), (8, 2.0), (12, 3.0)], max_to_keep=2,
+        ...                     epoch_ends=set(), preserve_every_s=3600,
+        ...                     next_preserve_time=1e9, own=[4, 8, 12])
+        >>> plan.keep, plan.delete
+        ((8, 12), (24, 4))
     """
-    ordered = sorted(saved)
+    written_at = dict(saved)
+    mine = [s for s in dict.fromkeys(own) if s in written_at]
+    ordered = [(s, written_at[s]) for s in sorted(set(written_at) - set(mine))]
+    ordered += [(s, written_at[s]) for s in mine]
     steps = [s for s, _ in ordered]
     recent = set(steps if max_to_keep == 0 else steps[-max_to_keep:])
     ends = [s for s in steps if s in epoch_ends]
@@ -86,4 +108,47 @@ def plan_pruning(
         delete=tuple(delete),
         preserve=tuple(preserve),
         next_preserve_time=next_preserve_time,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class InheritedCheckpoints:
+    """The checkpoints a saver finds in its directory when a run starts, split by step.
+
+    Attributes:
+        kept: ``(name, step)`` of the checkpoints at or behind the run's starting
+            global step, by step: the run continues after them, and they count towards
+            ``max_to_keep``.
+        ahead: ``(name, step)`` of those saved at a later global step than the run
+            starts from (another run's, or an epoch a crash abandoned), by step: they are
+            moved aside, never outranking or being overwritten by this run's.
+    """
+
+    kept: tuple[tuple[str, int], ...] = attrs.field(converter=tuple)
+    ahead: tuple[tuple[str, int], ...] = attrs.field(converter=tuple)
+
+
+def plan_inherited(found: Collection[tuple[str, int]], start_step: int) -> InheritedCheckpoints:
+    """Split the checkpoints found in a directory at the start of a run by their step.
+
+    Args:
+        found: ``(name, global step)`` of each checkpoint the state file lists or the
+            directory holds (a name may appear twice; it counts once).
+        start_step: the global step the run starts from (0 afresh, the restored
+            checkpoint's step when resuming).
+
+    Returns:
+        The `InheritedCheckpoints`.
+
+    Examples:
+        A run resumed from model-20 in a directory where a crash left model-25 and model-30:
+
+        >>> plan_inherited([("model-10", 10), ("model-20", 20), ("model-30", 30),
+        ...                 ("model-25", 25)], start_step=20)
+        InheritedCheckpoints(kept=(('model-10', 10), ('model-20', 20)), ahead=(('model-25', 25), ('model-30', 30)))
+    """
+    unique = sorted(set(found), key=lambda pair: (pair[1], pair[0]))
+    return InheritedCheckpoints(
+        kept=[p for p in unique if p[1] <= start_step],
+        ahead=[p for p in unique if p[1] > start_step],
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
-from towerkit.callbacks._pruning import plan_pruning
+from towerkit.callbacks._pruning import plan_inherited, plan_pruning
 from towerkit.callbacks._stats import is_real_number
 from towerkit.callbacks._writers import require_logdir
 from towerkit.sessinit import (
@@ -22,7 +22,9 @@ from towerkit.sessinit import (
     atomic_checkpoint_prefix,
     atomic_save_checkpoint,
     checkpoint_step,
+    move_checkpoints_aside,
     remove_stale_temporaries,
+    require_globless,
     resolve_checkpoint,
     state_entry_inside,
     write_checkpoint_state,
@@ -33,6 +35,7 @@ logger = logging.getLogger("towerkit.callbacks")
 
 _CKPT_FILE = re.compile(r"\.(index|data-\d+-of-\d+)$")
 _MODEL_FILE = re.compile(r"model-\d+(\..*)?")
+_MODEL_STEM = re.compile(r"\.(index|meta|data-\d+-of-\d+)$")
 _STATE_ENTRY = re.compile(
     r'^\s*all_model_checkpoint_paths\s*:\s*"((?:[^"\\]|\\.)*)"\s*$', re.MULTILINE
 )
@@ -74,7 +77,16 @@ class ModelSaver(Callback):
     (`AutoResumeTrainConfig`) restarts from the newest epoch-end checkpoint that
     ``stats.json`` recorded, so it ends at exactly the step count of an uninterrupted
     run. Checkpoints that the directory's state file lists count towards
-    ``max_to_keep`` when a run resumes.
+    ``max_to_keep`` when a run resumes, as older than every checkpoint this run saves:
+    pruning never deletes this run's newest checkpoint, whatever the steps of the
+    others.
+
+    Checkpoints of the directory saved at a later global step than the run starts
+    from (another run's, copied in, or an epoch that a crash abandoned) are moved aside
+    at ``before_train``, never deleted: into a new ``superseded-<timestamp>`` folder of
+    the directory, with a copy of the state file (so ``SmartInit(folder)`` loads them),
+    and a warning names them. The state file then names only the complete
+    checkpoints left, and at every save only complete ones.
 
     The saver reads, prunes and writes only inside its directory: a state file entry
     that points elsewhere (a copied log directory holds absolute paths into the
@@ -91,6 +103,10 @@ class ModelSaver(Callback):
         checkpoint_dir: where to save; the trainer's ``logdir`` by default.
         var_collections: the graph collection(s) whose variables to save; global
             variables by default.
+
+    Raises:
+        GlobPathError: at ``setup_graph``, the directory's path holds a character
+            TensorFlow reads as a glob pattern (checkpoints there could not be read back).
     """
 
     def __init__(
@@ -116,6 +132,7 @@ class ModelSaver(Callback):
         self._last_saved: int | None = None
         self._start_step: int | None = None
         self._saved: dict[int, float] = {}
+        self._own: list[int] = []
         self._epoch_ends: set[int] = set()
         self._next_preserve = 0.0
 
@@ -130,7 +147,9 @@ class ModelSaver(Callback):
         return self._saver
 
     def _setup_graph(self) -> None:
-        self._dir = require_logdir(self, self._dir_arg, "checkpoint_dir")
+        self._dir = require_globless(
+            require_logdir(self, self._dir_arg, "checkpoint_dir"), "checkpoint_dir"
+        )
         seen, var_list = set(), []
         for name in self._collections:
             for v in self.graph.get_collection(name):
@@ -156,14 +175,46 @@ class ModelSaver(Callback):
         self._start_step = self.trainer.global_step
         self._next_preserve = time.time() + self._hours * 3600
         self._saved = {}
+        self._own = []
         spe = max(1, int(self.trainer.steps_per_epoch))
-        for name in self._listed_checkpoints(directory):
-            step = checkpoint_step(name)
+        listed = self._listed_checkpoints(directory)
+        on_disk = {_MODEL_STEM.sub("", n) for n in os.listdir(directory) if _MODEL_FILE.fullmatch(n)}
+        found = [(n, s) for n in (*listed, *on_disk) if (s := checkpoint_step(n)) is not None]
+        inherited = plan_inherited(found, self._start_step)
+        if inherited.ahead:
+            names = [n for n, _ in inherited.ahead]
+            aside = move_checkpoints_aside(directory, names)
+            logger.warning(
+                "ModelSaver: %s holds checkpoints saved after global step %d, where this run "
+                "starts (another run's, or an epoch a crash abandoned): %s; moved aside to %s "
+                "(nothing deleted), so they are neither pruned nor overwritten by this run's",
+                directory,
+                self._start_step,
+                names,
+                aside,
+            )
+        for name, step in inherited.kept:
             index = os.path.join(directory, name + ".index")
-            if step is not None and os.path.isfile(index):
+            if name in listed and os.path.isfile(index):
                 self._saved[step] = os.path.getmtime(index)
+        self._rewrite_state(directory, listed)
         # this run starts at an epoch end, so earlier epoch ends lie whole epochs before it
         self._epoch_ends = {s for s in self._saved if (s - self._start_step) % spe == 0}
+
+    def _rewrite_state(self, directory: str, listed: list[str]) -> None:
+        """Make the state file name only the complete checkpoints kept (none: no state file)."""
+        kept = sorted(self._saved)
+        if [checkpoint_step(n) for n in listed] == kept:
+            return
+        state = os.path.join(directory, "checkpoint")
+        if not kept:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(state)
+            return
+        paths = [os.path.join(directory, f"model-{s}") for s in kept]
+        write_checkpoint_state(
+            directory, paths[-1], paths, timestamps=[self._saved[s] for s in kept]
+        )
 
     @staticmethod
     def _listed_checkpoints(directory: str) -> list[str]:
@@ -217,6 +268,9 @@ class ModelSaver(Callback):
             write_state=False,
         )
         self._saved[step] = os.path.getmtime(path + ".index")
+        if step in self._own:
+            self._own.remove(step)
+        self._own.append(step)
         t = self.trainer
         if t.local_step in (-1, t.steps_per_epoch - 1):
             self._epoch_ends.add(step)
@@ -228,6 +282,7 @@ class ModelSaver(Callback):
             epoch_ends=self._epoch_ends,
             preserve_every_s=self._hours * 3600,
             next_preserve_time=self._next_preserve,
+            own=self._own,
         )
         self._next_preserve = plan.next_preserve_time
         kept = [os.path.join(directory, f"model-{s}") for s in plan.keep]
@@ -237,6 +292,8 @@ class ModelSaver(Callback):
         for gone in (*plan.delete, *plan.preserve):
             del self._saved[gone]
             self._epoch_ends.discard(gone)
+            if gone in self._own:
+                self._own.remove(gone)
         for gone in plan.delete:
             _delete_checkpoint(directory, f"model-{gone}")
         self._last_saved = step

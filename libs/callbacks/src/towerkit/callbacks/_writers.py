@@ -14,7 +14,7 @@ from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._monitor_hub import MonitorBase
 from towerkit.callbacks._stats import is_real_number
-from towerkit.sessinit import atomic_write_text, remove_stale_temporaries
+from towerkit.sessinit import atomic_write_text, back_up_file, remove_stale_temporaries
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -190,7 +190,9 @@ class JSONWriter(MonitorBase):
     On a resumed run (``starting_epoch`` > 1) the records of an existing file are kept,
     except those with ``epoch_num >= starting_epoch``: those epochs are about to run
     again (they were written after the checkpoint the run resumes from), and keeping
-    them would leave the file with two records for one epoch. Scalars put in an epoch
+    them would leave the file with two records for one epoch; the old file is kept as
+    ``stats.json.bak`` (``stats.json.bak-2``... when that exists, never overwritten),
+    with a warning, so no record is lost silently. Scalars put in an epoch
     that does not finish (training stopped in the middle) are not written, so the last
     record always marks a finished epoch.
 
@@ -266,11 +268,14 @@ class JSONWriter(MonitorBase):
             if not (isinstance(r.get("epoch_num"), int) and r["epoch_num"] >= start)
         ]
         if len(kept) != len(existing):
-            logger.info(
-                "JSONWriter: dropping %d records of epochs >= %d from %s: those epochs run again",
+            bak = back_up_file(self._path)
+            logger.warning(
+                "JSONWriter: dropping %d records of epochs >= %d from %s: those epochs run "
+                "again; the old file is kept as %s",
                 len(existing) - len(kept),
                 start,
                 self._path,
+                os.path.basename(bak),
             )
         self._records = kept
         last = _last_epoch(kept)

@@ -7,6 +7,14 @@ tools import them without TensorFlow.
 
 from typing import TYPE_CHECKING, Any
 
+from towerkit.sessinit._aside import (
+    ASIDE_PREFIX,
+    back_up_file,
+    backup_name,
+    is_aside_name,
+    move_checkpoints_aside,
+    put_back_aside,
+)
 from towerkit.sessinit._atomic import (
     atomic_checkpoint_prefix,
     atomic_path,
@@ -18,14 +26,19 @@ from towerkit.sessinit._atomic import (
 )
 from towerkit.sessinit._errors import (
     CheckpointNotFoundError,
+    CheckpointVanishedError,
     CorruptCheckpointError,
+    GlobPathError,
     NotACheckpointError,
     RestoreMismatchError,
 )
 from towerkit.sessinit._npz import list_npz_vars, load_npz, verify_npz
 from towerkit.sessinit._paths import (
+    GLOB_CHARACTERS,
     checkpoint_step,
     get_all_checkpoints,
+    glob_characters,
+    require_globless,
     resolve_checkpoint,
     state_entry_inside,
 )
@@ -109,6 +122,16 @@ __all__ = [
     "checkpoint_step",
     "resolve_checkpoint",
     "state_entry_inside",
+    "GLOB_CHARACTERS",
+    "glob_characters",
+    "require_globless",
+    # checkpoints moved aside
+    "ASIDE_PREFIX",
+    "is_aside_name",
+    "move_checkpoints_aside",
+    "put_back_aside",
+    "backup_name",
+    "back_up_file",
     # atomic writes
     "atomic_path",
     "atomic_write_bytes",
@@ -122,4 +145,6 @@ __all__ = [
     "CheckpointNotFoundError",
     "NotACheckpointError",
     "CorruptCheckpointError",
+    "CheckpointVanishedError",
+    "GlobPathError",
 ]

@@ -21,3 +21,14 @@ class CorruptCheckpointError(NotACheckpointError):
     A data file is missing, shorter than its index says (truncated), or holds values
     whose checksums do not match (overwritten or damaged after it was written).
     """
+
+
+class GlobPathError(ValueError):
+    """A checkpoint path holds characters TensorFlow reads as a glob pattern (``[``, ``]``...)."""
+
+
+class CheckpointVanishedError(CheckpointNotFoundError):
+    """A checkpoint was deleted while it was read: a saver pruned it, or it was moved aside.
+
+    Not a damaged checkpoint: read the directory's newest one again.
+    """

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Iterable
 
-from towerkit.sessinit._errors import CheckpointNotFoundError, NotACheckpointError
+from towerkit.sessinit._errors import CheckpointNotFoundError, GlobPathError, NotACheckpointError
 
 _SUFFIX = re.compile(r"\.(index|meta|data-\d+-of-\d+)$")
 _STATE_LINE = re.compile(r'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"\s*$', re.MULTILINE)
@@ -15,6 +15,61 @@ STATE_FILENAME = "checkpoint"
 """The name of TensorFlow's checkpoint state file inside a checkpoint directory."""
 
 logger = logging.getLogger("towerkit.sessinit")
+
+GLOB_CHARACTERS = "[]*?\\"
+"""The characters TensorFlow's checkpoint readers take as a glob pattern in a path."""
+
+
+def glob_characters(path: str) -> str:
+    """The characters of `path` that TensorFlow would read as a glob pattern, in order, once each.
+
+    TensorFlow looks checkpoint files up with a glob (``Saver.restore``,
+    ``NewCheckpointReader``, ``latest_checkpoint``), so a checkpoint whose path holds one
+    of `GLOB_CHARACTERS` is written fine but cannot be read back.
+
+    Examples:
+        >>> glob_characters("runs/lr[0.1]/model-10")
+        '[]'
+        >>> glob_characters("runs/plain")
+        ''
+    """
+    return "".join(dict.fromkeys(c for c in path if c in GLOB_CHARACTERS))
+
+
+def require_globless(path: str | os.PathLike[str], what: str, *, reading: bool = False) -> str:
+    """`path` as a string when TensorFlow can read checkpoints there; else `GlobPathError`.
+
+    Args:
+        path: the directory or checkpoint prefix.
+        what: the argument's name, for the message (``"logdir"``, ``"checkpoint_dir"``).
+        reading: the path names checkpoints to read (the message says to move them)
+            rather than where to write them (it says to choose another path).
+
+    Raises:
+        GlobPathError: the absolute path holds one of `GLOB_CHARACTERS`; the message
+            names them.
+
+    Examples:
+        >>> require_globless("runs/a", "logdir")
+        'runs/a'
+        >>> require_globless("runs/lr[0.1]", "logdir")
+        Traceback (most recent call last):
+        ...
+        towerkit.sessinit._errors.GlobPathError: 'logdir' 'runs/lr[0.1]' holds '[', ']': TensorFlow reads checkpoint paths as glob patterns, so checkpoints there could be written but never read back; choose a path without any of '[', ']', '*', '?', '\\\\'
+    """
+    text = os.fspath(path)
+    found = glob_characters(os.path.abspath(text))
+    if found:
+        named = ", ".join(repr(c) for c in found)
+        allowed = ", ".join(repr(c) for c in GLOB_CHARACTERS)
+        fix = "move or rename them to" if reading else "choose"
+        msg = (
+            f"{what!r} {text!r} holds {named}: TensorFlow reads checkpoint paths as glob "
+            "patterns, so checkpoints there could be written but never read back; "
+            f"{fix} a path without any of {allowed}"
+        )
+        raise GlobPathError(msg)
+    return text
 
 
 def state_entry_inside(directory: str, entry: str) -> str | None:
@@ -191,7 +246,7 @@ def _trailing_step(stem: str) -> int | None:
 
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> str:
-    """The checkpoint prefix that a user path names.
+    """The checkpoint prefix that a user path names, one TensorFlow can read.
 
     Args:
         path: A checkpoint prefix (``"train_log/model-1000"``), one of its files
@@ -205,7 +260,13 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> str:
     Raises:
         CheckpointNotFoundError: Nothing exists at `path`, or a directory holds no checkpoint.
         NotACheckpointError: `path` exists but is not a checkpoint.
+        GlobPathError: the prefix holds a character TensorFlow reads as a glob
+            pattern (`GLOB_CHARACTERS`); the message names it.
     """
+    return require_globless(_resolve_checkpoint(path), "checkpoint", reading=True)
+
+
+def _resolve_checkpoint(path: str | os.PathLike[str]) -> str:
     path = os.path.expanduser(os.fspath(path))
     if not path:
         msg = "checkpoint path '' is empty: expected a checkpoint prefix, file or directory"

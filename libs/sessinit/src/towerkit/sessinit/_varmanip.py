@@ -13,7 +13,11 @@ import tensorflow as tf
 
 from towerkit.sessinit._atomic import atomic_checkpoint_prefix
 from towerkit.sessinit._compat import tf1
-from towerkit.sessinit._errors import CorruptCheckpointError, NotACheckpointError
+from towerkit.sessinit._errors import (
+    CheckpointVanishedError,
+    CorruptCheckpointError,
+    NotACheckpointError,
+)
 from towerkit.sessinit._npz import save_npz
 from towerkit.sessinit._paths import resolve_checkpoint
 from towerkit.sessinit._plan import VarInfo, normalize_name
@@ -22,10 +26,29 @@ OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 """The bookkeeping entry of object-based checkpoints; it holds no variable and is never listed."""
 
 
+def vanished_error(prefix: str) -> CheckpointVanishedError | None:
+    """The error for a checkpoint whose ``.index`` is gone since it was found, else None.
+
+    A running `ModelSaver` prunes old checkpoints and a starting run moves checkpoints
+    ahead of it aside; a reader racing them finds data files gone, which is no damage.
+    """
+    if os.path.isfile(prefix + ".index"):
+        return None
+    msg = (
+        f"checkpoint {prefix!r} was deleted or moved while it was being read (a running "
+        "ModelSaver pruned it, or a starting run moved it aside): nothing is damaged; read "
+        "the directory's newest checkpoint again"
+    )
+    return CheckpointVanishedError(msg)
+
+
 def _reader(prefix: str) -> Any:
     try:
         return tf1.train.NewCheckpointReader(prefix)
     except (tf.errors.OpError, ValueError) as err:
+        gone = vanished_error(prefix)
+        if gone is not None:
+            raise gone from None
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         msg = f"{prefix!r} is not a readable TensorFlow checkpoint: {detail}"
         raise NotACheckpointError(msg) from None
@@ -49,7 +72,10 @@ def list_checkpoint_vars(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
         CorruptCheckpointError: A data file is missing or shorter than the index says.
     """
     prefix = resolve_checkpoint(path)
-    st = os.stat(prefix + ".index")
+    try:
+        st = os.stat(prefix + ".index")
+    except FileNotFoundError:
+        raise vanished_error(prefix) or CheckpointVanishedError(prefix) from None
     infos = _list_vars(prefix, (st.st_ino, st.st_size, st.st_mtime_ns))
     check_data_files(prefix, infos)
     return infos
@@ -106,6 +132,8 @@ def check_data_files(prefix: str, infos: Sequence[VarInfo]) -> None:
     directory = os.path.dirname(prefix) or "."
     base = os.path.basename(prefix)
     shards, missing = missing_shards(os.listdir(directory), base)
+    if missing and (gone := vanished_error(prefix)) is not None:
+        raise gone
     if missing:
         absent = ", ".join(repr(data_file_name(prefix, i, shards)) for i in missing)
         msg = (
@@ -157,12 +185,18 @@ def _reason(err: BaseException) -> str:
 
 def corrupt_checkpoint_error(
     prefix: str, names: Iterable[str], err: BaseException
-) -> CorruptCheckpointError:
+) -> CorruptCheckpointError | CheckpointVanishedError:
     """The error for a read of `names` from checkpoint `prefix` that failed with `err`.
+
+    A checkpoint deleted meanwhile (its ``.index`` gone) gives `CheckpointVanishedError`
+    instead: it was pruned or moved aside, not damaged.
 
     Each of `names` is read again on its own, to list the variables at fault and why;
     the message names the data file(s) and says what is wrong.
     """
+    gone = vanished_error(prefix)
+    if gone is not None:
+        return gone
     wanted = list(names)
     at_fault: list[str] = []
     try:

@@ -16,11 +16,20 @@ from towerkit.trainers._base import Trainer
 from towerkit.trainers._config import AutoResumeTrainConfig, TrainConfig
 from towerkit.trainers._defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from towerkit.trainers._errors import (
+    LogdirLockedError,
     LogdirNotEmptyError,
     TrainerStateError,
     UnregisteredInputError,
 )
 from towerkit.trainers._launch import launch_train_with_config
+from towerkit.trainers._lock import (
+    LOCK_FILENAME,
+    LockOwner,
+    LogdirLock,
+    format_lock,
+    lock_verdict,
+    parse_lock,
+)
 from towerkit.trainers._model import ModelDesc, ModelDescBase
 from towerkit.trainers._resume import (
     LOGDIR_ACTIONS,
@@ -140,6 +149,13 @@ __all__ = [
     "plan_logdir",
     "resume_plan",
     "LogdirNotEmptyError",
+    "LogdirLockedError",
+    "LOCK_FILENAME",
+    "LockOwner",
+    "LogdirLock",
+    "format_lock",
+    "lock_verdict",
+    "parse_lock",
     "TrainerStateError",
     "UnregisteredInputError",
     # -- end of trainers, configs, the loop, resuming --

@@ -23,7 +23,7 @@ from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._input_feed import feeder_failure
 from towerkit.trainers._interrupt import deferred_sigint
-from towerkit.trainers._logdir import _give_back, _LogdirTaken, take_logdir
+from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
 
@@ -185,11 +185,22 @@ class Trainer:
         A run that fails (raises) before its first step has finished removes what it
         added to the directory (the entries that were not there when it took the
         directory, and the directory itself when it created it; a directory moved
-        aside by ``"overwrite"`` is moved back), so running the same command again is
-        not refused. Entries the directory held before are never touched.
+        aside by ``"overwrite"`` is moved back, and so are checkpoints a `ModelSaver`
+        moved aside), so running the same command again is not refused. Entries the
+        directory held before are never touched.
+
+        One run writes a directory at a time: the chief process takes the directory's
+        lock (a ``.towerkit.lock`` file naming its pid and host) here, before anything
+        in it is touched, and gives it back when ``main_loop`` ends (also by an
+        exception) or when the run fails before it. A lock left by a process of this
+        host that has ended (killed) is taken over with a warning.
 
         Raises:
             LogdirNotEmptyError: the directory holds files and the action is ``"error"``.
+            LogdirLockedError: another run holds the directory (the message names its
+                pid and host).
+            GlobPathError: the path holds ``[``, ``]``, ``*``, ``?`` or ``\\``:
+                TensorFlow could not read checkpoints written there.
             ValueError: an unknown action.
             TrainerStateError: callbacks are already set up.
         """
@@ -198,7 +209,7 @@ class Trainer:
             plan_logdir(None, logdir_action)
             self._logdir = None
             return
-        taken = take_logdir(logdir, logdir_action)
+        taken = take_logdir(logdir, logdir_action, lock=self.is_chief)
         self._logdir = taken.path
         self._logdir_taken = taken
 
@@ -378,8 +389,11 @@ class Trainer:
         self._epoch_num = starting_epoch - 1
         self._local_step = -1
         self._phase = "running"
-        with self._failed_start_cleanup():
-            self._run_loop(steps_per_epoch, starting_epoch, max_epoch)
+        try:
+            with self._failed_start_cleanup():
+                self._run_loop(steps_per_epoch, starting_epoch, max_epoch)
+        finally:
+            release_logdir(self._logdir_taken)
 
     def _run_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
         """``main_loop`` once the counters are set: the callbacks around `_loop`, then cleanup."""
@@ -491,6 +505,8 @@ class Trainer:
             if taken is not None and not self._stepped():
                 self._logdir_taken = None
                 _give_back(taken)
+            else:
+                release_logdir(taken)
             raise
 
     # -- all three -------------------------------------------------------------------------

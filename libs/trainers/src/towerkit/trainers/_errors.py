@@ -29,3 +29,7 @@ class InputDataError(ValueError):
 
 class InputProducerError(RuntimeError):
     """The iterable behind a Python input raised while producing datapoints; the cause is its error."""
+
+
+class LogdirLockedError(RuntimeError):
+    """Another run (a live process, or one on another host) holds the log directory's lock."""

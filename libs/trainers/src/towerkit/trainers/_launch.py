@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
+from typing import Any
 
 from towerkit.trainers._config import TrainConfig
+from towerkit.trainers._lock import LogdirLock
 from towerkit.trainers._model import ModelDesc
 from towerkit.trainers._resume import truncate_stats
 from towerkit.trainers._sesscreate import default_session_creator
@@ -68,6 +71,26 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         steps_per_epoch = source.size()
         logger.info("steps_per_epoch not given: using the input's size, %d", steps_per_epoch)
     session_init, starting_epoch = config.session_init, config.starting_epoch
+    lock = None
+    if config.logdir is not None and trainer.is_chief and os.path.isdir(config.logdir):
+        # the resume plan reads the directory and rewrites stats.json: not while another run writes it
+        lock = LogdirLock(str(config.logdir))
+        lock.acquire()
+    try:
+        _launch(config, trainer, source, steps_per_epoch, session_init, starting_epoch)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _launch(
+    config: TrainConfig,
+    trainer: SingleCostTrainer,
+    source: Any,
+    steps_per_epoch: int,
+    session_init: Any,
+    starting_epoch: int,
+) -> None:
     plan = config.plan_resume(steps_per_epoch)
     if plan is not None:
         level = logging.WARNING if plan.ignored else logging.INFO

@@ -7,9 +7,12 @@ import os
 import shutil
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
+from towerkit.sessinit import is_aside_name, put_back_aside, require_globless
+from towerkit.trainers._lock import LOCK_FILENAME, LogdirLock
 from towerkit.trainers._resume import plan_logdir
 
 logger = logging.getLogger("towerkit.trainers")
@@ -26,6 +29,8 @@ class _LogdirTaken:
     """Whether the run created the directory."""
     moved_aside: str | None = None
     """Where ``logdir_action="overwrite"`` moved the directory the run found, if it did."""
+    lock: Any = attrs.field(default=None, eq=False)
+    """The `LogdirLock` this run holds on the directory, or None (a non-chief process)."""
 
 
 def new_entries(before: Iterable[str], after: Iterable[str]) -> list[str]:
@@ -51,7 +56,10 @@ def _discard_new_entries(taken: _LogdirTaken) -> None:
     added = new_entries(taken.before, os.listdir(taken.path))
     for name in added:
         full = os.path.join(taken.path, name)
-        if os.path.isdir(full) and not os.path.islink(full):
+        if is_aside_name(name) and os.path.isdir(full):
+            back = put_back_aside(taken.path, full)
+            logger.warning("moved %s back from %s", ", ".join(back) or "nothing", full)
+        elif os.path.isdir(full) and not os.path.islink(full):
             shutil.rmtree(full)
         else:
             os.remove(full)
@@ -72,19 +80,33 @@ def _discard_new_entries(taken: _LogdirTaken) -> None:
 
 
 def _give_back(taken: _LogdirTaken) -> None:
-    """`_discard_new_entries`, logging (not raising) a failure to remove an entry."""
+    """`_discard_new_entries`, logging (not raising) a failure to remove an entry; then unlock."""
     try:
         _discard_new_entries(taken)
     except OSError:
         logger.exception("could not remove what the failed run wrote to %s", taken.path)
+    finally:
+        release_logdir(taken)
 
 
-def take_logdir(logdir: str | os.PathLike[str], logdir_action: str) -> _LogdirTaken:
+def release_logdir(taken: _LogdirTaken | None) -> None:
+    """Give back the lock a run holds on its log directory (nothing when it holds none)."""
+    if taken is not None and taken.lock is not None:
+        taken.lock.release()
+
+
+def take_logdir(
+    logdir: str | os.PathLike[str], logdir_action: str, *, lock: bool = True
+) -> _LogdirTaken:
     """Take `logdir` for a run as `logdir_action` says: create it, or move the old one aside.
+
+    With `lock`, the run takes the directory's lock (`LogdirLock`) first, so a second
+    run in the same directory is refused before anything in it is touched.
 
     Args:
         logdir: the directory (created when missing).
         logdir_action: ``"error"``, ``"overwrite"`` or ``"keep"`` (see `Trainer.set_logdir`).
+        lock: take the directory's lock (the chief process does).
 
     Returns:
         The directory as the run found it, for `_discard_new_entries` when the run fails.
@@ -93,15 +115,35 @@ def take_logdir(logdir: str | os.PathLike[str], logdir_action: str) -> _LogdirTa
         LogdirNotEmptyError: the directory holds files and the action is ``"error"``.
         NotADirectoryError: the path exists and is not a directory.
         ValueError: an unknown action.
+        GlobPathError: the path holds a character TensorFlow reads as a glob pattern.
+        LogdirLockedError: another run holds the directory.
     """
-    path = os.path.abspath(os.fspath(logdir))
-    entries = sorted(os.listdir(path)) if os.path.isdir(path) else None
+    path = os.path.abspath(require_globless(logdir, "logdir"))
+    held: LogdirLock | None = None
+    if lock and os.path.isdir(path):
+        held = LogdirLock(path)
+        held.acquire()
+    try:
+        return _take(path, logdir_action, held, lock)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+
+
+def _take(path: str, logdir_action: str, held: LogdirLock | None, lock: bool) -> _LogdirTaken:
+    entries = (
+        sorted(n for n in os.listdir(path) if n != LOCK_FILENAME) if os.path.isdir(path) else None
+    )
     if entries is None and os.path.exists(path):
         msg = f"'logdir' {path!r} exists and is not a directory"
         raise NotADirectoryError(msg)
     action = plan_logdir(entries, logdir_action)
     aside: str | None = None
     if action == "move":
+        if held is not None:
+            held.release()
+            held = None
         aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}"
         n = 1
         while os.path.exists(aside):
@@ -111,9 +153,13 @@ def take_logdir(logdir: str | os.PathLike[str], logdir_action: str) -> _LogdirTa
         logger.warning("moved the existing logdir %s aside to %s", path, aside)
     made = not os.path.isdir(path)
     os.makedirs(path, exist_ok=True)
+    if lock and held is None:
+        held = LogdirLock(path)
+        held.acquire()
     return _LogdirTaken(
         path=path,
         before=frozenset(entries or ()) if aside is None else frozenset(),
         made=made,
         moved_aside=aside,
+        lock=held,
     )

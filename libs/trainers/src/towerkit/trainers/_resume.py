@@ -11,7 +11,7 @@ from typing import Any, Literal
 import attrs
 from attrs.validators import ge, instance_of, optional
 
-from towerkit.sessinit import atomic_write_text
+from towerkit.sessinit import atomic_write_text, back_up_file
 from towerkit.trainers._errors import LogdirNotEmptyError
 
 logger = logging.getLogger("towerkit.trainers")
@@ -341,7 +341,8 @@ def write_json_atomic(path: str, data: Any) -> None:
 def truncate_stats(logdir: str, keep_until_step: int) -> list[dict[str, Any]]:
     """Drop the records of ``<logdir>/stats.json`` written after global step `keep_until_step`.
 
-    The file is rewritten atomically; the full old file is kept as ``stats.json.bak``.
+    The file is rewritten atomically; the full old file is kept as ``stats.json.bak``
+    (``stats.json.bak-2``... when that exists: an earlier backup is never overwritten).
 
     Returns:
         The records dropped (empty when nothing changed).
@@ -357,16 +358,16 @@ def truncate_stats(logdir: str, keep_until_step: int) -> list[dict[str, Any]]:
     dropped = [r for r in stats if r not in kept]
     if dropped:
         path = os.path.join(logdir, STATS_FILENAME)
-        write_json_atomic(path + ".bak", stats)
+        bak = back_up_file(path)
         write_json_atomic(path, kept)
         logger.warning(
             "dropped %d statistics record(s) after global step %d from %s (epochs %s); "
-            "the old file is kept as %s.bak",
+            "the old file is kept as %s",
             len(dropped),
             keep_until_step,
             path,
             sorted({r.get("epoch_num") for r in dropped}, key=str),
-            STATS_FILENAME,
+            os.path.basename(bak),
         )
     return dropped
 
