@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -174,6 +175,19 @@ class Boom(C.Callback):
 def trained_logdir(tmp):
     """A logdir of one finished run (a checkpoint and stats)."""
     launch(tmp, callbacks=[C.ModelSaver()], monitors=[C.JSONWriter()])
+
+
+def locked_logdir(tmp):
+    """A logdir whose lock names a live process of this host (this test's parent)."""
+    os.makedirs(os.path.join(tmp, "log"))
+    owner = T.LockOwner(pid=os.getppid(), host=socket.gethostname(), since=0)
+    with open(os.path.join(tmp, "log", T.LOCK_FILENAME), "w") as f:
+        f.write(T.format_lock(owner))
+
+
+def glob_checkpoint(tmp):
+    """A checkpoint written under a directory whose name TensorFlow would glob."""
+    return checkpoint(tmp, name="lr[0.1]/model-1")
 
 
 # -- the corpus -----------------------------------------------------------------------------
@@ -607,6 +621,44 @@ MODELS = [
     ),
 ]
 
+LOGDIRS = [
+    Case(
+        "logdir-glob-characters",
+        S.GlobPathError,
+        r"'logdir' '.*lr\[0\.1\]' holds '\[', '\]': TensorFlow reads checkpoint paths as glob",
+        lambda tmp, _: launch(tmp, logdir=os.path.join(tmp, "lr[0.1]")),
+    ),
+    Case(
+        "logdir-backslash",
+        S.GlobPathError,
+        r"holds '\\\\'",
+        lambda tmp, _: launch(tmp, logdir=os.path.join(tmp, "a\\b")),
+    ),
+    Case(
+        "saver-dir-glob-characters",
+        S.GlobPathError,
+        r"'checkpoint_dir' '.*ck\*' holds '\*'",
+        lambda tmp, _: launch(
+            tmp, callbacks=[C.ModelSaver(checkpoint_dir=os.path.join(tmp, "ck*"))]
+        ),
+    ),
+    Case(
+        "logdir-locked",
+        T.LogdirLockedError,
+        rf"log directory '.*log' is in use by another run \(pid {os.getppid()} on host "
+        rf"'{re.escape(socket.gethostname())}'",
+        lambda tmp, _: launch(tmp, logdir_action="keep"),
+        locked_logdir,
+    ),
+    Case(
+        "restore-glob-path",
+        S.GlobPathError,
+        r"'checkpoint' '.*lr\[0\.1\]/model-1' holds '\[', '\]'.*move or rename",
+        restore_into_w(),
+        glob_checkpoint,
+    ),
+]
+
 CALLBACKS = [
     Case(
         "saver-max-to-keep",
@@ -702,7 +754,7 @@ CALLBACKS = [
     ),
 ]
 
-CASES = CONFIGS + SCHEDULES + TRIGGERS + RESTORES + INPUTS + MODELS + CALLBACKS
+CASES = CONFIGS + SCHEDULES + TRIGGERS + RESTORES + INPUTS + MODELS + CALLBACKS + LOGDIRS
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -718,6 +770,14 @@ def test_bad_input(tmp_path, case):
 # -- the tools ------------------------------------------------------------------------------
 
 TOOL_CASES = [
+    ("ls-glob-path", "ls_checkpoint", ["{prefix}"], glob_checkpoint, r"holds '\[', '\]'"),
+    (
+        "dump-glob-path",
+        "dump_params",
+        ["{prefix}", "{tmp}/out.npz"],
+        glob_checkpoint,
+        r"holds '\[', '\]'",
+    ),
     ("ls-missing", "ls_checkpoint", ["{tmp}/none/model-1"], None, r"does not exist"),
     (
         "ls-not-a-checkpoint",
