@@ -135,7 +135,8 @@ class TestKeepAfterLongerRun:
         assert state_entries(tmp_path) == ["model-4", "model-8", "model-12"]
         assert_state_complete(tmp_path, 12)
         (aside,) = aside_dirs(tmp_path)
-        assert "moved aside" in caplog.text and "model-24" in caplog.text
+        assert "moved aside" in caplog.text
+        assert "model-24" in caplog.text
         assert values(resolve_checkpoint(str(tmp_path / aside)))["w"] == 24.0
 
     def test_every_step_saves(self, tmp_path):

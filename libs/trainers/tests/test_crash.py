@@ -15,7 +15,13 @@ import numpy as np
 import pytest
 from crash_script import MAX_EPOCH, SCHEDULES, STEPS_PER_EPOCH
 
-from towerkit.sessinit import get_all_checkpoints, load_checkpoint_vars, resolve_checkpoint
+from towerkit.sessinit import (
+    CheckpointNotFoundError,
+    CheckpointVanishedError,
+    get_all_checkpoints,
+    load_checkpoint_vars,
+    resolve_checkpoint,
+)
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "crash_script.py")
 TOTAL = MAX_EPOCH * STEPS_PER_EPOCH
@@ -194,3 +200,36 @@ def test_resume_after_abandoned_epoch_saved_ahead(tmp_path, uninterrupted):
     for name, value in expected_vars.items():
         assert np.array_equal(got[name], value), name
     assert not [n for n in os.listdir(logdir) if n.startswith(".")], "no lock or temporary left"
+
+
+def test_reader_racing_pruning_saver(tmp_path):
+    """Reading a directory while a saver prunes it every step: never a false "corrupt"."""
+    logdir = tmp_path / "log"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, SCRIPT, str(logdir), "step", "--keep", "--max-epoch", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    reads, vanished = 0, []
+    try:
+        while proc.poll() is None:
+            try:
+                load_checkpoint_vars(str(logdir))
+                reads += 1
+            except CheckpointVanishedError as err:
+                vanished.append(str(err))
+            except CheckpointNotFoundError:
+                pass  # nothing saved yet
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, out
+    assert reads > 0, out
+    for message in vanished:
+        assert "was deleted or moved while it was being read" in message
+        assert "restore" not in message.lower()
+    assert_state_complete(logdir, 60 * STEPS_PER_EPOCH)

@@ -149,7 +149,10 @@ def check_data_files(prefix: str, infos: Sequence[VarInfo]) -> None:
             continue
         needed += info.size * itemsize
     files = [data_file_name(prefix, i, shards) for i in range(shards)]
-    have = sum(os.path.getsize(f) for f in files)
+    try:
+        have = sum(os.path.getsize(f) for f in files)
+    except FileNotFoundError:
+        raise vanished_error(prefix) or CheckpointVanishedError(prefix) from None
     if have < needed:
         shown = files[0] if shards == 1 else f"{files[0]} ... ({shards} shards)"
         msg = (
