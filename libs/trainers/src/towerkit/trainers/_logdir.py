@@ -53,7 +53,7 @@ def _discard_new_entries(taken: _LogdirTaken) -> None:
     """
     if not os.path.isdir(taken.path):
         return
-    added = new_entries(taken.before, os.listdir(taken.path))
+    added = [n for n in new_entries(taken.before, os.listdir(taken.path)) if n != LOCK_FILENAME]
     for name in added:
         full = os.path.join(taken.path, name)
         if is_aside_name(name) and os.path.isdir(full):
@@ -81,12 +81,11 @@ def _discard_new_entries(taken: _LogdirTaken) -> None:
 
 def _give_back(taken: _LogdirTaken) -> None:
     """`_discard_new_entries`, logging (not raising) a failure to remove an entry; then unlock."""
+    release_logdir(taken)  # first: the lock file is no entry of the run to report
     try:
         _discard_new_entries(taken)
     except OSError:
         logger.exception("could not remove what the failed run wrote to %s", taken.path)
-    finally:
-        release_logdir(taken)
 
 
 def release_logdir(taken: _LogdirTaken | None) -> None:
