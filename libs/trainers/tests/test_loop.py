@@ -24,7 +24,7 @@ from towerkit.callbacks import (
 )
 from towerkit.sessinit import DictRestore
 from towerkit.towers.compat import tf1
-from towerkit.trainers import Trainer, TrainerStateError
+from towerkit.trainers import LOCK_FILENAME, Trainer, TrainerStateError, parse_lock
 
 
 def run_probe(starting, max_epoch, steps, start_gs=0, probe=None, trainer_cls=Trainer, **kw):
@@ -397,6 +397,19 @@ class TestLogdir:
         assert len(aside) == 1
         assert (aside[0] / "old.txt").read_text() == "x"
 
+    def test_lock_held_while_running(self, graph, logdir):
+        """The lock names this process while the run is set up, and is gone after training."""
+
+        class Look(Callback):
+            def _before_train(self):
+                self.owner = parse_lock((logdir / LOCK_FILENAME).read_text())
+
+        trainer, _ = counter_trainer()
+        look = Look()
+        trainer.train([look], [], creator(), None, 1, 1, 1, logdir=logdir)
+        assert look.owner.pid == os.getpid()
+        assert not (logdir / LOCK_FILENAME).exists()
+
     def test_keep(self, graph, logdir):
         """'keep' writes into the directory as it is."""
         logdir.mkdir()
@@ -575,7 +588,7 @@ class TestFailedRun:
             trainer, _ = counter_trainer()
             trainer.set_logdir(logdir)
             trainer.setup_callbacks([], [TFEventWriter()])
-            assert list(logdir.iterdir()) == []
+            assert [p.name for p in logdir.iterdir()] == [LOCK_FILENAME], "only the run's lock"
 
     @given(st.lists(st.text(min_size=1, max_size=4)), st.lists(st.text(min_size=1, max_size=4)))
     def test_new_entries(self, before, added):
