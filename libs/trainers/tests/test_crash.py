@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -207,7 +208,7 @@ def test_reader_racing_pruning_saver(tmp_path):
     logdir = tmp_path / "log"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, SCRIPT, str(logdir), "step", "--keep", "--max-epoch", "60"],
+        [sys.executable, SCRIPT, str(logdir), "step", "--keep", "--max-epoch", "30"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -215,6 +216,8 @@ def test_reader_racing_pruning_saver(tmp_path):
     )
     reads, vanished = 0, []
     try:
+        while proc.poll() is None and not (logdir / "checkpoint").exists():
+            time.sleep(0.05)  # the directory and its first checkpoint appear
         while proc.poll() is None:
             try:
                 load_checkpoint_vars(str(logdir))
@@ -232,4 +235,4 @@ def test_reader_racing_pruning_saver(tmp_path):
     for message in vanished:
         assert "was deleted or moved while it was being read" in message
         assert "restore" not in message.lower()
-    assert_state_complete(logdir, 60 * STEPS_PER_EPOCH)
+    assert_state_complete(logdir, 30 * STEPS_PER_EPOCH)
