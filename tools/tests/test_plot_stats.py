@@ -216,7 +216,7 @@ class TestPlot:
         [
             (None, "has no 'stats.json'"),
             ("{not json", "is not valid JSON"),
-            ('{"a": 1}', "must hold a JSON list of objects"),
+            ('{"a": 1}', "must hold a JSON list of records .*got an object at line 1, column 1"),
             (
                 '[{"epoch_num": 1, "note": "x"}]',
                 r"no numeric statistics with 'epoch_num' in 1 records; names found: \['note'\]",

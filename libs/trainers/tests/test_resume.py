@@ -167,6 +167,6 @@ class TestStatsFile:
         with pytest.raises(ValueError, match="is not valid JSON"):
             read_stats(str(tmp_path))
         (tmp_path / "stats.json").write_text("{}")
-        with pytest.raises(ValueError, match="must hold a JSON list of objects; got dict"):
+        with pytest.raises(ValueError, match=r"must hold a JSON list of records \(objects of numbers\); got an object at line 1, column 1 \(char 0\); cannot resume from it"):
             read_stats(str(tmp_path))
         assert read_stats(str(tmp_path / "nothing")) is None
