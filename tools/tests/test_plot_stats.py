@@ -239,8 +239,14 @@ class TestPlot:
     @pytest.mark.parametrize(
         ("content", "message"),
         [
-            (b'[{"epoch_num": 1, "c\x80": 1}]', r"is not UTF-8 text: byte 0x80 at byte offset 20 \(line 1, column 21\)"),
-            (b"[" * 100_000 + b"]" * 100_000, r"nests values too deeply for the parser: .* column 3 "),
+            (
+                b'[{"epoch_num": 1, "c\x80": 1}]',
+                r"is not UTF-8 text: byte 0x80 at byte offset 20 \(line 1, column 21\)",
+            ),
+            (
+                b"[" * 100_000 + b"]" * 100_000,
+                r"nests values too deeply for the parser: .* column 3 ",
+            ),
             (
                 b'[{"epoch_num": 1, "c": ' + b"7" * 5000 + b"}]",
                 r"holds a number a float cannot hold \(7{20}\.\.\., 5000 characters\) at line 1, "

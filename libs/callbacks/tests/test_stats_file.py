@@ -123,14 +123,16 @@ class TestDamagedFiles:
         path = write(tmp_path, b'[\n {"a": 1},\n {"a": ')
         with pytest.raises(
             StatsFileError,
-            match=r"stats\.json' is not valid JSON: Expecting value at line 3, column 8 \(char 20\); "
+            match=r"stats\.json' is not valid JSON at line 3, column 8 \(char 20\): Expecting value; "
             r"expected a JSON list",
         ):
             read_stats_file(path)
 
     def test_empty(self, tmp_path):
         """An empty file (a disk that lost the data) is invalid JSON at line 1."""
-        with pytest.raises(StatsFileError, match=r"Expecting value at line 1, column 1 \(char 0\)"):
+        with pytest.raises(
+            StatsFileError, match=r"not valid JSON at line 1, column 1 \(char 0\): Expecting value"
+        ):
             read_stats_file(write(tmp_path, b""))
 
     @pytest.mark.parametrize(

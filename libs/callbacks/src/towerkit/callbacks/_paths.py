@@ -53,7 +53,7 @@ def check_file_name(argument: str, value: Any) -> str:
         >>> check_file_name("filename", "../best")
         Traceback (most recent call last):
         ...
-        ValueError: 'filename' must be a file name without directories (the file stays inside its directory); got '../best': it holds a path separator ('/')
+        ValueError: 'filename' must be a file name without directories; got '../best': it holds a path separator ('/') (the file must stay inside its directory)
     """
     try:
         name = os.fspath(value)
@@ -66,8 +66,8 @@ def check_file_name(argument: str, value: Any) -> str:
     problem = file_name_problem(name)
     if problem is not None:
         msg = (
-            f"{argument!r} must be a file name without directories (the file stays inside "
-            f"its directory); got {value!r}: {problem}"
+            f"{argument!r} must be a file name without directories; got {value!r}: {problem} "
+            "(the file must stay inside its directory)"
         )
         raise ValueError(msg)
     return name

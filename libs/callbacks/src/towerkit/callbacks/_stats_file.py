@@ -234,7 +234,7 @@ def loads_stats(data: str | bytes, source: str = "stats.json") -> list[dict[str,
     try:
         parsed = json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
     except json.JSONDecodeError as err:
-        msg = f"{source!r} is not valid JSON: {err.msg} at {_where(text, err.pos)}; {_EXPECTED}"
+        msg = f"{source!r} is not valid JSON at {_where(text, err.pos)}: {err.msg}; {_EXPECTED}"
         raise StatsFileError(msg) from None
     except RecursionError:
         pos = _deep_position(text, _RECORD_DEPTH)
