@@ -364,9 +364,9 @@ class MinSaver(Callback):
                 isinstance(epoch, int)
                 and epoch < start
                 and is_real_number(value)
-                and improves(float(value), self._best, self._reverse)
+                and improves(float(value), self._best, self._reverse)  # type: ignore[arg-type]
             ):
-                self._best = float(value)
+                self._best = float(value)  # type: ignore[arg-type]
 
     def _trigger(self) -> None:
         value = float(self.trainer.monitors.get_latest(self._stat))

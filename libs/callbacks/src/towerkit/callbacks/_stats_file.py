@@ -162,7 +162,11 @@ def _element_starts(text: str) -> list[int]:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list"}.get(type(value), type(value).__name__)
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
 
 
 def _check_structure(data: Any, text: str, source: str) -> None:
