@@ -175,6 +175,8 @@ CORE_MODULES = [
     "_timeline",
     "_inference_stats",
     "_pruning",
+    "_stats_file",
+    "_paths",
 ]
 """The callbacks lib's functional core: its doctests run in the `core` session too."""
 

@@ -754,7 +754,86 @@ CALLBACKS = [
     ),
 ]
 
-CASES = CONFIGS + SCHEDULES + TRIGGERS + RESTORES + INPUTS + MODELS + CALLBACKS + LOGDIRS
+# A damaged stats.json: what each kind of damage looks like on disk (the logdir of a finished run).
+DAMAGED_STATS = {
+    "undecodable": b'[{"epoch_num": 1, "global_step": 2, "cost\xff": 1.0}]',
+    "invalid": b'[{"epoch_num": 1, "global_step": 2},\n {"epoch_num": 2,',
+    "wrong-structure": b'[{"epoch_num": 1, "global_step": 2},\n "epoch 2"]',
+    "deep": b'[{"epoch_num": 1, "global_step": 2},\n ' + b"[" * 100_000 + b"]" * 100_000 + b"]",
+    "huge-int": b'[{"epoch_num": 1, "global_step": ' + b"9" * 5000 + b"}]",
+    "huge-float": b'[{"epoch_num": 1, "global_step": 2, "cost": 1e999}]',
+}
+DAMAGE_MESSAGES = {
+    "undecodable": r"is not UTF-8 text: byte 0xff at byte offset 41 \(line 1, column 42\)",
+    "invalid": r"is not valid JSON at line 2, column 18 \(char 54\): Expecting property name",
+    "wrong-structure": r"record #1 at line 2, column 2 \(char 38\) is str",
+    "deep": r"nests values too deeply .* opens at line 2, column 3 \(char 39\)",
+    "huge-int": r"holds a number a float cannot hold \(9{20}\.\.\., 5000 characters\) at line 1, "
+    r"column 34 \(char 33\)",
+    "huge-float": r"holds a number a float cannot hold \(1e999, 5 characters\) at line 1, column 45",
+}
+
+
+def stats_logdir(damage):
+    """A prepare step writing ``log/stats.json`` damaged as `damage` says."""
+
+    def prepare(tmp):
+        os.makedirs(os.path.join(tmp, "log"))
+        with open(os.path.join(tmp, "log", "stats.json"), "wb") as f:
+            f.write(DAMAGED_STATS[damage])
+
+    return prepare
+
+
+STATS = [
+    *[
+        Case(
+            f"autoresume-stats-{damage}",
+            C.StatsFileError,
+            r"log/stats\.json' .*" + DAMAGE_MESSAGES[damage] + r".*cannot resume from it",
+            lambda tmp, _: T.AutoResumeTrainConfig(
+                model=Lin(), logdir=os.path.join(tmp, "log")
+            ).plan_resume(4),
+            prepare=stats_logdir(damage),
+        )
+        for damage in DAMAGED_STATS
+    ],
+    Case(
+        "jsonwriter-damaged-stats",
+        C.StatsFileError,
+        r"log/stats\.json' " + DAMAGE_MESSAGES["undecodable"],
+        lambda tmp, _: launch(tmp, logdir_action="keep", monitors=[C.JSONWriter()]),
+        prepare=stats_logdir("undecodable"),
+    ),
+    Case(
+        "json-load-existing-deep",
+        C.StatsFileError,
+        r"log/stats\.json' " + DAMAGE_MESSAGES["deep"],
+        lambda tmp, _: C.JSONWriter.load_existing_json(os.path.join(tmp, "log")),
+        prepare=stats_logdir("deep"),
+    ),
+    Case(
+        "minsaver-filename-outside",
+        ValueError,
+        r"'filename' must be a file name without directories; got '\.\./best\.tfmodel': it "
+        r"holds a path separator",
+        lambda tmp, _: C.MinSaver("cost", filename="../best.tfmodel"),
+    ),
+    Case(
+        "maxsaver-filename-parent",
+        ValueError,
+        r"'filename' must be a file name without directories; got '\.\.': it is '\.\.', a directory",
+        lambda tmp, _: C.MaxSaver("cost", filename=".."),
+    ),
+    Case(
+        "image-prefix-outside",
+        ValueError,
+        r"'prefix' must be a file name without directories; got '/tmp/img': it holds a path separator",
+        lambda tmp, _: C.DumpTensorAsImage("x", prefix="/tmp/img"),
+    ),
+]
+
+CASES = CONFIGS + SCHEDULES + TRIGGERS + RESTORES + INPUTS + MODELS + CALLBACKS + LOGDIRS + STATS
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -874,10 +953,22 @@ TOOL_CASES = [
 ]
 
 
+STATS_TOOL_CASES = [
+    (
+        f"plot-stats-{damage}",
+        "plot_stats",
+        ["{tmp}/log"],
+        stats_logdir(damage),
+        r"log/stats\.json' .*" + DAMAGE_MESSAGES[damage],
+    )
+    for damage in DAMAGED_STATS
+]
+
+
 @pytest.mark.parametrize(
     ("tool", "argv", "prepare", "match"),
-    [c[1:] for c in TOOL_CASES],
-    ids=[c[0] for c in TOOL_CASES],
+    [c[1:] for c in TOOL_CASES + STATS_TOOL_CASES],
+    ids=[c[0] for c in TOOL_CASES + STATS_TOOL_CASES],
 )
 def test_tool_bad_input(tmp_path, capsys, tool, argv, prepare, match):
     """One ``<tool>: error: ...`` line naming the fault, exit status 2, nothing written."""

@@ -11,6 +11,7 @@ import pytest
 from example_modules import ROOT
 
 BLOCKS = {
+    "callbacks": ("`stats.json`, NaN and the best model", ["0.2"]),
     "trainers": (
         "Write a multi-device trainer",
         ["tower 0: [1.0, -2.0, 0.5]", "tower 1: [1.0, -2.0, 0.5]"],

@@ -95,6 +95,11 @@ class TestCollectSeries:
         ]
         assert collect_series(recs) == {"c": ([3], [1.0])}
 
+    def test_huge_ints_skipped(self):
+        """An int no float holds is left out, not an OverflowError."""
+        recs = [{"epoch_num": 1, "c": 10**400}, {"epoch_num": 2, "c": 1}, {"epoch_num": 10**400}]
+        assert collect_series(recs) == {"c": ([2], [1])}
+
     def test_bad_x(self):
         """An unknown x axis is refused."""
         with pytest.raises(ValueError, match=r"'x' must be one of \['epoch', 'step'\]; got 'time'"):
@@ -216,7 +221,7 @@ class TestPlot:
         [
             (None, "has no 'stats.json'"),
             ("{not json", "is not valid JSON"),
-            ('{"a": 1}', "must hold a JSON list of objects"),
+            ('{"a": 1}', "must hold a JSON list of records .*got an object at line 1, column 1"),
             (
                 '[{"epoch_num": 1, "note": "x"}]',
                 r"no numeric statistics with 'epoch_num' in 1 records; names found: \['note'\]",
@@ -230,6 +235,52 @@ class TestPlot:
         assert main([str(tmp_path)]) == 2
         assert re.search(message, capsys.readouterr().err)
         assert not (tmp_path / "stats.png").exists()
+
+    @pytest.mark.parametrize(
+        ("content", "message"),
+        [
+            (
+                b'[{"epoch_num": 1, "c\x80": 1}]',
+                r"is not UTF-8 text: byte 0x80 at byte offset 20 \(line 1, column 21\)",
+            ),
+            (
+                b"[" * 100_000 + b"]" * 100_000,
+                r"nests values too deeply for the parser: .* column 3 ",
+            ),
+            (
+                b'[{"epoch_num": 1, "c": ' + b"7" * 5000 + b"}]",
+                r"holds a number a float cannot hold \(7{20}\.\.\., 5000 characters\) at line 1, "
+                r"column 24",
+            ),
+            (b'[{"epoch_num": 1, "c": 1e400}]', r"holds a number a float cannot hold \(1e400"),
+            (b'[{"epoch_num": 1},\n [2]]', r"record #1 at line 2, column 2 \(char 20\) is a list"),
+        ],
+        ids=["undecodable", "deep", "huge-int", "huge-float", "wrong-record"],
+    )
+    def test_damaged_stats(self, tmp_path, capsys, content, message):
+        """A damaged stats.json: one line naming the file, the position and what was expected; status 2."""
+        (tmp_path / "stats.json").write_bytes(content)
+        for argv in ([str(tmp_path)], [str(tmp_path), "--dry-run"]):
+            assert main(argv) == 2
+            captured = capsys.readouterr()
+            lines = captured.err.splitlines()
+            assert len(lines) == 1, captured.err
+            assert lines[0].startswith(f"plot-stats: error: {str(tmp_path / 'stats.json')!r}")
+            assert re.search(message, lines[0]), lines[0]
+            assert captured.out == ""
+        assert not (tmp_path / "stats.png").exists()
+
+    def test_non_finite_stats_plotted(self, tmp_path, capsys):
+        """A stats.json holding "NaN"/"Infinity" (as JSONWriter writes them) plots its finite points."""
+        recs = [
+            {"epoch_num": e, "global_step": e, "cost": c}
+            for e, c in enumerate(["NaN", 2.0, "Infinity", 1.0], start=1)
+        ]
+        (tmp_path / "stats.json").write_text(json.dumps(recs))
+        assert main([str(tmp_path), "--dry-run"]) == 0
+        assert "cost: 2 points" in capsys.readouterr().out
+        assert main([str(tmp_path)]) == 0
+        assert png_size(tmp_path / "stats.png") == (400, 300)
 
     def test_missing_logdir(self, tmp_path, capsys):
         """A path that does not exist is named."""

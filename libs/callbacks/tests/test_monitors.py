@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from towerkit.callbacks import (
     ScalarPrinter,
     SendMonitorData,
     SendStat,
+    StatsFileError,
     StopTraining,
     TFEventWriter,
 )
@@ -410,6 +412,47 @@ class TestJSONWriter:
         """Without a file, the loaders return None."""
         assert JSONWriter.load_existing_json(tmp_path) is None
         assert JSONWriter.load_existing_epoch_number(tmp_path) is None
+
+    def test_non_finite_values_strict_json(self, tmp_path):
+        """NaN and infinities are written as strings a strict parser reads, and read back as floats."""
+
+        class PutOdd(Callback):
+            def _trigger_epoch(self):
+                e = self.trainer.epoch_num
+                self.trainer.monitors.put_scalar("cost", [math.nan, math.inf, -math.inf][e - 1])
+                self.trainer.monitors.put_scalar("zero", -0.0)
+
+        train_json(tmp_path, [PutOdd()], steps_per_epoch=1, max_epoch=3)
+        text = (tmp_path / "stats.json").read_text()
+
+        def refuse(token):
+            raise AssertionError(f"bare {token} in stats.json")
+
+        strict = json.loads(text, parse_constant=refuse)
+        assert [r["cost"] for r in strict] == ["NaN", "Infinity", "-Infinity"]
+        loaded = JSONWriter.load_existing_json(tmp_path)
+        assert math.isnan(loaded[0]["cost"])
+        assert [r["cost"] for r in loaded[1:]] == [math.inf, -math.inf]
+        assert math.copysign(1.0, loaded[0]["zero"]) == -1.0
+        # a resumed run keeps the earlier records as they were
+        train_json(
+            tmp_path,
+            [PutOdd()],
+            steps_per_epoch=1,
+            starting_epoch=3,
+            max_epoch=3,
+            session_init=SetStep(2),
+        )
+        assert json.loads((tmp_path / "stats.json").read_text(), parse_constant=refuse) == strict
+
+    def test_damaged_file_fails_run(self, tmp_path):
+        """A damaged stats.json stops the run at before_train with its path and position."""
+        (tmp_path / "stats.json").write_bytes(b'[{"epoch_num": 1, "global_step": 3, "val\xfe": 1}]')
+        with pytest.raises(
+            StatsFileError, match=r"stats\.json' is not UTF-8 text: byte 0xfe at byte offset 40 \(line 1, column 41\)"
+        ):
+            train_json(tmp_path, steps_per_epoch=3, starting_epoch=2, max_epoch=2)
+        assert (tmp_path / "stats.json").read_bytes().endswith(b'\xfe": 1}]')
 
     def test_fail(self, tmp_path, graph):
         """A corrupt file and a missing logdir are clear errors."""

@@ -251,6 +251,75 @@ class TestMinMaxSaver:
         with pytest.raises(ValueError, match="'filename' must be a file name without directories"):
             MinSaver("a", filename="x/y")
 
+    @pytest.mark.parametrize(
+        ("filename", "why"),
+        [
+            ("..", r"got '\.\.': it is '\.\.', a directory"),
+            ("../best", r"got '\.\./best': it holds a path separator \('/'\)"),
+            ("/tmp/best", r"got '/tmp/best': it holds a path separator"),
+            ("", r"got '': it is empty"),
+        ],
+    )
+    def test_filename_stays_inside(self, tmp_path, filename, why):
+        """A filename that would write outside the checkpoint directory is refused, named."""
+        for cls in (MinSaver, MaxSaver):
+            with pytest.raises(ValueError, match=r"'filename' must be a file name .*" + why):
+                cls("val-error", filename=filename)
+        with pytest.raises(ValueError, match=r"'filename' must be a file name .*got PosixPath"):
+            MinSaver("val-error", filename=tmp_path / "best")
+
+    def test_filename_not_model_saver_files(self):
+        """The names of ModelSaver's own files are refused (it would prune or overwrite them)."""
+        for name in ("model-3", "checkpoint"):
+            with pytest.raises(
+                ValueError, match=rf"must not be a name of ModelSaver's files .*{name!r}"
+            ):
+                MinSaver("val-error", filename=name)
+
+
+class TestNonFiniteValues:
+    """NaN and infinities never become the best: later finite values are still kept."""
+
+    def test_nan_first(self, tmp_path, caplog):
+        """A NaN first epoch does not stop the copies: the best epoch (4, step 16) is kept."""
+        saver = MinSaver("val-error", filename="min-val.tfmodel")
+        with caplog.at_level("WARNING", logger="towerkit.callbacks"):
+            train(
+                [ModelSaver(), PutSeries([float("nan"), 3.0, 2.0, 1.0]), saver],
+                tmp_path,
+                steps=4,
+                max_epoch=4,
+            )
+        assert saver.best == 1.0
+        assert values(tmp_path / "min-val.tfmodel")["w"] == 16.0
+        assert "val-error = nan at global step 4 is not a candidate for the best" in caplog.text
+
+    def test_infinities(self, tmp_path):
+        """+Inf and -Inf are skipped by MaxSaver and MinSaver alike."""
+        best_max = MaxSaver("val-error")
+        train(
+            [ModelSaver(), PutSeries([float("inf"), 5.0, float("-inf"), float("nan")]), best_max],
+            tmp_path / "max",
+            max_epoch=4,
+        )
+        assert best_max.best == 5.0
+        assert values(tmp_path / "max" / "max-val-error.tfmodel")["w"] == 4.0
+        best_min = MinSaver("val-error")
+        train(
+            [ModelSaver(), PutSeries([2.0, float("-inf"), 1.0]), best_min],
+            tmp_path / "min",
+            max_epoch=3,
+        )
+        assert best_min.best == 1.0
+        assert values(tmp_path / "min" / "min-val-error.tfmodel")["w"] == 6.0
+
+    def test_all_nan(self, tmp_path):
+        """Only NaN: no best and no copy."""
+        saver = MinSaver("val-error")
+        train([ModelSaver(), PutSeries([float("nan")] * 2), saver], tmp_path, max_epoch=2)
+        assert saver.best is None
+        assert not (tmp_path / "min-val-error.tfmodel.index").exists()
+
 
 class TestMinSaverResume:
     """A resumed run does not overwrite a better model from before the resume."""
@@ -287,6 +356,35 @@ class TestMinSaverResume:
         saver = run([3.0, 1.0, 2.0, 0.5], 4, 4, session_init=SaverRestore(str(tmp_path)))
         assert saver.best == 0.5
         assert values(tmp_path / "min-val-error.tfmodel")["w"] == 8.0
+
+    def test_nan_in_stats_on_resume(self, tmp_path):
+        """NaN read back from stats.json (as "NaN") is not the best: epoch 2's 3.0 is."""
+        from towerkit.callbacks import JSONWriter, Monitors
+
+        def run(series, starting, max_epoch, session_init=None):
+            g = tf.Graph()
+            with g.as_default():
+                w = tf1.get_variable("w", initializer=0.0)
+                saver = MinSaver("val-error")
+                LoopTrainer(
+                    g,
+                    tf1.assign_add(w, 1.0),
+                    [ModelSaver(), PutSeries(series), saver],
+                    Monitors([JSONWriter()]),
+                    steps_per_epoch=2,
+                    max_epoch=max_epoch,
+                    starting_epoch=starting,
+                    logdir=tmp_path,
+                    session_init=session_init,
+                ).train()
+            return saver
+
+        nan = float("nan")
+        run([nan, 3.0], 1, 2)
+        assert '"val-error": "NaN"' in (tmp_path / "stats.json").read_text()
+        saver = run([nan, 3.0, 4.0], 3, 3, session_init=SaverRestore(str(tmp_path)))
+        assert saver.best == 3.0
+        assert values(tmp_path / "min-val-error.tfmodel")["w"] == 4.0
 
 
 def indexes(d):

@@ -1,6 +1,7 @@
 """Pure resume decisions and log-directory decisions."""
 
 import json
+import math
 
 import attrs
 import pytest
@@ -167,6 +168,32 @@ class TestStatsFile:
         with pytest.raises(ValueError, match="is not valid JSON"):
             read_stats(str(tmp_path))
         (tmp_path / "stats.json").write_text("{}")
-        with pytest.raises(ValueError, match="must hold a JSON list of objects; got dict"):
+        with pytest.raises(
+            ValueError,
+            match=r"must hold a JSON list of records \(objects of numbers\); got an object at "
+            r"line 1, column 1 \(char 0\); cannot resume from it",
+        ):
             read_stats(str(tmp_path))
         assert read_stats(str(tmp_path / "nothing")) is None
+
+    def test_truncate_non_finite(self, tmp_path):
+        """NaN/Inf of an older file (bare tokens) are read, and both files are rewritten strict."""
+        (tmp_path / "stats.json").write_text(
+            '[{"epoch_num": 1, "global_step": 2, "loss": NaN},\n'
+            ' {"epoch_num": 2, "global_step": 4, "loss": Infinity},\n'
+            ' {"epoch_num": 3, "global_step": 6, "loss": -0.0}]'
+        )
+        dropped = truncate_stats(str(tmp_path), 4)
+        assert [r["epoch_num"] for r in dropped] == [3]
+
+        def refuse(token):
+            raise AssertionError(f"bare {token}")
+
+        kept = json.loads((tmp_path / "stats.json").read_text(), parse_constant=refuse)
+        assert [r["loss"] for r in kept] == ["NaN", "Infinity"]
+        bak = json.loads((tmp_path / "stats.json.bak").read_text(), parse_constant=refuse)
+        assert [r["loss"] for r in bak] == ["NaN", "Infinity", -0.0]
+        back = read_stats(str(tmp_path))
+        assert math.isnan(back[0]["loss"])
+        assert back[1]["loss"] == math.inf
+        assert epoch_records(back) == [(1, 2), (2, 4)]

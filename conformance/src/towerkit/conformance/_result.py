@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from towerkit.callbacks import loads_stats
 from towerkit.conformance._trace import TraceEvent, trace_from_lists
 
 ValueTrace = tuple[tuple[TraceEvent, float], ...]
@@ -99,8 +99,11 @@ class RunResult:
         return dict(self.values).get(name, ())
 
     def stats_records(self) -> list[dict[str, Any]] | None:
-        """The records of ``stats.json``, or None when there was no file."""
-        return json.loads(self.stats)
+        """The records of ``stats.json``, or None when there was no file.
+
+        NaN and infinities come back as floats (`towerkit.callbacks.loads_stats`).
+        """
+        return None if self.stats == "null" else loads_stats(self.stats)
 
     def variable_values(self, when: str) -> dict[str, tuple[float, ...]]:
         """``{variable name: flat values}`` read at `when` (``before_train``/``after_train``)."""
@@ -111,6 +114,7 @@ class RunResult:
 
         Examples:
             >>> r = RunResult(scenario="s", traces={"loop": [TraceEvent("before_train", 0, -1, 0)]})
+            >>> import json
             >>> RunResult.from_data(json.loads(json.dumps(r.to_data()))) == r
             True
         """

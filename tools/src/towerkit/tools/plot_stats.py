@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -11,6 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from towerkit.callbacks import StatsFileError, read_stats_file
 from towerkit.sessinit import atomic_path
 from towerkit.tools._files import ToolError, fail
 
@@ -44,8 +44,13 @@ MATPLOTLIB_MISSING = (
 def read_stats(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of a ``stats.json`` file, given the file or the logdir holding it.
 
+    NaN and infinities (written as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``) are read
+    back as floats, and left out of the curves.
+
     Raises:
-        ToolError: no such file, not JSON, or not a list of objects.
+        ToolError: no such file, or a damaged one (bytes that are not UTF-8, invalid
+            JSON, not a list of objects, values nested too deeply, a number a float
+            cannot hold): the message names the file, the position and what was expected.
     """
     path = os.fspath(path)
     file = os.path.join(path, STATS_FILENAME) if os.path.isdir(path) else path
@@ -54,23 +59,17 @@ def read_stats(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         msg = where or f"{path!r} does not exist: expected a logdir or its {STATS_FILENAME!r}"
         raise ToolError(msg)
     try:
-        with open(file, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        msg = f"{file!r} is not valid JSON: {err}"
-        raise ToolError(msg) from None
-    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        msg = f"{file!r} must hold a JSON list of objects (records); got {type(data).__name__}"
-        raise ToolError(msg)
-    return data
+        return read_stats_file(file) or []
+    except (StatsFileError, OSError) as err:
+        raise ToolError(str(err)) from None
 
 
 def _number(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= sys.float_info.max
+    return math.isfinite(value)
 
 
 def collect_series(

@@ -15,7 +15,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 # The functional core: no TensorFlow.
-from towerkit.callbacks._errors import CallbackError, MissingStatError, StopTraining
+from towerkit.callbacks._errors import (
+    CallbackError,
+    MissingStatError,
+    StatsFileError,
+    StopTraining,
+)
 from towerkit.callbacks._inference_stats import (
     Confusion,
     MeanState,
@@ -35,6 +40,7 @@ from towerkit.callbacks._loop import (
     count_steps,
     loop_events,
 )
+from towerkit.callbacks._paths import check_file_name, file_name_problem
 from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._pruning import (
     EPOCH_ENDS_KEPT,
@@ -53,7 +59,21 @@ from towerkit.callbacks._schedules import (
     value_at,
     value_in_effect,
 )
-from towerkit.callbacks._stats import StatMonitorState, advance, estimate_time_left, should_change
+from towerkit.callbacks._stats import (
+    StatMonitorState,
+    advance,
+    estimate_time_left,
+    improves,
+    should_change,
+)
+from towerkit.callbacks._stats_file import (
+    NON_FINITE_TOKENS,
+    decode_stat,
+    dumps_stats,
+    encode_stat,
+    loads_stats,
+    read_stats_file,
+)
 from towerkit.callbacks._timeline import (
     Firing,
     TimelineEntry,
@@ -235,6 +255,7 @@ __all__ = [
     "StopTraining",
     "CallbackError",
     "MissingStatError",
+    "StatsFileError",
     # monitors
     "MonitorBase",
     "Monitors",
@@ -249,6 +270,16 @@ __all__ = [
     "should_change",
     "StatMonitorState",
     "advance",
+    "improves",
+    # stats.json and file names, pure
+    "NON_FINITE_TOKENS",
+    "encode_stat",
+    "decode_stat",
+    "dumps_stats",
+    "loads_stats",
+    "read_stats_file",
+    "check_file_name",
+    "file_name_problem",
     # triggers
     "PeriodicTrigger",
     "PeriodicCallback",

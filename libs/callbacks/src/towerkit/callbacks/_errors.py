@@ -20,3 +20,7 @@ class MissingStatError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class StatsFileError(ValueError):
+    """A ``stats.json`` is damaged; the message names the file, the position and what was expected."""

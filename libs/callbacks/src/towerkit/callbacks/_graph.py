@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
+from towerkit.callbacks._paths import check_file_name
 from towerkit.callbacks._png import encode_png
 from towerkit.sessinit import atomic_write_bytes
 from towerkit.towers.compat import tf1
@@ -446,7 +447,8 @@ class DumpTensorAsImage(Callback):
 
     Args:
         tensor_name: the tensor's name (found in the graph, else in the first training tower).
-        prefix: the file name prefix; the op name (``/`` turned into ``-``) by default.
+        prefix: the file name prefix, without directories (the files stay in the
+            logdir); the op name (``/`` turned into ``-``) by default.
         map_func: maps the value to an image or a list of images of shape [h, w]
             or [h, w, c] (c in 1..4); identity when None. A 4-d value is a batch of images.
         scale: the pixel values' multiplier, applied after ``map_func``; values are
@@ -454,6 +456,8 @@ class DumpTensorAsImage(Callback):
 
     Raises:
         TypeError: ``map_func`` is not callable, or ``prefix`` not a string.
+        ValueError: ``prefix`` holds a path separator or is ``..`` (it would write
+            outside the logdir).
     """
 
     def __init__(
@@ -467,6 +471,8 @@ class DumpTensorAsImage(Callback):
         if prefix is not None and not isinstance(prefix, str):
             msg = f"'prefix' must be a string or None; got {type(prefix).__name__}"
             raise TypeError(msg)
+        if prefix:
+            check_file_name("prefix", prefix)
         if map_func is not None and not callable(map_func):
             msg = f"'map_func' must be callable or None; got {type(map_func).__name__}"
             raise TypeError(msg)

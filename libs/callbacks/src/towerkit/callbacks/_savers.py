@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from towerkit.callbacks._base import Callback
-from towerkit.callbacks._errors import CallbackError
+from towerkit.callbacks._errors import CallbackError, StatsFileError
+from towerkit.callbacks._paths import check_file_name
 from towerkit.callbacks._pruning import plan_inherited, plan_pruning
-from towerkit.callbacks._stats import is_real_number
+from towerkit.callbacks._stats import improves, is_real_number
+from towerkit.callbacks._stats_file import read_stats_file
 from towerkit.callbacks._writers import require_logdir
 from towerkit.sessinit import (
     CheckpointNotFoundError,
@@ -326,6 +328,11 @@ class MinSaver(Callback):
     atomically, to ``<checkpoint_dir>/<filename>`` (its ``.index`` and ``.data-*``
     files). The copy loads like any checkpoint (``SaverRestore(".../min-val-error.tfmodel")``).
 
+    Only finite values compete (see :func:`~towerkit.callbacks.improves`): a NaN or
+    an infinity (a diverged epoch) never becomes the best and is logged as a
+    warning, so a run whose first value is NaN still keeps its best later epoch.
+    Equal values keep the earlier copy.
+
     On a resumed run, the best value so far is read back from the directory's
     ``stats.json`` (records of finished epochs before the starting epoch) when the
     copy already exists, so an earlier better model is not overwritten.
@@ -335,12 +342,15 @@ class MinSaver(Callback):
     Args:
         monitor_stat: the statistic's name.
         reverse: keep the highest value instead of the lowest.
-        filename: the checkpoint name; ``min-<monitor_stat>.tfmodel`` (``max-`` with
+        filename: the checkpoint name, a file name inside ``checkpoint_dir`` (no
+            directories, not ``..``); ``min-<monitor_stat>.tfmodel`` (``max-`` with
             ``reverse``) by default, ``/`` in the statistic's name becoming ``_``.
         checkpoint_dir: the directory of the ModelSaver's checkpoints and of the copy;
             the trainer's ``logdir`` by default.
 
     Raises:
+        ValueError: ``filename`` would leave the directory, or is a name the
+            ModelSaver's checkpoints use (``model-<step>``).
         MissingStatError: when triggered, ``monitor_stat`` was never put; the message
             lists the statistics that were.
         CallbackError: when a copy is due, the directory holds no checkpoint.
@@ -356,9 +366,14 @@ class MinSaver(Callback):
         if not isinstance(monitor_stat, str) or not monitor_stat:
             msg = f"'monitor_stat' must be a statistic's name; got {monitor_stat!r}"
             raise TypeError(msg)
-        if filename is not None and (not filename or os.sep in filename):
-            msg = f"'filename' must be a file name without directories; got {filename!r}"
-            raise ValueError(msg)
+        if filename is not None:
+            filename = check_file_name("filename", filename)
+            if re.fullmatch(r"model-\d+", filename) or filename == "checkpoint":
+                msg = (
+                    f"'filename' must not be a name of ModelSaver's files (model-<step>, "
+                    f"checkpoint); got {filename!r}"
+                )
+                raise ValueError(msg)
         self._stat = monitor_stat
         self._reverse = bool(reverse)
         kind = "max" if self._reverse else "min"
@@ -385,11 +400,6 @@ class MinSaver(Callback):
     def _setup_graph(self) -> None:
         self._dir = require_logdir(self, self._dir_arg, "checkpoint_dir")
 
-    def _better(self, value: float, than: float | None) -> bool:
-        if than is None:
-            return True
-        return value > than if self._reverse else value < than
-
     def _before_train(self) -> None:
         self._best = None
         remove_stale_temporaries(
@@ -400,26 +410,34 @@ class MinSaver(Callback):
         if not (os.path.isfile(target + ".index") and os.path.isfile(stats)):
             return
         try:
-            with open(stats, encoding="utf-8") as f:
-                records = json.load(f)
-        except (OSError, ValueError):
+            records = read_stats_file(stats) or []
+        except (OSError, StatsFileError) as err:
+            logger.warning("%s: the best value so far is not known: %s", self, err)
             return
         start = self.trainer.starting_epoch
-        for rec in records if isinstance(records, list) else ():
-            if not isinstance(rec, dict):
-                continue
+        for rec in records:
             epoch, value = rec.get("epoch_num"), rec.get(self._stat)
             if (
                 isinstance(epoch, int)
                 and epoch < start
-                and isinstance(value, int | float)
-                and self._better(float(value), self._best)
+                and is_real_number(value)
+                and improves(float(value), self._best, self._reverse)  # type: ignore[arg-type]
             ):
-                self._best = float(value)
+                self._best = float(value)  # type: ignore[arg-type]
 
     def _trigger(self) -> None:
         value = float(self.trainer.monitors.get_latest(self._stat))
-        if self._better(value, self._best):
+        if not math.isfinite(value):
+            logger.warning(
+                "%s: %s = %s at global step %d is not a candidate for the best (only "
+                "finite values are)",
+                self,
+                self._stat,
+                value,
+                self.trainer.global_step,
+            )
+            return
+        if improves(value, self._best, self._reverse):
             self._best = value
             self._copy_latest(value)
 

@@ -14,6 +14,7 @@ __all__ = [
     "StatMonitorState",
     "advance",
     "estimate_time_left",
+    "improves",
     "should_change",
 ]
 
@@ -26,6 +27,33 @@ def is_real_number(value: object) -> bool:
         (True, True, False, False)
     """
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def improves(value: float, best: float | None, reverse: bool = False) -> bool:
+    """Whether `value` becomes the new best of a statistic (`MinSaver`, `MaxSaver`).
+
+    Only finite values count: NaN and the infinities (a diverged run) never become
+    the best, so a NaN first value does not stop later values from being kept, and
+    an infinity never beats every value that follows. A finite value beats no best
+    yet (None); it must be strictly lower than the best (strictly higher with
+    `reverse`) to replace it.
+
+    Args:
+        value: the newest value of the statistic.
+        best: the best finite value so far, or None before the first.
+        reverse: higher is better (`MaxSaver`) instead of lower.
+
+    Examples:
+        >>> improves(float("nan"), None), improves(0.5, None), improves(0.5, 0.5)
+        (False, True, False)
+        >>> improves(float("-inf"), 0.5), improves(0.7, 0.5, reverse=True)
+        (False, True)
+    """
+    if not math.isfinite(value):
+        return False
+    if best is None:
+        return True
+    return value > best if reverse else value < best
 
 
 def estimate_time_left(durations: Sequence[float], epochs_left: int, median: bool = True) -> float:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import re
@@ -14,6 +13,7 @@ from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._monitor_hub import MonitorBase
 from towerkit.callbacks._stats import is_real_number
+from towerkit.callbacks._stats_file import dumps_stats, read_stats_file
 from towerkit.sessinit import atomic_write_text, back_up_file, remove_stale_temporaries
 from towerkit.towers.compat import tf1
 
@@ -227,23 +227,17 @@ class JSONWriter(MonitorBase):
         a set-up writer, where `dir` defaults to its trainer's ``logdir``. There is no
         global log directory to default to on the class.
 
+        NaN and infinities, written as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, are
+        read back as floats (see `loads_stats`).
+
         Raises:
-            ValueError: the file is not a JSON list of records.
+            StatsFileError: (a ``ValueError``) the file is damaged: not UTF-8, not JSON, not
+                a list of records, nested too deeply, or a number a float cannot hold;
+                the message gives the path, the position and what was expected.
             TypeError: no `dir`, and no trainer's logdir to default to.
         """
         path = os.path.join(_stats_dir(self, dir, "load_existing_json"), JSONWriter.FILENAME)
-        if not os.path.isfile(path):
-            return None
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except json.JSONDecodeError as err:
-            msg = f"{path!r} is not valid JSON ({err}); expected a list of statistics records"
-            raise ValueError(msg) from err
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            msg = f"{path!r} must hold a JSON list of records (objects); got {type(data).__name__}"
-            raise ValueError(msg)
-        return data
+        return read_stats_file(path)
 
     @_class_or_instance_method
     def load_existing_epoch_number(
@@ -335,7 +329,7 @@ class JSONWriter(MonitorBase):
             self._pending = {}
 
     def _write(self) -> None:
-        atomic_write_text(self._path, json.dumps(self._records, indent=1, sort_keys=False) + "\n")
+        atomic_write_text(self._path, dumps_stats(self._records))
 
 
 def _compile_all(what: str, patterns: Iterable[str] | None) -> tuple[re.Pattern[str], ...] | None:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import attrs
 from attrs.validators import ge, instance_of, optional
 
+from towerkit.callbacks import StatsFileError, dumps_stats, read_stats_file
 from towerkit.sessinit import atomic_write_text, back_up_file
 from towerkit.trainers._errors import LogdirNotEmptyError
 
@@ -315,27 +316,19 @@ def epoch_records(stats: Sequence[Mapping[str, Any]] | None) -> list[tuple[int, 
 def read_stats(logdir: str) -> list[dict[str, Any]] | None:
     """The records of ``<logdir>/stats.json``, or None when there is no such file.
 
+    NaN and infinities (written as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``) are read
+    back as floats (`towerkit.callbacks.read_stats_file`).
+
     Raises:
-        ValueError: the file is not a JSON list of objects.
+        StatsFileError: (a ``ValueError``) the file is damaged; the message gives the
+            path, the position, what was expected, and that the run cannot resume from it.
     """
     path = os.path.join(logdir, STATS_FILENAME)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as err:
-            msg = f"{path!r} is not valid JSON ({err}): cannot resume from it"
-            raise ValueError(msg) from err
-    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        msg = f"{path!r} must hold a JSON list of objects; got {type(data).__name__}"
-        raise ValueError(msg)
-    return data
-
-
-def write_json_atomic(path: str, data: Any) -> None:
-    """Write `data` as JSON to `path`, atomically (a temporary sibling renamed over it)."""
-    atomic_write_text(path, json.dumps(data, indent=1))
+    try:
+        return read_stats_file(path)
+    except StatsFileError as err:
+        msg = f"{err}; cannot resume from it"
+        raise StatsFileError(msg) from None
 
 
 def truncate_stats(logdir: str, keep_until_step: int) -> list[dict[str, Any]]:
@@ -359,7 +352,7 @@ def truncate_stats(logdir: str, keep_until_step: int) -> list[dict[str, Any]]:
     if dropped:
         path = os.path.join(logdir, STATS_FILENAME)
         bak = back_up_file(path)
-        write_json_atomic(path, kept)
+        atomic_write_text(path, dumps_stats(kept))
         logger.warning(
             "dropped %d statistics record(s) after global step %d from %s (epochs %s); "
             "the old file is kept as %s",
