@@ -410,10 +410,13 @@ class Trainer:
                 interrupted = True
                 logger.warning("training interrupted at global step %d", self.global_step)
             except BaseException as err:
-                failed = feeder_failure(err, self._registered)
-                if failed is err:
-                    raise
-                raise failed from failed.__cause__
+                if not interrupt.aborted:  # else: a blocked step cancelled by the second Ctrl-C
+                    failed = feeder_failure(err, self._registered)
+                    if failed is err:
+                        raise
+                    raise failed from failed.__cause__
+                interrupted = True
+                logger.warning("training aborted at global step %d", self.global_step)
             finally:
                 interrupted = interrupted or interrupt.requested
                 self._finish(failed)

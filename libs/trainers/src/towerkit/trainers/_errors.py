@@ -29,3 +29,7 @@ class InputDataError(ValueError):
 
 class InputProducerError(RuntimeError):
     """The iterable behind a Python input raised while producing datapoints; the cause is its error."""
+
+
+class InputTimeoutError(InputProducerError):
+    """The iterable behind a Python input gave no datapoint within the input's ``timeout``."""

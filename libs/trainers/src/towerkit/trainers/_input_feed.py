@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -13,7 +14,8 @@ from tensorflow.core.protobuf import config_pb2
 
 from towerkit.callbacks import Callback
 from towerkit.trainers._datapoints import DatapointLayout, conform_datapoint
-from towerkit.trainers._errors import InputDataError, InputProducerError
+from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
+from towerkit.trainers._interrupt import aborting, on_abort, remove_on_abort
 
 __all__ = ["InputFeeder", "QueueFeeder", "SwitchInterval"]
 
@@ -43,6 +45,13 @@ class QueueFeeder:
     the trainer raises the kept error instead of TensorFlow's. ``stop`` closes the
     queue, cancelling a blocked enqueue, and joins the thread.
 
+    With a `timeout`, a watchdog thread checks that the iterable gives each datapoint
+    (and starts each pass) within `timeout` seconds; when it does not, the failure is
+    an `InputTimeoutError` naming the input, the datapoint waited for and how long,
+    and the queue is closed, so the training step stops waiting once the queued
+    batches are used. While feeding, the second Ctrl-C closes the queue too (see
+    ``deferred_sigint``), so a step waiting on a blocked iterable is interrupted.
+
     Args:
         name: the input's description, used in messages and as the thread's name.
         iterable: re-iterable datapoints.
@@ -51,6 +60,7 @@ class QueueFeeder:
         enqueue: the op putting one datapoint into the queue.
         close: the op closing the queue, leaving queued datapoints to the dequeues.
         cancel: the op closing the queue and cancelling blocked enqueues.
+        timeout: seconds the iterable may take to give a datapoint, or None (no limit).
     """
 
     join_timeout_s = 10.0
@@ -68,8 +78,15 @@ class QueueFeeder:
         enqueue: Any,
         close: Any,
         cancel: Any,
+        timeout: float | None = None,
     ) -> None:
         self._name = name
+        self._timeout = timeout
+        self._waiting_since: float | None = None
+        self._position = (0, 0)
+        self._abort_token: int | None = None
+        self._watchdog: threading.Thread | None = None
+        self._fail_lock = threading.Lock()
         self._iterable = iterable
         self._layout = layout
         self._placeholders = list(placeholders)
@@ -112,7 +129,17 @@ class QueueFeeder:
         if self.switch_interval_s is not None:
             _SWITCH_INTERVAL.lower(self.switch_interval_s)
             self._switching = True
+        self._waiting_since = None
+        self._abort_token = on_abort(self._name, self._abort)
         self._thread.start()
+        if self._timeout is not None:
+            self._watchdog = threading.Thread(
+                target=self._watch,
+                args=(self._stopping, self._timeout),
+                name=f"watch {self._name}",
+                daemon=True,
+            )
+            self._watchdog.start()
 
     def stop(self) -> None:
         """Close the queue (cancelling a blocked enqueue) and wait for the thread to end."""
@@ -120,11 +147,19 @@ class QueueFeeder:
         if self._switching:
             self._switching = False
             _SWITCH_INTERVAL.restore()
+        if self._abort_token is not None:
+            remove_on_abort(self._abort_token)
+            self._abort_token = None
         if thread is None:
             return
         self._stopping.set()
         self._run_quietly(self._cancel_op)
-        thread.join(self.join_timeout_s)
+        if self._watchdog is not None:
+            self._watchdog.join()
+            self._watchdog = None
+        # A thread stuck in the iterable is not waited for after a timeout or an abort.
+        stuck = aborting() or isinstance(self._failure, InputTimeoutError)
+        thread.join(0.0 if stuck else self.join_timeout_s)
         if thread.is_alive():
             logger.warning(
                 "%s: the feeding thread is still busy in the iterable after %.0f s; it is a "
@@ -132,6 +167,36 @@ class QueueFeeder:
                 self._name,
                 self.join_timeout_s,
             )
+
+    def _abort(self) -> None:
+        """The second Ctrl-C: close the queue so a step waiting on it returns."""
+        self._stopping.set()
+        self._run_quietly(self._cancel_op)
+
+    def _watch(self, stopping: threading.Event, timeout: float) -> None:
+        """Fail the input when the iterable takes longer than `timeout` s for a datapoint."""
+        wait = timeout
+        while not stopping.wait(wait):
+            since = self._waiting_since
+            if since is None:
+                wait = timeout
+                continue
+            waited = time.monotonic() - since
+            if waited < timeout:
+                wait = timeout - waited
+                continue
+            passes, count = self._position
+            what = (
+                f"datapoint #{count} of pass {passes}" if count else f"the start of pass {passes}"
+            )
+            msg = (
+                f"{self._name}: the iterable gave no datapoint for {waited:.1f} s "
+                f"(timeout={timeout:g} s), waiting for {what}; it is blocked or too slow: "
+                "fix the producer, or give IterableInput a larger 'timeout'"
+            )
+            stopping.set()
+            self._fail(InputTimeoutError(msg))
+            return
 
     def _run_quietly(self, op: Any) -> None:
         sess = self._sess
@@ -152,13 +217,20 @@ class QueueFeeder:
 
     def _produce(self, put: Callable[..., Any], stopping: threading.Event) -> None:
         layout = self._layout
+        timed = self._timeout is not None
+        clock = time.monotonic
         passes = 0
         while not stopping.is_set():
             passes += 1
             count = 0
+            if timed:
+                self._position = (passes, 0)
+                self._waiting_since = clock()
             it = iter(self._iterable)
             try:
                 for dp in it:
+                    if timed:
+                        self._waiting_since = None
                     try:
                         values = conform_datapoint(dp, layout)
                     except InputDataError as err:
@@ -177,7 +249,11 @@ class QueueFeeder:
                     count += 1
                     if stopping.is_set():
                         return
+                    if timed:
+                        self._position = (passes, count)
+                        self._waiting_since = clock()
             finally:
+                self._waiting_since = None
                 close = getattr(it, "close", None)
                 if callable(close):
                     close()
@@ -189,8 +265,17 @@ class QueueFeeder:
                 raise _DataFault(msg)
 
     def _fail(self, err: BaseException) -> None:
-        if isinstance(err, _DataFault):
-            failure: BaseException = err.kind(str(err))
+        with self._fail_lock:
+            if self._failure is not None:  # the first failure (e.g. a timeout) is kept
+                return
+            self._keep_failure(err)
+        self._run_quietly(self._close_op)
+
+    def _keep_failure(self, err: BaseException) -> None:
+        if isinstance(err, InputTimeoutError):
+            failure: BaseException = err
+        elif isinstance(err, _DataFault):
+            failure = err.kind(str(err))
             failure.__cause__ = err.__cause__
         else:
             msg = f"{self._name}: the iterable raised {type(err).__name__}: {err}"
@@ -198,7 +283,6 @@ class QueueFeeder:
             failure.__cause__ = err
         self._failure = failure
         logger.debug("%s: feeding stopped: %s", self._name, failure)
-        self._run_quietly(self._close_op)
 
 
 class SwitchInterval:
