@@ -411,7 +411,7 @@ class Trainer:
                 logger.warning("training interrupted at global step %d", self.global_step)
             except BaseException as err:
                 if not interrupt.aborted:  # else: a blocked step cancelled by the second Ctrl-C
-                    failed = feeder_failure(err, self._registered)
+                    failed = feeder_failure(err, self._registered, self)
                     if failed is err:
                         raise
                     raise failed from failed.__cause__

@@ -15,6 +15,7 @@ from tensorflow.core.protobuf import config_pb2
 from towerkit.callbacks import Callback
 from towerkit.trainers._datapoints import DatapointLayout, conform_datapoint
 from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
+from towerkit.trainers._input_callbacks import InitializeInput
 from towerkit.trainers._interrupt import aborting, on_abort, remove_on_abort
 
 __all__ = ["InputFeeder", "QueueFeeder", "SwitchInterval"]
@@ -377,17 +378,41 @@ class InputFeeder(Callback):
         return f"InputFeeder({self._name})"
 
 
-def feeder_failure(err: BaseException, callbacks: Iterable[Any]) -> BaseException:
+def feeder_failure(
+    err: BaseException, callbacks: Iterable[Any], trainer: Any = None
+) -> BaseException:
     """The error to raise for `err`: an input's own error when its failure caused `err`.
 
     A Python-fed input whose feeding thread found bad data (or whose iterable
-    raised) closes its queue, so the step fails with TensorFlow's end-of-queue
-    error; the input's error (from its `InputFeeder` among `callbacks`) says what
-    really went wrong.
+    raised, or timed out) closes its queue, so the step fails with TensorFlow's
+    end-of-queue error; the input's error (from its `InputFeeder` among `callbacks`)
+    says what really went wrong. A dataset input that ran out of data (a pass with
+    no element: the dataset is repeated, so only an empty one ends) becomes an
+    `InputDataError` naming it. With `trainer`, the message says where the loop was.
     """
     if not isinstance(err, tf.errors.OpError):
         return err
+    failure: BaseException | None = None
     for cb in callbacks:
         if isinstance(cb, InputFeeder) and cb.input_failure() is not None:
-            return cb.input_failure()  # type: ignore[return-value]
-    return err
+            failure = cb.input_failure()
+            break
+        if isinstance(cb, InitializeInput) and cb.ran_out(err):
+            failure = InputDataError(
+                f"{cb.name}: the dataset ran out of data: a whole pass over it gave no "
+                "element (the dataset is repeated after each pass, so only an empty pass "
+                "ends it: an empty dataset, or a filter that keeps nothing)"
+            )
+            failure.__cause__ = err
+            break
+    if failure is None:
+        return err
+    if trainer is None:
+        return failure
+    where = (
+        f" [at epoch {trainer.epoch_num}, step {trainer.local_step} of "
+        f"{trainer.steps_per_epoch} (0-based), global step {trainer.global_step}]"
+    )
+    located = type(failure)(f"{failure}{where}")
+    located.__cause__ = failure.__cause__
+    return located
