@@ -67,7 +67,7 @@ class Trainer:
     Ctrl-C (SIGINT) while the loop runs asks it to stop after the current step: the
     loop ends as with `StopTraining` (``after_train`` runs, monitors flush, the
     session closes), then ``KeyboardInterrupt`` is raised so the process ends. A
-    second Ctrl-C interrupts at once.
+    second Ctrl-C interrupts at once, a step waiting for an input too (``deferred_sigint``).
 
     Attributes:
         is_chief: whether this process is the chief worker; callbacks with
