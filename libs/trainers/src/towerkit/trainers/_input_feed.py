@@ -67,6 +67,9 @@ class QueueFeeder:
     join_timeout_s = 10.0
     """How long ``stop`` waits for a producer busy in the iterable's code."""
 
+    stuck_join_timeout_s = 0.5
+    """How long ``stop`` waits after a timeout or an abort, when the producer is known stuck."""
+
     switch_interval_s: float | None = 1e-4
     """The interpreter's switch interval while feeding, in seconds (None: leave it)."""
 
@@ -160,13 +163,16 @@ class QueueFeeder:
             self._watchdog = None
         # A thread stuck in the iterable is not waited for after a timeout or an abort.
         stuck = aborting() or isinstance(self._failure, InputTimeoutError)
-        thread.join(0.0 if stuck else self.join_timeout_s)
+        waited = (
+            min(self.stuck_join_timeout_s, self.join_timeout_s) if stuck else self.join_timeout_s
+        )
+        thread.join(waited)
         if thread.is_alive():
             logger.warning(
-                "%s: the feeding thread is still busy in the iterable after %.0f s; it is a "
+                "%s: the feeding thread is still busy in the iterable after %.1f s; it is a "
                 "daemon thread and ends with the process",
                 self._name,
-                self.join_timeout_s,
+                waited,
             )
 
     def _abort(self) -> None:
