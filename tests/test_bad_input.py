@@ -608,6 +608,12 @@ INPUTS = [
         lambda tmp, _: launch(tmp, data=T.IterableInput([]), steps_per_epoch=2),
     ),
     Case(
+        "feed-empty",
+        T.InputDataError,
+        r"FeedInput\(list\): the iterable yielded no datapoint in a whole pass",
+        lambda tmp, _: launch(tmp, data=T.FeedInput([]), steps_per_epoch=2),
+    ),
+    Case(
         "iterable-timeout",
         ValueError,
         r"'timeout' of IterableInput must be a number of seconds > 0 or None; got 0",

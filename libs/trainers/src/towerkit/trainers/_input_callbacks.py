@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from towerkit.callbacks import Callback, StopTraining
 from towerkit.towers.compat import tf1
+from towerkit.trainers._errors import InputDataError
 
 __all__ = ["InputSourceCallbacks", "depends_on", "fetched_ops"]
 
@@ -177,8 +178,11 @@ class FeedInputCallback(_InputCallback):
         try:
             return next(self._it)
         except StopIteration:
-            msg = f"{self._name}: the iterable yielded no datapoint in a whole pass"
-            raise RuntimeError(msg) from None
+            msg = (
+                f"{self._name}: the iterable yielded no datapoint in a whole pass; expected "
+                "datapoints (an empty list or DataFlow?)"
+            )
+            raise InputDataError(msg) from None
 
     def _before_run(self, run_context: Any) -> Any:
         if not self._depends(run_context.session.graph, run_context.original_args.fetches):
