@@ -586,6 +586,77 @@ INPUTS = [
         r"arrays do not match the input signature: 'x': datapoint shape \(3,\) vs signature \(None, 4\)",
         lambda tmp, _: launch(tmp, data=T.NumpyInput([np.ones((8, 3), np.float32)], batch_size=4)),
     ),
+    Case(
+        "dataset-empty",
+        ValueError,
+        r"TFDatasetInput: the dataset is empty \(its cardinality is 0\): there is nothing to train on",
+        lambda tmp, _: launch(
+            tmp,
+            data=T.TFDatasetInput(
+                lambda: tf.data.Dataset.from_tensor_slices(np.ones((0, 4), np.float32)).batch(2)
+            ),
+        ),
+    ),
+    Case(
+        "dataset-filtered-empty",
+        T.InputDataError,
+        r"TFDatasetInput: the dataset ran out of data: a whole pass over it gave no element .* "
+        r"\[at epoch 1, step 0 of 2 \(0-based\), global step 0\]",
+        lambda tmp, _: launch(
+            tmp,
+            data=T.TFDatasetInput(
+                lambda: (
+                    tf.data.Dataset.from_tensor_slices(np.ones((4, 4), np.float32))
+                    .filter(lambda x: x[0] < 0)
+                    .batch(2)
+                )
+            ),
+            steps_per_epoch=2,
+        ),
+    ),
+    Case(
+        "dataflow-empty",
+        T.InputDataError,
+        r"IterableInput\(list\): pass 1 over the iterable yielded no datapoint.* "
+        r"\[at epoch 1, step 0 of 2 \(0-based\), global step 0\]",
+        lambda tmp, _: launch(tmp, data=T.IterableInput([]), steps_per_epoch=2),
+    ),
+    Case(
+        "feed-empty",
+        T.InputDataError,
+        r"FeedInput\(list\): the iterable yielded no datapoint in a whole pass",
+        lambda tmp, _: launch(tmp, data=T.FeedInput([]), steps_per_epoch=2),
+    ),
+    Case(
+        "iterable-timeout",
+        ValueError,
+        r"'timeout' of IterableInput must be a number of seconds > 0 or None; got 0",
+        lambda tmp, _: T.IterableInput([[np.ones((2, 4), np.float32)]], timeout=0),
+    ),
+    Case(
+        "inference-infinite-dataset",
+        ValueError,
+        r"InferenceRunner\(InferenceTower\): the input dataset .* is infinite .*take\(n\), or pass size=n",
+        lambda tmp, _: launch(
+            tmp,
+            callbacks=[
+                C.InferenceRunner(
+                    lambda: (
+                        tf.data.Dataset.from_tensor_slices(np.ones((4, 4), np.float32))
+                        .batch(2)
+                        .repeat()
+                    ),
+                    C.ScalarStats("cost"),
+                )
+            ],
+        ),
+    ),
+    Case(
+        "send-timeout",
+        ValueError,
+        r"'timeout' must be a number of seconds > 0 or None; got -1",
+        lambda tmp, _: C.SendMonitorData("notify {val}", "val", timeout=-1),
+    ),
 ]
 
 MODELS = [

@@ -141,6 +141,43 @@ class TestInferenceRunner:
             graph.get_operation_by_name("ValTower/pred").inputs[0].op.name.startswith("ValTower/")
         )
 
+    def test_infinite_dataset_refused(self, graph):
+        """A repeated dataset is refused at setup with a message naming it and the fixes."""
+        x, y = data(11)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4).repeat()
+        runner = InferenceRunner(ds, infs())
+        with pytest.raises(
+            ValueError,
+            match=r"InferenceRunner\(InferenceTower\): the input dataset \(.*\) is infinite .*"
+            r"dataset.take\(n\), or pass size=n",
+        ):
+            build_trainer(graph, runner).train()
+
+    def test_infinite_dataset_with_size(self, graph):
+        """With size=n an infinite dataset runs n batches per round, from its start each round."""
+        x, y = data(11)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4).repeat()
+        runner = InferenceRunner(ds, infs(), size=3)
+        trainer = build_trainer(graph, runner).train()
+        check_stats(trainer, expected(x, y, SIZES))
+
+    def test_size_bounds_python_input(self, graph):
+        """size=n caps a round of a re-iterable input at its first n datapoints."""
+        x, y = data(11)
+        runner = InferenceRunner(batches(x, y, SIZES), infs(), size=2)
+        trainer = build_trainer(graph, runner).train()
+        check_stats(trainer, expected(x[:8], y[:8], [4, 4]))
+
+    @pytest.mark.parametrize(
+        ("size", "err"), [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)]
+    )
+    def test_bad_size(self, size, err):
+        """'size' must be a number of batches >= 1."""
+        with pytest.raises(err, match="'size' must be a number of batches"):
+            InferenceRunner([], infs(), size=size)
+        with pytest.raises(err, match="'size' must be a number of batches"):
+            DataParallelInferenceRunner([], infs(), gpus=1, size=size)
+
     def test_dict_datapoints_and_own_tower_func(self, graph):
         """Datapoints may be dicts keyed by input name; a tower function may be given."""
         x, y = data(7)
@@ -355,6 +392,28 @@ class TestDataParallelInferenceRunner:
         ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
         runner = DataParallelInferenceRunner(ds, infs(), gpus=[0, 1])
         config = session_config_for_devices(["/cpu:0", "/cpu:1"])
+        trainer = build_trainer(graph, runner, session_config=config).train()
+        check_stats(trainer, expected(x, y, SIZES))
+
+    def test_infinite_dataset(self, graph):
+        """A repeated dataset is refused without size, and runs size batches with it."""
+        x, y = data(11)
+        config = session_config_for_devices(["/cpu:0", "/cpu:1"])
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4).repeat()
+        with pytest.raises(
+            ValueError,
+            match=r"DataParallelInferenceRunner\(InferenceTower\): the input dataset .* is infinite",
+        ):
+            build_trainer(
+                graph, DataParallelInferenceRunner(ds, infs(), gpus=[0, 1]), session_config=config
+            ).train()
+
+    def test_infinite_dataset_with_size(self, graph):
+        """size=3 over a repeated dataset: one pass of 3 batches per round."""
+        x, y = data(11)
+        config = session_config_for_devices(["/cpu:0", "/cpu:1"])
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4).repeat()
+        runner = DataParallelInferenceRunner(ds, infs(), gpus=[0, 1], size=3)
         trainer = build_trainer(graph, runner, session_config=config).train()
         check_stats(trainer, expected(x, y, SIZES))
 

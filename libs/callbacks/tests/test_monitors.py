@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ from towerkit.callbacks import (
     StopTraining,
     TFEventWriter,
 )
-from towerkit.callbacks._senders import fill_command
+from towerkit.callbacks._senders import check_timeout, fill_command
 from towerkit.towers.compat import tf1
 
 
@@ -572,6 +573,15 @@ class TestScalarPrinter:
             ScalarPrinter(enable_epoch=False)
 
 
+def _alive(pid):
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 class TestSendMonitorData:
     """A real shell command runs with the values once all are in."""
 
@@ -592,6 +602,49 @@ class TestSendMonitorData:
                 graph, make_train_op(), [PutEveryEpoch()], Monitors([send]), max_epoch=1
             ).train()
         assert "command exited with status 3: exit 3" in caplog.text
+
+    def test_blocked_command_is_killed_and_logged(self, graph, tmp_path, caplog):
+        """A command still running at its timeout is killed, its children too, in one logged line."""
+        command = f"sleep 60 & echo $! > {tmp_path}/{{val:.0f}}.pid; wait"
+        send = SendMonitorData(command, "val", timeout=0.5)
+        start = time.monotonic()
+        with caplog.at_level(logging.ERROR, logger="towerkit.callbacks"):
+            LoopTrainer(
+                graph, make_train_op(), [PutEveryEpoch()], Monitors([send]), max_epoch=2
+            ).train()
+        assert time.monotonic() - start < 20
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 2, lines
+        assert all(
+            line.startswith("SendMonitorData(")
+            and "still running after 0.5 s (timeout): killed" in line
+            and f"sleep 60 & echo $! > {tmp_path}/" in line
+            for line in lines
+        )
+        pids = [int(p.read_text()) for p in sorted(tmp_path.glob("*.pid"))]
+        assert len(pids) == 2
+        assert not any(_alive(pid) for pid in pids)
+
+    @pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf")])
+    def test_bad_timeout(self, timeout):
+        """A timeout that is not a positive finite number of seconds is refused at construction."""
+        with pytest.raises(ValueError, match=r"'timeout' must be a number of seconds > 0 or None"):
+            SendMonitorData("echo {val}", "val", timeout=timeout)
+        with pytest.raises(TypeError, match=r"'timeout' must be a number .* got str"):
+            SendStat("echo {val}", "val", timeout="5")
+
+    @given(st.one_of(st.none(), st.floats(), st.integers(), st.booleans(), st.text(max_size=3)))
+    def test_check_timeout(self, value):
+        """check_timeout accepts exactly the finite numbers > 0 (as floats) and None."""
+        ok = value is None or (
+            not isinstance(value, (bool, str)) and math.isfinite(value) and value > 0
+        )
+        if ok:
+            got = check_timeout(value, "t")
+            assert got is None if value is None else got == float(value)
+        else:
+            with pytest.raises((TypeError, ValueError), match="'t' must be a number of seconds"):
+                check_timeout(value, "t")
 
     def test_fail(self):
         """Fields not among the names, and empty names, are rejected at construction."""

@@ -32,6 +32,7 @@ from towerkit.trainers import (
     InputSignatureError,
     InputSizeUnknownError,
     InputSource,
+    InputTimeoutError,
     IterableInput,
     ModelDesc,
     NewSessionCreator,
@@ -50,6 +51,7 @@ from towerkit.trainers._input_base import spec_mismatches
 from towerkit.trainers._input_feed import QueueFeeder, SwitchInterval
 from towerkit.trainers._input_sources import datapoint_tuple, num_batches
 from towerkit.trainers._input_staging import wants_staging
+from towerkit.trainers._interrupt import sigint_step
 
 SIG = [tf.TensorSpec([None, 2], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
 
@@ -895,6 +897,90 @@ class TestIterableInputErrors:
 
         with pytest.raises(KeyboardInterrupt):
             train_linear(IterableInput(SlowFlow(0.01)), steps=10, callbacks=[Interrupt()])
+
+
+class BlockingFlow:
+    """Yields `good` batches, then waits until `release` is set (a producer that blocks)."""
+
+    def __init__(self, good):
+        self.good = good
+        self.release = threading.Event()
+
+    def __iter__(self):
+        for i in range(self.good):
+            yield batch(i)
+        self.release.wait()
+        yield batch(self.good)
+
+
+class TestIterableInputTimeout:
+    """`IterableInput(timeout=...)`: a producer that blocks ends training with a clear error."""
+
+    def test_blocked_producer(self, graph):
+        """No datapoint for `timeout` s: InputTimeoutError naming the input, datapoint and wait."""
+        flow = BlockingFlow(2)
+        config = TrainConfig(
+            model=Linear(),
+            data=IterableInput(flow, prefetch=1, timeout=0.5),
+            max_epoch=2,
+            steps_per_epoch=4,
+            monitors=[],
+            extra_callbacks=[],
+        )
+        start = time.monotonic()
+        try:
+            with pytest.raises(
+                InputTimeoutError,
+                match=r"^IterableInput\(BlockingFlow\): the iterable gave no datapoint for "
+                r"0\.\d s \(timeout=0\.5 s\), waiting for datapoint #2 of pass 1; .*"
+                r"\[at epoch 1, step 2 of 4 \(0-based\), global step 2\]$",
+            ):
+                launch_train_with_config(config, SimpleTrainer())
+            assert time.monotonic() - start < 8, "the stuck thread is not waited for"
+            assert isinstance(InputTimeoutError("x"), InputProducerError)
+        finally:
+            flow.release.set()
+        deadline = time.monotonic() + 10
+        while feeding_threads() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert feeding_threads() == []
+
+    def test_slow_but_within_timeout(self, graph):
+        """A producer slower than the step but within the timeout trains to the end."""
+        trainer = train_linear(IterableInput(SlowFlow(0.01), timeout=2.0), steps=5)
+        assert trainer.global_step == 10
+
+    def test_timeout_property(self):
+        """The timeout is kept as float seconds; None means no limit."""
+        assert IterableInput([batch(0)], timeout=3).timeout == 3.0
+        assert IterableInput([batch(0)]).timeout is None
+
+    @pytest.mark.parametrize(
+        ("timeout", "err"),
+        [(0, ValueError), (-1.5, ValueError), (float("nan"), ValueError), ("5", TypeError)],
+    )
+    def test_fail(self, timeout, err):
+        """A timeout that is not a number of seconds > 0 is refused at construction."""
+        with pytest.raises(err, match="'timeout' of IterableInput must be a number of seconds > 0"):
+            IterableInput([batch(0)], timeout=timeout)
+
+
+class TestSigintStep:
+    """`sigint_step`: the first SIGINT asks to stop after the step, the next ones abort."""
+
+    @given(st.integers(0, 10_000))
+    def test_sequence(self, before):
+        """Exactly the first requests a stop; every later one aborts; the count goes up by one."""
+        step = sigint_step(before)
+        assert step.count == before + 1
+        assert step.request_stop == (before == 0)
+        assert step.abort == (before >= 1)
+        assert step.request_stop != step.abort
+
+    def test_fail(self):
+        """A negative count is refused."""
+        with pytest.raises(ValueError, match="'before' must be a count of SIGINTs >= 0; got -1"):
+            sigint_step(-1)
 
 
 class TestNumpyInput:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -11,178 +12,23 @@ import tensorflow as tf
 import tqdm
 
 from towerkit.callbacks._base import Callback
-from towerkit.callbacks._errors import CallbackError, StopTraining
-from towerkit.callbacks._hooked import HookedSession
+from towerkit.callbacks._errors import CallbackError
+from towerkit.callbacks._inference_inputs import (
+    _check_infs,
+    _check_size,
+    _check_tower_func,
+    _datapoint_values,
+    _dataset_cardinality,
+    _dataset_inputs,
+    _input_kind,
+    _SourceRounds,
+)
 from towerkit.callbacks._inference_stats import (
     chunks,
 )
 from towerkit.callbacks._inferencers import Inferencer
 from towerkit.towers import TowerContext, build_placeholders, resolve_devices
 from towerkit.towers.compat import tf1
-
-
-def _check_infs(infs: Any) -> tuple[Inferencer, ...]:
-    items = [infs] if isinstance(infs, Inferencer) else infs
-    if not isinstance(items, (list, tuple)):
-        msg = f"'infs' must be an Inferencer or a list of them; got {type(infs).__name__}"
-        raise TypeError(msg)
-    bad = [
-        f"#{i}: {type(x).__name__}" for i, x in enumerate(items) if not isinstance(x, Inferencer)
-    ]
-    if bad:
-        msg = f"'infs' must hold Inferencer instances; entries at fault: {', '.join(bad)}"
-        raise TypeError(msg)
-    if not items:
-        msg = "'infs' is empty: expected at least one Inferencer"
-        raise ValueError(msg)
-    return tuple(items)
-
-
-def _is_input_source(input: Any) -> bool:
-    """Whether `input` follows the input-source protocol (``setup``, tensors, callbacks)."""
-    return all(
-        callable(getattr(input, m, None))
-        for m in ("setup", "get_input_tensors", "get_callbacks", "size")
-    )
-
-
-def _input_kind(input: Any) -> str:
-    """What `input` of a runner is: ``dataset``, ``builder``, ``source`` or ``python``.
-
-    Raises:
-        TypeError: none of these, or a one-pass iterator.
-    """
-    if isinstance(input, tf.data.Dataset):
-        return "dataset"
-    if _is_input_source(input):
-        return "source"
-    if callable(input) and not hasattr(input, "__iter__"):
-        return "builder"
-    if not hasattr(input, "__iter__"):
-        msg = (
-            "'input' must be a tf.data.Dataset, a function of no argument building one, an "
-            "InputSource (e.g. FeedInput), or a re-iterable of datapoints (a list, or an "
-            f"object with __iter__ and __len__); got {type(input).__name__}"
-        )
-        raise TypeError(msg)
-    if iter(input) is input:
-        msg = (
-            f"'input' is an iterator ({type(input).__name__}): it could run only one round of "
-            "inference; give a re-iterable (a list, or an object whose __iter__ starts over)"
-        )
-        raise TypeError(msg)
-    return "python"
-
-
-class _SourceRounds:
-    """Rounds of inference over an input source, driven by its own callbacks.
-
-    A round runs ``source.size()`` batches through a hooked session holding the
-    source's callbacks (which initialize its iterator or feed its placeholders); the
-    source is not restarted between rounds, so a round is one pass when ``size()`` is
-    a pass. A source that ends (``StopTraining`` from a finite feed, or the end of a
-    dataset) ends the round; when it ends at the first batch of a round, its
-    callbacks' ``before_train`` restarts it once.
-    """
-
-    def __init__(self, source: Any, runner: Callback) -> None:
-        self.source = source
-        self._runner = runner
-        self._cbs: list[Callback] = []
-        self._hooked: Any = None
-        self.size = 0
-
-    def setup(self, signature: Sequence[tf.TensorSpec]) -> None:
-        """Set the source up (before the towers take its tensors)."""
-        self.source.setup(signature)
-
-    def attach(self, trainer: Any) -> None:
-        """Make and set up the source's callbacks, once every tower took its tensors."""
-        try:
-            size = self.source.size()
-        except TypeError as err:
-            msg = (
-                f"{self._runner}: a round of inference runs size() batches of its input, but "
-                f"the size of {self.source} is unknown ({err}); give a source of known size"
-            )
-            raise ValueError(msg) from err
-        self.size = int(size)
-        self._cbs = list(self.source.get_callbacks())
-        for cb in self._cbs:
-            cb.setup_graph(trainer)
-
-    def start(self, sess: Any) -> None:
-        """Before training: the hooked session, and the callbacks' ``before_train``."""
-        self._hooked = HookedSession(sess, self._cbs)
-        for cb in self._cbs:
-            cb.before_train()
-
-    def finish(self) -> None:
-        """After training: the callbacks' ``after_train``."""
-        for cb in self._cbs:
-            cb.after_train()
-
-    def run(self, fetches: Any) -> Iterator[Any]:
-        """The values of `fetches` for each batch of one round."""
-        restarted = False
-        done = 0
-        while done < self.size:
-            try:
-                values = self._hooked.run(fetches)
-            except (StopTraining, tf.errors.OutOfRangeError):
-                if done > 0 or restarted:
-                    return
-                restarted = True
-                for cb in self._cbs:
-                    cb.before_train()
-                continue
-            done += 1
-            yield values
-
-
-def _check_tower_func(tower_func: Any) -> Any:
-    if tower_func is not None and not (
-        callable(tower_func) and hasattr(tower_func, "input_signature")
-    ):
-        msg = (
-            "'tower_func' must be a towerkit.towers.TowerFunc (callable, with an input_signature) "
-            f"or None; got {type(tower_func).__name__}"
-        )
-        raise TypeError(msg)
-    return tower_func
-
-
-def _dataset_inputs(element: Any, signature: Sequence[tf.TensorSpec]) -> list[Any]:
-    """The tensors of a dataset element in the order of ``signature``."""
-    names = [s.name for s in signature]
-    if isinstance(element, dict):
-        missing = [n for n in names if n not in element]
-        if missing:
-            msg = f"the dataset's elements lack the inputs {missing} of the input signature {names}"
-            raise ValueError(msg)
-        return [element[n] for n in names]
-    flat = list(element) if isinstance(element, (tuple, list)) else [element]
-    if len(flat) != len(signature):
-        msg = (
-            f"the dataset's elements have {len(flat)} component(s); the input signature "
-            f"has {len(signature)}: {names}"
-        )
-        raise ValueError(msg)
-    return flat
-
-
-def _datapoint_values(dp: Any, index: int, signature: Sequence[tf.TensorSpec]) -> list[Any]:
-    """The arrays of a Python datapoint, checked against ``signature``."""
-    if isinstance(dp, dict):
-        return _dataset_inputs(dp, signature)
-    if not isinstance(dp, (list, tuple)) or len(dp) != len(signature):
-        got = f"{len(dp)} component(s)" if isinstance(dp, (list, tuple)) else type(dp).__name__
-        msg = (
-            f"datapoint #{index} (0-based) must be a list or tuple of {len(signature)} arrays, "
-            f"one per input {[s.name for s in signature]}; got {got}"
-        )
-        raise ValueError(msg)
-    return [np.asarray(v, dtype=s.dtype.as_numpy_dtype) for v, s in zip(dp, signature)]
 
 
 class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
@@ -203,13 +49,23 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
             re-iterable of datapoints: lists or tuples holding one array per input
             of the tower function's input signature (or dicts keyed by input name).
         infs: an Inferencer or a list of them.
+        size: batches in a round at most (>= 1), for a dataset or re-iterable input;
+            None: until the input is exhausted. A dataset known to be infinite
+            (``tf.data`` cardinality) needs it, or an end of its own (``.take(n)``).
 
     Raises:
         TypeError: a bad input or inferencers.
-        ValueError: no inferencer.
+        ValueError: no inferencer, or (in ``setup_graph``) an infinite dataset and no
+            `size`.
+
+    .. versionadded:: 0.2
+        `size`.
     """
 
-    def __init__(self, input: Any, infs: Inferencer | Sequence[Inferencer]) -> None:
+    def __init__(
+        self, input: Any, infs: Inferencer | Sequence[Inferencer], size: int | None = None
+    ) -> None:
+        self._size = _check_size(size)
         self._kind = _input_kind(input)
         self._input = input
         self._infs = _check_infs(infs)
@@ -268,11 +124,25 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
                     "not a tf.data.Dataset"
                 )
                 raise TypeError(msg)
+        if self._size is None and _dataset_cardinality(dataset) == tf.data.INFINITE_CARDINALITY:
+            msg = (
+                f"{self}: the input dataset ({dataset.__class__.__name__}, element_spec "
+                f"{dataset.element_spec}) is infinite (a .repeat() without a count?): a round "
+                "of inference runs until the dataset is exhausted and would never end; give "
+                "it an end with dataset.take(n), or pass size=n to run n batches per round"
+            )
+            raise ValueError(msg)
         try:
             return tf1.data.make_initializable_iterator(dataset)
         except ValueError as err:
             msg = f"{self}: the dataset must be created in the trainer's graph: {err}"
             raise ValueError(msg) from err
+
+    def _rounds(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """`batches`, at most ``size`` of them when the runner was given one."""
+        if self._size is None:
+            return batches
+        return itertools.islice(batches, self._size)
 
     def _setup_graph(self) -> None:
         self._build_towers()
@@ -304,6 +174,8 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
             total = self._source.size
         elif self._kind == "python" and hasattr(self._input, "__len__"):
             total = len(self._input)
+        if self._size is not None and self._source is None:
+            total = self._size if total is None else min(total, self._size)
         with tqdm.tqdm(total=total, desc=str(self), unit="batch", leave=False, disable=None) as bar:
             for values in self._results():
                 self._dispatch(values)
@@ -353,9 +225,13 @@ class InferenceRunner(InferenceRunnerBase):
         tower_func: the tower function to build the tower with; the trainer's when None.
         device: the GPU id of the tower (a logical CPU device on machines without GPUs,
             see `towerkit.towers.resolve_devices`).
+        size: batches in a round at most, for a dataset or a re-iterable; None: until
+            it is exhausted. A dataset known to be infinite (``.repeat()``) is refused
+            in ``setup_graph`` unless `size` is given.
 
     Raises:
         TypeError: bad input, inferencers or tower function.
+        ValueError: a bad `size`; (in ``setup_graph``) an infinite dataset without `size`.
         CallbackError: (in ``setup_graph``) no tower function at all.
         KeyError: (in ``setup_graph``) the tower lacks tensors an inferencer needs.
     """
@@ -367,8 +243,9 @@ class InferenceRunner(InferenceRunnerBase):
         tower_name: str = "InferenceTower",
         tower_func: Any = None,
         device: int = 0,
+        size: int | None = None,
     ) -> None:
-        super().__init__(input, infs)
+        super().__init__(input, infs, size)
         if not isinstance(tower_name, str) or not tower_name:
             msg = f"'tower_name' must be a non-empty string; got {tower_name!r}"
             raise ValueError(msg)
@@ -417,14 +294,17 @@ class InferenceRunner(InferenceRunnerBase):
             yield from self._source.run(self._fetches)
         elif self._is_dataset:
             self.trainer.sess.run(self._iterator.initializer)
-            while True:
-                try:
-                    yield self._call()
-                except tf.errors.OutOfRangeError:
-                    return
+            yield from self._rounds(self._dataset_batches())
         else:
-            for i, dp in enumerate(self._input):
+            for i, dp in self._rounds(enumerate(self._input)):
                 yield self._call(*_datapoint_values(dp, i, self._signature))
+
+    def _dataset_batches(self) -> Iterator[Sequence[Any]]:
+        while True:
+            try:
+                yield self._call()
+            except tf.errors.OutOfRangeError:
+                return
 
     def __str__(self) -> str:
         return f"InferenceRunner({self._tower_name})"
@@ -450,9 +330,11 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         gpus: a number of devices or a list of GPU ids.
         tower_name: the towers' name prefix.
         tower_func: the tower function; the trainer's when None.
+        size: datapoints (batches) in a round at most, as for `InferenceRunner`.
 
     Raises:
-        TypeError, ValueError: bad arguments (``gpus`` as for ``resolve_devices``).
+        TypeError, ValueError: bad arguments (``gpus`` as for ``resolve_devices``); (in
+            ``setup_graph``) an infinite dataset without `size`.
     """
 
     def __init__(
@@ -462,8 +344,9 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         gpus: int | Sequence[int],
         tower_name: str = "InferenceTower",
         tower_func: Any = None,
+        size: int | None = None,
     ) -> None:
-        super().__init__(input, infs)
+        super().__init__(input, infs, size)
         if not isinstance(tower_name, str) or not tower_name:
             msg = f"'tower_name' must be a non-empty string; got {tower_name!r}"
             raise ValueError(msg)
@@ -522,14 +405,17 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
             yield from self._source.run(self._next)
         elif self._is_dataset:
             self.trainer.sess.run(self._iterator.initializer)
-            while True:
-                try:
-                    yield self._pull()
-                except tf.errors.OutOfRangeError:
-                    return
+            yield from self._rounds(self._pulled())
         else:
-            for i, dp in enumerate(self._input):
+            for i, dp in self._rounds(enumerate(self._input)):
                 yield _datapoint_values(dp, i, self._signature)
+
+    def _pulled(self) -> Iterator[list[Any]]:
+        while True:
+            try:
+                yield self._pull()
+            except tf.errors.OutOfRangeError:
+                return
 
     def _results(self) -> Iterator[Sequence[Any]]:
         n = len(self.devices)

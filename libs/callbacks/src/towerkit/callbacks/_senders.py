@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
+import os
+import signal
 import string
 import subprocess
 from collections.abc import Iterable
@@ -84,12 +87,73 @@ def fill_command(command: str, values: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def run_command(owner: object, command: str) -> int:
-    """Run a shell command; log its failure (training goes on) and return its exit status."""
-    result = subprocess.run(command, shell=True, check=False)
-    if result.returncode != 0:
-        logger.error("%s: command exited with status %d: %s", owner, result.returncode, command)
-    return result.returncode
+DEFAULT_COMMAND_TIMEOUT_S = 60.0
+"""How long `SendMonitorData` and `SendStat` let a command run by default, in seconds."""
+
+
+def check_timeout(value: Any, what: str) -> float | None:
+    """`value` as a timeout in seconds: a finite number > 0, or None (no limit).
+
+    Examples:
+        >>> check_timeout(5, "timeout")
+        5.0
+        >>> check_timeout(None, "timeout") is None
+        True
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        msg = f"'{what}' must be a number of seconds > 0 or None; got {type(value).__name__}"
+        raise TypeError(msg)
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        msg = f"'{what}' must be a number of seconds > 0 or None; got {value!r}"
+        raise ValueError(msg)
+    return seconds
+
+
+def run_command(owner: object, command: str, timeout: float | None = None) -> int | None:
+    """Run a shell command, at most `timeout` seconds; log a failure in one line, never raise.
+
+    The command runs in a session (process group) of its own, so a Ctrl-C at the
+    terminal goes to the training loop only, and a command still running after
+    `timeout` seconds is killed with all its processes.
+
+    Returns:
+        The command's exit status, or None when it could not start or was killed
+        after `timeout` seconds.
+    """
+    try:
+        proc = subprocess.Popen(command, shell=True, start_new_session=True)
+    except OSError as err:
+        logger.error("%s: command could not start (%s): %s", owner, err, command)
+        return None
+    try:
+        status = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        logger.error(
+            "%s: command still running after %g s (timeout): killed; training goes on: %s",
+            owner,
+            timeout,
+            command,
+        )
+        return None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    if status != 0:
+        logger.error("%s: command exited with status %d: %s", owner, status, command)
+    return status
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    """Kill the process group `proc` leads (the shell and what it started) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
 
 
 class SendMonitorData(MonitorBase):
@@ -97,22 +161,36 @@ class SendMonitorData(MonitorBase):
 
     The command is a format string whose fields are statistic names
     (``"notify {val-error}"``). Each time every one of ``names`` has received a value,
-    the command runs with the latest values, and the collection starts over. A
-    command that fails is logged; training goes on.
+    the command runs with the latest values, and the collection starts over. Training
+    waits for the command, at most `timeout` seconds: a command still running then is
+    killed (with every process it started). A command that fails, cannot start or is
+    killed is logged in one line naming it; training goes on.
 
     Args:
         command: the shell command, with ``{name}`` fields.
         names: the statistic name(s) to collect.
+        timeout: seconds a command may run (> 0), or None to wait for it however long
+            it takes. Default 60.
 
     Raises:
         ValueError: the command is not a valid template: a field that is not in
             ``names``, an unknown conversion, or a format spec that cannot format a
-            float (``{x:d}``); checked here, not at the first send.
+            float (``{x:d}``); checked here, not at the first send. Or a `timeout`
+            that is not > 0.
+
+    .. versionadded:: 0.2
+        `timeout`.
     """
 
-    def __init__(self, command: str, names: str | Iterable[str]) -> None:
+    def __init__(
+        self,
+        command: str,
+        names: str | Iterable[str],
+        timeout: float | None = DEFAULT_COMMAND_TIMEOUT_S,
+    ) -> None:
         self._names = _names(names)
         _check_command(command, self._names)
+        self._timeout = check_timeout(timeout, "timeout")
         self._command = command
         self._wanted = frozenset(self._names)
         self._values: dict[str, Any] = {}
@@ -123,7 +201,10 @@ class SendMonitorData(MonitorBase):
         self._values[name] = val
         if len(self._values) == len(self._wanted):
             values, self._values = self._values, {}
-            run_command(self, fill_command(self._command, values))
+            run_command(self, fill_command(self._command, values), self._timeout)
+
+    def __str__(self) -> str:
+        return f"SendMonitorData({self._command!r})"
 
 
 class SendStat(Callback):
@@ -135,21 +216,35 @@ class SendStat(Callback):
     Args:
         command: the shell command, with ``{name}`` fields.
         names: the statistic name(s) to send.
+        timeout: seconds a command may run before it is killed and logged (> 0), or
+            None for no limit. Default 60.
 
     Raises:
         MissingStatError: when triggered, a statistic was never put (the message
             lists those that were).
+
+    .. versionadded:: 0.2
+        `timeout`.
     """
 
-    def __init__(self, command: str, names: str | Iterable[str]) -> None:
+    def __init__(
+        self,
+        command: str,
+        names: str | Iterable[str],
+        timeout: float | None = DEFAULT_COMMAND_TIMEOUT_S,
+    ) -> None:
         self._names = _names(names)
         _check_command(command, self._names)
+        self._timeout = check_timeout(timeout, "timeout")
         self._command = command
 
     def _trigger(self) -> None:
         monitors = self.trainer.monitors
         values = {n: monitors.get_latest(n) for n in self._names}
-        run_command(self, fill_command(self._command, values))
+        run_command(self, fill_command(self._command, values), self._timeout)
+
+    def __str__(self) -> str:
+        return f"SendStat({self._command!r})"
 
 
 class CometMLMonitor(MonitorBase):

@@ -67,7 +67,7 @@ class Trainer:
     Ctrl-C (SIGINT) while the loop runs asks it to stop after the current step: the
     loop ends as with `StopTraining` (``after_train`` runs, monitors flush, the
     session closes), then ``KeyboardInterrupt`` is raised so the process ends. A
-    second Ctrl-C interrupts at once.
+    second Ctrl-C interrupts at once, a step waiting for an input too (``deferred_sigint``).
 
     Attributes:
         is_chief: whether this process is the chief worker; callbacks with
@@ -424,10 +424,13 @@ class Trainer:
                 interrupted = True
                 logger.warning("training interrupted at global step %d", self.global_step)
             except BaseException as err:
-                failed = feeder_failure(err, self._registered)
-                if failed is err:
-                    raise
-                raise failed from failed.__cause__
+                if not interrupt.aborted:  # else: a blocked step cancelled by the second Ctrl-C
+                    failed = feeder_failure(err, self._registered, self)
+                    if failed is err:
+                        raise
+                    raise failed from failed.__cause__
+                interrupted = True
+                logger.warning("training aborted at global step %d", self.global_step)
             finally:
                 interrupted = interrupted or interrupt.requested
                 self._finish(failed)

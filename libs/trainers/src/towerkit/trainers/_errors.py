@@ -33,3 +33,7 @@ class InputProducerError(RuntimeError):
 
 class LogdirLockedError(RuntimeError):
     """Another run (a live process, or one on another host) holds the log directory's lock."""
+
+
+class InputTimeoutError(InputProducerError):
+    """The iterable behind a Python input gave no datapoint within the input's ``timeout``."""

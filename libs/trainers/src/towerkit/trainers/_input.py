@@ -1,6 +1,6 @@
 """Inputs: the `InputSource` protocol, its implementations and the default prefetching."""
 
-from towerkit.trainers._errors import InputDataError, InputProducerError
+from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
 from towerkit.trainers._input_base import (
     InputSignatureError,
     InputSizeUnknownError,
@@ -24,6 +24,7 @@ __all__ = [
     "InputSizeUnknownError",
     "InputDataError",
     "InputProducerError",
+    "InputTimeoutError",
     "check_input_tensors",
     "spec_mismatches",
     "TFDatasetInput",

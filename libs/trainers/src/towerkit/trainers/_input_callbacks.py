@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -9,6 +10,7 @@ import tensorflow as tf
 
 from towerkit.callbacks import Callback, StopTraining
 from towerkit.towers.compat import tf1
+from towerkit.trainers._errors import InputDataError
 
 __all__ = ["InputSourceCallbacks", "depends_on", "fetched_ops"]
 
@@ -48,6 +50,16 @@ def depends_on(roots: Iterable[Any], targets: Iterable[Any]) -> bool:
     return False
 
 
+def _failed_nodes(message: str) -> list[str]:
+    """The node names TensorFlow's error `message` names as failing (``{{node NAME}}``).
+
+    Examples:
+        >>> _failed_nodes("End of sequence\\n\\t [[{{node IteratorGetNext}}]]")
+        ['IteratorGetNext']
+    """
+    return re.findall(r"\{\{node ([^}]+)\}\}", message)
+
+
 class _FetchDependency:
     """Remembers, per fetches object, whether running it runs some target ops."""
 
@@ -80,6 +92,8 @@ class InitializeInput(_InputCallback):
         reset: the source's ``reset_state``.
         ops: initializer ops (e.g. an iterator's initializer).
         feed: values to feed while running `ops` (e.g. arrays behind placeholders).
+        reads: the names of the ops that read the source's data (an iterator's
+            ``get_next``), to recognise the end of the data in an error.
     """
 
     def __init__(
@@ -88,11 +102,27 @@ class InitializeInput(_InputCallback):
         reset: Callable[[], None],
         ops: Sequence[Any],
         feed: Callable[[], dict[Any, Any] | None] | None = None,
+        reads: Sequence[str] = (),
     ) -> None:
         self._name = name
         self._reset = reset
         self._ops = list(ops)
         self._feed = feed
+        self._reads = reads
+
+    @property
+    def name(self) -> str:
+        """The source's description."""
+        return self._name
+
+    def ran_out(self, err: BaseException) -> bool:
+        """Whether `err` is the end of this source's data (an ``OutOfRangeError`` of its reads)."""
+        if not isinstance(err, tf.errors.OutOfRangeError):
+            return False
+        op = getattr(err, "op", None)
+        if op is not None:
+            return op.name in self._reads
+        return any(name in _failed_nodes(err.message) for name in self._reads)
 
     def _before_train(self) -> None:
         self._reset()
@@ -148,8 +178,11 @@ class FeedInputCallback(_InputCallback):
         try:
             return next(self._it)
         except StopIteration:
-            msg = f"{self._name}: the iterable yielded no datapoint in a whole pass"
-            raise RuntimeError(msg) from None
+            msg = (
+                f"{self._name}: the iterable yielded no datapoint in a whole pass; expected "
+                "datapoints (an empty list or DataFlow?)"
+            )
+            raise InputDataError(msg) from None
 
     def _before_run(self, run_context: Any) -> Any:
         if not self._depends(run_context.session.graph, run_context.original_args.fetches):

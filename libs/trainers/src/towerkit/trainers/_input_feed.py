@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -13,7 +14,9 @@ from tensorflow.core.protobuf import config_pb2
 
 from towerkit.callbacks import Callback
 from towerkit.trainers._datapoints import DatapointLayout, conform_datapoint
-from towerkit.trainers._errors import InputDataError, InputProducerError
+from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
+from towerkit.trainers._input_callbacks import InitializeInput
+from towerkit.trainers._interrupt import aborting, on_abort, remove_on_abort
 
 __all__ = ["InputFeeder", "QueueFeeder", "SwitchInterval"]
 
@@ -43,6 +46,13 @@ class QueueFeeder:
     the trainer raises the kept error instead of TensorFlow's. ``stop`` closes the
     queue, cancelling a blocked enqueue, and joins the thread.
 
+    With a `timeout`, a watchdog thread checks that the iterable gives each datapoint
+    (and starts each pass) within `timeout` seconds; when it does not, the failure is
+    an `InputTimeoutError` naming the input, the datapoint waited for and how long,
+    and the queue is closed, so the training step stops waiting once the queued
+    batches are used. While feeding, the second Ctrl-C closes the queue too (see
+    ``deferred_sigint``), so a step waiting on a blocked iterable is interrupted.
+
     Args:
         name: the input's description, used in messages and as the thread's name.
         iterable: re-iterable datapoints.
@@ -51,10 +61,14 @@ class QueueFeeder:
         enqueue: the op putting one datapoint into the queue.
         close: the op closing the queue, leaving queued datapoints to the dequeues.
         cancel: the op closing the queue and cancelling blocked enqueues.
+        timeout: seconds the iterable may take to give a datapoint, or None (no limit).
     """
 
     join_timeout_s = 10.0
     """How long ``stop`` waits for a producer busy in the iterable's code."""
+
+    stuck_join_timeout_s = 0.5
+    """How long ``stop`` waits after a timeout or an abort, when the producer is known stuck."""
 
     switch_interval_s: float | None = 1e-4
     """The interpreter's switch interval while feeding, in seconds (None: leave it)."""
@@ -68,8 +82,15 @@ class QueueFeeder:
         enqueue: Any,
         close: Any,
         cancel: Any,
+        timeout: float | None = None,
     ) -> None:
         self._name = name
+        self._timeout = timeout
+        self._waiting_since: float | None = None
+        self._position = (0, 0)
+        self._abort_token: int | None = None
+        self._watchdog: threading.Thread | None = None
+        self._fail_lock = threading.Lock()
         self._iterable = iterable
         self._layout = layout
         self._placeholders = list(placeholders)
@@ -112,7 +133,17 @@ class QueueFeeder:
         if self.switch_interval_s is not None:
             _SWITCH_INTERVAL.lower(self.switch_interval_s)
             self._switching = True
+        self._waiting_since = None
+        self._abort_token = on_abort(self._name, self._abort)
         self._thread.start()
+        if self._timeout is not None:
+            self._watchdog = threading.Thread(
+                target=self._watch,
+                args=(self._stopping, self._timeout),
+                name=f"watch {self._name}",
+                daemon=True,
+            )
+            self._watchdog.start()
 
     def stop(self) -> None:
         """Close the queue (cancelling a blocked enqueue) and wait for the thread to end."""
@@ -120,18 +151,59 @@ class QueueFeeder:
         if self._switching:
             self._switching = False
             _SWITCH_INTERVAL.restore()
+        if self._abort_token is not None:
+            remove_on_abort(self._abort_token)
+            self._abort_token = None
         if thread is None:
             return
         self._stopping.set()
         self._run_quietly(self._cancel_op)
-        thread.join(self.join_timeout_s)
+        if self._watchdog is not None:
+            self._watchdog.join()
+            self._watchdog = None
+        # A thread stuck in the iterable is not waited for after a timeout or an abort.
+        stuck = aborting() or isinstance(self._failure, InputTimeoutError)
+        waited = (
+            min(self.stuck_join_timeout_s, self.join_timeout_s) if stuck else self.join_timeout_s
+        )
+        thread.join(waited)
         if thread.is_alive():
             logger.warning(
-                "%s: the feeding thread is still busy in the iterable after %.0f s; it is a "
+                "%s: the feeding thread is still busy in the iterable after %.1f s; it is a "
                 "daemon thread and ends with the process",
                 self._name,
-                self.join_timeout_s,
+                waited,
             )
+
+    def _abort(self) -> None:
+        """The second Ctrl-C: close the queue so a step waiting on it returns."""
+        self._stopping.set()
+        self._run_quietly(self._cancel_op)
+
+    def _watch(self, stopping: threading.Event, timeout: float) -> None:
+        """Fail the input when the iterable takes longer than `timeout` s for a datapoint."""
+        wait = timeout
+        while not stopping.wait(wait):
+            since = self._waiting_since
+            if since is None:
+                wait = timeout
+                continue
+            waited = time.monotonic() - since
+            if waited < timeout:
+                wait = timeout - waited
+                continue
+            passes, count = self._position
+            what = (
+                f"datapoint #{count} of pass {passes}" if count else f"the start of pass {passes}"
+            )
+            msg = (
+                f"{self._name}: the iterable gave no datapoint for {waited:.1f} s "
+                f"(timeout={timeout:g} s), waiting for {what}; it is blocked or too slow: "
+                "fix the producer, or give IterableInput a larger 'timeout'"
+            )
+            stopping.set()
+            self._fail(InputTimeoutError(msg))
+            return
 
     def _run_quietly(self, op: Any) -> None:
         sess = self._sess
@@ -152,13 +224,20 @@ class QueueFeeder:
 
     def _produce(self, put: Callable[..., Any], stopping: threading.Event) -> None:
         layout = self._layout
+        timed = self._timeout is not None
+        clock = time.monotonic
         passes = 0
         while not stopping.is_set():
             passes += 1
             count = 0
+            if timed:
+                self._position = (passes, 0)
+                self._waiting_since = clock()
             it = iter(self._iterable)
             try:
                 for dp in it:
+                    if timed:
+                        self._waiting_since = None
                     try:
                         values = conform_datapoint(dp, layout)
                     except InputDataError as err:
@@ -177,7 +256,11 @@ class QueueFeeder:
                     count += 1
                     if stopping.is_set():
                         return
+                    if timed:
+                        self._position = (passes, count)
+                        self._waiting_since = clock()
             finally:
+                self._waiting_since = None
                 close = getattr(it, "close", None)
                 if callable(close):
                     close()
@@ -189,8 +272,17 @@ class QueueFeeder:
                 raise _DataFault(msg)
 
     def _fail(self, err: BaseException) -> None:
-        if isinstance(err, _DataFault):
-            failure: BaseException = err.kind(str(err))
+        with self._fail_lock:
+            if self._failure is not None:  # the first failure (e.g. a timeout) is kept
+                return
+            self._keep_failure(err)
+        self._run_quietly(self._close_op)
+
+    def _keep_failure(self, err: BaseException) -> None:
+        if isinstance(err, InputTimeoutError):
+            failure: BaseException = err
+        elif isinstance(err, _DataFault):
+            failure = err.kind(str(err))
             failure.__cause__ = err.__cause__
         else:
             msg = f"{self._name}: the iterable raised {type(err).__name__}: {err}"
@@ -198,7 +290,6 @@ class QueueFeeder:
             failure.__cause__ = err
         self._failure = failure
         logger.debug("%s: feeding stopped: %s", self._name, failure)
-        self._run_quietly(self._close_op)
 
 
 class SwitchInterval:
@@ -293,17 +384,41 @@ class InputFeeder(Callback):
         return f"InputFeeder({self._name})"
 
 
-def feeder_failure(err: BaseException, callbacks: Iterable[Any]) -> BaseException:
+def feeder_failure(
+    err: BaseException, callbacks: Iterable[Any], trainer: Any = None
+) -> BaseException:
     """The error to raise for `err`: an input's own error when its failure caused `err`.
 
     A Python-fed input whose feeding thread found bad data (or whose iterable
-    raised) closes its queue, so the step fails with TensorFlow's end-of-queue
-    error; the input's error (from its `InputFeeder` among `callbacks`) says what
-    really went wrong.
+    raised, or timed out) closes its queue, so the step fails with TensorFlow's
+    end-of-queue error; the input's error (from its `InputFeeder` among `callbacks`)
+    says what really went wrong. A dataset input that ran out of data (a pass with
+    no element: the dataset is repeated, so only an empty one ends) becomes an
+    `InputDataError` naming it. With `trainer`, the message says where the loop was.
     """
     if not isinstance(err, tf.errors.OpError):
         return err
+    failure: BaseException | None = None
     for cb in callbacks:
         if isinstance(cb, InputFeeder) and cb.input_failure() is not None:
-            return cb.input_failure()  # type: ignore[return-value]
-    return err
+            failure = cb.input_failure()
+            break
+        if isinstance(cb, InitializeInput) and cb.ran_out(err):
+            failure = InputDataError(
+                f"{cb.name}: the dataset ran out of data: a whole pass over it gave no "
+                "element (the dataset is repeated after each pass, so only an empty pass "
+                "ends it: an empty dataset, or a filter that keeps nothing)"
+            )
+            failure.__cause__ = err
+            break
+    if failure is None:
+        return err
+    if trainer is None:
+        return failure
+    where = (
+        f" [at epoch {trainer.epoch_num}, step {trainer.local_step} of "
+        f"{trainer.steps_per_epoch} (0-based), global step {trainer.global_step}]"
+    )
+    located = type(failure)(f"{failure}{where}")
+    located.__cause__ = failure.__cause__
+    return located

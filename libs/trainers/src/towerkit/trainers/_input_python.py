@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -26,6 +27,19 @@ from towerkit.trainers._input_sources import (
 )
 
 logger = logging.getLogger("towerkit.trainers")
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        msg = f"'timeout' of IterableInput must be a number of seconds > 0 or None; got {type(timeout).__name__}"
+        raise TypeError(msg)
+    if not (math.isfinite(timeout) and timeout > 0):
+        msg = f"'timeout' of IterableInput must be a number of seconds > 0 or None; got {timeout!r}"
+        raise ValueError(msg)
+    return float(timeout)
+
 
 __all__ = ["IterableInput", "DummyConstantInput", "FeedInput"]
 
@@ -56,18 +70,34 @@ class IterableInput(InputSource):
     this input, the datapoint, what the signature expects and what came. Components
     are cast within their kind (``float64`` to ``float32``, ``int64`` to ``int32``).
 
+    A producer that blocks never hangs training silently: with `timeout`, an iterable
+    that gives no datapoint for `timeout` seconds stops training with
+    `InputTimeoutError`, naming this input, the datapoint it waited for and how long
+    (the batches already queued are trained on first); without it, training waits,
+    and Ctrl-C works as documented for the trainer: the first asks training to stop
+    after the step, the second aborts it, even while the step waits for this input.
+
     Args:
         iterable: re-iterable datapoints (not a one-pass iterator).
         prefetch: batches the queue holds, >= 1 (``tf.data.AUTOTUNE``: 8).
+        timeout: seconds the iterable may take to give one datapoint (or to start a
+            pass), > 0; None (the default) waits however long it takes.
 
     Raises:
         TypeError: `iterable` is not re-iterable.
+        ValueError: a `timeout` that is not > 0.
+
+    .. versionadded:: 0.2
+        `timeout`.
     """
 
     _default_capacity = 8
 
-    def __init__(self, iterable: Iterable[Any], *, prefetch: int = 8) -> None:
+    def __init__(
+        self, iterable: Iterable[Any], *, prefetch: int = 8, timeout: float | None = None
+    ) -> None:
         _check_reiterable(iterable, "iterable")
+        self._timeout = _check_timeout(timeout)
         checked = _check_prefetch(prefetch)
         if checked is None:
             msg = "'prefetch' of IterableInput must be an int >= 1 or tf.data.AUTOTUNE; got None"
@@ -82,6 +112,11 @@ class IterableInput(InputSource):
         """The datapoints."""
         return self._iterable
 
+    @property
+    def timeout(self) -> float | None:
+        """Seconds the iterable may take to give a datapoint; None: no limit."""
+        return self._timeout
+
     def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
         with tf.device(_INPUT_DEVICE), tf1.name_scope("IterableInput"):
             queue = tf1.FIFOQueue(self._capacity, [s.dtype for s in specs], name="queue")
@@ -94,6 +129,7 @@ class IterableInput(InputSource):
                 queue.enqueue(placeholders, name="enqueue"),
                 queue.close(cancel_pending_enqueues=False, name="close"),
                 queue.close(cancel_pending_enqueues=True, name="cancel"),
+                timeout=self._timeout,
             )
         self._queue = queue
 

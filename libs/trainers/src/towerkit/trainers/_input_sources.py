@@ -201,6 +201,7 @@ class _IteratorInput(InputSource):
         return False
 
     def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
+        self._reads: list[str] = []
         with tf.device(_INPUT_DEVICE):
             dataset = _to_signature(self._make_dataset(specs), specs, str(self))
             # A pipeline that ends in a repeat makes every get_next hop to another thread:
@@ -219,12 +220,18 @@ class _IteratorInput(InputSource):
 
     def _get_input_tensors(self) -> list[tf.Tensor]:
         with tf.device(_INPUT_DEVICE):
-            return list(self._iterator.get_next())
+            got = list(self._iterator.get_next())
+        self._reads.extend(t.op.name for t in got[:1])
+        return got
 
     def _get_callbacks(self) -> list[Callback]:
         return [
             InitializeInput(
-                str(self), self.reset_state, [self._iterator.initializer], self._init_feed
+                str(self),
+                self.reset_state,
+                [self._iterator.initializer],
+                self._init_feed,
+                reads=tuple(self._reads),
             )
         ]
 
@@ -291,6 +298,13 @@ class TFDatasetInput(_IteratorInput):
         if self._card_tensor is None:
             return False
         n = _cardinality_value(self._card_tensor)
+        if n == 0:
+            msg = (
+                f"{self}: the dataset is empty (its cardinality is 0): there is nothing to "
+                "train on; check how it is built (a take(0), a batch with drop_remainder "
+                "larger than the data, a skip past its end)"
+            )
+            raise ValueError(msg)
         self._card = n if n is not None and n >= 0 else None
         self._card_known = True
         return n == tf.data.INFINITE_CARDINALITY

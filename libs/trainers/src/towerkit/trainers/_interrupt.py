@@ -1,15 +1,63 @@
-"""Ctrl-C during training: the first SIGINT asks the loop to stop at the next step boundary."""
+"""Ctrl-C during training: the first SIGINT asks the loop to stop at the next step boundary.
+
+Python runs signal handlers in the main thread, between bytecodes: a main thread blocked
+in a session call (a step waiting for data that never comes) would never see them. So
+while the loop runs, a watcher thread also learns of each SIGINT, through the wakeup
+file descriptor that the interpreter writes a byte to when a signal arrives
+(``signal.set_wakeup_fd``), and acts for a blocked main thread: it logs the first
+Ctrl-C at once, and on the second it cancels the waits registered with `on_abort`
+(an input's queue), so the blocked call returns and ``KeyboardInterrupt`` is raised.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import select
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
+
 logger = logging.getLogger("towerkit.trainers")
+
+ABORT_GRACE_S = 10.0
+"""Seconds the main thread has, after the second Ctrl-C, to leave a blocked call before
+the process exits with status 130."""
+
+
+@attrs.frozen(kw_only=True)
+class SigintStep:
+    """What one more SIGINT does, given how many arrived before it.
+
+    Attributes:
+        count: SIGINTs so far, this one included (1-based).
+        request_stop: the loop is to stop after the current step (the first SIGINT).
+        abort: stop at once (the second SIGINT and later).
+    """
+
+    count: int
+    request_stop: bool
+    abort: bool
+
+
+def sigint_step(before: int) -> SigintStep:
+    """The effect of a SIGINT after `before` earlier ones: stop after the step, then abort.
+
+    Examples:
+        >>> sigint_step(0)
+        SigintStep(count=1, request_stop=True, abort=False)
+        >>> sigint_step(1).abort
+        True
+    """
+    if before < 0:
+        msg = f"'before' must be a count of SIGINTs >= 0; got {before}"
+        raise ValueError(msg)
+    count = before + 1
+    return SigintStep(count=count, request_stop=count == 1, abort=count >= 2)
 
 
 class InterruptState:
@@ -19,12 +67,174 @@ class InterruptState:
         requested: True once the first SIGINT arrived; the loop then ends after the
             step (or epoch phase) it is in, runs ``after_train``, closes the session,
             and raises ``KeyboardInterrupt``.
+        aborted: True once the second SIGINT arrived: ``KeyboardInterrupt`` is raised
+            in the main thread at once (after the waits registered with `on_abort`
+            are cancelled, when it was blocked in one).
+        raised: True once that ``KeyboardInterrupt`` has been raised.
+        signals: the SIGINTs counted so far.
     """
 
-    __slots__ = ("requested",)
+    __slots__ = ("aborted", "raised", "requested", "signals")
 
     def __init__(self) -> None:
         self.requested = False
+        self.aborted = False
+        self.raised = False
+        self.signals = 0
+
+
+# -- waits that the second Ctrl-C cancels -------------------------------------------------
+
+_ABORT_LOCK = threading.Lock()
+_ABORT_ACTIONS: dict[int, tuple[str, Callable[[], None]]] = {}
+_ABORTING = threading.Event()
+_NEXT_TOKEN = [0]
+
+
+def on_abort(name: str, action: Callable[[], None]) -> int:
+    """Register `action`, which unblocks a wait of the step (e.g. closes an input's queue).
+
+    The second Ctrl-C runs every registered action, from another thread than the main
+    one, so a main thread blocked in that wait returns.
+
+    Returns:
+        A token for `remove_on_abort`.
+    """
+    with _ABORT_LOCK:
+        _NEXT_TOKEN[0] += 1
+        token = _NEXT_TOKEN[0]
+        _ABORT_ACTIONS[token] = (name, action)
+    return token
+
+
+def remove_on_abort(token: int) -> None:
+    """Forget the action registered under `token` (no error when it is gone)."""
+    with _ABORT_LOCK:
+        _ABORT_ACTIONS.pop(token, None)
+
+
+def aborting() -> bool:
+    """Whether a second Ctrl-C is aborting training now (threads are then not waited for)."""
+    return _ABORTING.is_set()
+
+
+def _run_abort_actions() -> None:
+    with _ABORT_LOCK:
+        actions = list(_ABORT_ACTIONS.values())
+    for name, action in actions:
+        try:
+            action()
+        except Exception:
+            logger.exception("%s: unblocking it after the second Ctrl-C failed", name)
+
+
+# -- the watcher -----------------------------------------------------------------------
+
+_FIRST = "signal %d: training stops after the current step (press Ctrl-C again to abort now)"
+_AGAIN = "signal %d again: training aborts now"
+
+
+class _Watcher:
+    """Count SIGINTs from the interpreter's wakeup fd, in the main thread's handler or a thread."""
+
+    def __init__(self, state: InterruptState) -> None:
+        self._state = state
+        self._lock = threading.RLock()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._stop_read, self._stop_write = os.pipe()
+        self._thread: threading.Thread | None = None
+        self._left = threading.Event()
+
+    def install(self) -> bool:
+        """Take the wakeup fd and start the thread; False when someone else holds the fd."""
+        try:
+            old = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        except (ValueError, OSError) as err:
+            logger.debug("Ctrl-C watcher not installed: %s", err)
+            self._close()
+            return False
+        if old != -1:
+            signal.set_wakeup_fd(old)
+            self._close()
+            return False
+        self._thread = threading.Thread(target=self._run, name="towerkit Ctrl-C", daemon=True)
+        self._thread.start()
+        return True
+
+    def uninstall(self) -> None:
+        """Give the wakeup fd back and end the thread."""
+        signal.set_wakeup_fd(-1)
+        self._left.set()
+        os.write(self._stop_write, b"x")
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self._close()
+
+    def _close(self) -> None:
+        for fd in (self._read, self._write, self._stop_read, self._stop_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def handle(self, in_main: bool) -> None:
+        """Take the SIGINTs that arrived; in the main thread, raise once aborting."""
+        state = self._state
+        abort_now = False
+        notes = []
+        with self._lock:
+            try:
+                data = os.read(self._read, 4096)
+            except OSError:
+                data = b""
+            for _ in range(data.count(signal.SIGINT)):
+                step = sigint_step(state.signals)
+                state.signals = step.count
+                if step.request_stop:
+                    state.requested = True
+                    notes.append(_FIRST)
+                elif step.abort and not state.aborted:
+                    state.aborted = abort_now = True
+                    _ABORTING.set()
+                    notes.append(_AGAIN)
+            raise_now = in_main and state.aborted and not state.raised
+            if raise_now:
+                state.raised = True
+        # Logged outside the lock: the main thread may hold a logging lock when its
+        # handler runs.
+        for note in notes:
+            logger.warning(note, signal.SIGINT)
+        if raise_now:
+            raise KeyboardInterrupt
+        if abort_now and not in_main:
+            self._abort()
+
+    def _abort(self) -> None:
+        """In the watcher thread: unblock the main thread, and exit if it stays blocked."""
+        _run_abort_actions()
+        if self._left.wait(ABORT_GRACE_S) or self._state.raised:
+            return
+        logger.error(
+            "training is still blocked %.0f s after the second Ctrl-C, in a call Python "
+            "cannot interrupt: the process exits now (status 130)",
+            ABORT_GRACE_S,
+        )
+        logging.shutdown()
+        os._exit(130)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                ready, _, _ = select.select([self._read, self._stop_read], [], [])
+            except (OSError, ValueError):
+                return
+            if self._stop_read in ready:
+                return
+            self.handle(in_main=False)
+
+    def raised_or_left(self) -> None:
+        """The main thread raised the abort, or the loop is over: no exit is needed."""
+        self._left.set()
 
 
 @contextlib.contextmanager
@@ -33,9 +243,12 @@ def deferred_sigint() -> Iterator[InterruptState]:
 
     Python's default handler raises ``KeyboardInterrupt`` wherever the main thread
     is, which may be halfway through a callback writing a file. Inside this
-    context the first SIGINT only sets ``requested``; the training loop checks it
-    between steps. A second SIGINT raises ``KeyboardInterrupt`` immediately, for a
-    step that hangs.
+    context the first SIGINT only sets ``requested`` (and logs it at once); the
+    training loop checks it between steps. A second SIGINT raises
+    ``KeyboardInterrupt`` immediately, for a step that hangs: a step blocked waiting
+    for an input registered with `on_abort` is unblocked first, and a step blocked
+    anywhere else Python cannot reach makes the process exit with status 130 after
+    `ABORT_GRACE_S` seconds.
 
     The handler is installed only in the main thread and only when SIGINT still has
     Python's default handler (a handler the user installed is left alone); the
@@ -52,19 +265,31 @@ def deferred_sigint() -> Iterator[InterruptState]:
         yield state
         return
 
+    watcher: _Watcher | None = _Watcher(state)
+    if not watcher.install():  # type: ignore[union-attr]
+        watcher = None
+
     def handler(signum: int, frame: Any) -> None:
         del frame
-        if state.requested:
+        if watcher is not None:
+            watcher.handle(in_main=True)
+            return
+        step = sigint_step(state.signals)
+        state.signals = step.count
+        if step.abort:
+            state.aborted = state.raised = True
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         state.requested = True
-        logger.warning(
-            "signal %d: training stops after the current step (press Ctrl-C again to abort now)",
-            signum,
-        )
+        logger.warning(_FIRST, signum)
 
+    _ABORTING.clear()
     signal.signal(signal.SIGINT, handler)
     try:
         yield state
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if watcher is not None:
+            watcher.raised_or_left()
+            watcher.uninstall()
+        _ABORTING.clear()
