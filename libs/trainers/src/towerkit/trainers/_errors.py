@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LogdirNotEmptyError(FileExistsError):
     """A fresh run was asked to write into a log directory that already holds files."""
@@ -29,3 +31,15 @@ class InputDataError(ValueError):
 
 class InputProducerError(RuntimeError):
     """The iterable behind a Python input raised while producing datapoints; the cause is its error."""
+
+
+class TaskLostError(CollectiveError):
+    """A task of the cluster died or stopped answering; the message names it.
+
+    Attributes:
+        task: the ``TaskAddress`` of the task lost.
+    """
+
+    def __init__(self, message: str, task: Any) -> None:
+        super().__init__(message)
+        self.task = task
