@@ -363,7 +363,8 @@ def iter_firings(description: Description) -> Iterator[Any]:
     Examples:
         >>> d = load_description({"steps_per_epoch": 1000, "max_epoch": 99_999},
         ...                      [{"name": "every step", "every_k_steps": 1}])
-        >>> [f.global_step for f in itertools.islice(iter_firings(d), 3)]
+        >>> from itertools import islice
+        >>> [f.global_step for f in islice(iter_firings(d), 3)]
         [1, 2, 3]
     """
     spec = description.loop

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
-from towerkit.callbacks._loop import EventKind, LoopEvent, loop_events
+from towerkit.callbacks._loop import EventKind, LoopEvent, check_bounds, loop_events
 from towerkit.callbacks._schedules import OnSchedule, scheduled_value
 from towerkit.callbacks._triggers import EveryK, Trigger, fires
 
@@ -202,6 +202,7 @@ def iter_timeline(
         >>> [f.global_step for f in islice(iter_timeline([every_step], 1, 99_999, 1000), 3)]
         [1, 2, 3]
     """
+    check_bounds(starting_epoch, max_epoch, steps_per_epoch)
     entries = _entries(callbacks_or_triggers, on_unknown)
     wanted = frozenset(k for e in entries for k in e.kinds)
     events = loop_events(
