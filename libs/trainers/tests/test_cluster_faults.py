@@ -35,17 +35,19 @@ ROLES = [("ps", 0), ("worker", 0), ("worker", 1)]
 class Cluster:
     """The three processes of a job that would train for 100,000 epochs, output to files."""
 
-    def __init__(self, tmp_path: Path, trainer: str = "ps") -> None:
+    def __init__(
+        self, tmp_path: Path, trainer: str = "ps", roles=ROLES, timeouts: str = TIMEOUTS
+    ) -> None:
         self.ports = free_ports(3)
         self.address = dict(zip(ROLES, (f"127.0.0.1:{p}" for p in self.ports)))
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         self.logs = {key: tmp_path / f"{key[0]}{key[1]}.log" for key in ROLES}
         self.procs = {}
-        for role, task in ROLES:
+        for role, task in roles:
             argv = [sys.executable, str(SCRIPT), role, str(task)]
             argv += ["--ports", ",".join(map(str, self.ports)), "--trainer", trainer]
             argv += ["--logdir-base", str(tmp_path), "--max-epoch", "100000"]
-            argv += ["--timeouts", TIMEOUTS]
+            argv += ["--timeouts", timeouts]
             with open(self.logs[(role, task)], "w") as out:
                 self.procs[(role, task)] = subprocess.Popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -55,7 +57,7 @@ class Cluster:
         return self.logs[key].read_text(errors="replace")
 
     def outputs(self) -> dict:
-        return {key: self.output(key) for key in ROLES}
+        return {key: self.output(key) for key in self.procs}
 
     def wait_until(self, what, limit: float, message: str) -> None:
         end = time.monotonic() + limit
@@ -170,3 +172,29 @@ class TestTaskKilled:
         assert job.procs[("ps", 0)].poll() is None
         assert job.procs[("worker", 0)].poll() is None
         assert not lost.search(job.output(("worker", 0)))
+
+
+@pytest.mark.slow
+def test_chief_never_starts(tmp_path):
+    """Without a chief, worker 1 stops waiting for it and the ps for both, naming them."""
+    if 0 < visible_gpu_count() < 2:
+        pytest.skip("2 towers per worker need 2 visible GPUs, or none")
+    roles = [("ps", 0), ("worker", 1)]
+    job = Cluster(tmp_path, roles=roles, timeouts="1,5,5,20")
+    try:
+        job.wait_until(
+            lambda: all(p.poll() is not None for p in job.procs.values()),
+            START_LIMIT,
+            "the ps and worker 1 did not end without a chief",
+        )
+        chief = naming("worker", 0, job.address[("worker", 0)])
+        other = job.output(("worker", 1))
+        assert job.procs[("worker", 1)].returncode != 0, other
+        line = one_line(other, chief)
+        assert line.endswith("died before initializing the variables: never came up within 20 s")
+        ps = job.output(("ps", 0))
+        assert job.procs[("ps", 0)].returncode != 0, ps
+        assert one_line(ps, chief).startswith("towerkit.trainers._errors.TaskLostError: ps task 0")
+        assert naming("worker", 1, job.address[("worker", 1)]).search(ps), ps
+    finally:
+        job.stop_all()

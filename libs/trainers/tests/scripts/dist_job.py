@@ -1,7 +1,7 @@
 """One process of a TensorFlow-runtime distributed job on 127.0.0.1; prints a JSON report.
 
 Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 --trainer ps|replicated --logdir-base DIR
---max-epoch E [--timeouts CHECK,DEAD,CLOSE]``. ROLE is ``ps`` or ``worker``. A worker prints
+--max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START]]``. ROLE is ``ps`` or ``worker``. A worker prints
 ``DIST-TRAINING`` after its first step; each process prints ``DIST-REPORT {json}`` at the end.
 """
 
@@ -59,12 +59,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trainer", choices=["ps", "replicated"], required=True)
     parser.add_argument("--logdir-base", required=True)
     parser.add_argument("--max-epoch", type=int, default=3)
-    parser.add_argument("--timeouts", help="check_every,dead_after,close_seconds")
+    parser.add_argument("--timeouts", help="check_every,dead_after,close_seconds[,start_within]")
     args = parser.parse_args(argv)
     timeouts = None
     if args.timeouts:
-        check, dead, close = map(float, args.timeouts.split(","))
-        timeouts = ClusterTimeouts(check_every=check, dead_after=dead, close_seconds=close)
+        check, dead, close, *start = map(float, args.timeouts.split(","))
+        timeouts = ClusterTimeouts(
+            check_every=check,
+            dead_after=dead,
+            close_seconds=close,
+            start_within=start[0] if start else 600,
+        )
     ps_port, *worker_ports = args.ports.split(",")
     cluster = tf1.train.ClusterSpec(
         {

@@ -10,7 +10,17 @@ from typing import Any
 import tensorflow as tf
 
 from towerkit.towers.compat import tf1
-from towerkit.trainers._health import ClusterTimeouts, ClusterWatch, TaskLostError, task_addresses
+from towerkit.trainers._health import (
+    ClusterTimeouts,
+    ClusterWatch,
+    LivenessState,
+    TaskAddress,
+    TaskLostError,
+    dead_tasks,
+    is_up,
+    observe,
+    task_addresses,
+)
 from towerkit.trainers._sesscreate import NewSessionCreator
 
 __all__ = ["DONE_QUEUE", "serve_parameters"]
@@ -149,6 +159,8 @@ class _DistributedSessionCreator:
         local_init: Sequence[Any],
         timeout: float,
         chief_done: tuple[Any, Any, Any],
+        chief: TaskAddress | None = None,
+        timeouts: ClusterTimeouts | None = None,
     ) -> None:
         self._target = target
         self._config = config
@@ -159,6 +171,20 @@ class _DistributedSessionCreator:
         # (initializer, is-initialized, value) of the flag the chief raises once its
         # session_init has run: only then are the global values final.
         self._done_init, self._done_exists, self._done_value = chief_done
+        self._chief = chief
+        self._timeouts = ClusterTimeouts() if timeouts is None else timeouts
+
+    def _check_chief(self, state: LivenessState) -> LivenessState:
+        """One health check of the chief while waiting; raise when it is dead."""
+        if self._chief is None:
+            return state
+        up = is_up(self._chief.address, min(self._timeouts.check_every, 5.0))
+        state = observe(state, self._chief, up, time.monotonic())
+        for task, why in dead_tasks(state, [self._chief], time.monotonic(), self._timeouts):
+            msg = f"the chief, {task}, died before initializing the variables: {why}"
+            logger.error("%s", msg)
+            raise TaskLostError(msg, task)
+        return state
 
     def _chief_finished(self, sess: Any) -> bool:
         return bool(sess.run(self._done_exists)) and bool(sess.run(self._done_value))
@@ -173,10 +199,16 @@ class _DistributedSessionCreator:
         sess = tf1.Session(target=self._target, graph=graph, config=self._config)
         deadline = time.monotonic() + self._timeout
         waited = False
+        state = LivenessState(since=time.monotonic())
         while True:
             pending = sess.run(self._ready_op)
             if len(pending) == 0 and self._chief_finished(sess):
                 break
+            try:
+                state = self._check_chief(state)
+            except TaskLostError:
+                sess.close()
+                raise
             if time.monotonic() > deadline:
                 sess.close()
                 names = [p.decode() if isinstance(p, bytes) else str(p) for p in pending[:10]]

@@ -298,6 +298,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             local_init,
             self.WAIT_FOR_CHIEF_SECONDS,
             chief_done,
+            chief=task_addresses(self._cluster.as_dict(), ["worker"])[0],
+            timeouts=self.timeouts,
         )
         if not self.is_chief and session_init is not None:
             logger.info("worker %d: session_init runs on the chief only: skipped", self._task)

@@ -126,6 +126,12 @@ def task_addresses(
     return tuple(out)
 
 
+def _sightings(
+    values: Iterable[tuple[TaskAddress, float]],
+) -> tuple[tuple[TaskAddress, float], ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True)
 class LivenessState:
     """What the health checks have seen so far.
@@ -136,7 +142,7 @@ class LivenessState:
     """
 
     since: float
-    last_seen: tuple[tuple[TaskAddress, float], ...] = attrs.field(default=(), converter=tuple)
+    last_seen: tuple[tuple[TaskAddress, float], ...] = attrs.field(default=(), converter=_sightings)
 
 
 def observe(state: LivenessState, task: TaskAddress, up: bool, now: float) -> LivenessState:
