@@ -108,8 +108,9 @@ class TestDeadTasks:
         """A task seen up is dead exactly when silent for more than dead_after."""
         timeouts = ClusterTimeouts(dead_after=dead_after)
         state = observe(LivenessState(since=0.0), task, True, seen_at)
-        dead = dead_tasks(state, [task], seen_at + later, timeouts)
-        assert bool(dead) == (later > dead_after)
+        now = seen_at + later
+        dead = dead_tasks(state, [task], now, timeouts)
+        assert bool(dead) == (now - seen_at > dead_after)
         if dead:
             assert dead[0][0] == task
             assert dead[0][1].startswith("unreachable for ")
