@@ -102,8 +102,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     ``trainer.global_step`` counts from the value it found at start). When
     training loop ends, normally or not, each worker checks in on every parameter
     server, so `serve_parameters` returns once all have and every process exits (a
-    worker that fails before its loop starts never checks in: give
-    `serve_parameters` a timeout).
+    worker that fails before its loop starts never checks in: once its process has
+    ended, `serve_parameters` finds it dead and says so).
 
     Without GPUs, towers go to logical CPU devices ``/job:worker/task:<i>/cpu:<k>``:
     create each worker's server with a config that has them, e.g.
