@@ -112,6 +112,23 @@ class TestTimelineTool:
             ("learning_rate", 6, 0.01),
         ]
 
+    def test_limit_on_a_huge_run(self, tmp_path):
+        """``--limit 3`` on 1,000 steps x 99,999 epochs with a per-step trigger prints 3 firings."""
+        path = tmp_path / "huge.toml"
+        path.write_text(
+            "[loop]\nsteps_per_epoch = 1000\nmax_epoch = 99999\n\n"
+            '[[callbacks]]\nname = "every_step"\nevery_k_steps = 1\n',
+            encoding="utf-8",
+        )
+        done = run_python(TIMELINE_RUN, str(path), "--limit", "3")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert [line.split()[:4] for line in lines[2:5]] == [
+            ["1", str(step), str(step - 1), "trigger_step"] for step in (1, 2, 3)
+        ]
+        assert lines[5] == "... stopped after 3 firings (--limit 3): later ones are not computed"
+        assert lines[-1].startswith("every_step (PeriodicTrigger): 3 times")
+
     def test_bad_description(self, tmp_path):
         """A bad description fails with an error line, still without TensorFlow."""
         path = tmp_path / "run.toml"

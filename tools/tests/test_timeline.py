@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import textwrap
@@ -13,10 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import run_blocked
 
+from towerkit.callbacks import loop_events, timeline_firings
 from towerkit.tools.timeline import (
     Description,
     LoopSpec,
     entry_from_table,
+    iter_firings,
     load_description,
     main,
     periodic_callback_rule,
@@ -294,10 +297,76 @@ class TestRender:
         ]
 
     def test_limit(self):
-        """--limit truncates the table and says how many lines were left out."""
+        """--limit truncates the table, says the rest is not computed, and sums up what it shows."""
         d = load_description({"steps_per_epoch": 1, "max_epoch": 5}, [{"name": "saver"}])
-        text = render_text(d, run_timeline(d), limit=2)
-        assert "... 3 more firings not shown (--limit 2)" in text
+        text = render_text(d, iter_firings(d), limit=2)
+        assert "... stopped after 2 firings (--limit 2): later ones are not computed" in text
+        assert text.splitlines()[-2:] == [
+            "in the first 2 firings:",
+            "saver (Callback): 2 times, first at epoch 1 (global step 1), last at epoch 2 (global step 2)",
+        ]
+
+    def test_limit_not_reached(self):
+        """A limit above the number of firings shows them all, with the full summary."""
+        d = load_description({"steps_per_epoch": 1, "max_epoch": 3}, [{"name": "saver"}])
+        assert render_text(d, iter_firings(d), limit=10) == render_text(d, run_timeline(d))
+
+    def test_limit_walks_only_to_the_limit(self):
+        """A per-step trigger over 1,000 steps x 99,999 epochs: --limit 3 reads a few events only."""
+        d = load_description(
+            {"steps_per_epoch": 1000, "max_epoch": 99_999},
+            [{"name": "every_step", "every_k_steps": 1}, {"name": "saver"}],
+        )
+        read = []
+
+        def counted(events):
+            for event in events:
+                read.append(event)
+                yield event
+
+        spec = d.loop
+        kinds = {k for e in d.entries for k in e.kinds}
+        events = loop_events(spec.starting_epoch, spec.max_epoch, spec.steps_per_epoch, kinds=kinds)
+        text = render_text(d, timeline_firings(d.entries, counted(events)), limit=3)
+        assert [line.split()[1] for line in text.splitlines()[2:5]] == ["1", "2", "3"]
+        assert "global steps 1..99999000 (99999000 steps)" in text
+        # before_train and the three trigger_step events of steps 1..3: nothing further
+        assert [(e.kind.value, e.global_step) for e in read] == [
+            ("before_train", 0),
+            ("trigger_step", 1),
+            ("trigger_step", 2),
+            ("trigger_step", 3),
+        ]
+
+    def test_json_limit(self):
+        """--json with a limit holds that many firings; 'complete' says the run was walked to its end."""
+        d = load_description({"steps_per_epoch": 1, "max_epoch": 5}, [{"name": "saver"}])
+        cut = json.loads(render_json(d, iter_firings(d), limit=2))
+        full = json.loads(render_json(d, iter_firings(d), limit=6))
+        assert (len(cut["firings"]), cut["complete"], cut["summary"][0]["count"]) == (2, False, 2)
+        assert (len(full["firings"]), full["complete"], full["summary"][0]["count"]) == (5, True, 5)
+        assert json.loads(render_json(d, iter_firings(d)))["complete"]
+
+    @given(
+        st.integers(1, 6),
+        st.integers(1, 5),
+        st.integers(1, 4),
+        st.integers(1, 3),
+        st.integers(0, 20),
+    )
+    def test_lazy_equals_eager(self, spe, max_epoch, k_steps, k_epochs, limit):
+        """The first `limit` lazy firings are the first `limit` of the whole list."""
+        d = load_description(
+            {"steps_per_epoch": spe, "max_epoch": max_epoch},
+            [
+                {"name": "steps", "every_k_steps": k_steps},
+                {"name": "epochs", "type": "PeriodicCallback", "every_k_epochs": k_epochs},
+                {"name": "lr", "schedule": [[1, 0.1], [3, 0.01]], "interp": "linear"},
+            ],
+        )
+        eager = run_timeline(d)
+        assert list(itertools.islice(iter_firings(d), limit)) == eager[:limit]
+        assert summarize(d, iter_firings(d)) == summarize(d, eager)
 
     def test_json_round_trip(self):
         """The JSON document holds the loop, the firings and the summary."""

@@ -1,5 +1,7 @@
 """HookedSession: callbacks' before_run/after_run around session calls."""
 
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -103,6 +105,18 @@ class TestHookedSession:
 
         hs = HookedSession(sess, [Stopper()])
         assert not hs.should_stop()
+        hs.run(model["inc"])
+        assert hs.should_stop()
+
+    def test_request_stop_from_another_thread(self, sess, model):
+        """request_stop() called from another thread makes should_stop() true; runs still work."""
+        hs = HookedSession(sess, [])
+        hs.run(model["inc"])
+        assert not hs.should_stop()
+        worker = threading.Thread(target=hs.request_stop)
+        worker.start()
+        worker.join()
+        assert hs.should_stop()
         hs.run(model["inc"])
         assert hs.should_stop()
 

@@ -1,5 +1,6 @@
 """The pure timeline: when each callback fires, without TensorFlow, checked against real loops."""
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -24,9 +25,11 @@ from towerkit.callbacks import (
     TimelineEntry,
     fires,
     format_timeline,
+    iter_timeline,
     loop_events,
     timeline,
     timeline_entry,
+    timeline_firings,
 )
 from towerkit.towers.compat import tf1
 
@@ -54,6 +57,47 @@ class TestTimeline:
             if e.kind in it.kinds and fires(it.trigger, e)
         ]
         assert [(f.kind, f.epoch_num, f.local_step, f.global_step, f.name) for f in got] == want
+
+    @given(
+        st.lists(st.tuples(triggers(max_leaves=3), kinds), min_size=1, max_size=3),
+        loop_params(),
+        st.integers(0, 40),
+    )
+    def test_lazy_equals_eager(self, entries, params, n):
+        """`iter_timeline` yields the firings `timeline` lists; its first n are the list's first n."""
+        starting, max_epoch, steps, start_gs = params
+        items = [
+            TimelineEntry(name=f"t{i}", trigger=t, kinds=sorted(k))
+            for i, (t, k) in enumerate(entries)
+        ]
+        eager = timeline(items, starting, max_epoch, steps, start_global_step=start_gs)
+        lazy = iter_timeline(items, starting, max_epoch, steps, start_global_step=start_gs)
+        assert list(itertools.islice(lazy, n)) == eager[:n]
+        assert list(lazy) == eager[n:]
+
+    @given(st.integers(1, 5), st.integers(1, 4))
+    def test_reads_no_event_past_the_last_firing_taken(self, n, k):
+        """Taking n firings of a huge run reads the events up to the n-th firing and no further."""
+        read = []
+
+        def counted(events):
+            for event in events:
+                read.append(event)
+                yield event
+
+        entry = TimelineEntry(name="every_k", trigger=EveryK(steps=k))
+        events = loop_events(1, 99_999, 1000, kinds=entry.kinds)
+        taken = list(itertools.islice(timeline_firings([entry], counted(events)), n))
+        assert [f.global_step for f in taken] == [k * (i + 1) for i in range(n)]
+        assert read[-1].global_step == k * n
+        assert len(read) == 1 + k * n  # before_train, then one trigger_step per step
+
+    def test_arguments_checked_at_the_call(self):
+        """Bad bounds or entries raise when `iter_timeline` is called, not on the first firing."""
+        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
+            iter_timeline([EveryK(epochs=1)], 1, 2, 0)
+        with pytest.raises(ValueError, match="'on_unknown' must be 'raise' or 'skip'"):
+            iter_timeline([EveryK(epochs=1)], 1, 2, 1, on_unknown="ignore")
 
     def test_callback_list(self):
         """Shells, schedules and plain callbacks are read from their records."""

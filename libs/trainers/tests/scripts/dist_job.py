@@ -1,7 +1,8 @@
 """One process of a TensorFlow-runtime distributed job on 127.0.0.1; prints a JSON report.
 
 Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 --trainer ps|replicated --logdir-base DIR
---max-epoch E``. ROLE is ``ps`` or ``worker``. Prints ``DIST-REPORT {json}`` at the end.
+--max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START]]``. ROLE is ``ps`` or ``worker``. A worker prints
+``DIST-TRAINING`` after its first step; each process prints ``DIST-REPORT {json}`` at the end.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import numpy as np
 import tensorflow as tf
 from dp_model import SIG, CostLog, Snapshot, cost_fn, data, error_rate, initial_weights
 
-from towerkit.callbacks import JSONWriter, ModelSaver
+from towerkit.callbacks import Callback, JSONWriter, ModelSaver
 from towerkit.towers import resolve_devices, session_config_for_devices
 from towerkit.towers.compat import tf1
 from towerkit.trainers import (
+    ClusterTimeouts,
     DistributedTrainerParameterServer,
     DistributedTrainerReplicated,
     NumpyInput,
@@ -35,6 +37,20 @@ def report(**values) -> None:
     print("DIST-REPORT " + json.dumps(values), flush=True)
 
 
+class Announce(Callback):
+    """Print ``DIST-TRAINING`` once, after the first step."""
+
+    _chief_only = False
+
+    def __init__(self) -> None:
+        self._said = False
+
+    def _trigger_step(self) -> None:
+        if not self._said:
+            self._said = True
+            print("DIST-TRAINING", flush=True)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("role", choices=["ps", "worker"])
@@ -43,7 +59,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trainer", choices=["ps", "replicated"], required=True)
     parser.add_argument("--logdir-base", required=True)
     parser.add_argument("--max-epoch", type=int, default=3)
+    parser.add_argument("--timeouts", help="check_every,dead_after,close_seconds[,start_within]")
     args = parser.parse_args(argv)
+    timeouts = None
+    if args.timeouts:
+        check, dead, close, *start = map(float, args.timeouts.split(","))
+        timeouts = ClusterTimeouts(
+            check_every=check,
+            dead_after=dead,
+            close_seconds=close,
+            start_within=start[0] if start else 600,
+        )
     ps_port, *worker_ports = args.ports.split(",")
     cluster = tf1.train.ClusterSpec(
         {
@@ -54,7 +80,7 @@ def main(argv: list[str]) -> int:
     if args.role == "ps":
         no_gpu = tf1.ConfigProto(device_count={"GPU": 0})
         server = tf1.train.Server(cluster, job_name="ps", task_index=args.task, config=no_gpu)
-        done = serve_parameters(server, timeout=300)
+        done = serve_parameters(server, timeout=300, timeouts=timeouts)
         report(role="ps", done=done)
         return 0
 
@@ -64,16 +90,16 @@ def main(argv: list[str]) -> int:
     graph = tf.Graph()
     with graph.as_default():
         if args.trainer == "ps":
-            trainer = DistributedTrainerParameterServer(TOWERS, server)
+            trainer = DistributedTrainerParameterServer(TOWERS, server, timeouts=timeouts)
         else:
-            trainer = DistributedTrainerReplicated(TOWERS, server)
+            trainer = DistributedTrainerReplicated(TOWERS, server, timeouts=timeouts)
         source = NumpyInput(data(240, seed=20 + args.task), batch_size=12, seed=args.task)
         opt = lambda: tf1.train.MomentumOptimizer(0.05, 0.9)  # noqa: E731
         trainer.setup_graph(SIG, source, cost_fn, opt)
         costs, snap = CostLog(), Snapshot()
         logdir = os.path.join(args.logdir_base, f"worker{args.task}")
         trainer.train_with_defaults(
-            callbacks=[costs, snap, ModelSaver()],
+            callbacks=[costs, snap, ModelSaver(), Announce()],
             monitors=[JSONWriter()],
             extra_callbacks=[],
             steps_per_epoch=STEPS_PER_EPOCH,

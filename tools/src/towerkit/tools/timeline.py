@@ -30,12 +30,11 @@ records and their combinators (``EveryK``, ``GlobalStepMultiple``, ``EpochMultip
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import runpy
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -44,6 +43,7 @@ from attrs.validators import ge, instance_of
 import towerkit.callbacks as cb
 from towerkit.callbacks import EventKind, OnSchedule, TimelineEntry
 from towerkit.tools._files import ToolError, fail, read_toml
+from towerkit.tools._timeline_output import render_json, render_text, summarize
 
 __all__ = [
     "CALLBACK_TYPES",
@@ -51,6 +51,7 @@ __all__ = [
     "Description",
     "LoopSpec",
     "entry_from_table",
+    "iter_firings",
     "load_description",
     "main",
     "periodic_callback_rule",
@@ -338,7 +339,8 @@ def load_description(
 def run_timeline(description: Description) -> list[Any]:
     """Every firing of the description's callbacks over its run, in loop order.
 
-    Delegates to ``towerkit.callbacks.timeline`` (one ``hooked_sess.run`` per step).
+    Walks the whole run and keeps every firing: `iter_firings` gives them one at a
+    time instead.
 
     Examples:
         >>> d = load_description(
@@ -348,134 +350,31 @@ def run_timeline(description: Description) -> list[Any]:
         >>> [(f.kind.value, f.epoch_num, f.global_step, f.name, f.value) for f in run_timeline(d)]
         [('before_train', 0, 0, 'lr', 0.1), ('trigger_epoch', 2, 6, 'saver', None), ('trigger_epoch', 3, 9, 'lr', 0.01), ('trigger_epoch', 4, 12, 'saver', None)]
     """
+    return list(iter_firings(description))
+
+
+def iter_firings(description: Description) -> Iterator[Any]:
+    """The firings of `run_timeline`, computed lazily as they are taken.
+
+    Delegates to ``towerkit.callbacks.iter_timeline`` (one ``hooked_sess.run`` per
+    step): taking the first ``n`` firings walks the loop only up to the ``n``-th,
+    whatever the run's length, in bounded memory.
+
+    Examples:
+        >>> d = load_description({"steps_per_epoch": 1000, "max_epoch": 99_999},
+        ...                      [{"name": "every step", "every_k_steps": 1}])
+        >>> from itertools import islice
+        >>> [f.global_step for f in islice(iter_firings(d), 3)]
+        [1, 2, 3]
+    """
     spec = description.loop
-    return cb.timeline(
+    return cb.iter_timeline(
         list(description.entries),
         spec.starting_epoch,
         spec.max_epoch,
         spec.steps_per_epoch,
         start_global_step=spec.start_global_step,
     )
-
-
-def _fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.6g}"
-
-
-def summarize(description: Description, firings: Sequence[Any]) -> list[dict[str, Any]]:
-    """Per callback: how often it fires, first and last (epoch, global step), values set.
-
-    Examples:
-        >>> d = load_description({"steps_per_epoch": 2, "max_epoch": 3}, [{"name": "cb"}])
-        >>> summarize(d, run_timeline(d))
-        [{'name': 'cb', 'type': 'Callback', 'count': 3, 'first': [1, 2], 'last': [3, 6], 'values': []}]
-    """
-    rows = []
-    for entry, kind in zip(description.entries, description.types):
-        mine = [f for f in firings if f.name == entry.name]
-        rows.append(
-            {
-                "name": entry.name,
-                "type": kind,
-                "count": len(mine),
-                "first": [mine[0].epoch_num, mine[0].global_step] if mine else None,
-                "last": [mine[-1].epoch_num, mine[-1].global_step] if mine else None,
-                "values": [f.value for f in mine if f.value is not None],
-            }
-        )
-    return rows
-
-
-def render_text(description: Description, firings: Sequence[Any], limit: int | None = None) -> str:
-    """The table of firings and a summary per callback, as printed by the tool.
-
-    Args:
-        description: the loop and callbacks.
-        firings: what `run_timeline` returned.
-        limit: print at most this many firing lines (the summary counts them all).
-
-    Examples:
-        >>> d = load_description({"steps_per_epoch": 2, "max_epoch": 2},
-        ...                      [{"name": "lr", "schedule": [[1, 0.5]]}])
-        >>> print(render_text(d, run_timeline(d)))
-        loop: epochs 1..2, 2 steps per epoch, global steps 1..4 (4 steps)
-        epoch  global_step  local_step  event          callback  value
-            1            2           1  trigger_epoch  lr        0.5
-        <BLANKLINE>
-        lr (ScheduledHyperParamSetter): 1 time, first at epoch 1 (global step 2), last at epoch 1 (global step 2); values 0.5
-    """
-    spec = description.loop
-    first = spec.start_global_step + 1
-    last = spec.start_global_step + spec.total_steps
-    lines = [
-        f"loop: epochs {spec.starting_epoch}..{spec.max_epoch}, {spec.steps_per_epoch} steps "
-        f"per epoch, global steps {first}..{last} ({spec.total_steps} steps)"
-    ]
-    shown = list(firings if limit is None else firings[:limit])
-    header = ("epoch", "global_step", "local_step", "event", "callback", "value")
-    rows = [
-        (
-            str(f.epoch_num),
-            str(f.global_step),
-            str(f.local_step),
-            f.kind.value,
-            f.name,
-            _fmt(f.value),
-        )
-        for f in shown
-    ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    right = (True, True, True, False, False, False)
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
-        return "  ".join(parts).rstrip()
-
-    lines.append(line(header))
-    lines += [line(r) for r in rows]
-    if len(shown) < len(firings):
-        lines.append(f"... {len(firings) - len(shown)} more firings not shown (--limit {limit})")
-    lines.append("")
-    for row in summarize(description, firings):
-        count = row["count"]
-        text = f"{row['name']} ({row['type']}): {count} time{'s' if count != 1 else ''}"
-        if count:
-            (e1, s1), (e2, s2) = row["first"], row["last"]
-            text += (
-                f", first at epoch {e1} (global step {s1}), last at epoch {e2} (global step {s2})"
-            )
-        if row["values"]:
-            text += "; values " + " -> ".join(_fmt(v) for v in row["values"][:12])
-            if len(row["values"]) > 12:
-                text += f" -> ... ({len(row['values'])} values)"
-        lines.append(text)
-    return "\n".join(lines)
-
-
-def render_json(description: Description, firings: Sequence[Any]) -> str:
-    """The loop, every firing and the per-callback summary as one JSON document.
-
-    Examples:
-        >>> d = load_description({"steps_per_epoch": 1, "max_epoch": 1}, [{"name": "cb"}])
-        >>> json.loads(render_json(d, run_timeline(d)))["firings"]
-        [{'name': 'cb', 'event': 'trigger_epoch', 'epoch_num': 1, 'local_step': 0, 'global_step': 1, 'value': None}]
-    """
-    doc = {
-        "loop": attrs.asdict(description.loop),
-        "firings": [
-            {
-                "name": f.name,
-                "event": f.kind.value,
-                "epoch_num": f.epoch_num,
-                "local_step": f.local_step,
-                "global_step": f.global_step,
-                "value": f.value,
-            }
-            for f in firings
-        ],
-        "summary": summarize(description, firings),
-    }
-    return json.dumps(doc, indent=1)
 
 
 _NAMESPACE = (
@@ -545,7 +444,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--starting-epoch", type=int, help="override loop.starting_epoch (1-based)")
     parser.add_argument("--start-global-step", type=int, help="override loop.start_global_step")
     parser.add_argument("--only", type=re.compile, help="show only callbacks whose name matches")
-    parser.add_argument("--limit", type=int, help="print at most this many firing lines")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="compute and print at most this many firings (the run is walked no further)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
@@ -575,9 +478,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("timeline", err)
     if args.only is not None:
         description = description.only(args.only)
-    firings = run_timeline(description)
+    firings = iter_firings(description)
     if args.json:
-        print(render_json(description, firings))
+        print(render_json(description, firings, limit=args.limit))
     else:
         print(render_text(description, firings, limit=args.limit))
     return 0

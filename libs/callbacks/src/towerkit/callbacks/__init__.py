@@ -78,8 +78,10 @@ from towerkit.callbacks._timeline import (
     Firing,
     TimelineEntry,
     format_timeline,
+    iter_timeline,
     timeline,
     timeline_entry,
+    timeline_firings,
 )
 from towerkit.callbacks._triggers import (
     AllOf,
@@ -323,6 +325,8 @@ __all__ = [
     "MaxSaver",
     # timeline, pure
     "timeline",
+    "iter_timeline",
+    "timeline_firings",
     "timeline_entry",
     "format_timeline",
     "Firing",

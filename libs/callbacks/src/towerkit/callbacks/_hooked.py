@@ -105,6 +105,13 @@ class HookedSession:
         """Whether a hook called ``run_context.request_stop()``."""
         return self._stop
 
+    def request_stop(self) -> None:
+        """Ask the loop to stop after the current step, as a hook's ``request_stop()`` does.
+
+        Safe to call from another thread (e.g. a watch that found a dead process).
+        """
+        self._stop = True
+
     def run(
         self,
         fetches: Any,

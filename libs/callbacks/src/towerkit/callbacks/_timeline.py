@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import attrs
 
-from towerkit.callbacks._loop import EventKind, loop_events
+from towerkit.callbacks._loop import EventKind, LoopEvent, check_bounds, loop_events
 from towerkit.callbacks._schedules import OnSchedule, scheduled_value
 from towerkit.callbacks._triggers import EveryK, Trigger, fires
 
@@ -16,8 +16,10 @@ __all__ = [
     "Firing",
     "TimelineEntry",
     "format_timeline",
+    "iter_timeline",
     "timeline",
     "timeline_entry",
+    "timeline_firings",
 ]
 
 DEFAULT_KINDS = (EventKind.BEFORE_TRAIN, EventKind.TRIGGER_STEP, EventKind.TRIGGER_EPOCH)
@@ -125,7 +127,8 @@ def timeline(
     ``steps_per_epoch`` steps each and one ``hooked_sess.run`` per step, as in
     :func:`~towerkit.callbacks.loop_events`. Schedules
     (``ScheduledHyperParamSetter`` or :class:`OnSchedule` records) also give the
-    value they set.
+    value they set. The whole run is walked and every firing kept: for a long run
+    or a per-step trigger, take what you need from :func:`iter_timeline` instead.
 
     Args:
         callbacks_or_triggers: callbacks, trigger records, ``(name, trigger)`` pairs or
@@ -150,6 +153,71 @@ def timeline(
         trigger_epoch 2 200 lr 0.01
         trigger_epoch 2 200 save None
     """
+    return list(
+        iter_timeline(
+            callbacks_or_triggers,
+            starting_epoch,
+            max_epoch,
+            steps_per_epoch,
+            start_global_step=start_global_step,
+            on_unknown=on_unknown,
+        )
+    )
+
+
+def iter_timeline(
+    callbacks_or_triggers: Sequence[Any],
+    starting_epoch: int,
+    max_epoch: int,
+    steps_per_epoch: int,
+    *,
+    start_global_step: int = 0,
+    on_unknown: Literal["raise", "skip"] = "raise",
+) -> Iterator[Firing]:
+    """The firings of :func:`timeline`, computed one at a time as they are asked for.
+
+    The arguments are checked at the call; the loop is then walked only as far as
+    the firings taken need, and nothing is kept: taking the first ``n`` firings of a
+    run of any length costs the events up to the ``n``-th firing, and memory stays
+    bounded whatever the run's length (the loop of 99,999 epochs that ``TrainConfig``
+    runs by default included).
+
+    Args:
+        callbacks_or_triggers: as for :func:`timeline`.
+        starting_epoch: the first epoch (1-based).
+        max_epoch: the last epoch, inclusive.
+        steps_per_epoch: steps per epoch.
+        start_global_step: the global step at the start.
+        on_unknown: ``"raise"`` or ``"skip"``, as for :func:`timeline`.
+
+    Returns:
+        An iterator over the firings, in the order :func:`timeline` lists them.
+
+    Raises:
+        ValueError, TypeError: bad bounds or entries, at the call.
+
+    Examples:
+        >>> from itertools import islice
+        >>> every_step = ("step", EveryK(steps=1))
+        >>> [f.global_step for f in islice(iter_timeline([every_step], 1, 99_999, 1000), 3)]
+        [1, 2, 3]
+    """
+    check_bounds(starting_epoch, max_epoch, steps_per_epoch)
+    entries = _entries(callbacks_or_triggers, on_unknown)
+    wanted = frozenset(k for e in entries for k in e.kinds)
+    events = loop_events(
+        starting_epoch,
+        max_epoch,
+        steps_per_epoch,
+        start_global_step=start_global_step,
+        kinds=wanted,
+    )
+    return timeline_firings(entries, events)
+
+
+def _entries(
+    callbacks_or_triggers: Sequence[Any], on_unknown: Literal["raise", "skip"]
+) -> tuple[TimelineEntry, ...]:
     if on_unknown not in ("raise", "skip"):
         msg = f"'on_unknown' must be 'raise' or 'skip'; got {on_unknown!r}"
         raise ValueError(msg)
@@ -166,15 +234,31 @@ def timeline(
     if unknown and on_unknown == "raise":
         msg = "; ".join(unknown) + " (pass on_unknown='skip' to leave them out)"
         raise ValueError(msg)
-    wanted = frozenset(k for e in entries for k in e.kinds)
-    out: list[Firing] = []
-    events = loop_events(
-        starting_epoch,
-        max_epoch,
-        steps_per_epoch,
-        start_global_step=start_global_step,
-        kinds=wanted,
-    )
+    return tuple(entries)
+
+
+def timeline_firings(
+    entries: Iterable[TimelineEntry], events: Iterable[LoopEvent]
+) -> Iterator[Firing]:
+    """The firings of `entries` over a stream of loop events, lazily, in stream order.
+
+    Reads one event at a time from `events` (any iterable, e.g. :func:`loop_events`)
+    and never reads past the event of the last firing taken.
+
+    Args:
+        entries: the timeline entries, in output order within an event.
+        events: the loop events.
+
+    Yields:
+        Each firing, ordered by event, then by the order of `entries`.
+
+    Examples:
+        >>> from towerkit.callbacks._loop import loop_events
+        >>> entry = TimelineEntry(name="save", trigger=EveryK(epochs=1))
+        >>> [f.global_step for f in timeline_firings([entry], loop_events(1, 2, 3))]
+        [3, 6]
+    """
+    entries = tuple(entries)
     for event in events:
         for entry in entries:
             if event.kind not in entry.kinds or not fires(entry.trigger, event):
@@ -184,17 +268,14 @@ def timeline(
                 if isinstance(entry.trigger, OnSchedule)
                 else None
             )
-            out.append(
-                Firing(
-                    name=entry.name,
-                    kind=event.kind,
-                    epoch_num=event.epoch_num,
-                    local_step=event.local_step,
-                    global_step=event.global_step,
-                    value=value,
-                )
+            yield Firing(
+                name=entry.name,
+                kind=event.kind,
+                epoch_num=event.epoch_num,
+                local_step=event.local_step,
+                global_step=event.global_step,
+                value=value,
             )
-    return out
 
 
 def format_timeline(firings: Iterable[Firing]) -> str:

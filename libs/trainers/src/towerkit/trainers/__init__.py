@@ -110,13 +110,14 @@ from towerkit.trainers._distributed import (
     DistributedTrainerReplicated,
     serve_parameters,
 )
-from towerkit.trainers._errors import CollectiveError, TowerVariableMismatchError
+from towerkit.trainers._errors import CollectiveError, TaskLostError, TowerVariableMismatchError
 from towerkit.trainers._grad_sync import (
     aggregate_grads,
     allreduce_grads,
     make_replicas_local,
     sync_replicas_op,
 )
+from towerkit.trainers._health import ClusterTimeouts, TaskAddress
 from towerkit.trainers._horovod import HorovodTrainer
 from towerkit.trainers._hvdrun import HorovodJob, launch_horovod_job
 from towerkit.trainers._multigpu import (
@@ -206,6 +207,9 @@ __all__ = [
     "DistributedTrainerParameterServer",
     "DistributedTrainerReplicated",
     "serve_parameters",
+    "ClusterTimeouts",
+    "TaskAddress",
+    "TaskLostError",
     "HorovodTrainer",
     "HorovodJob",
     "launch_horovod_job",

@@ -486,7 +486,11 @@ class Trainer:
         finally:
             self._phase = "done"
             self._interrupt = None
-            self.sess.close()
+            self._close_session()
+
+    def _close_session(self) -> None:
+        """Close ``self.sess`` at the end of the loop (a trainer may bound how long it waits)."""
+        self.sess.close()
 
     # -- a run that fails before its first step ------------------------------------------
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import time
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,9 +14,24 @@ from towerkit.towers import TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
 from towerkit.trainers._allreduce import scale_gradient, sum_gradients
 from towerkit.trainers._builder import build_towers, warn_missing_devices
+from towerkit.trainers._cluster import (
+    DONE_QUEUE,
+    _DistributedSessionCreator,
+    _done_queue,
+    _server_facts,
+    _target,
+    serve_parameters,
+)
 from towerkit.trainers._dataparallel import tower_variable_key
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._grad_sync import align_tower_grads, make_replicas_local
+from towerkit.trainers._health import (
+    ClusterTimeouts,
+    ClusterWatch,
+    TaskAddress,
+    TaskLostError,
+    task_addresses,
+)
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
 from towerkit.trainers._trainer_parts import ChiefOwnsLogdir, SessionInitThenRun
@@ -31,106 +46,26 @@ __all__ = [
 
 logger = logging.getLogger("towerkit.trainers")
 
-DONE_QUEUE = "towerkit_workers_done"
-"""Shared name of the queue, one on each parameter server, where finished workers check in."""
-
-
-def _server_facts(server: Any) -> tuple[Any, str, int]:
-    """(cluster, job name, task index) of a ``tf.compat.v1.train.Server``."""
-    server_def = getattr(server, "server_def", None)
-    if server_def is None or not isinstance(getattr(server, "target", None), (str, bytes)):
-        msg = f"'server' must be a tf.compat.v1.train.Server; got {type(server).__name__}"
-        raise TypeError(msg)
-    cluster = tf1.train.ClusterSpec(server_def.cluster)
-    missing = [job for job in ("ps", "worker") if job not in cluster.jobs]
-    if missing:
-        msg = (
-            f"the server's cluster needs jobs 'ps' and 'worker'; it has {sorted(cluster.jobs)}, "
-            f"missing {missing}"
-        )
-        raise ValueError(msg)
-    return cluster, server_def.job_name, int(server_def.task_index)
-
-
-def _target(server: Any) -> str:
-    target = server.target
-    return target.decode() if isinstance(target, bytes) else target
-
-
-def _done_queue(ps_task: int, num_workers: int) -> Any:
-    with tf1.device(f"/job:ps/task:{ps_task}"):
-        return tf1.FIFOQueue(
-            max(num_workers, 1),
-            [tf.int32],
-            shapes=[[]],
-            shared_name=DONE_QUEUE,
-            name=f"workers_done_ps{ps_task}",
-        )
-
-
-def serve_parameters(
-    server: Any, timeout: float | None = None, poll_seconds: float = 1.0
-) -> list[int]:
-    """Serve as a parameter server until every worker has finished training; then return.
-
-    Call it in each ``ps`` process instead of ``server.join()`` (which never returns).
-    Each worker's distributed trainer checks in on every parameter server when its
-    training ends, normally or not; once all workers have, this returns and the
-    process can exit. The variables stay on the server while it runs.
-
-    Args:
-        server: this process's ``tf.compat.v1.train.Server``, of job ``ps``.
-        timeout: seconds to wait at most (None: no limit).
-        poll_seconds: how often to check the deadline while waiting.
-
-    Returns:
-        The task indices of the workers, in the order they finished.
-
-    Raises:
-        ValueError: the server is not a ``ps`` task.
-        TimeoutError: `timeout` passed before every worker finished; the message
-            names the ones still missing.
-    """
-    cluster, job, task = _server_facts(server)
-    if job != "ps":
-        msg = f"serve_parameters runs in a 'ps' process; this server is job {job!r}, task {task}"
-        raise ValueError(msg)
-    num_workers = cluster.num_tasks("worker")
-    graph = tf.Graph()
-    with graph.as_default():
-        take = _done_queue(task, num_workers).dequeue()
-    done: list[int] = []
-    deadline = None if timeout is None else time.monotonic() + timeout
-    options = tf1.RunOptions(timeout_in_ms=max(int(poll_seconds * 1000), 1))
-    logger.info("ps task %d: serving until %d workers are done", task, num_workers)
-    config = tf1.ConfigProto(device_filters=[f"/job:ps/task:{task}"])
-    with tf1.Session(_target(server), graph=graph, config=config) as sess:
-        while len(done) < num_workers:
-            try:
-                done.append(int(sess.run(take, options=options)))
-                logger.info("ps task %d: worker %d is done", task, done[-1])
-            except tf.errors.DeadlineExceededError:
-                if deadline is not None and time.monotonic() > deadline:
-                    waiting = sorted(set(range(num_workers)) - set(done))
-                    msg = (
-                        f"ps task {task}: workers {waiting} did not finish within "
-                        f"{timeout:g} s (done: {done})"
-                    )
-                    raise TimeoutError(msg) from None
-    return done
-
 
 class _CheckIn(Callback):
-    """Put this worker's index on every parameter server's done queue at the end of training."""
+    """Put this worker's index on every parameter server's done queue at the end of training.
+
+    First the trainer stops watching the other tasks (they may end normally from now
+    on); nothing is put when a parameter server is known lost.
+    """
 
     _chief_only = False
     name_scope = "CheckIn"
 
-    def __init__(self, enqueue: Any, timeout_ms: int) -> None:
+    def __init__(self, enqueue: Any, timeout_ms: int, finishing: Callable[[], bool]) -> None:
         self._enqueue = enqueue
         self._options = tf1.RunOptions(timeout_in_ms=timeout_ms)
+        self._finishing = finishing
 
     def _after_train(self) -> None:
+        if not self._finishing():
+            logger.warning("a parameter server is lost: this worker does not check in")
+            return
         try:
             self.trainer.sess.run(self._enqueue, options=self._options)
         except tf.errors.OpError as err:
@@ -153,64 +88,6 @@ class _PushToShadows(Callback):
         self.trainer.sess.run(self._op)
 
 
-class _DistributedSessionCreator:
-    """Sessions on the cluster: the chief initializes, the other workers wait for it."""
-
-    def __init__(
-        self,
-        target: str,
-        config: Any,
-        is_chief: bool,
-        ready_op: Any,
-        local_init: Sequence[Any],
-        timeout: float,
-        chief_done: tuple[Any, Any, Any],
-    ) -> None:
-        self._target = target
-        self._config = config
-        self._is_chief = is_chief
-        self._ready_op = ready_op
-        self._local_init = list(local_init)
-        self._timeout = timeout
-        # (initializer, is-initialized, value) of the flag the chief raises once its
-        # session_init has run: only then are the global values final.
-        self._done_init, self._done_exists, self._done_value = chief_done
-
-    def _chief_finished(self, sess: Any) -> bool:
-        return bool(sess.run(self._done_exists)) and bool(sess.run(self._done_value))
-
-    def create_session(self) -> Any:
-        if self._is_chief:
-            sess = NewSessionCreator(target=self._target, config=self._config).create_session()
-            sess.run(self._done_init)
-            logger.info("chief: initialized the variables on the parameter servers")
-            return sess
-        graph = tf1.get_default_graph()
-        sess = tf1.Session(target=self._target, graph=graph, config=self._config)
-        deadline = time.monotonic() + self._timeout
-        waited = False
-        while True:
-            pending = sess.run(self._ready_op)
-            if len(pending) == 0 and self._chief_finished(sess):
-                break
-            if time.monotonic() > deadline:
-                sess.close()
-                names = [p.decode() if isinstance(p, bytes) else str(p) for p in pending[:10]]
-                msg = f"the chief did not initialize the variables within {self._timeout:g} s; " + (
-                    f"still uninitialized: {names}"
-                    if names
-                    else "they are initialized but its session_init has not finished"
-                )
-                raise TimeoutError(msg)
-            if not waited:
-                logger.info("waiting for the chief to initialize %d variables", len(pending))
-                waited = True
-            time.sleep(0.5)
-        if self._local_init:
-            sess.run(self._local_init)
-        return sess
-
-
 class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     """Training on a TensorFlow cluster: a ``worker`` process per machine, ``ps`` processes.
 
@@ -225,8 +102,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     ``trainer.global_step`` counts from the value it found at start). When
     training loop ends, normally or not, each worker checks in on every parameter
     server, so `serve_parameters` returns once all have and every process exits (a
-    worker that fails before its loop starts never checks in: give
-    `serve_parameters` a timeout).
+    worker that fails before its loop starts never checks in: once its process has
+    ended, `serve_parameters` finds it dead and says so).
 
     Without GPUs, towers go to logical CPU devices ``/job:worker/task:<i>/cpu:<k>``:
     create each worker's server with a config that has them, e.g.
@@ -241,16 +118,34 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     graph-mode distributed runtime, its performance is modest, and model saving
     and restoring in distributed runs have seen little use. Prefer `HorovodTrainer`.
 
+    No wait is unbounded (see `ClusterTimeouts`): every session operation of a
+    worker has a deadline (``ConfigProto.operation_timeout_in_ms``, from
+    ``timeouts.operation_seconds`` unless the session creator's config sets one),
+    and while the loop runs a thread checks that the parameter servers (and, on the
+    other workers, the chief) still accept connections. When one dies, training
+    stops after the current step (or the failed step ends it), ``after_train`` runs,
+    closing the session waits ``timeouts.close_seconds`` at most, and `TaskLostError`
+    is raised with one line naming the task lost (job, index, address). A worker
+    never trains on without its chief, which alone saves; a chief that ended its
+    training normally is not lost.
+
     Attributes:
         WAIT_FOR_CHIEF_SECONDS: how long a non-chief worker waits for the chief to
             initialize the variables before giving up.
         CHECK_IN_TIMEOUT_MS: how long a worker tries to check in at the end.
+        timeouts: the `ClusterTimeouts` of this worker.
     """
 
     WAIT_FOR_CHIEF_SECONDS: float = 600.0
     CHECK_IN_TIMEOUT_MS: int = 30_000
 
-    def __init__(self, gpus: int | Sequence[int], server: Any) -> None:
+    def __init__(
+        self,
+        gpus: int | Sequence[int],
+        server: Any,
+        *,
+        timeouts: ClusterTimeouts | None = None,
+    ) -> None:
         cluster, job, task = _server_facts(server)
         if job != "worker":
             msg = (
@@ -258,7 +153,15 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 f"task {task}: a 'ps' process calls serve_parameters(server) instead"
             )
             raise ValueError(msg)
+        timeouts = ClusterTimeouts() if timeouts is None else timeouts
+        if not isinstance(timeouts, ClusterTimeouts):
+            msg = f"'timeouts' must be a ClusterTimeouts; got {type(timeouts).__name__}"
+            raise TypeError(msg)
         super().__init__()
+        self.timeouts = timeouts
+        self._watch: ClusterWatch | None = None
+        self._chief_finished_flag: Any = None
+        self._finished_var: Any = None
         self._server = server
         self._cluster = cluster
         self._task = task
@@ -306,20 +209,30 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         with self._graph.as_default(), tf1.device("/job:ps/task:0"):
             self._ensure_global_step()
         with self._graph.as_default():
-            self._check_in = tf.group(
-                *[
-                    _done_queue(k, self._num_workers).enqueue(tf.constant(self._task, tf.int32))
-                    for k in range(self._num_ps)
-                ],
-                name="check_in",
-            )
+            with tf1.device("/job:ps/task:0"), tf1.name_scope(None):
+                # Raised by the chief when it checks in: from then on its end is normal.
+                # Outside every collection: never saved, restored or initialized by others.
+                finished = tf1.Variable(
+                    False, trainable=False, collections=[], name="chief_training_finished"
+                )
+                self._finished_var = finished
+                self._chief_finished_flag = finished.read_value()
+                raise_finished = [finished.assign(True, read_value=False)] if self.is_chief else []
+            with tf1.control_dependencies(raise_finished):
+                self._check_in = tf.group(
+                    *[
+                        _done_queue(k, self._num_workers).enqueue(tf.constant(self._task, tf.int32))
+                        for k in range(self._num_ps)
+                    ],
+                    name="check_in",
+                )
         return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn)
 
     def setup_callbacks(self, callbacks: Sequence[Callback] | None, monitors: Any) -> None:
         """As `Trainer.setup_callbacks`, plus the check-in at the end, after the other callbacks."""
         cbs = list(callbacks or [])
         if self._check_in is not None:
-            cbs.append(_CheckIn(self._check_in, self.CHECK_IN_TIMEOUT_MS))
+            cbs.append(_CheckIn(self._check_in, self.CHECK_IN_TIMEOUT_MS, self._finishing))
         super().setup_callbacks(cbs, monitors)
 
     def initialize(self, session_creator: Any, session_init: Any) -> None:
@@ -359,6 +272,11 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                     tf1.is_variable_initialized(done),
                     done.read_value(),
                 )
+                if self.is_chief and self._finished_var is not None:
+                    chief_done = (
+                        tf.group(done.initializer, self._finished_var.initializer),
+                        *chief_done[1:],
+                    )
             # Both are run by the session creator, which TensorFlow's use-tracking of
             # these two functions' results does not see: without this, it logs an error
             # ("Object was never used") when they are collected.
@@ -370,6 +288,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         config.CopyFrom(session_creator.config)
         if not config.device_filters:
             config.device_filters.extend(["/job:ps", self._worker])
+        if not config.operation_timeout_in_ms:
+            config.operation_timeout_in_ms = self.timeouts.operation_timeout_ms
         creator = _DistributedSessionCreator(
             _target(self._server),
             config,
@@ -378,6 +298,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             local_init,
             self.WAIT_FOR_CHIEF_SECONDS,
             chief_done,
+            chief=task_addresses(self._cluster.as_dict(), ["worker"])[0],
+            timeouts=self.timeouts,
         )
         if not self.is_chief and session_init is not None:
             logger.info("worker %d: session_init runs on the chief only: skipped", self._task)
@@ -388,6 +310,94 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
 
     def _after_init_ops(self) -> list[Any]:
         return []
+
+    def _watched_tasks(self) -> tuple[TaskAddress, ...]:
+        skip = [("worker", i) for i in range(1, self._num_workers)]
+        if self.is_chief:
+            skip.append(("worker", 0))
+        return task_addresses(self._cluster.as_dict(), ["ps", "worker"], skip=skip)
+
+    def _still_needed(self, task: TaskAddress) -> bool:
+        """Whether `task`, now unreachable, had more to do (False: the chief checked in)."""
+        if task.job != "worker" or self._chief_finished_flag is None:
+            return True
+        options = tf1.RunOptions(timeout_in_ms=5_000)
+        try:
+            return not bool(self.sess.run(self._chief_finished_flag, options=options))
+        except tf.errors.OpError:
+            return True
+
+    def _on_lost(self, task: TaskAddress, why: str) -> None:
+        del task, why
+        if self.hooked_sess is not None:
+            self.hooked_sess.request_stop()
+
+    def _finishing(self) -> bool:
+        """At the end of training: stop watching; whether the parameter servers are all up."""
+        watch = self._watch
+        if watch is None:
+            return True
+        watch.stop()
+        return not any(t.job == "ps" for t, _ in watch.lost)
+
+    def _lost_error(self, task: TaskAddress, why: str) -> TaskLostError:
+        role = "the chief" if task.job == "worker" else "a parameter server"
+        msg = (
+            f"worker {self._task} lost {role}, {task}: {why}; training stopped at epoch "
+            f"{self._epoch_num}, global step {self.global_step}"
+        )
+        if task.job == "worker":
+            msg += " (only the chief saves: a worker does not train on without it)"
+        return TaskLostError(msg, task)
+
+    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+        """As `Trainer.main_loop`, watching the parameter servers and the chief meanwhile.
+
+        Raises:
+            TaskLostError: a parameter server (or, on another worker, the chief) died
+                during training; the message names it.
+        """
+        watch = ClusterWatch(
+            self._watched_tasks(),
+            self.timeouts,
+            on_dead=self._on_lost,
+            still_needed=self._still_needed,
+            name=f"worker{self._task}-watch",
+        )
+        self._watch = watch.start()
+        try:
+            super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
+        except tf.errors.OpError as err:
+            found = watch.check_now()
+            if found is None:
+                raise
+            error = self._lost_error(*found)
+            logger.error("%s", error)
+            raise error from err
+        finally:
+            watch.stop()
+        if watch.lost:
+            error = self._lost_error(*watch.lost[0])
+            logger.error("%s", error)
+            raise error
+
+    def _close_session(self) -> None:
+        """Close the session, waiting ``timeouts.close_seconds`` at most.
+
+        Closing a session whose parameter server died blocks in TensorFlow; past
+        the bound the close is left to a daemon thread and the process's exit.
+        """
+        sess = self.sess
+        closer = threading.Thread(target=sess.close, name="close-session", daemon=True)
+        closer.start()
+        closer.join(self.timeouts.close_seconds)
+        if closer.is_alive():
+            logger.warning(
+                "worker %d: closing the session did not end within %g s (a task of the "
+                "cluster is gone); leaving it",
+                self._task,
+                self.timeouts.close_seconds,
+            )
 
     def initialize_hooks(self) -> None:
         """As `Trainer.initialize_hooks`; only the chief increments the shared global step."""
@@ -430,11 +440,18 @@ class DistributedTrainerParameterServer(DistributedTrainerBase):
         TypeError, ValueError: bad arguments, or a server that is not a worker.
     """
 
-    def __init__(self, gpus: int | Sequence[int], server: Any, caching_device: str = "cpu") -> None:
+    def __init__(
+        self,
+        gpus: int | Sequence[int],
+        server: Any,
+        caching_device: str = "cpu",
+        *,
+        timeouts: ClusterTimeouts | None = None,
+    ) -> None:
         if caching_device not in ("cpu", "gpu"):
             msg = f"'caching_device' must be 'cpu' or 'gpu'; got {caching_device!r}"
             raise ValueError(msg)
-        super().__init__(gpus, server)
+        super().__init__(gpus, server, timeouts=timeouts)
         self._caching = caching_device
 
     @property
@@ -483,8 +500,14 @@ class DistributedTrainerReplicated(DistributedTrainerBase):
         TypeError, ValueError: bad arguments, or a server that is not a worker.
     """
 
-    def __init__(self, gpus: int | Sequence[int], server: Any) -> None:
-        super().__init__(gpus, server)
+    def __init__(
+        self,
+        gpus: int | Sequence[int],
+        server: Any,
+        *,
+        timeouts: ClusterTimeouts | None = None,
+    ) -> None:
+        super().__init__(gpus, server, timeouts=timeouts)
         self._initial_sync: Any = None
 
     def _setup_graph(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LogdirNotEmptyError(FileExistsError):
     """A fresh run was asked to write into a log directory that already holds files."""
@@ -37,3 +39,15 @@ class LogdirLockedError(RuntimeError):
 
 class InputTimeoutError(InputProducerError):
     """The iterable behind a Python input gave no datapoint within the input's ``timeout``."""
+
+
+class TaskLostError(CollectiveError):
+    """A task of the cluster died or stopped answering; the message names it.
+
+    Attributes:
+        task: the ``TaskAddress`` of the task lost.
+    """
+
+    def __init__(self, message: str, task: Any) -> None:
+        super().__init__(message)
+        self.task = task

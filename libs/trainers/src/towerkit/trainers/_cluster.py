@@ -1,0 +1,227 @@
+"""The cluster's plumbing: server facts, the workers' done queue, serve_parameters, sessions."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from towerkit.towers.compat import tf1
+from towerkit.trainers._health import (
+    ClusterTimeouts,
+    ClusterWatch,
+    LivenessState,
+    TaskAddress,
+    TaskLostError,
+    dead_tasks,
+    is_up,
+    observe,
+    task_addresses,
+)
+from towerkit.trainers._sesscreate import NewSessionCreator
+
+__all__ = ["DONE_QUEUE", "serve_parameters"]
+
+logger = logging.getLogger("towerkit.trainers")
+
+DONE_QUEUE = "towerkit_workers_done"
+"""Shared name of the queue, one on each parameter server, where finished workers check in."""
+
+
+def _server_facts(server: Any) -> tuple[Any, str, int]:
+    """(cluster, job name, task index) of a ``tf.compat.v1.train.Server``."""
+    server_def = getattr(server, "server_def", None)
+    if server_def is None or not isinstance(getattr(server, "target", None), (str, bytes)):
+        msg = f"'server' must be a tf.compat.v1.train.Server; got {type(server).__name__}"
+        raise TypeError(msg)
+    cluster = tf1.train.ClusterSpec(server_def.cluster)
+    missing = [job for job in ("ps", "worker") if job not in cluster.jobs]
+    if missing:
+        msg = (
+            f"the server's cluster needs jobs 'ps' and 'worker'; it has {sorted(cluster.jobs)}, "
+            f"missing {missing}"
+        )
+        raise ValueError(msg)
+    return cluster, server_def.job_name, int(server_def.task_index)
+
+
+def _target(server: Any) -> str:
+    target = server.target
+    return target.decode() if isinstance(target, bytes) else target
+
+
+def _done_queue(ps_task: int, num_workers: int) -> Any:
+    with tf1.device(f"/job:ps/task:{ps_task}"):
+        return tf1.FIFOQueue(
+            max(num_workers, 1),
+            [tf.int32],
+            shapes=[[]],
+            shared_name=DONE_QUEUE,
+            name=f"workers_done_ps{ps_task}",
+        )
+
+
+def serve_parameters(
+    server: Any,
+    timeout: float | None = None,
+    poll_seconds: float = 1.0,
+    timeouts: ClusterTimeouts | None = None,
+) -> list[int]:
+    """Serve as a parameter server until every worker has finished training; then return.
+
+    Call it in each ``ps`` process instead of ``server.join()`` (which never returns).
+    Each worker's distributed trainer checks in on every parameter server when its
+    training ends, normally or not; once all workers have, this returns and the
+    process can exit. The variables stay on the server while it runs.
+
+    It never waits for a dead worker: every ``timeouts.check_every`` seconds it
+    checks that the workers still to check in accept connections. A worker that
+    was up and then stops answering for ``timeouts.dead_after`` seconds (killed,
+    crashed, its machine gone), or that never comes up within
+    ``timeouts.start_within`` seconds, is dead: one error line names it (job,
+    index, address), the others are still served, and once none is left to wait
+    for, `TaskLostError` is raised naming every dead worker. So with the defaults
+    this returns or raises within 10 minutes of a lost worker at most, usually
+    within ``dead_after + check_every`` seconds of the last one's end.
+
+    Args:
+        server: this process's ``tf.compat.v1.train.Server``, of job ``ps``.
+        timeout: seconds to wait at most, whatever the workers do (None: no limit
+            but the dead-worker checks).
+        poll_seconds: how often to check the deadline while waiting.
+        timeouts: the health-check bounds (default: `ClusterTimeouts()`).
+
+    Returns:
+        The task indices of the workers, in the order they finished.
+
+    Raises:
+        ValueError: the server is not a ``ps`` task.
+        TimeoutError: `timeout` passed before every worker finished; the message
+            names the ones still missing.
+        TaskLostError: a worker died before checking in; the message names it.
+    """
+    cluster, job, task = _server_facts(server)
+    if job != "ps":
+        msg = f"serve_parameters runs in a 'ps' process; this server is job {job!r}, task {task}"
+        raise ValueError(msg)
+    timeouts = ClusterTimeouts() if timeouts is None else timeouts
+    if not isinstance(timeouts, ClusterTimeouts):
+        msg = f"'timeouts' must be a ClusterTimeouts; got {type(timeouts).__name__}"
+        raise TypeError(msg)
+    num_workers = cluster.num_tasks("worker")
+    graph = tf.Graph()
+    with graph.as_default():
+        take = _done_queue(task, num_workers).dequeue()
+    done: list[int] = []
+    deadline = None if timeout is None else time.monotonic() + timeout
+    options = tf1.RunOptions(timeout_in_ms=max(int(poll_seconds * 1000), 1))
+    logger.info("ps task %d: serving until %d workers are done", task, num_workers)
+    config = tf1.ConfigProto(device_filters=[f"/job:ps/task:{task}"])
+    workers = task_addresses(cluster.as_dict(), ["worker"])
+    watch = ClusterWatch(workers, timeouts, name=f"ps{task}-watch").start()
+    try:
+        with tf1.Session(_target(server), graph=graph, config=config) as sess:
+            while len(set(done) | {t.index for t, _ in watch.lost}) < num_workers:
+                try:
+                    done.append(int(sess.run(take, options=options)))
+                    watch.forget("worker", done[-1])
+                    logger.info("ps task %d: worker %d is done", task, done[-1])
+                except tf.errors.DeadlineExceededError:
+                    if deadline is not None and time.monotonic() > deadline:
+                        waiting = sorted(set(range(num_workers)) - set(done))
+                        msg = (
+                            f"ps task {task}: workers {waiting} did not finish within "
+                            f"{timeout:g} s (done: {done})"
+                        )
+                        raise TimeoutError(msg) from None
+    finally:
+        watch.stop()
+    lost = [(t, why) for t, why in watch.lost if t.index not in done]
+    if lost:
+        names = "; ".join(f"{t} {why}" for t, why in lost)
+        msg = f"ps task {task}: lost {names}; the workers done: {done}"
+        raise TaskLostError(msg, lost[0][0])
+    return done
+
+
+class _DistributedSessionCreator:
+    """Sessions on the cluster: the chief initializes, the other workers wait for it."""
+
+    def __init__(
+        self,
+        target: str,
+        config: Any,
+        is_chief: bool,
+        ready_op: Any,
+        local_init: Sequence[Any],
+        timeout: float,
+        chief_done: tuple[Any, Any, Any],
+        chief: TaskAddress | None = None,
+        timeouts: ClusterTimeouts | None = None,
+    ) -> None:
+        self._target = target
+        self._config = config
+        self._is_chief = is_chief
+        self._ready_op = ready_op
+        self._local_init = list(local_init)
+        self._timeout = timeout
+        # (initializer, is-initialized, value) of the flag the chief raises once its
+        # session_init has run: only then are the global values final.
+        self._done_init, self._done_exists, self._done_value = chief_done
+        self._chief = chief
+        self._timeouts = ClusterTimeouts() if timeouts is None else timeouts
+
+    def _check_chief(self, state: LivenessState) -> LivenessState:
+        """One health check of the chief while waiting; raise when it is dead."""
+        if self._chief is None:
+            return state
+        up = is_up(self._chief.address, min(self._timeouts.check_every, 5.0))
+        state = observe(state, self._chief, up, time.monotonic())
+        for task, why in dead_tasks(state, [self._chief], time.monotonic(), self._timeouts):
+            msg = f"the chief, {task}, died before initializing the variables: {why}"
+            logger.error("%s", msg)
+            raise TaskLostError(msg, task)
+        return state
+
+    def _chief_finished(self, sess: Any) -> bool:
+        return bool(sess.run(self._done_exists)) and bool(sess.run(self._done_value))
+
+    def create_session(self) -> Any:
+        if self._is_chief:
+            sess = NewSessionCreator(target=self._target, config=self._config).create_session()
+            sess.run(self._done_init)
+            logger.info("chief: initialized the variables on the parameter servers")
+            return sess
+        graph = tf1.get_default_graph()
+        sess = tf1.Session(target=self._target, graph=graph, config=self._config)
+        deadline = time.monotonic() + self._timeout
+        waited = False
+        state = LivenessState(since=time.monotonic())
+        while True:
+            pending = sess.run(self._ready_op)
+            if len(pending) == 0 and self._chief_finished(sess):
+                break
+            try:
+                state = self._check_chief(state)
+            except TaskLostError:
+                sess.close()
+                raise
+            if time.monotonic() > deadline:
+                sess.close()
+                names = [p.decode() if isinstance(p, bytes) else str(p) for p in pending[:10]]
+                msg = f"the chief did not initialize the variables within {self._timeout:g} s; " + (
+                    f"still uninitialized: {names}"
+                    if names
+                    else "they are initialized but its session_init has not finished"
+                )
+                raise TimeoutError(msg)
+            if not waited:
+                logger.info("waiting for the chief to initialize %d variables", len(pending))
+                waited = True
+            time.sleep(0.5)
+        if self._local_init:
+            sess.run(self._local_init)
+        return sess

@@ -1,0 +1,270 @@
+"""Liveness of the tasks of a TensorFlow cluster: bounds, pure decisions, a watcher thread."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+from attrs.validators import ge, gt, instance_of
+
+from towerkit.trainers._errors import TaskLostError
+
+__all__ = [
+    "ClusterTimeouts",
+    "LivenessState",
+    "TaskAddress",
+    "TaskLostError",
+    "dead_tasks",
+    "observe",
+    "task_addresses",
+]
+
+logger = logging.getLogger("towerkit.trainers")
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        msg = f"expected a number of seconds; got {type(value).__name__} {value!r}"
+        raise TypeError(msg)
+    return float(value)
+
+
+@attrs.frozen(kw_only=True)
+class ClusterTimeouts:
+    """How long the processes of a cluster wait for each other before giving up.
+
+    Every wait of a distributed job is bounded by one of these: a task that died
+    (killed, crashed, its machine gone) is found and named within
+    ``dead_after + check_every`` seconds, and a session operation that blocks (a
+    parameter server that stopped answering) fails after ``operation_seconds``.
+
+    Attributes:
+        check_every: seconds between two health checks of the other tasks (> 0).
+        dead_after: a task that was up and has not accepted a connection for this
+            many seconds is dead (> 0).
+        start_within: a task that never came up within this many seconds of the
+            watch's start is dead (> 0).
+        operation_seconds: the deadline of every session operation of a worker
+            (``ConfigProto.operation_timeout_in_ms``; > 0).
+        close_seconds: how long closing a worker's session may take; past it the
+            session is left to the process's exit (>= 0).
+
+    Examples:
+        >>> ClusterTimeouts(dead_after=5)
+        ClusterTimeouts(check_every=2.0, dead_after=5.0, start_within=600.0, operation_seconds=300.0, close_seconds=10.0)
+        >>> ClusterTimeouts(check_every=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: 'check_every' must be > 0: 0.0
+    """
+
+    check_every: float = attrs.field(default=2.0, converter=_seconds, validator=gt(0))
+    dead_after: float = attrs.field(default=20.0, converter=_seconds, validator=gt(0))
+    start_within: float = attrs.field(default=600.0, converter=_seconds, validator=gt(0))
+    operation_seconds: float = attrs.field(default=300.0, converter=_seconds, validator=gt(0))
+    close_seconds: float = attrs.field(default=10.0, converter=_seconds, validator=ge(0))
+
+    @property
+    def operation_timeout_ms(self) -> int:
+        """``operation_seconds`` in milliseconds, as ``ConfigProto`` takes it."""
+        return max(1, int(self.operation_seconds * 1000))
+
+
+@attrs.frozen(kw_only=True)
+class TaskAddress:
+    """One task of a cluster: its job, index and ``host:port``.
+
+    Examples:
+        >>> print(TaskAddress(job="ps", index=0, address="10.0.0.1:2222"))
+        job 'ps' task 0 (10.0.0.1:2222)
+    """
+
+    job: str = attrs.field(validator=instance_of(str))
+    index: int = attrs.field(validator=[instance_of(int), ge(0)])
+    address: str = attrs.field(validator=instance_of(str))
+
+    def __str__(self) -> str:
+        return f"job {self.job!r} task {self.index} ({self.address})"
+
+
+def task_addresses(
+    cluster: Mapping[str, Any], jobs: Iterable[str], *, skip: Iterable[tuple[str, int]] = ()
+) -> tuple[TaskAddress, ...]:
+    """The tasks of `jobs` in a cluster's ``{job: [address, ...] or {index: address}}``.
+
+    Args:
+        cluster: what ``ClusterSpec.as_dict()`` gives.
+        jobs: the jobs to list, in order.
+        skip: ``(job, index)`` pairs to leave out (e.g. this process's own task).
+
+    Raises:
+        ValueError: a job that the cluster does not have.
+
+    Examples:
+        >>> spec = {"ps": ["h:1"], "worker": ["h:2", "h:3"]}
+        >>> [str(t) for t in task_addresses(spec, ["worker"], skip=[("worker", 1)])]
+        ["job 'worker' task 0 (h:2)"]
+    """
+    skipped = set(skip)
+    out = []
+    for job in jobs:
+        if job not in cluster:
+            msg = f"the cluster has no job {job!r}; it has {sorted(cluster)}"
+            raise ValueError(msg)
+        tasks = cluster[job]
+        pairs = sorted(tasks.items()) if isinstance(tasks, Mapping) else enumerate(tasks)
+        out += [
+            TaskAddress(job=job, index=int(i), address=str(a))
+            for i, a in pairs
+            if (job, int(i)) not in skipped
+        ]
+    return tuple(out)
+
+
+def _sightings(
+    values: Iterable[tuple[TaskAddress, float]],
+) -> tuple[tuple[TaskAddress, float], ...]:
+    return tuple(values)
+
+
+@attrs.frozen(kw_only=True)
+class LivenessState:
+    """What the health checks have seen so far.
+
+    Attributes:
+        since: when the watch started (seconds, any monotonic clock).
+        last_seen: ``(task, time)`` of the last successful check of each task seen up.
+    """
+
+    since: float
+    last_seen: tuple[tuple[TaskAddress, float], ...] = attrs.field(default=(), converter=_sightings)
+
+
+def observe(state: LivenessState, task: TaskAddress, up: bool, now: float) -> LivenessState:
+    """The state after one health check of `task` at time `now` (`up`: it answered).
+
+    Examples:
+        >>> t = TaskAddress(job="ps", index=0, address="h:1")
+        >>> observe(LivenessState(since=0.0), t, True, 3.0).last_seen == ((t, 3.0),)
+        True
+    """
+    if not up:
+        return state
+    seen = tuple((t, s) for t, s in state.last_seen if t != task)
+    return attrs.evolve(state, last_seen=(*seen, (task, now)))
+
+
+def dead_tasks(
+    state: LivenessState, tasks: Iterable[TaskAddress], now: float, timeouts: ClusterTimeouts
+) -> tuple[tuple[TaskAddress, str], ...]:
+    """The tasks of `tasks` that are dead at `now`, each with the reason, in order.
+
+    A task seen up is dead once it has not answered for more than ``dead_after``
+    seconds; a task never seen up, once ``start_within`` seconds have passed since
+    the watch began.
+
+    Examples:
+        >>> t = TaskAddress(job="ps", index=0, address="h:1")
+        >>> s = observe(LivenessState(since=0.0), t, True, 1.0)
+        >>> dead_tasks(s, [t], 5.0, ClusterTimeouts(dead_after=10))
+        ()
+        >>> [(str(task), why) for task, why in dead_tasks(s, [t], 12.0, ClusterTimeouts(dead_after=10))]
+        [("job 'ps' task 0 (h:1)", 'unreachable for 11 s')]
+    """
+    seen = dict(state.last_seen)
+    out = []
+    for task in tasks:
+        last = seen.get(task)
+        if last is None:
+            if now - state.since > timeouts.start_within:
+                out.append((task, f"never came up within {timeouts.start_within:g} s"))
+        elif now - last > timeouts.dead_after:
+            out.append((task, f"unreachable for {now - last:.0f} s"))
+    return tuple(out)
+
+
+def is_up(address: str, timeout: float) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within `timeout` seconds."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+class ClusterWatch:
+    """A daemon thread that checks the given tasks and reports each one that dies.
+
+    Each task is checked every ``check_every`` seconds by opening a TCP connection to
+    its server; `dead_tasks` decides. Each dead task is logged as one error line,
+    added to `lost` (with the reason), dropped from the watch, and passed to
+    `on_dead` (from the watch's thread). ``still_needed(task)``, when given, is
+    asked first: a task that ended normally (False) is only dropped.
+    """
+
+    def __init__(
+        self,
+        tasks: Iterable[TaskAddress],
+        timeouts: ClusterTimeouts,
+        on_dead: Callable[[TaskAddress, str], None] | None = None,
+        still_needed: Callable[[TaskAddress], bool] | None = None,
+        name: str = "cluster-watch",
+    ) -> None:
+        self._tasks = list(tasks)
+        self._timeouts = timeouts
+        self._on_dead = on_dead
+        self._still_needed = still_needed
+        self._stop = threading.Event()
+        self._state = LivenessState(since=time.monotonic())
+        self.lost: list[tuple[TaskAddress, str]] = []
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> ClusterWatch:
+        """Start checking; returns self."""
+        self._state = LivenessState(since=time.monotonic())
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop checking (the thread ends within one check)."""
+        self._stop.set()
+
+    def forget(self, job: str, index: int) -> None:
+        """Stop watching one task (it ended normally)."""
+        self._tasks = [t for t in self._tasks if (t.job, t.index) != (job, index)]
+
+    def check_now(self) -> tuple[TaskAddress, str] | None:
+        """Check every watched task once, now; the first one down, with a reason, or None."""
+        if self.lost:
+            return self.lost[0]
+        wait = min(self._timeouts.check_every, 5.0)
+        for task in list(self._tasks):
+            if not is_up(task.address, wait):
+                return task, "not accepting connections"
+        return None
+
+    def _run(self) -> None:
+        timeouts = self._timeouts
+        while not self._stop.is_set():
+            began = time.monotonic()
+            tasks = list(self._tasks)
+            for task in tasks:
+                up = is_up(task.address, min(timeouts.check_every, 5.0))
+                self._state = observe(self._state, task, up, time.monotonic())
+            for task, why in dead_tasks(self._state, tasks, time.monotonic(), timeouts):
+                if self._stop.is_set():
+                    return
+                self.forget(task.job, task.index)
+                if self._still_needed is not None and not self._still_needed(task):
+                    continue
+                self.lost.append((task, why))
+                logger.error("%s is dead: %s", task, why)
+                if self._on_dead is not None:
+                    self._on_dead(task, why)
+            self._stop.wait(max(0.0, timeouts.check_every - (time.monotonic() - began)))

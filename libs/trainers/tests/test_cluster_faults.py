@@ -1,0 +1,200 @@
+"""A task of a real 1-ps, 2-worker cluster on 127.0.0.1 dies (SIGKILL): the others end, naming it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_distributed import SCRIPT, free_ports
+
+from towerkit.towers import visible_gpu_count
+
+TIMEOUTS = "1,5,5"
+"""The job's ClusterTimeouts: check every 1 s, dead after 5 s, close the session within 5 s."""
+
+BOUND = 90.0
+"""Seconds the surviving processes may take to end (or to report) once a task is killed.
+
+Within the timeouts above a death is found in about 6 s; a failed step, ``after_train``
+and the bounded close add some more; the rest is headroom for a loaded machine.
+"""
+
+START_LIMIT = 300.0
+"""Seconds the three processes may take to start and make their first step."""
+
+ROLES = [("ps", 0), ("worker", 0), ("worker", 1)]
+
+
+class Cluster:
+    """The three processes of a job that would train for 100,000 epochs, output to files."""
+
+    def __init__(
+        self, tmp_path: Path, trainer: str = "ps", roles=ROLES, timeouts: str = TIMEOUTS
+    ) -> None:
+        self.ports = free_ports(3)
+        self.address = dict(zip(ROLES, (f"127.0.0.1:{p}" for p in self.ports)))
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+        self.logs = {key: tmp_path / f"{key[0]}{key[1]}.log" for key in ROLES}
+        self.procs = {}
+        for role, task in roles:
+            argv = [sys.executable, str(SCRIPT), role, str(task)]
+            argv += ["--ports", ",".join(map(str, self.ports)), "--trainer", trainer]
+            argv += ["--logdir-base", str(tmp_path), "--max-epoch", "100000"]
+            argv += ["--timeouts", timeouts]
+            with open(self.logs[(role, task)], "w") as out:
+                self.procs[(role, task)] = subprocess.Popen(
+                    argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+
+    def output(self, key: tuple[str, int]) -> str:
+        return self.logs[key].read_text(errors="replace")
+
+    def outputs(self) -> dict:
+        return {key: self.output(key) for key in self.procs}
+
+    def wait_until(self, what, limit: float, message: str) -> None:
+        end = time.monotonic() + limit
+        while not what():
+            if time.monotonic() > end:
+                pytest.fail(f"{message} within {limit:g} s: {self.outputs()}")
+            time.sleep(0.5)
+
+    def training(self) -> bool:
+        """Both workers made a step; a process that already ended fails the test."""
+        ended = [k for k, p in self.procs.items() if p.poll() is not None]
+        if ended:
+            pytest.fail(f"{ended} ended before the kill: {self.outputs()}")
+        return all("DIST-TRAINING" in self.output(("worker", i)) for i in (0, 1))
+
+    def kill(self, key: tuple[str, int]) -> None:
+        os.killpg(self.procs[key].pid, signal.SIGKILL)
+        self.procs[key].wait()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    gpus = visible_gpu_count()
+    if 0 < gpus < 2:
+        pytest.skip(f"2 towers per worker need 2 visible GPUs, or none; {gpus} visible")
+    made = []
+
+    def start(trainer: str = "ps") -> Cluster:
+        job = Cluster(tmp_path, trainer)
+        made.append(job)
+        job.wait_until(job.training, START_LIMIT, "the workers did not start training")
+        return job
+
+    yield start
+    for job in made:
+        job.stop_all()
+
+
+def naming(job: str, index: int, address: str) -> re.Pattern[str]:
+    """A line of output that names the task lost: its job, index and address."""
+    return re.compile(rf"^.*job '{job}' task {index} \({re.escape(address)}\).*$", re.MULTILINE)
+
+
+def one_line(out: str, pattern: re.Pattern[str]) -> str:
+    found = pattern.findall(out)
+    assert found, out
+    return found[-1]
+
+
+@pytest.mark.slow
+class TestTaskKilled:
+    """SIGKILL one task mid-training: the others end within BOUND, one line naming it."""
+
+    @pytest.mark.parametrize("trainer", ["ps", "replicated"])
+    def test_parameter_server(self, cluster, trainer):
+        """Both workers stop (no hang in a step or in Session.close) with TaskLostError."""
+        job = cluster(trainer)
+        job.kill(("ps", 0))
+        workers = [("worker", 0), ("worker", 1)]
+        job.wait_until(
+            lambda: all(job.procs[w].poll() is not None for w in workers),
+            BOUND,
+            "the workers did not end after the parameter server was killed",
+        )
+        lost = naming("ps", 0, job.address[("ps", 0)])
+        for role, task in workers:
+            out = job.output((role, task))
+            assert job.procs[(role, task)].returncode != 0, out
+            line = one_line(out, lost)
+            assert line.startswith(f"towerkit.trainers._errors.TaskLostError: worker {task} lost")
+            assert "a parameter server" in line
+
+    def test_chief(self, cluster):
+        """The other worker stops instead of training on unsaved; the ps stops waiting for it."""
+        job = cluster()
+        job.kill(("worker", 0))
+        rest = [("ps", 0), ("worker", 1)]
+        job.wait_until(
+            lambda: all(job.procs[k].poll() is not None for k in rest),
+            BOUND,
+            "the ps and worker 1 did not end after the chief was killed",
+        )
+        lost = naming("worker", 0, job.address[("worker", 0)])
+        other = job.output(("worker", 1))
+        assert job.procs[("worker", 1)].returncode != 0, other
+        line = one_line(other, lost)
+        assert line.startswith("towerkit.trainers._errors.TaskLostError: worker 1 lost the chief")
+        assert "only the chief saves" in line
+        ps = job.output(("ps", 0))
+        assert job.procs[("ps", 0)].returncode != 0, ps
+        line = one_line(ps, lost)
+        assert line.startswith("towerkit.trainers._errors.TaskLostError: ps task 0: lost")
+        assert "the workers done: [1]" in line
+
+    def test_other_worker(self, cluster):
+        """The ps names the dead worker at once and keeps serving the chief, which trains on."""
+        job = cluster()
+        job.kill(("worker", 1))
+        lost = naming("worker", 1, job.address[("worker", 1)])
+        job.wait_until(
+            lambda: lost.search(job.output(("ps", 0))) is not None,
+            BOUND,
+            "the ps did not report worker 1 dead",
+        )
+        assert "is dead" in one_line(job.output(("ps", 0)), lost)
+        assert job.procs[("ps", 0)].poll() is None
+        assert job.procs[("worker", 0)].poll() is None
+        assert not lost.search(job.output(("worker", 0)))
+
+
+@pytest.mark.slow
+def test_chief_never_starts(tmp_path):
+    """Without a chief, worker 1 stops waiting for it and the ps for both, naming them."""
+    if 0 < visible_gpu_count() < 2:
+        pytest.skip("2 towers per worker need 2 visible GPUs, or none")
+    roles = [("ps", 0), ("worker", 1)]
+    job = Cluster(tmp_path, roles=roles, timeouts="1,5,5,20")
+    try:
+        job.wait_until(
+            lambda: all(p.poll() is not None for p in job.procs.values()),
+            START_LIMIT,
+            "the ps and worker 1 did not end without a chief",
+        )
+        chief = naming("worker", 0, job.address[("worker", 0)])
+        other = job.output(("worker", 1))
+        assert job.procs[("worker", 1)].returncode != 0, other
+        line = one_line(other, chief)
+        assert line.endswith("died before initializing the variables: never came up within 20 s")
+        ps = job.output(("ps", 0))
+        assert job.procs[("ps", 0)].returncode != 0, ps
+        assert one_line(ps, chief).startswith("towerkit.trainers._errors.TaskLostError: ps task 0")
+        assert naming("worker", 1, job.address[("worker", 1)]).search(ps), ps
+    finally:
+        job.stop_all()

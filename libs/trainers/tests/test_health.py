@@ -1,0 +1,269 @@
+"""Liveness of a cluster's tasks: the bounds record, the pure decisions, the watch on real sockets."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from towerkit.towers.compat import tf1
+from towerkit.trainers import (
+    ClusterTimeouts,
+    CollectiveError,
+    DistributedTrainerParameterServer,
+    DistributedTrainerReplicated,
+    TaskAddress,
+    TaskLostError,
+    serve_parameters,
+)
+from towerkit.trainers._health import (
+    ClusterWatch,
+    LivenessState,
+    dead_tasks,
+    is_up,
+    observe,
+    task_addresses,
+)
+
+tasks = st.builds(
+    TaskAddress,
+    job=st.sampled_from(["ps", "worker"]),
+    index=st.integers(0, 5),
+    address=st.just("127.0.0.1:1"),
+)
+seconds = st.floats(0.01, 1000, allow_nan=False)
+
+
+class TestClusterTimeouts:
+    """The bounds record."""
+
+    def test_repr(self):
+        """The repr shows every bound, in seconds."""
+        assert repr(ClusterTimeouts()) == (
+            "ClusterTimeouts(check_every=2.0, dead_after=20.0, start_within=600.0, "
+            "operation_seconds=300.0, close_seconds=10.0)"
+        )
+
+    def test_fail(self):
+        """Non-positive bounds and non-numbers are refused at construction."""
+        with pytest.raises(ValueError, match=r"'dead_after' must be > 0: -1\.0"):
+            ClusterTimeouts(dead_after=-1)
+        with pytest.raises(ValueError, match=r"'close_seconds' must be >= 0: -0\.5"):
+            ClusterTimeouts(close_seconds=-0.5)
+        with pytest.raises(TypeError, match=r"expected a number of seconds; got str '5'"):
+            ClusterTimeouts(check_every="5")
+
+    @given(seconds)
+    def test_operation_timeout_ms(self, value):
+        """The session deadline is operation_seconds in whole milliseconds, at least 1."""
+        ms = ClusterTimeouts(operation_seconds=value).operation_timeout_ms
+        assert ms == max(1, int(value * 1000))
+
+
+class TestTaskAddresses:
+    """Tasks of a cluster, from ClusterSpec.as_dict()."""
+
+    def test_str(self):
+        """A task prints as job, index and address."""
+        assert str(TaskAddress(job="ps", index=1, address="h:2")) == "job 'ps' task 1 (h:2)"
+
+    def test_fail(self):
+        """An unknown job is named with those the cluster has."""
+        with pytest.raises(ValueError, match=r"the cluster has no job 'chief'; it has \['ps'\]"):
+            task_addresses({"ps": ["h:1"]}, ["chief"])
+
+    @given(
+        st.lists(st.integers(1000, 2000), min_size=1, max_size=4),
+        st.lists(st.integers(1000, 2000), min_size=1, max_size=4),
+        st.sets(st.integers(0, 3)),
+        st.booleans(),
+    )
+    def test_order_and_skip(self, ps, workers, skip, sparse):
+        """Every task of the jobs, in job then index order, but the skipped ones."""
+        spec = {
+            "ps": [f"h:{p}" for p in ps],
+            "worker": (
+                {i: f"h:{p}" for i, p in reversed(list(enumerate(workers)))}
+                if sparse
+                else [f"h:{p}" for p in workers]
+            ),
+        }
+        got = task_addresses(spec, ["ps", "worker"], skip=[("worker", i) for i in skip])
+        want = [("ps", i, f"h:{p}") for i, p in enumerate(ps)] + [
+            ("worker", i, f"h:{p}") for i, p in enumerate(workers) if i not in skip
+        ]
+        assert [(t.job, t.index, t.address) for t in got] == want
+
+
+class TestDeadTasks:
+    """When a task counts as dead."""
+
+    @given(tasks, seconds, seconds, seconds)
+    def test_seen_then_silent(self, task, seen_at, dead_after, later):
+        """A task seen up is dead exactly when silent for more than dead_after."""
+        timeouts = ClusterTimeouts(dead_after=dead_after)
+        state = observe(LivenessState(since=0.0), task, True, seen_at)
+        now = seen_at + later
+        dead = dead_tasks(state, [task], now, timeouts)
+        assert bool(dead) == (now - seen_at > dead_after)
+        if dead:
+            assert dead[0][0] == task
+            assert dead[0][1].startswith("unreachable for ")
+
+    @given(tasks, seconds, seconds)
+    def test_never_seen(self, task, start_within, now):
+        """A task never seen up is dead once start_within has passed since the watch began."""
+        timeouts = ClusterTimeouts(start_within=start_within)
+        state = observe(LivenessState(since=0.0), task, False, now)
+        assert state == LivenessState(since=0.0)
+        dead = dead_tasks(state, [task], now, timeouts)
+        assert bool(dead) == (now > start_within)
+        if dead:
+            assert dead[0][1] == f"never came up within {start_within:g} s"
+
+    @given(st.lists(tasks, unique=True, min_size=1, max_size=4), seconds)
+    def test_latest_sighting_counts(self, group, step):
+        """Seeing a task again replaces its earlier sighting; others are untouched."""
+        state = LivenessState(since=0.0)
+        for t in group:
+            state = observe(state, t, True, 0.0)
+        state = observe(state, group[0], True, step)
+        seen = dict(state.last_seen)
+        assert seen[group[0]] == step
+        assert all(seen[t] == 0.0 for t in group[1:])
+        assert len(state.last_seen) == len(group)
+
+
+def listening() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    return sock
+
+
+def wait_for(condition, limit: float = 30.0) -> bool:
+    end = time.monotonic() + limit
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.05)
+    return condition()
+
+
+class TestWatch:
+    """The watch thread, on real sockets."""
+
+    def test_is_up(self):
+        """A listening port is up; once closed, it is not."""
+        sock = listening()
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+        assert is_up(address, 1.0)
+        sock.close()
+        assert not is_up(address, 1.0)
+
+    def test_reports_a_closed_server(self):
+        """A server that stops listening is reported once, named, and dropped from the watch."""
+        sock = listening()
+        task = TaskAddress(job="ps", index=0, address=f"127.0.0.1:{sock.getsockname()[1]}")
+        calls = []
+        timeouts = ClusterTimeouts(check_every=0.05, dead_after=0.3)
+        watch = ClusterWatch([task], timeouts, on_dead=lambda t, why: calls.append((t, why)))
+        watch.start()
+        try:
+            assert wait_for(lambda: watch._state.last_seen)
+            assert not watch.lost
+            sock.close()
+            assert wait_for(lambda: watch.lost)
+            time.sleep(0.3)
+            assert [t for t, _ in watch.lost] == [task]
+            assert calls == watch.lost
+            assert watch.check_now() == watch.lost[0]
+        finally:
+            watch.stop()
+
+    def test_task_that_ended_normally(self):
+        """A task that `still_needed` says is done is dropped, not reported."""
+        sock = listening()
+        task = TaskAddress(job="worker", index=0, address=f"127.0.0.1:{sock.getsockname()[1]}")
+        asked = threading.Event()
+
+        def still_needed(t):
+            asked.set()
+            return False
+
+        timeouts = ClusterTimeouts(check_every=0.05, dead_after=0.2)
+        watch = ClusterWatch([task], timeouts, still_needed=still_needed).start()
+        try:
+            assert wait_for(lambda: watch._state.last_seen)
+            sock.close()
+            assert wait_for(asked.is_set)
+            time.sleep(0.3)
+            assert watch.lost == []
+            assert watch.check_now() is None
+        finally:
+            watch.stop()
+
+
+def _ps_server(worker_address: str):
+    ports = []
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    ports.append(sock.getsockname()[1])
+    sock.close()
+    cluster = tf1.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}"], "worker": [worker_address]})
+    return tf1.train.Server(cluster, job_name="ps", task_index=0)
+
+
+class TestServeParameters:
+    """serve_parameters never waits for a worker that is not there."""
+
+    def test_worker_never_came_up(self):
+        """A worker that never listens is dead after start_within, named with its address."""
+        sock = listening()
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+        sock.close()
+        with tf.Graph().as_default():
+            ps = _ps_server(address)
+            timeouts = ClusterTimeouts(check_every=0.2, start_within=1)
+            with pytest.raises(TaskLostError) as err:
+                serve_parameters(ps, poll_seconds=0.2, timeouts=timeouts)
+        assert str(err.value) == (
+            f"ps task 0: lost job 'worker' task 0 ({address}) never came up within 1 s; "
+            "the workers done: []"
+        )
+        assert err.value.task == TaskAddress(job="worker", index=0, address=address)
+        assert isinstance(err.value, CollectiveError)
+
+    def test_bad_timeouts(self):
+        """Anything but a ClusterTimeouts is refused."""
+        with tf.Graph().as_default():
+            ps = _ps_server("127.0.0.1:1")
+            with pytest.raises(TypeError, match="'timeouts' must be a ClusterTimeouts; got dict"):
+                serve_parameters(ps, timeouts={"dead_after": 1})
+
+
+class TestTrainerTimeouts:
+    """The trainers take their bounds as a ClusterTimeouts."""
+
+    def test_default_and_given(self):
+        """The default bounds, or the given ones, are the trainer's."""
+        ports = [listening() for _ in range(2)]
+        spec = {
+            "ps": [f"127.0.0.1:{ports[0].getsockname()[1]}"],
+            "worker": [f"127.0.0.1:{ports[1].getsockname()[1]}"],
+        }
+        for s in ports:
+            s.close()
+        with tf.Graph().as_default():
+            server = tf1.train.Server(
+                tf1.train.ClusterSpec(spec), job_name="worker", task_index=0, start=False
+            )
+            assert DistributedTrainerReplicated(1, server).timeouts == ClusterTimeouts()
+            given_ = ClusterTimeouts(dead_after=3)
+            trainer = DistributedTrainerParameterServer(1, server, timeouts=given_)
+            assert trainer.timeouts is given_
+            with pytest.raises(TypeError, match="'timeouts' must be a ClusterTimeouts; got float"):
+                DistributedTrainerReplicated(1, server, timeouts=3.0)
