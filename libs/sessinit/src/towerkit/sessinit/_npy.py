@@ -202,7 +202,8 @@ def read_npy_header(path: str, member: str, f: Any) -> tuple[Any, bool, np.dtype
         elif version == (2, 0):
             shape, fortran, dtype = fmt.read_array_header_2_0(f)
         else:
-            shape, fortran, dtype = fmt._read_array_header(f, version)  # 3.0: UTF-8 field names
+            # 3.0 (UTF-8 field names) has no public reader
+            shape, fortran, dtype = fmt._read_array_header(f, version)  # type: ignore[attr-defined]
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, TokenError) as err:
         why = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise not_npz(path, f"member {member!r} is not a .npy array ({why})") from None

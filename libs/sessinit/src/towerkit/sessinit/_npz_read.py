@@ -33,7 +33,13 @@ def _bytes_of(array: np.ndarray) -> memoryview:
     flat = array.reshape(-1, order="A")
     if not flat.dtype.itemsize:
         return memoryview(bytearray())
-    return memoryview(flat.view(np.uint8))
+    return memoryview(flat.view(np.uint8))  # type: ignore[arg-type]
+
+
+def _empty(m: _Member) -> np.ndarray:
+    """A fresh array for a member's values (its pages are touched only when read into)."""
+    shape = tuple(int(d or 0) for d in m.info.shape)
+    return np.empty(shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
 
 
 def load_npz(
@@ -83,7 +89,7 @@ def read_npz(index: NpzIndex, names: Iterable[str] | None = None) -> dict[str, n
     out: dict[str, np.ndarray] = {}
     stored = [m for m in wanted if m.data_offset is not None]
     for m in stored:
-        out[m.info.name] = np.empty(m.info.shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
+        out[m.info.name] = _empty(m)
     _read_stored(path, [(m, _bytes_of(out[m.info.name])) for m in stored])
     compressed = [m for m in wanted if m.data_offset is None]
     if compressed:
@@ -180,7 +186,7 @@ def _read_stored(path: str, jobs: list[tuple[_Member, memoryview]]) -> None:
 
 def _read_compressed(path: str, zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
     """A compressed member inflated into its array; ``zipfile`` checks its CRC-32 at the end."""
-    array = np.empty(m.info.shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
+    array = _empty(m)
     for _ in _inflate(path, zf, m, _bytes_of(array)):
         pass
     return array
@@ -200,7 +206,7 @@ def _inflate(path: str, zf: zipfile.ZipFile, m: _Member, into: memoryview | None
             while done < m.nbytes:
                 n = min(INFLATE_BYTES, m.nbytes - done)
                 piece = into[done : done + n] if into is not None else scratch[:n]  # type: ignore[index]
-                got = src.readinto(piece)
+                got = src.readinto(piece)  # type: ignore[attr-defined]
                 if not got:
                     raise not_npz(path, f"entry {name!r} is truncated")
                 done += got
@@ -236,9 +242,6 @@ def verify_npz(
         NotACheckpointError: `path` is not an npz file of arrays, or an entry is
             corrupt (the message names the file and the entry).
         KeyError: An entry of `names` is not in the file.
-
-    .. versionchanged:: 0.2
-        `names`; values are no longer held in memory while they are summed.
     """
     index = index_npz(path)
     path = index.path
