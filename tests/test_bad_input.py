@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+import zipfile
 from collections.abc import Callable
 from typing import Any
 
@@ -159,6 +160,26 @@ def text_file(name, body):
         return path
 
     return prepare
+
+
+def forged_npz(header: str, data: bytes = b"", member: str = "w.npy"):
+    """A prepare step writing ``params.npz`` with one member whose ``.npy`` header is forged."""
+
+    def prepare(tmp):
+        raw = header.encode("latin1")
+        raw += b" " * (-(10 + len(raw) + 1) % 64) + b"\n"
+        npy = b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw + data
+        path = os.path.join(tmp, "params.npz")
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr(member, npy)
+        return path
+
+    return prepare
+
+
+HUGE = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }"
+NEGATIVE = "{'descr': '<f4', 'fortran_order': False, 'shape': (-3, 2), }"
+ONE = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }"
 
 
 def non_empty_logdir(tmp):
@@ -523,6 +544,28 @@ RESTORES = [
         r"params\.npz",
         lambda tmp, path: S.SmartInit(path),
         prepare=text_file("params.npz", "not a zip"),
+    ),
+    Case(
+        "restore-npz-huge-shape",
+        S.NotACheckpointError,
+        r"params\.npz' is not an npz file of arrays: member 'w\.npy' declares shape "
+        r"\(1000000000000,\) of float32 \(4000000000000 bytes of values\) but holds 4 bytes",
+        lambda tmp, path: S.SmartInit(path),
+        prepare=forged_npz(HUGE, b"1234"),
+    ),
+    Case(
+        "restore-npz-negative-shape",
+        S.NotACheckpointError,
+        r"member 'w\.npy' declares shape \(-3, 2\): negative sizes \[-3\]",
+        lambda tmp, path: S.SmartInit(path),
+        prepare=forged_npz(NEGATIVE),
+    ),
+    Case(
+        "restore-npz-empty-name",
+        S.NotACheckpointError,
+        r"params\.npz' .*member '\.npy' has an empty name",
+        lambda tmp, path: S.SmartInit(path),
+        prepare=forged_npz(ONE, b"1234", member=".npy"),
     ),
     Case(
         "restore-in-training",
@@ -1013,6 +1056,48 @@ TOOL_CASES = [
         ["{prefix}", "{tmp}/out.npz"],
         checkpoint,
         r"ends with '\.npz': expected a checkpoint prefix",
+    ),
+    (
+        "ls-npz-huge-shape",
+        "ls_checkpoint",
+        ["{prefix}"],
+        forged_npz(HUGE, b"1234"),
+        r"params\.npz' is not an npz file of arrays: member 'w\.npy' declares shape \(1000000000000,\)",
+    ),
+    (
+        "ls-npz-negative-shape",
+        "ls_checkpoint",
+        ["{prefix}"],
+        forged_npz(NEGATIVE),
+        r"member 'w\.npy' declares shape \(-3, 2\): negative sizes",
+    ),
+    (
+        "ls-npz-empty-name",
+        "ls_checkpoint",
+        ["{prefix}"],
+        forged_npz(ONE, b"1234", member=".npy"),
+        r"member '\.npy' has an empty name",
+    ),
+    (
+        "dump-npz-huge-shape",
+        "dump_params",
+        ["{prefix}", "{tmp}/out.npz"],
+        forged_npz(HUGE, b"1234"),
+        r"member 'w\.npy' declares shape \(1000000000000,\)",
+    ),
+    (
+        "load-npz-negative-shape",
+        "load_params",
+        ["{prefix}", "{tmp}/out/model-2"],
+        forged_npz(NEGATIVE),
+        r"member 'w\.npy' declares shape \(-3, 2\)",
+    ),
+    (
+        "load-npz-empty-name",
+        "load_params",
+        ["{prefix}", "{tmp}/out/model-2"],
+        forged_npz(ONE, b"1234", member=".npy"),
+        r"member '\.npy' has an empty name",
     ),
     (
         "load-garbage-npz",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import tracemalloc
 
 import numpy as np
 import pytest
+from forged_npz import header, npy_bytes, write_bomb, write_npz
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -176,15 +178,26 @@ class TestCorruptNpz:
     """An npz whose bytes no longer match their CRC-32: one line naming file and entry, status 2."""
 
     def test_ls_checkpoint(self, tmp_path, capsys):
-        """ls-checkpoint checks every entry of an npz file."""
+        """ls-checkpoint lists from the headers alone; --verify reads the values and fails."""
         path = tmp_path / "p.npz"
         np.savez(path, w=np.full(3, 7, np.int64))
         _damage(path, np.full(3, 7, np.int64).tobytes(), np.array([0, 7, 7]).tobytes())
-        assert main([str(path)]) == 2
+        assert main([str(path)]) == 0, "the header is intact, no value is read"
+        assert capsys.readouterr().out.splitlines()[-1] == "1 variable, 3 elements, 24 B"
+        assert main([str(path), "--verify"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1
         assert "p.npz' is corrupt" in err
         assert "entry 'w'" in err
+
+    def test_verify_only_listed(self, tmp_path, capsys):
+        """--verify checks the entries that --include/--exclude keep."""
+        path = tmp_path / "p.npz"
+        np.savez(path, w=np.full(3, 7, np.int64), b=np.zeros(2))
+        _damage(path, np.full(3, 7, np.int64).tobytes(), np.array([0, 7, 7]).tobytes())
+        assert main([str(path), "--verify", "--exclude", "^w$"]) == 0
+        assert main([str(path), "--verify", "--include", "^w$"]) == 2
+        assert "entry 'w'" in capsys.readouterr().err
 
     def test_load_params(self, tmp_path, capsys):
         """load-params refuses the file before writing anything."""
@@ -196,3 +209,108 @@ class TestCorruptNpz:
         assert load_params.main([str(path), str(tmp_path / "out" / "model-0")]) == 2
         assert "entry 'w'" in capsys.readouterr().err
         assert not (tmp_path / "out").exists()
+
+
+def _bytes_read() -> int | None:
+    """Bytes this process has read through system calls so far (Linux), else None."""
+    try:
+        with open("/proc/self/io") as f:
+            fields = dict(line.split(": ") for line in f.read().splitlines())
+    except OSError:
+        return None
+    return int(fields["rchar"])
+
+
+FORGED = [
+    (
+        "huge",
+        {"w.npy": npy_bytes(header("(1000000000000,)"), b"1234")},
+        r"member 'w\.npy' declares shape \(1000000000000,\)",
+    ),
+    (
+        "negative",
+        {"w.npy": npy_bytes(header("(-3,)"))},
+        r"member 'w\.npy' declares shape \(-3,\): negative sizes",
+    ),
+    (
+        "empty-name",
+        {".npy": npy_bytes(header("(1,)"), b"1234")},
+        r"member '\.npy' has an empty name",
+    ),
+    ("foreign", {"w.txt": b"hello"}, r"members \['w\.txt'\] are not '\.npy' arrays"),
+    (
+        "pickled",
+        {"w.npy": npy_bytes(header("(1,)", "|O"), b"\x80\x04N.")},
+        r"entry 'w' holds Python objects",
+    ),
+]
+
+
+class TestForgedNpz:
+    """Forged headers and zip bombs: one error line and status 2, or a listing in little memory."""
+
+    @pytest.mark.parametrize("tool", ["ls_checkpoint", "dump_params", "load_params"])
+    @pytest.mark.parametrize(
+        ("members", "match"), [f[1:] for f in FORGED], ids=[f[0] for f in FORGED]
+    )
+    def test_refused(self, tmp_path, capsys, tool, members, match):
+        """Each tool that reads npz files refuses the forged file in one line naming file and member."""
+        import importlib
+
+        path = tmp_path / "forged.npz"
+        write_npz(path, members)
+        out = tmp_path / ("out.npz" if tool == "dump_params" else "out/model-0")
+        tool_main = importlib.import_module(f"towerkit.tools.{tool}").main
+        args = [str(path)] if tool == "ls_checkpoint" else [str(path), str(out)]
+        assert tool_main(args) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1, err
+        assert err[0].startswith(f"{tool.replace('_', '-')}: error: '{path}' is not an npz file")
+        assert re.search(match, err[0]), err[0]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["forged.npz"]
+
+    def test_zip_bomb_listed(self, tmp_path, capsys):
+        """A 1 MiB file declaring 1 GiB lists from its header: no value read, little memory."""
+        path = tmp_path / "bomb.npz"
+        write_bomb(path, mib=1024)
+        before = _bytes_read()
+        tracemalloc.start()
+        try:
+            status = main([str(path), "--json"])
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert status == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["variables"] == [
+            {"name": "w", "dtype": "float32", "shape": [2**28], "elements": 2**28, "bytes": 2**30}
+        ]
+        assert peak < 8 * 2**20, peak
+        if before is not None:
+            assert _bytes_read() - before < 2**20
+
+    def test_zip_bomb_verified_in_little_memory(self, tmp_path, capsys):
+        """--verify inflates the GiB through a small buffer and finds it intact."""
+        path = tmp_path / "bomb.npz"
+        write_bomb(path, mib=256)
+        tracemalloc.start()
+        try:
+            status = main([str(path), "--verify"])
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert status == 0, capsys.readouterr().err
+        assert peak < 32 * 2**20, peak
+
+    def test_listing_reads_no_value(self, tmp_path, capsys):
+        """Listing a 64 MiB npz file reads its headers, not its values."""
+        path = tmp_path / "big.npz"
+        np.savez(path, a=np.ones(2**23, np.float32), b=np.ones(2**23, np.float32))
+        before = _bytes_read()
+        if before is None:
+            pytest.skip("no /proc/self/io on this system")
+        assert main([str(path)]) == 0
+        assert _bytes_read() - before < 2**20
+        assert (
+            capsys.readouterr().out.splitlines()[-1] == "2 variables, 16777216 elements, 64.0 MiB"
+        )

@@ -146,32 +146,57 @@ def is_npz(path: str) -> bool:
 
 
 def list_source(path: str) -> tuple[str, str, tuple[Any, ...]]:
-    """Describe the variables stored at `path` (an npz file's entries are read to check them).
+    """Describe the variables stored at `path`, without reading their values.
+
+    An npz file's entries come from their ``.npy`` headers, each checked against the
+    size its member holds (a forged or damaged header is refused, a zip bomb is not
+    inflated); a checkpoint's from its index, its data files checked for presence and size.
 
     Returns:
         ``(kind, resolved, infos)``: ``"npz"`` or ``"checkpoint"``, the file or prefix
         read, and the ``VarInfo`` records sorted by name.
 
     Raises:
-        ToolError: Nothing at `path`, not a checkpoint or npz file, or an npz file whose
-            entries do not match their CRC-32 (the message names the file and the entry).
+        ToolError: Nothing at `path`, or not a checkpoint or npz file (the message names
+            the file, and for an npz file the member at fault).
     """
     from towerkit.sessinit import (
         CheckpointNotFoundError,
         GlobPathError,
         NotACheckpointError,
         list_checkpoint_vars,
+        list_npz_vars,
         resolve_checkpoint,
-        verify_npz,
     )
 
     try:
         if is_npz(path):
-            return "npz", path, tuple(verify_npz(path))
+            return "npz", path, tuple(list_npz_vars(path))
         prefix = resolve_checkpoint(path)
         return "checkpoint", prefix, tuple(list_checkpoint_vars(prefix))
     except (CheckpointNotFoundError, NotACheckpointError, GlobPathError) as err:
         raise ToolError(str(err)) from None
+
+
+def verify_values(kind: str, resolved: str, names: Sequence[str]) -> None:
+    """Read the values of `names` back and check them against their checksums, keeping none.
+
+    An npz file's entries are read through a small buffer (`towerkit.sessinit.verify_npz`),
+    so memory stays small whatever sizes the file declares; a checkpoint's one at a time.
+
+    Raises:
+        ToolError: A value does not match its checksum, or cannot be read.
+    """
+    from towerkit.sessinit import NotACheckpointError, verify_npz
+
+    if kind == "npz":
+        try:
+            verify_npz(resolved, names)
+        except NotACheckpointError as err:
+            raise ToolError(str(err)) from None
+        return
+    for name in names:
+        read_values(kind, resolved, [name])
 
 
 def read_values(kind: str, resolved: str, names: Sequence[str]) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from towerkit.tools._vars import (
     files_of,
     format_bytes,
     list_source,
-    read_values,
     select_names,
     var_bytes,
+    verify_values,
 )
 
 __all__ = ["main", "render_listing", "rows_of"]
@@ -132,8 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--verify",
         action="store_true",
-        help="also read every value back (one at a time) and check it against its checksum; "
-        "without it only the files' presence and sizes are checked",
+        help="also read every listed value back and check it against its checksum (an npz "
+        "entry through a small buffer); without it no value is read: only the headers, "
+        "and the files' presence and sizes, are checked",
     )
     return parser
 
@@ -158,8 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind, resolved, infos = list_source(args.path)
         keep = set(select_names([i.name for i in infos], include, exclude))
         if args.verify:
-            for name in sorted(keep):
-                read_values(kind, resolved, [name])
+            verify_values(kind, resolved, sorted(keep))
     except ToolError as err:
         return fail("ls-checkpoint", err)
     rows = rows_of([i for i in infos if i.name in keep])

@@ -32,7 +32,8 @@ from towerkit.sessinit._errors import (
     NotACheckpointError,
     RestoreMismatchError,
 )
-from towerkit.sessinit._npz import list_npz_vars, load_npz, verify_npz
+from towerkit.sessinit._npz import list_npz_vars
+from towerkit.sessinit._npz_read import load_npz, verify_npz
 from towerkit.sessinit._paths import (
     GLOB_CHARACTERS,
     checkpoint_step,

@@ -1,20 +1,26 @@
-"""npz files: list entries from their headers, read arrays straight into memory, write atomically."""
+"""npz files: index and list their entries from the headers (checked, no value read), write atomically."""
 
 from __future__ import annotations
 
 import functools
-import io
 import os
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
 
 from towerkit.sessinit._atomic import atomic_path
-from towerkit.sessinit._errors import CheckpointNotFoundError, NotACheckpointError
+from towerkit.sessinit._errors import CheckpointNotFoundError
+from towerkit.sessinit._npy import (
+    check_member,
+    check_npy_header,
+    corrupt_entry,
+    not_npz,
+    read_npy_header,
+)
 from towerkit.sessinit._plan import VarInfo, normalize_name
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
@@ -33,11 +39,12 @@ class _Member:
     """Where the member's bytes (the ``.npy`` header, then the array) start; None if compressed."""
     crc: int
     """The CRC-32 the zip directory holds for the member's bytes."""
-
-
-def _not_npz(path: str, why: str) -> NotACheckpointError:
-    msg = f"{path!r} is not an npz file of arrays: {why}"
-    return NotACheckpointError(msg)
+    header_crc: int
+    """The CRC-32 of the member's ``.npy`` header, where the sum over its values starts."""
+    header_bytes: int
+    """The length of the ``.npy`` header."""
+    nbytes: int
+    """The length of the values."""
 
 
 def _read_members(path: str) -> list[_Member]:
@@ -49,60 +56,68 @@ def _read_members(path: str) -> list[_Member]:
             infos = zf.infolist()
             bad = [i.filename for i in infos if not i.filename.endswith(".npy")]
             if bad:
-                raise _not_npz(path, f"members {bad} are not '.npy' arrays")
+                raise not_npz(path, f"members {bad} are not '.npy' arrays")
+            names = [check_member(path, i) for i in infos]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise not_npz(path, f"entries {twice} appear more than once")
             size = os.fstat(f.fileno()).st_size
             return [_read_member(path, f, zf, info, size) for info in infos]
     except (zipfile.BadZipFile, zlib.error, EOFError) as err:
-        raise _not_npz(path, f"not a zip archive ({err})") from None
+        raise not_npz(path, f"not a zip archive ({err})") from None
     except IsADirectoryError:
-        raise _not_npz(path, "it is a directory") from None
+        raise not_npz(path, "it is a directory") from None
 
 
 def _read_member(path: str, f, zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> _Member:
-    name = info.filename.removesuffix(".npy")
+    """The member's header, checked against its size; no value is read."""
+    name = normalize_name(info.filename.removesuffix(".npy"))
+    start: int | None = None
     if info.compress_type == zipfile.ZIP_STORED:
         if not 0 <= info.header_offset <= size - _LOCAL_HEADER.size:
-            raise _not_npz(path, f"member {info.filename!r} lies outside the file (truncated?)")
+            raise not_npz(path, f"member {info.filename!r} lies outside the file (truncated?)")
         f.seek(info.header_offset)
         header = f.read(_LOCAL_HEADER.size)
         fields = _LOCAL_HEADER.unpack(header) if len(header) == _LOCAL_HEADER.size else None
         if fields is None or fields[0] != _LOCAL_MAGIC:
-            raise _not_npz(path, f"member {info.filename!r} has a broken zip header")
-        start: int | None = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+            raise not_npz(path, f"member {info.filename!r} has a broken zip header")
+        start = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+        if start + info.file_size > size:
+            why = f"member {info.filename!r} ends past the end of the file (truncated?)"
+            raise not_npz(path, why)
         f.seek(start)
-        shape, fortran, dtype = _read_npy_header(path, info.filename, f)
-        offset: int | None = f.tell()
+        shape, fortran, dtype, header_len = read_npy_header(path, info.filename, f)
+        f.seek(start)
+        header_crc = zlib.crc32(f.read(header_len))
     else:
         try:
             with zf.open(info) as member:
-                shape, fortran, dtype = _read_npy_header(path, info.filename, member)
+                shape, fortran, dtype, header_len = read_npy_header(path, info.filename, member)
+            header_crc = 0  # zipfile sums a compressed member as it inflates it
         except zipfile.BadZipFile as err:
-            if "CRC" in str(err):
-                raise _corrupt(path, name, info.CRC, None) from None
-            raise
-        offset = start = None
-    if dtype.hasobject:
-        raise _not_npz(path, f"entry {name!r} holds Python objects: expected numeric arrays")
-    var = VarInfo(name=name, shape=shape, dtype=dtype)
+            if "CRC" in str(err):  # a small member is inflated whole with its header
+                raise corrupt_entry(path, name, info.CRC, None) from None
+            raise not_npz(path, f"member {info.filename!r} cannot be read ({err})") from None
+    shape = check_npy_header(
+        path,
+        info.filename,
+        shape,
+        dtype,
+        header_bytes=header_len,
+        member_bytes=info.file_size,
+    )
     return _Member(
-        info=var,
+        info=VarInfo(name=name, shape=shape, dtype=dtype),
         member=info.filename,
         np_dtype=dtype,
         fortran=fortran,
-        data_offset=offset,
+        data_offset=None if start is None else start + header_len,
         member_offset=start,
         crc=info.CRC,
+        header_crc=header_crc,
+        header_bytes=header_len,
+        nbytes=info.file_size - header_len,
     )
-
-
-def _read_npy_header(path: str, member: str, f) -> tuple[tuple[int, ...], bool, np.dtype]:
-    try:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(f)
-        return np.lib.format.read_array_header_2_0(f)
-    except ValueError as err:
-        raise _not_npz(path, f"member {member!r} is not a .npy array ({err})") from None
 
 
 @attrs.frozen(kw_only=True)
@@ -173,124 +188,6 @@ def list_npz_vars(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
         NotACheckpointError: `path` is not an npz file of numeric arrays.
     """
     return index_npz(path).infos
-
-
-def _readinto(f, array: np.ndarray) -> int:
-    view = memoryview(array.reshape(-1, order="A")).cast("B")  # type: ignore[arg-type]
-    done = 0
-    while done < len(view):
-        got = f.readinto(view[done:])
-        if not got:
-            break
-        done += got
-    return done
-
-
-def load_npz(
-    path: str | os.PathLike[str], names: Iterable[str] | None = None
-) -> dict[str, np.ndarray]:
-    """Read arrays of an npz file, straight from the file into fresh arrays.
-
-    Uncompressed members (what ``np.savez`` writes) are read with one ``readinto`` each;
-    compressed ones go through ``zipfile``.
-
-    Args:
-        path: The ``.npz`` file.
-        names: The entries to read (with or without ``:0``); all of them when None.
-
-    Returns:
-        ``{name: array}``.
-
-    Raises:
-        CheckpointNotFoundError: `path` does not exist.
-        NotACheckpointError: `path` is not an npz file of arrays, or is truncated.
-        KeyError: An entry of `names` is not in the file.
-    """
-    return read_npz(index_npz(path), names)
-
-
-def read_npz(index: NpzIndex, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    """`load_npz` from an index made earlier (re-indexed if the file changed since)."""
-    if not index.is_current():
-        index = index_npz(index.path)
-    path = index.path
-    members = {m.info.name: m for m in index.members}
-    wanted = list(members) if names is None else [normalize_name(n) for n in names]
-    absent = sorted(set(wanted) - set(members))
-    if absent:
-        msg = f"npz file {path!r} has no entries {absent}; it has {sorted(members)[:20]}"
-        raise KeyError(msg)
-    out: dict[str, np.ndarray] = {}
-    with open(path, "rb", buffering=0) as f:
-        zf = None
-        for name in wanted:
-            m = members[name]
-            if m.data_offset is None or m.member_offset is None:
-                zf = zf or zipfile.ZipFile(path)
-                out[name] = _read_compressed(path, zf, m)
-                continue
-            shape = tuple(int(d or 0) for d in m.info.shape)
-            array = np.empty(shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
-            f.seek(m.member_offset)
-            crc = zlib.crc32(f.read(m.data_offset - m.member_offset))
-            if _readinto(f, array) != array.nbytes:
-                raise _not_npz(path, f"entry {name!r} is truncated")
-            crc = zlib.crc32(memoryview(array.reshape(-1, order="A")).cast("B"), crc)  # type: ignore[arg-type]
-            if crc != m.crc:
-                raise _corrupt(path, name, m.crc, crc)
-            out[name] = array
-        if zf is not None:
-            zf.close()
-    return out
-
-
-def _corrupt(path: str, name: str, stored: int, computed: int | None) -> NotACheckpointError:
-    got = "" if computed is None else f", computed {computed:#010x}"
-    msg = (
-        f"npz file {path!r} is corrupt: the bytes of entry {name!r} do not match their "
-        f"CRC-32 (stored {stored:#010x}{got}); the file was damaged after it was written: "
-        "restore it from a copy"
-    )
-    return NotACheckpointError(msg)
-
-
-def _read_compressed(path: str, zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
-    """A compressed member, read whole (``zipfile`` checks its CRC-32 at the end)."""
-    try:
-        data = zf.read(m.member)
-    except zipfile.BadZipFile as err:
-        if "CRC" in str(err):
-            raise _corrupt(path, m.info.name, m.crc, None) from None
-        raise _not_npz(path, f"entry {m.info.name!r} cannot be read ({err})") from None
-    except (zlib.error, EOFError) as err:
-        raise _not_npz(path, f"entry {m.info.name!r} cannot be read ({err})") from None
-    try:
-        return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
-    except ValueError as err:
-        raise _not_npz(path, f"entry {m.info.name!r} cannot be read ({err})") from None
-
-
-def verify_npz(path: str | os.PathLike[str]) -> tuple[VarInfo, ...]:
-    """Check that every entry of an npz file reads back as written (its CRC-32 matches).
-
-    `load_npz` and `SmartInit` check the entries they read; this checks them all
-    without keeping the values (one entry in memory at a time).
-
-    Args:
-        path: The ``.npz`` file.
-
-    Returns:
-        The entries, as `list_npz_vars` gives them.
-
-    Raises:
-        CheckpointNotFoundError: `path` does not exist.
-        NotACheckpointError: `path` is not an npz file of arrays, or an entry is
-            corrupt (the message names the file and the entry).
-    """
-    index = index_npz(path)
-    for m in index.members:
-        read_npz(index, [m.info.name])
-    return index.infos
 
 
 def save_npz(

@@ -22,7 +22,8 @@ from towerkit.sessinit._execute import (
     run_checkpoint_restore,
     run_value_restore,
 )
-from towerkit.sessinit._npz import index_npz, read_npz
+from towerkit.sessinit._npz import index_npz
+from towerkit.sessinit._npz_read import read_npz
 from towerkit.sessinit._paths import checkpoint_prefix_of, resolve_checkpoint
 from towerkit.sessinit._plan import (
     RestorePlan,
