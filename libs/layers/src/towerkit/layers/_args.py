@@ -61,14 +61,13 @@ def shape2d(value: Any, what: str = "shape") -> list[int]:
         >>> shape2d((2, 5))
         [2, 5]
     """
-    if isinstance(value, bool):
-        pass
-    elif isinstance(value, int):
-        if value > 0:
-            return [value, value]
-    elif isinstance(value, (list, tuple)) and len(value) == 2:
-        if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-            return [int(value[0]), int(value[1])]
+    def positive(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+    if positive(value):
+        return [value, value]
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(map(positive, value)):
+        return [int(value[0]), int(value[1])]
     msg = f"{what!r} must be a positive int or a pair of positive ints; got {value!r}"
     raise ValueError(msg)
 

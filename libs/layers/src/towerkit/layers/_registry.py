@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -224,10 +225,8 @@ class VariableHolder:
 def attach_variables(output: Any, **variables: Any) -> Any:
     """Set ``output.variables`` to a `VariableHolder` of `variables` when the tensor allows it."""
     holder = VariableHolder(**{k: v for k, v in variables.items() if v is not None})
-    try:
+    with contextlib.suppress(AttributeError):
         output.variables = holder
-    except AttributeError:
-        pass
     return output
 
 
