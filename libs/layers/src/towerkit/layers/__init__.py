@@ -1,9 +1,11 @@
 """towerkit.layers: tensorpack's layer API on tf.compat.v1 ops, with tensorpack's variable names."""
 
+from towerkit.layers._batchnorm import BatchNorm, BatchRenorm
 from towerkit.layers._conv import Conv2D, Conv2DTranspose, Deconv2D
 from towerkit.layers._fc import FullyConnected
 from towerkit.layers._linearwrap import LinearWrap
 from towerkit.layers._nonlin import Maxout, PReLU
+from towerkit.layers._norm import BNReLU, InstanceNorm, LayerNorm
 from towerkit.layers._pool import (
     AvgPooling,
     BilinearUpSample,
@@ -44,6 +46,12 @@ __all__ = [
     "Conv2DTranspose",
     "Deconv2D",
     "FullyConnected",
+    # normalization
+    "BatchNorm",
+    "BatchRenorm",
+    "LayerNorm",
+    "InstanceNorm",
+    "BNReLU",
     # pooling
     "MaxPooling",
     "AvgPooling",
