@@ -109,7 +109,7 @@ def conv_output_size(size: int | None, kernel: int, stride: int, padding: str) -
         return None
     if tf_padding(padding) == "SAME":
         return -(-size // stride)
-    return -(-(size - kernel + 1) // stride)
+    return max(-(-(size - kernel + 1) // stride), 0)
 
 
 def transpose_output_size(size: int | None, kernel: int, stride: int, padding: str) -> int | None:
