@@ -355,8 +355,8 @@ def BatchRenorm(
 
     In a training tower the batch statistics are corrected by ``r`` (clipped to
     ``[1/rmax, rmax]``) and ``d`` (clipped to ``[-dmax, dmax]``) taken from the
-    renorm averages (momentum 0.99), which move with every training call; the
-    moving averages are updated through ``UPDATE_OPS`` in the main training tower.
+    renorm averages (momentum 0.99). The renorm and moving averages are updated
+    through ``UPDATE_OPS`` in the main training tower.
     An inference tower normalizes with the moving averages.
 
     Args:
@@ -426,24 +426,30 @@ def BatchRenorm(
     floor = tf1.maximum(renorm_std, tf1.sqrt(tf1.cast(epsilon, dtype)))
     r = tf1.clip_by_value(std / floor, 1.0 / rmax, rmax)
     d = tf1.clip_by_value((mean - renorm_mean) / floor, -dmax, dmax)
+    # the renorm averages move after r and d have read them, and only with the moving
+    # averages (the output does not wait for them), as in tensorpack 0.11
+    with tf1.control_dependencies([r, d]):
+        new_mean, new_std = tf1.identity(mean), tf1.identity(std)
     renorm_updates = [
-        moving_average_update(renorm_mean, mean, 0.99, "AssignMovingAvg"),
-        moving_average_update(renorm_std, std, 0.99, "AssignMovingAvg"),
+        moving_average_update(renorm_mean, new_mean, 0.99, "AssignMovingAvg"),
+        moving_average_update(renorm_std, new_std, 0.99, "AssignMovingAvg"),
     ]
     with tf1.control_dependencies(renorm_updates):
-        mean, var = tf1.identity(mean), tf1.identity(var)
+        new_mean, new_var = tf1.identity(new_mean), tf1.identity(var)
     r = bcast(tf1.stop_gradient(r, name="renorm_r"))
     d = bcast(tf1.stop_gradient(d, name="renorm_d"))
     gain, shift = (r * bcast(gamma), d * bcast(gamma)) if gamma is not None else (r, d)
     if beta is not None:
         shift = shift + bcast(beta)
     if main:
-        new_std = moving_average_update(
-            moving_std, tf1.sqrt(var + epsilon), momentum, "AssignMovingAvg"
+        moved_std = moving_average_update(
+            moving_std, tf1.sqrt(new_var + epsilon), momentum, "AssignMovingAvg"
         )
         updates = [
-            moving_average_update(moving_mean, mean, momentum, "AssignMovingAvg"),
-            tf1.assign(moving_var, tf1.nn.relu(new_std * new_std - epsilon), name="AssignNewValue"),
+            moving_average_update(moving_mean, new_mean, momentum, "AssignMovingAvg"),
+            tf1.assign(
+                moving_var, tf1.nn.relu(moved_std * moved_std - epsilon), name="AssignNewValue"
+            ),
         ]
         for op in updates:
             tf1.add_to_collection(tf1.GraphKeys.UPDATE_OPS, op.op)

@@ -15,27 +15,22 @@ _log = logging.getLogger("towerkit.layers")
 
 
 def _affine(
-    channels: int,
-    new_shape: list[int],
-    center: bool,
-    scale: bool,
-    gamma_init: Any,
-    ndims: int,
-    dtype: Any,
+    channels: int, new_shape: list[int], center: bool, scale: bool, gamma_init: Any
 ) -> tuple[Any, Any, Any, Any]:
-    """beta and gamma shaped to broadcast (constants when left out), and the variables."""
-    beta_var = gamma_var = None
+    """beta and gamma shaped to broadcast (None when left out), and the variables.
+
+    tensorpack multiplies by a constant one and adds a constant zero of shape
+    ``[1, 1, 1, 1]`` instead of leaving them out; the result is the same, without
+    the two extra broadcasting ops.
+    """
+    beta = gamma = beta_var = gamma_var = None
     if center:
         beta_var = tf1.get_variable("beta", [channels], initializer=tf1.zeros_initializer())
         beta = tf1.reshape(beta_var, new_shape)
-    else:
-        beta = tf1.zeros([1] * ndims, name="beta", dtype=dtype)
     if scale:
         init = gamma_init if gamma_init is not None else tf1.ones_initializer()
         gamma_var = tf1.get_variable("gamma", [channels], initializer=init)
         gamma = tf1.reshape(gamma_var, new_shape)
-    else:
-        gamma = tf1.ones([1] * ndims, name="gamma", dtype=dtype)
     return beta, gamma, beta_var, gamma_var
 
 
@@ -80,10 +75,7 @@ def LayerNorm(
         msg = f"LayerNorm: the channel count of the input must be known; got shape {shape}"
         raise ValueError(msg)
     new_shape = [1, chan] if ndims == 2 else ([1, chan, 1, 1] if fmt == "NCHW" else [1, 1, 1, chan])
-    # tensorpack makes the constants of a left-out affine in float32, whatever the input
-    beta, gamma, beta_var, gamma_var = _affine(
-        chan, new_shape, center, scale, gamma_initializer, ndims, tf1.float32
-    )
+    beta, gamma, beta_var, gamma_var = _affine(chan, new_shape, center, scale, gamma_initializer)
     ret = tf1.nn.batch_normalization(x, mean, var, beta, gamma, epsilon, name="output")
     return attach_variables(ret, gamma=gamma_var, beta=beta_var)
 
@@ -127,9 +119,7 @@ def InstanceNorm(
         raise ValueError(msg)
     new_shape = [1, 1, 1, ch] if fmt == "NHWC" else [1, ch, 1, 1]
     mean, var = tf1.nn.moments(x, axes, keep_dims=True)
-    beta, gamma, beta_var, gamma_var = _affine(
-        ch, new_shape, center, scale, gamma_initializer, 4, x.dtype.base_dtype
-    )
+    beta, gamma, beta_var, gamma_var = _affine(ch, new_shape, center, scale, gamma_initializer)
     ret = tf1.nn.batch_normalization(x, mean, var, beta, gamma, epsilon, name="output")
     return attach_variables(ret, gamma=gamma_var, beta=beta_var)
 

@@ -173,8 +173,9 @@ def ema_plan(
     """The EMA plan of one BatchNorm call, as tensorpack 0.11 decides it.
 
     The averages move only when batch statistics are used (`training`), in the main
-    training tower or in an inference tower (which cannot know whether another tower
-    updates them), or outside every tower, and never with ``ema_update="skip"``. The
+    training tower, outside every tower, or in an inference tower (which cannot know
+    whether another tower updates them) when the update is internal (an inference
+    tower leaves ``UPDATE_OPS`` as it was), and never with ``ema_update="skip"``. The
     layer's own statistics code (`own_statistics`: synchronized or virtual-batch
     statistics) always updates internally, as tensorpack does.
 
@@ -193,10 +194,16 @@ def ema_plan(
         >>> ema_plan(training=True, in_tower=True, tower_training=False,
         ...          main_training_tower=False, ema_update="internal", own_statistics=False)
         EmaPlan(update=True, internal=True, model_variables=False)
+        >>> ema_plan(training=True, in_tower=True, tower_training=False,
+        ...          main_training_tower=False, ema_update="default", own_statistics=False)
+        EmaPlan(update=False, internal=False, model_variables=False)
     """
     mode = check_ema_update(ema_update)
     main = main_training_tower or not in_tower
     update = training and (main or not tower_training) and mode != "skip"
+    if in_tower and not tower_training and mode == "collection" and not own_statistics:
+        # an inference tower keeps UPDATE_OPS as it was (tensorpack freezes it there)
+        update = False
     internal = update and (own_statistics or mode == "internal")
     return EmaPlan(update=update, internal=internal, model_variables=main)
 
