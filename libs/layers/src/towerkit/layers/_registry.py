@@ -142,7 +142,7 @@ def layer_register(
     Raises:
         TypeError: `use_scope` is not a bool or None.
     """
-    if use_scope not in (True, False, None):
+    if not (use_scope is None or isinstance(use_scope, bool)):
         msg = f"'use_scope' must be True, False or None; got {use_scope!r}"
         raise TypeError(msg)
     if log_shape and not use_scope:
@@ -170,9 +170,7 @@ def layer_register(
                 outputs = func(*args, **kwargs)
                 if log:
                     _LOGGED.add(key)
-                    _log.info(
-                        "%r: %s --> %s", vs.name, _shape_text(args[0]), _shape_text(outputs)
-                    )
+                    _log.info("%r: %s --> %s", vs.name, _shape_text(args[0]), _shape_text(outputs))
             return outputs
 
         wrapped = enable_argscope_for_function(layer, log_shape=False)
@@ -255,4 +253,3 @@ def rename_tflayer_get_variable() -> Any:
     return rename_get_variable(
         {"kernel": "W", "bias": "b", "moving_mean": "mean/EMA", "moving_variance": "variance/EMA"}
     )
-
