@@ -15,7 +15,7 @@ def same_pads(size: int, kernel: int, stride: int, dilation: int = 1) -> tuple[i
 
 def conv2d(x, w, stride=(1, 1), padding="SAME", dilation=(1, 1), groups=1):
     """A grouped, dilated 2-D convolution of NHWC `x` with HWIO `w`."""
-    n, h, wd, c = x.shape
+    n, h, wd, _ = x.shape
     kh, kw, cin, cout = w.shape
     if padding == "SAME":
         ph, pw = same_pads(h, kh, stride[0], dilation[0]), same_pads(wd, kw, stride[1], dilation[1])

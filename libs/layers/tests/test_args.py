@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given
@@ -90,7 +92,7 @@ class TestPadding:
 class TestAliases:
     """tensorpack's old argument names."""
 
-    ALIASES = {"out_channel": "filters", "kernel_shape": "kernel_size", "stride": "strides"}
+    ALIASES: ClassVar[dict[str, str]] = {"out_channel": "filters", "kernel_shape": "kernel_size", "stride": "strides"}
 
     @given(st.dictionaries(st.sampled_from(["out_channel", "kernel_shape", "stride", "padding"]), st.integers()))
     def test_renamed(self, kwargs):

@@ -110,7 +110,7 @@ class TestConv2D:
         x = tf1.zeros([1, 8, 8, 2])
         with argscope(Conv2D, kernel_size=5, filters=7, stride=2, nl=tf.nn.relu):
             a = Conv2D("a", x)
-            b = Conv2D("b", x, 4, 1)
+            Conv2D("b", x, 4, 1)
             c = Conv2D("c", x, stride=1)
         assert _vars()["a/W"] == [5, 5, 2, 7]
         assert _vars()["b/W"] == [1, 1, 2, 4]

@@ -121,7 +121,7 @@ class TestLayerRegister:
             AddBias("a", [1.0])
         with pytest.raises(TypeError, match="AddBias needs an input; called with no positional"):
             AddBias()
-        with pytest.raises(TypeError, match="AddBias\\('a', ...\\) needs an input after the name"):
+        with pytest.raises(TypeError, match=r"AddBias\('a', \.\.\.\) needs an input after the name"):
             AddBias("a")
 
 
@@ -138,7 +138,7 @@ class TestSplitScopeName:
     @given(st.integers())
     def test_fail(self, value):
         """A required name that is missing is reported with the fix."""
-        with pytest.raises(TypeError, match="Did you forget the name, as in L\\('name', x, ...\\)"):
+        with pytest.raises(TypeError, match=r"Did you forget the name, as in L\('name', x, \.\.\.\)"):
             split_scope_name("L", True, (value,))
 
 
