@@ -58,6 +58,8 @@ def pool2d(x, size, stride, padding, op):
     out = np.zeros((n, oh, ow, c))
     for i in range(oh):
         for j in range(ow):
-            win = xp[:, i * stride[0] : i * stride[0] + size[0], j * stride[1] : j * stride[1] + size[1]]
+            win = xp[
+                :, i * stride[0] : i * stride[0] + size[0], j * stride[1] : j * stride[1] + size[1]
+            ]
             out[:, i, j] = win.max(axis=(1, 2)) if op == "max" else np.nanmean(win, axis=(1, 2))
     return out

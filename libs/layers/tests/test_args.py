@@ -34,7 +34,11 @@ class TestDataFormat:
         assert keras_data_format(tf_data_format(k)) == k
         assert channel_axis(fmt) == (3 if k == "channels_last" else 1)
 
-    @given(st.text(max_size=8).filter(lambda s: s not in {"NHWC", "NCHW", "channels_last", "channels_first"}))
+    @given(
+        st.text(max_size=8).filter(
+            lambda s: s not in {"NHWC", "NCHW", "channels_last", "channels_first"}
+        )
+    )
     def test_fail(self, fmt):
         """Any other value is refused with the accepted ones listed."""
         with pytest.raises(ValueError, match="'data_format' must be one of 'channels_last'"):
@@ -92,9 +96,17 @@ class TestPadding:
 class TestAliases:
     """tensorpack's old argument names."""
 
-    ALIASES: ClassVar[dict[str, str]] = {"out_channel": "filters", "kernel_shape": "kernel_size", "stride": "strides"}
+    ALIASES: ClassVar[dict[str, str]] = {
+        "out_channel": "filters",
+        "kernel_shape": "kernel_size",
+        "stride": "strides",
+    }
 
-    @given(st.dictionaries(st.sampled_from(["out_channel", "kernel_shape", "stride", "padding"]), st.integers()))
+    @given(
+        st.dictionaries(
+            st.sampled_from(["out_channel", "kernel_shape", "stride", "padding"]), st.integers()
+        )
+    )
     def test_renamed(self, kwargs):
         """Every alias becomes its target and keeps its value; other names stay."""
         out = rename_aliases("Conv2D", kwargs, self.ALIASES)
@@ -103,10 +115,14 @@ class TestAliases:
 
     def test_common_names_win(self):
         """``nl``, ``W_init`` and ``b_init`` win over the new names, as in tensorpack."""
-        out = rename_aliases("Conv2D", {"W_init": 1, "kernel_initializer": 2, "b_init": 3, "nl": 4}, {})
+        out = rename_aliases(
+            "Conv2D", {"W_init": 1, "kernel_initializer": 2, "b_init": 3, "nl": 4}, {}
+        )
         assert out == {"kernel_initializer": 1, "bias_initializer": 3, "activation": 4}
 
     def test_fail(self):
         """An alias given with its target is refused, naming both."""
-        with pytest.raises(TypeError, match="Conv2D: arguments 'out_channel' and 'filters' name the same thing"):
+        with pytest.raises(
+            TypeError, match="Conv2D: arguments 'out_channel' and 'filters' name the same thing"
+        ):
             rename_aliases("Conv2D", {"out_channel": 3, "filters": 4}, self.ALIASES)

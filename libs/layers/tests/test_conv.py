@@ -39,18 +39,28 @@ class TestConv2D:
         xv = _input([2, 7, 6, 3])
         x = tf1.constant(xv)
         y = Conv2D(
-            "c", x, 4, (3, 2), strides=2, activation=tf.nn.relu, b_init=tf1.constant_initializer(0.1)
+            "c",
+            x,
+            4,
+            (3, 2),
+            strides=2,
+            activation=tf.nn.relu,
+            b_init=tf1.constant_initializer(0.1),
         )
         sess.run(tf1.global_variables_initializer())
         out, w = sess.run([y, y.variables.W])
         ref = np.maximum(reference.conv2d(xv, w, (2, 2), "SAME") + 0.1, 0)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
-    @pytest.mark.parametrize(("split", "dilation", "padding"), [(2, 1, "same"), (1, 2, "valid"), (3, 2, "same")])
+    @pytest.mark.parametrize(
+        ("split", "dilation", "padding"), [(2, 1, "same"), (1, 2, "valid"), (3, 2, "same")]
+    )
     def test_groups_and_dilation(self, graph, sess, split, dilation, padding):
         """``split`` groups the channels; ``dilation_rate`` spreads the kernel; both as numpy does."""
         xv = _input([2, 9, 9, 6])
-        y = Conv2D("c", tf1.constant(xv), 6, 3, split=split, dilation_rate=dilation, padding=padding)
+        y = Conv2D(
+            "c", tf1.constant(xv), 6, 3, split=split, dilation_rate=dilation, padding=padding
+        )
         assert _vars()["c/W"] == [3, 3, 6 // split, 6]
         sess.run(tf1.global_variables_initializer())
         out, w = sess.run([y, y.variables.W])
@@ -64,7 +74,16 @@ class TestConv2D:
         xv = _input([2, 6, 6, 4])
         init = tf1.constant_initializer(_input([3, 3, 2, 6], seed=1))
         a = Conv2D("a", tf1.constant(xv), 6, 3, split=2, kernel_initializer=init, strides=2)
-        b = Conv2D("b", tf1.constant(xv.transpose(0, 3, 1, 2)), 6, 3, split=2, W_init=init, strides=2, data_format=fmt)
+        b = Conv2D(
+            "b",
+            tf1.constant(xv.transpose(0, 3, 1, 2)),
+            6,
+            3,
+            split=2,
+            W_init=init,
+            strides=2,
+            data_format=fmt,
+        )
         assert b.shape.as_list() == [2, 6, 3, 3]
         sess.run(tf1.global_variables_initializer())
         ra, rb = sess.run([a, b])
@@ -125,7 +144,10 @@ class TestConv2D:
 
     def test_argscope_unknown_argument(self):
         """An argument Conv2D does not take is refused when the argscope opens."""
-        with pytest.raises(TypeError, match="'Conv2D' takes no arguments \\['kernel'\\]"), argscope(Conv2D, kernel=3):
+        with (
+            pytest.raises(TypeError, match="'Conv2D' takes no arguments \\['kernel'\\]"),
+            argscope(Conv2D, kernel=3),
+        ):
             pass
 
     def test_regularizer(self, graph):
@@ -133,7 +155,14 @@ class TestConv2D:
         x = tf1.zeros([1, 4, 4, 2])
         key = tf1.GraphKeys.REGULARIZATION_LOSSES
         with TowerContext("tower0", is_training=True, index=0, total=2):
-            Conv2D("c", x, 3, 3, kernel_regularizer=l2_regularizer(1.0), bias_regularizer=l2_regularizer(1.0))
+            Conv2D(
+                "c",
+                x,
+                3,
+                3,
+                kernel_regularizer=l2_regularizer(1.0),
+                bias_regularizer=l2_regularizer(1.0),
+            )
         assert len(tf1.get_collection(key)) == 2
         with TowerContext("tower1", is_training=True, index=1, total=2):
             Conv2D("c", x, 3, 3, kernel_regularizer=l2_regularizer(1.0))
@@ -161,7 +190,9 @@ class TestConv2D:
         x = tf1.constant(_input([1, 4, 4, 2]))
         with freeze_variables(stop_gradient=True):
             a = Conv2D("a", x, 3, 3)
-        grads = tf1.gradients(tf1.reduce_sum(a), [v for v in tf1.global_variables() if v.op.name == "a/W"])
+        grads = tf1.gradients(
+            tf1.reduce_sum(a), [v for v in tf1.global_variables() if v.op.name == "a/W"]
+        )
         assert grads == [None]
         with remap_variables(lambda v: v * 0.0):
             b = Conv2D("b", x, 3, 3, b_init=tf1.constant_initializer(2.0))
@@ -179,11 +210,23 @@ class TestConv2D:
         ("kwargs", "error", "match"),
         [
             ({"filters": 0}, ValueError, "'filters' must be a positive int"),
-            ({"filters": 4, "split": 3}, ValueError, "'split'=3 must divide the input channels \\(2\\)"),
+            (
+                {"filters": 4, "split": 3},
+                ValueError,
+                "'split'=3 must divide the input channels \\(2\\)",
+            ),
             ({"filters": 4, "padding": "full"}, ValueError, "'padding' must be 'same' or 'valid'"),
             ({"filters": 4, "data_format": "HWCN"}, ValueError, "'data_format' must be one of"),
-            ({"filters": 4, "out_channel": 4}, TypeError, "'out_channel' and 'filters' name the same"),
-            ({"filters": 4, "dilation_rate": 2, "kernel_regularizer": l2_regularizer(1.0)}, ValueError, "regularizers are not supported"),
+            (
+                {"filters": 4, "out_channel": 4},
+                TypeError,
+                "'out_channel' and 'filters' name the same",
+            ),
+            (
+                {"filters": 4, "dilation_rate": 2, "kernel_regularizer": l2_regularizer(1.0)},
+                ValueError,
+                "regularizers are not supported",
+            ),
         ],
     )
     def test_fail(self, graph, kwargs, error, match):
@@ -200,7 +243,9 @@ class TestConv2D:
             Conv2D("c", np.zeros([1, 4, 4, 2]), 3, 3)
         with pytest.raises(TypeError, match="at most 2 positional arguments after the input"):
             Conv2D("c", x, 3, 3, 1)
-        with pytest.raises(ValueError, match="the channel count of the input \\(axis 3\\) must be known"):
+        with pytest.raises(
+            ValueError, match="the channel count of the input \\(axis 3\\) must be known"
+        ):
             Conv2D("c", tf1.placeholder(tf1.float32, [None, 4, 4, None]), 3, 3)
         with pytest.raises(ValueError, match="must be a 4-D tensor"):
             Conv2D("c", tf1.zeros([4, 2]), 3, 3)
@@ -209,7 +254,10 @@ class TestConv2D:
 class TestConv2DTranspose:
     """Conv2DTranspose (Deconv2D) as tensorpack's."""
 
-    @pytest.mark.parametrize(("padding", "stride", "kernel"), [("same", 2, 3), ("valid", 2, 3), ("valid", 3, 2), ("same", 1, 4)])
+    @pytest.mark.parametrize(
+        ("padding", "stride", "kernel"),
+        [("same", 2, 3), ("valid", 2, 3), ("valid", 3, 2), ("same", 1, 4)],
+    )
     def test_shapes(self, graph, sess, padding, stride, kernel):
         """The output size is ``stride * size`` (SAME) plus ``max(kernel - stride, 0)`` (VALID)."""
         x = tf1.placeholder(tf1.float32, [None, 5, 6, 3])
@@ -229,10 +277,21 @@ class TestConv2DTranspose:
         w = _input([3, 3, 3, 5], seed=3)
         if fmt == "NCHW":
             vt = tf1.constant(v.transpose(0, 3, 1, 2))
-            y = Conv2DTranspose("d", vt, 3, 3, 2, use_bias=False, W_init=tf1.constant_initializer(w), data_format=fmt)
+            y = Conv2DTranspose(
+                "d",
+                vt,
+                3,
+                3,
+                2,
+                use_bias=False,
+                W_init=tf1.constant_initializer(w),
+                data_format=fmt,
+            )
             y = tf1.transpose(y, [0, 2, 3, 1])
         else:
-            y = Deconv2D("d", tf1.constant(v), 3, 3, 2, use_bias=False, W_init=tf1.constant_initializer(w))
+            y = Deconv2D(
+                "d", tf1.constant(v), 3, 3, 2, use_bias=False, W_init=tf1.constant_initializer(w)
+            )
         sess.run(tf1.global_variables_initializer())
         lhs = (reference.conv2d(u, w, (2, 2), "SAME") * v).sum()
         rhs = (u * sess.run(y)).sum()

@@ -18,9 +18,14 @@ class TestFullyConnected:
     def test_flattens(self, graph, sess):
         """A 4-D input is flattened; ``W`` is ``[h*w*c, units]``; values are ``x @ W + b``."""
         xv = np.random.default_rng(0).standard_normal([3, 2, 2, 5]).astype("float32")
-        y = FullyConnected("fc", tf1.constant(xv), 4, activation=tf.nn.tanh, b_init=tf1.constant_initializer(0.3))
+        y = FullyConnected(
+            "fc", tf1.constant(xv), 4, activation=tf.nn.tanh, b_init=tf1.constant_initializer(0.3)
+        )
         assert y.name == "fc/output:0"
-        assert {v.op.name: v.shape.as_list() for v in tf1.global_variables()} == {"fc/W": [20, 4], "fc/b": [4]}
+        assert {v.op.name: v.shape.as_list() for v in tf1.global_variables()} == {
+            "fc/W": [20, 4],
+            "fc/b": [4],
+        }
         sess.run(tf1.global_variables_initializer())
         out, w = sess.run([y, y.variables.W])
         np.testing.assert_allclose(out, np.tanh(xv.reshape(3, -1) @ w + 0.3), rtol=1e-5, atol=1e-5)

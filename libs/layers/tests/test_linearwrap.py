@@ -50,7 +50,9 @@ class TestLinearWrap:
 
     def test_fail(self, graph):
         """An unknown name says it is neither a layer nor 'tf'."""
-        with pytest.raises(AttributeError, match=r"LinearWrap\.NoSuchLayer: neither a registered layer nor 'tf'"):
+        with pytest.raises(
+            AttributeError, match=r"LinearWrap\.NoSuchLayer: neither a registered layer nor 'tf'"
+        ):
             LinearWrap(tf1.zeros([1])).NoSuchLayer("x")
         with pytest.raises(TypeError, match="apply2 needs the first argument"):
             LinearWrap(tf1.zeros([1])).apply2(Conv2D)

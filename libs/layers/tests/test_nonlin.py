@@ -23,7 +23,9 @@ class TestPReLU:
         assert [v.op.name for v in tf1.trainable_variables()] == ["prelu/alpha"]
         assert y.variables.alpha.shape.as_list() == []
         sess.run(tf1.global_variables_initializer())
-        np.testing.assert_allclose(sess.run(y), np.where(xv > 0, xv, 0.25 * xv), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            sess.run(y), np.where(xv > 0, xv, 0.25 * xv), rtol=1e-6, atol=1e-7
+        )
 
     def test_default_init(self, graph, sess):
         """``alpha`` starts at 0.001."""

@@ -25,14 +25,21 @@ class TestPooling:
     """MaxPooling and AvgPooling."""
 
     @pytest.mark.parametrize("layer", [MaxPooling, AvgPooling])
-    @pytest.mark.parametrize(("size", "stride", "padding"), [(2, None, "valid"), (3, 2, "same"), ((2, 3), (1, 2), "valid"), (3, 2, "valid")])
+    @pytest.mark.parametrize(
+        ("size", "stride", "padding"),
+        [(2, None, "valid"), (3, 2, "same"), ((2, 3), (1, 2), "valid"), (3, 2, "valid")],
+    )
     def test_values(self, graph, sess, layer, size, stride, padding):
         """Each matches numpy; strides default to the pool size; SAME averages only inside."""
         xv = _input([2, 7, 8, 3])
         y = layer("p", tf1.constant(xv), size, stride, padding=padding)
         assert y.name == "p/output:0"
         s2 = [size, size] if isinstance(size, int) else list(size)
-        st = s2 if stride is None else ([stride, stride] if isinstance(stride, int) else list(stride))
+        st = (
+            s2
+            if stride is None
+            else ([stride, stride] if isinstance(stride, int) else list(stride))
+        )
         ref = reference.pool2d(xv, s2, st, padding.upper(), "max" if layer is MaxPooling else "avg")
         np.testing.assert_allclose(sess.run(y), ref, rtol=1e-5, atol=1e-5)
 
@@ -40,7 +47,9 @@ class TestPooling:
         """``shape=``/``stride=`` and NCHW give the NHWC result transposed."""
         xv = _input([2, 6, 6, 3])
         a = MaxPooling("a", tf1.constant(xv), shape=3, stride=1, padding="same")
-        b = MaxPooling("b", tf1.constant(xv.transpose(0, 3, 1, 2)), 3, 1, padding="same", data_format="NCHW")
+        b = MaxPooling(
+            "b", tf1.constant(xv.transpose(0, 3, 1, 2)), 3, 1, padding="same", data_format="NCHW"
+        )
         ra, rb = sess.run([a, b])
         np.testing.assert_allclose(ra, rb.transpose(0, 2, 3, 1))
 
@@ -73,7 +82,10 @@ class TestGlobalAvgPooling:
 class TestFixedUnPooling:
     """FixedUnPooling: the Kronecker product of each pixel with a block."""
 
-    @pytest.mark.parametrize(("shape", "mat"), [(2, None), (3, None), ((2, 3), np.arange(6, dtype="float32").reshape(2, 3))])
+    @pytest.mark.parametrize(
+        ("shape", "mat"),
+        [(2, None), (3, None), ((2, 3), np.arange(6, dtype="float32").reshape(2, 3))],
+    )
     def test_values(self, graph, sess, shape, mat):
         """Each pixel becomes ``pixel * unpool_mat`` (default: top-left one), NHWC and NCHW alike."""
         xv = _input([2, 3, 4, 2])
@@ -83,9 +95,13 @@ class TestFixedUnPooling:
             m[0, 0] = 1
         x = tf1.placeholder(tf1.float32, [None, 3, 4, 2])
         y = FixedUnPooling("u", x, shape, unpool_mat=mat)
-        z = FixedUnPooling("v", tf1.transpose(x, [0, 3, 1, 2]), shape, unpool_mat=mat, data_format="NCHW")
+        z = FixedUnPooling(
+            "v", tf1.transpose(x, [0, 3, 1, 2]), shape, unpool_mat=mat, data_format="NCHW"
+        )
         assert y.shape.as_list() == [None, 3 * block[0], 4 * block[1], 2]
-        ref = np.stack([np.stack([np.kron(xv[n, :, :, c], m) for c in range(2)], -1) for n in range(2)])
+        ref = np.stack(
+            [np.stack([np.kron(xv[n, :, :, c], m) for c in range(2)], -1) for n in range(2)]
+        )
         ry, rz = sess.run([y, z], {x: xv})
         np.testing.assert_allclose(ry, ref, rtol=1e-6)
         np.testing.assert_allclose(rz.transpose(0, 2, 3, 1), ref, rtol=1e-6)
@@ -127,5 +143,7 @@ class TestBilinearUpSample:
 
     def test_fail(self, graph):
         """A non-positive factor is refused."""
-        with pytest.raises(ValueError, match="'shape' \\(the upsampling factor\\) must be a positive int"):
+        with pytest.raises(
+            ValueError, match="'shape' \\(the upsampling factor\\) must be a positive int"
+        ):
             BilinearUpSample("b", tf1.zeros([1, 2, 2, 1]), 0)

@@ -92,7 +92,9 @@ class TestLayerRegister:
             return x * 2
 
         assert first is not Twice
-        with pytest.raises(KeyError, match="layer 'Twice' is registered with @layer_register more than once"):
+        with pytest.raises(
+            KeyError, match="layer 'Twice' is registered with @layer_register more than once"
+        ):
             get_registered_layer("Twice")
 
     def test_log_shape(self, graph, caplog):
@@ -117,11 +119,15 @@ class TestLayerRegister:
             def tf(x):
                 return x
 
-        with pytest.raises(TypeError, match="AddBias: the input must be a tensor or a list of tensors; got list"):
+        with pytest.raises(
+            TypeError, match="AddBias: the input must be a tensor or a list of tensors; got list"
+        ):
             AddBias("a", [1.0])
         with pytest.raises(TypeError, match="AddBias needs an input; called with no positional"):
             AddBias()
-        with pytest.raises(TypeError, match=r"AddBias\('a', \.\.\.\) needs an input after the name"):
+        with pytest.raises(
+            TypeError, match=r"AddBias\('a', \.\.\.\) needs an input after the name"
+        ):
             AddBias("a")
 
 
@@ -138,7 +144,9 @@ class TestSplitScopeName:
     @given(st.integers())
     def test_fail(self, value):
         """A required name that is missing is reported with the fix."""
-        with pytest.raises(TypeError, match=r"Did you forget the name, as in L\('name', x, \.\.\.\)"):
+        with pytest.raises(
+            TypeError, match=r"Did you forget the name, as in L\('name', x, \.\.\.\)"
+        ):
             split_scope_name("L", True, (value,))
 
 
@@ -152,7 +160,9 @@ class TestVariableHolder:
         assert (h.W, h.b, h.all()) == (1, 2, [1, 2])
         with pytest.raises(ValueError, match="already holds a variable named 'W'"):
             h.W = 3
-        with pytest.raises(AttributeError, match="the layer has no variable 'gamma'; it has \\['W', 'b'\\]"):
+        with pytest.raises(
+            AttributeError, match="the layer has no variable 'gamma'; it has \\['W', 'b'\\]"
+        ):
             _ = h.gamma
 
 

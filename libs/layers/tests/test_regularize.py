@@ -29,7 +29,9 @@ class TestRegularizers:
     def test_values(self, graph, sess):
         """l2: ``scale * sum(w ** 2) / 2`` (as ``tf.nn.l2_loss``); l1: ``scale * sum(|w|)``."""
         w = tf1.constant([[1.0, -2.0], [3.0, 0.5]])
-        l2, l1, ref = sess.run([l2_regularizer(0.1)(w), l1_regularizer(0.1)(w), 0.1 * tf1.nn.l2_loss(w)])
+        l2, l1, ref = sess.run(
+            [l2_regularizer(0.1)(w), l1_regularizer(0.1)(w), 0.1 * tf1.nn.l2_loss(w)]
+        )
         assert l2 == pytest.approx(ref)
         assert l1 == pytest.approx(0.65)
 
@@ -56,7 +58,13 @@ class TestRegularizeCost:
         """Only the variables matching the regex count; ``W`` but not ``b``."""
         with TowerContext("", is_training=True):
             FullyConnected("fc0", tf1.ones([1, 2]), 2, W_init=tf1.ones_initializer())
-            FullyConnected("fc1", tf1.ones([1, 2]), 3, W_init=tf1.ones_initializer(), b_init=tf1.ones_initializer())
+            FullyConnected(
+                "fc1",
+                tf1.ones([1, 2]),
+                3,
+                W_init=tf1.ones_initializer(),
+                b_init=tf1.ones_initializer(),
+            )
             cost = regularize_cost("fc.*/W", l2_regularizer(1.0))
             none = regularize_cost("conv.*", l2_regularizer(1.0), name="nothing")
         sess.run(tf1.global_variables_initializer())
@@ -96,8 +104,21 @@ class TestRegularizeCostFromCollection:
         """The sum of the layers' regularization losses; zero when there are none."""
         with TowerContext("", is_training=True):
             empty = regularize_cost_from_collection(name="reg")
-            Conv2D("c", tf1.ones([1, 3, 3, 1]), 2, 1, W_init=tf1.ones_initializer(), kernel_regularizer=l1_regularizer(0.5))
-            FullyConnected("fc", tf1.ones([1, 2]), 2, W_init=tf1.ones_initializer(), kernel_regularizer=l2_regularizer(1.0))
+            Conv2D(
+                "c",
+                tf1.ones([1, 3, 3, 1]),
+                2,
+                1,
+                W_init=tf1.ones_initializer(),
+                kernel_regularizer=l1_regularizer(0.5),
+            )
+            FullyConnected(
+                "fc",
+                tf1.ones([1, 2]),
+                2,
+                W_init=tf1.ones_initializer(),
+                kernel_regularizer=l2_regularizer(1.0),
+            )
             cost = regularize_cost_from_collection()
         sess.run(tf1.global_variables_initializer())
         assert empty.name == "empty_reg:0"
@@ -131,7 +152,11 @@ class TestDropoutRate:
             ((0.5,), {"rate": 0.1}, "give one of a positional keep_prob, 'keep_prob' and 'rate'"),
             ((), {"rate": 0.1, "keep_prob": 0.2}, "give one of a positional keep_prob"),
             ((0.5, 0.5), {}, "one positional argument after the input"),
-            ((), {"training": True, "is_training": True}, "give one of 'training' and 'is_training'"),
+            (
+                (),
+                {"training": True, "is_training": True},
+                "give one of 'training' and 'is_training'",
+            ),
         ],
     )
     def test_fail(self, args, kwargs, match):

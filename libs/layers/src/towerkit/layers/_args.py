@@ -61,6 +61,7 @@ def shape2d(value: Any, what: str = "shape") -> list[int]:
         >>> shape2d((2, 5))
         [2, 5]
     """
+
     def positive(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and v > 0
 

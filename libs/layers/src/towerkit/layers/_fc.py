@@ -51,7 +51,9 @@ def FullyConnected(
     flat = batch_flatten(inputs)
     in_dim = flat.shape[1]
     if in_dim is None:
-        msg = f"FullyConnected: the input's size per example must be known; got shape {inputs.shape}"
+        msg = (
+            f"FullyConnected: the input's size per example must be known; got shape {inputs.shape}"
+        )
         raise ValueError(msg)
     dtype = inputs.dtype.base_dtype
     W = tf1.get_variable(

@@ -21,7 +21,9 @@ from towerkit.towers.compat import tf1
 _POOL_ALIASES = {"shape": "pool_size", "stride": "strides"}
 
 
-def _pool(op: Any, layer: str, inputs: Any, pool_size: Any, strides: Any, padding: str, data_format: str) -> Any:
+def _pool(
+    op: Any, layer: str, inputs: Any, pool_size: Any, strides: Any, padding: str, data_format: str
+) -> Any:
     check_rank(inputs, 4, layer)
     fmt = tf_data_format(data_format)
     size = shape4d(pool_size, fmt, "pool_size")
@@ -72,7 +74,9 @@ def GlobalAvgPooling(x: Any, data_format: str = "channels_last") -> Any:
 
 
 @layer_register(log_shape=True)
-def FixedUnPooling(x: Any, shape: Any, unpool_mat: Any = None, data_format: str = "channels_last") -> Any:
+def FixedUnPooling(
+    x: Any, shape: Any, unpool_mat: Any = None, data_format: str = "channels_last"
+) -> Any:
     """Unpool each pixel into a ``shape`` block: the Kronecker product with `unpool_mat`.
 
     Args:

@@ -38,7 +38,9 @@ class L2Regularizer:
         with tf1.name_scope("l2_regularizer"):
             w = tf1.convert_to_tensor(weight)
             return tf1.multiply(
-                tf1.cast(self.scale, w.dtype.base_dtype), tf1.reduce_sum(tf1.square(w)), name="value"
+                tf1.cast(self.scale, w.dtype.base_dtype),
+                tf1.reduce_sum(tf1.square(w)),
+                name="value",
             )
 
 
@@ -243,5 +245,7 @@ def Dropout(x: Any, *args: Any, **kwargs: Any) -> Any:
     if isinstance(training, (bool, int)):
         rate = rate if training else 0.0
     else:
-        rate = tf1.where(training, tf1.cast(rate, x.dtype.base_dtype), tf1.zeros([], x.dtype.base_dtype))
+        rate = tf1.where(
+            training, tf1.cast(rate, x.dtype.base_dtype), tf1.zeros([], x.dtype.base_dtype)
+        )
     return tf1.nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed)
