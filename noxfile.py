@@ -24,7 +24,7 @@ nox.options.error_on_missing_interpreters = True
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 
-LIBS = ["sessinit", "towers", "callbacks", "trainers", "export"]
+LIBS = ["sessinit", "towers", "callbacks", "trainers", "export", "layers"]
 """The libs in dependency order: each depends only on libs before it."""
 
 DISTS = {f"towerkit-{lib}": ROOT / "libs" / lib for lib in LIBS}
