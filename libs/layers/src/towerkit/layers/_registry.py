@@ -108,7 +108,7 @@ def split_scope_name(
 def _shape_text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(_shape_text(v) for v in value)
-    shape = getattr(value, "shape", None)
+    shape: Any = getattr(value, "shape", None)
     return str(shape.as_list()) if hasattr(shape, "as_list") and shape.rank is not None else "?"
 
 
