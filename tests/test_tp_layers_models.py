@@ -170,16 +170,34 @@ def model(request):
     return request.param
 
 
+@pytest.fixture(scope="module")
+def runs():
+    """(model, trainer) -> its run, so a run serves every test that needs it."""
+    return {}
+
+
+def _get_run(runs, example, model: str, trainer: str, tmp_path_factory) -> dict:
+    """A short run of `model` by `trainer`: ``checkpoint``, ``facts``, ``reports``, names."""
+    if (model, trainer) not in runs:
+        base = tmp_path_factory.mktemp(f"tp_{model}_{trainer}")
+        if trainer in IN_PROCESS:
+            got = _run_in_process(example, model, trainer, base)
+        else:
+            got = _run_multi_process(model, trainer, base)
+        runs[model, trainer] = {**got, "model": model, "trainer": trainer}
+    return runs[model, trainer]
+
+
 @pytest.fixture(scope="module", params=[_trainer_param(t) for t in IN_PROCESS + MULTI_PROCESS])
-def run(request, example, model, tmp_path_factory):
-    """A short run of `model` by one trainer: ``checkpoint``, ``facts``, ``reports``, names."""
-    trainer = request.param
-    base = tmp_path_factory.mktemp(f"tp_{model}_{trainer}")
-    if trainer in IN_PROCESS:
-        got = _run_in_process(example, model, trainer, base)
-    else:
-        got = _run_multi_process(model, trainer, base)
-    return {**got, "model": model, "trainer": trainer}
+def run(request, runs, example, model, tmp_path_factory):
+    """A short run of `model` by each trainer."""
+    return _get_run(runs, example, model, request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=[_trainer_param(t) for t in MULTI_PROCESS])
+def multi_run(request, runs, example, model, tmp_path_factory):
+    """A short run of `model` by each multi-process trainer (the same runs as `run`'s)."""
+    return _get_run(runs, example, model, request.param, tmp_path_factory)
 
 
 def _exports_agree(example, model: str, checkpoint: str, out: Path) -> np.ndarray:
@@ -260,11 +278,16 @@ class TestTensorpackStyleModelsInEveryTrainer:
             _, _, _, y_val = example.load_data()
             assert float(np.mean(out.argmax(axis=1) != y_val[:50])) < 0.5
 
-    def test_processes_agree(self, run):
+
+@pytest.mark.slow
+class TestTensorpackStyleModelsInMultiProcessTrainers:
+    """What the processes of the cluster and horovod jobs report."""
+
+    def test_processes_agree(self, multi_run):
         """Horovod ranks hold the same trainable values; one chief saves in every job."""
+        run = multi_run
         reports = run["reports"]
-        if not reports:
-            return
+        assert len(reports) == 2
         assert [r["checkpoint"] is not None for r in reports] == [True, False]
         if run["trainer"] == "horovod":
             first, second = (r["values"] for r in reports)
