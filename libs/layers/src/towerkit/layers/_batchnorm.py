@@ -10,11 +10,12 @@ from towerkit.layers._norm_rules import (
     EmaPlan,
     bn_axis,
     broadcast_shape,
-    check_ndims,
     check_sync_statistics,
     check_virtual_batch_size,
+    checked_shape,
     ema_plan,
     reduction_axes,
+    static_shape,
 )
 from towerkit.layers._registry import attach_variables, layer_register
 from towerkit.layers._sync import horovod_all_mean, tower_all_mean
@@ -263,8 +264,8 @@ def BatchNorm(
         raise TypeError(msg)
     training, ctx = _tower_flags("BatchNorm", training)
     fmt = tf_data_format(data_format)
-    shape = inputs.shape.as_list() if inputs.shape.rank is not None else None
-    ndims = check_ndims("BatchNorm", shape, (2, 4))
+    shape = checked_shape("BatchNorm", static_shape(inputs), (2, 4))
+    ndims = len(shape)
     sync = check_sync_statistics(sync_statistics)
     axis = bn_axis(ndims, fmt, axis)
     channels = shape[axis]
@@ -376,8 +377,8 @@ def BatchRenorm(
     ``moving_stddev``, ``renorm_mean``, ``renorm_stddev``.
     """
     training, ctx = _tower_flags("BatchRenorm", None)
-    shape = x.shape.as_list() if x.shape.rank is not None else None
-    ndims = check_ndims("BatchRenorm", shape, (2, 4))
+    shape = checked_shape("BatchRenorm", static_shape(x), (2, 4))
+    ndims = len(shape)
     axis = 1 if ndims == 2 or tf_data_format(data_format) == "NCHW" else 3
     channels = shape[axis]
     if channels is None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from towerkit.layers._args import tf_data_format, tflayer_args
 from towerkit.layers._batchnorm import BatchNorm
-from towerkit.layers._norm_rules import check_ndims
+from towerkit.layers._norm_rules import checked_shape, static_shape
 from towerkit.layers._registry import attach_variables, layer_register
 from towerkit.towers.compat import tf1
 
@@ -67,8 +67,8 @@ def LayerNorm(
     Variables: ``beta``, ``gamma``.
     """
     fmt = tf_data_format(data_format)
-    shape = x.shape.as_list() if x.shape.rank is not None else None
-    ndims = check_ndims("LayerNorm", shape, (2, 4))
+    shape = checked_shape("LayerNorm", static_shape(x), (2, 4))
+    ndims = len(shape)
     mean, var = tf1.nn.moments(x, list(range(1, ndims)), keep_dims=True)
     chan = shape[1] if fmt == "NCHW" else shape[-1]
     if chan is None:
@@ -108,8 +108,7 @@ def InstanceNorm(
     Variables: ``beta``, ``gamma``.
     """
     fmt = tf_data_format(data_format)
-    shape = x.shape.as_list() if x.shape.rank is not None else None
-    check_ndims("InstanceNorm", shape, (4,))
+    shape = checked_shape("InstanceNorm", static_shape(x), (4,))
     if use_affine is not None:
         _log.warning("InstanceNorm(use_affine=) is deprecated; use center= and scale=")
         center = scale = bool(use_affine)

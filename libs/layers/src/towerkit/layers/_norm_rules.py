@@ -38,6 +38,22 @@ def check_ndims(layer: str, shape: Any, allowed: tuple[int, ...]) -> int:
     return ndims
 
 
+def static_shape(tensor: Any) -> list[Any] | None:
+    """The static shape of `tensor` as a list (None for an unknown rank)."""
+    return tensor.shape.as_list() if tensor.shape.rank is not None else None
+
+
+def checked_shape(layer: str, shape: Any, allowed: tuple[int, ...]) -> list[Any]:
+    """The static `shape` as a list, after `check_ndims`.
+
+    Examples:
+        >>> checked_shape("LayerNorm", (None, 3), (2, 4))
+        [None, 3]
+    """
+    check_ndims(layer, shape, allowed)
+    return list(shape)
+
+
 def bn_axis(ndims: int, data_format: str, axis: int | None) -> int:
     """The channel axis BatchNorm normalizes over, as tensorpack picks it.
 
