@@ -77,8 +77,8 @@ def split_scope_name(
     Examples:
         >>> split_scope_name("Conv2D", True, ("conv0", "x", 3))
         ('conv0', ('x', 3))
-        >>> split_scope_name("Dropout", None, ("x",))
-        (None, ('x',))
+        >>> split_scope_name("Dropout", None, (1.0, 0.5))
+        (None, (1.0, 0.5))
     """
     if not args:
         msg = f"{layer} needs an input; called with no positional arguments"
