@@ -67,3 +67,29 @@ class TestTowerFunc:
         sess.run(tf1.global_variables_initializer())
         feed = {image: np.random.default_rng(0).standard_normal([2, 8, 8, 3])}
         np.testing.assert_array_equal(sess.run(infer, feed), sess.run(infer, feed))
+
+
+class TestXla:
+    """The layers compile with XLA."""
+
+    def test_jit_scope(self, graph, sess):
+        """Under an XLA jit scope the model and its gradients run in XLA clusters, as without."""
+        image = tf1.placeholder(tf1.float32, [4, 8, 8, 3])
+        with TowerContext("", is_training=True):
+            tower_fn(image)
+        with TowerContext("plain", is_training=False):
+            plain = tower_fn(image)
+        with (
+            tf1.xla.experimental.jit_scope(compile_ops=True, separate_compiled_gradients=False),
+            TowerContext("xla", is_training=False),
+        ):
+            compiled = tower_fn(image)
+            grads = tf1.gradients(tf1.reduce_sum(compiled), tf1.trainable_variables())
+        sess.run(tf1.global_variables_initializer())
+        feed = {image: np.random.default_rng(0).standard_normal([4, 8, 8, 3])}
+        meta = tf1.RunMetadata()
+        options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
+        got = sess.run([compiled, plain, *grads], feed, options=options, run_metadata=meta)
+        np.testing.assert_allclose(got[0], got[1], rtol=1e-4, atol=1e-5)
+        nodes = {n.node_name for d in meta.step_stats.dev_stats for n in d.node_stats}
+        assert any(name.startswith("cluster_") for name in nodes), sorted(nodes)[:20]
