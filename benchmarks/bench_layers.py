@@ -206,9 +206,7 @@ def ratios(medians: dict[str, float]) -> dict[str, float | None]:
     }
 
 
-def render(
-    runs: dict[str, list[float]], failed: dict[str, str], unit: str = "steps/s"
-) -> str:
+def render(runs: dict[str, list[float]], failed: dict[str, str], unit: str = "steps/s") -> str:
     """The table: median `unit` (slowest-fastest round) per case, then the goals.
 
     >>> print(render({"raw": [100.0, 98.0], "towerkit.layers": [99.0, 100.0],

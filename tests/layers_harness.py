@@ -110,14 +110,10 @@ def _horovod_run(base: Path, job_args: Sequence[str] = ()) -> list[dict]:
     return sorted(_reports(job.output), key=lambda r: r["rank"])
 
 
-
-
 def multi_process_run(name: str, base: Path, job_args: Sequence[str] = ()) -> dict:
     """A run of a multi-process trainer, as `run` gives it, with every process's report."""
     reports = (
-        _horovod_run(base, job_args)
-        if name == "horovod"
-        else _cluster_run(name, base, job_args)
+        _horovod_run(base, job_args) if name == "horovod" else _cluster_run(name, base, job_args)
     )
     assert len(reports) == 2, reports
     (chief,) = [r for r in reports if r["is_chief"]]
