@@ -24,7 +24,7 @@ nox.options.error_on_missing_interpreters = True
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 
-LIBS = ["sessinit", "towers", "callbacks", "trainers", "export"]
+LIBS = ["sessinit", "towers", "callbacks", "trainers", "export", "layers"]
 """The libs in dependency order: each depends only on libs before it."""
 
 DISTS = {f"towerkit-{lib}": ROOT / "libs" / lib for lib in LIBS}
@@ -332,6 +332,25 @@ def horovod(session: nox.Session) -> None:
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
     for path in ("tools/tests", "libs/trainers/tests", "tests"):
         session.run("pytest", "-m", "horovod", path, *session.posargs, env=env)
+
+
+@nox.session(tags=["ci"])
+def layers_parity(session: nox.Session) -> None:
+    """towerkit.layers against tensorpack 0.11, layer by layer, and a tensorpack checkpoint.
+
+    tensorpack 0.11 is the behavioural oracle of the layers lib, installed here only
+    (never a dependency of a lib), with tf-keras pinned to the venv's TensorFlow for
+    its ``tf.layers``. ``libs/layers/parity`` builds every layer with both libraries
+    and compares variables, collections, outputs, gradients and updates, and restores
+    a checkpoint written by tensorpack's trainer into the same model built with
+    towerkit.layers.
+    """
+    install_local(session, "towerkit-layers", "towerkit-sessinit")
+    install_groups(session, "test")
+    install_layers_alone(session)
+    session.install("tensorpack==0.11")
+    env = {**pytest_env(), "TF_USE_LEGACY_KERAS": "1"}
+    session.run("pytest", "libs/layers/parity", *session.posargs, env=env)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Run every benchmark back to back and write one Markdown report with the machine it ran on.
 
 Each benchmark script (``bench_loop.py``, ``bench_restore.py``, ``bench_scaling.py``,
-``bench_export.py``) times the systems it compares inside one invocation, with warm-up
+``bench_export.py``, ``bench_layers.py``) times the systems it compares inside one invocation, with warm-up
 runs and repeated, interleaved measurements, and reports medians. This script runs them
 one after the other as separate processes (so one benchmark's memory and threads do not
 disturb the next), collects the JSON each writes, and writes:
@@ -105,6 +105,14 @@ BENCHES: dict[str, dict[str, Any]] = {
             "3",
         ],
         "baseline": "OfflinePredictor built from the same checkpoint",
+    },
+    "layers": {
+        "title": "Layers: a convnet built with towerkit.layers against raw tf.compat.v1 ops and tf.layers",
+        "script": "bench_layers.py",
+        "json_flag": "--out",
+        "args": ["--repeats", "5"],
+        "quick": ["--repeats", "1", "--steps", "20", "--warmup", "5"],
+        "baseline": "the same convnet in raw tf.compat.v1 ops",
     },
 }
 """Area -> its script, arguments (full and quick), the flag that names its JSON output."""
@@ -264,6 +272,9 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
     Examples:
         >>> headlines("restore", {"results": [{"case": "SaverRestore", "median_s": 0.5, "ratio": 1.05}]})
         [('SaverRestore restore time', '0.500 s', '1.05x')]
+        >>> headlines("layers", {"medians": {"raw": 50.0, "towerkit.layers": 49.5, "tf.layers": 40.0},
+        ...                      "ratios": {"raw": 0.99, "tf.layers": 1.24}})
+        [('towerkit.layers steps/s', '49.5', '0.99x'), ('tf.layers steps/s (vs baseline: towerkit.layers over it)', '40.0', '1.24x')]
         >>> headlines("loop", {"medians": {"tiny": {"callable": 900.0, "towerkit": 870.0}},
         ...                    "ratios": {"tiny": {"callable": 1.0, "towerkit": 0.967}},
         ...                    "feed": {"rows": [{"model": "mlp", "cost_s": 0.0,
@@ -302,6 +313,15 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
                 continue
             lat, base_lat = r["latency_ms"][0], base["latency_ms"][0]
             rows.append((f"{r['form']} latency, batch 1", f"{lat:.3f} ms", _ratio(lat / base_lat)))
+    elif area == "layers" and isinstance(data, Mapping):
+        medians, ratios = data.get("medians", {}), data.get("ratios", {})
+        ours = medians.get("towerkit.layers")
+        if isinstance(ours, int | float):
+            rows.append(("towerkit.layers steps/s", f"{ours:.1f}", _ratio(ratios.get("raw"))))
+        if isinstance(ratios.get("tf.layers"), int | float):
+            figure = f"{medians['tf.layers']:.1f}"
+            what = "tf.layers steps/s (vs baseline: towerkit.layers over it)"
+            rows.append((what, figure, _ratio(ratios["tf.layers"])))
     elif area == "scaling" and isinstance(data, Mapping):
         for r in data.get("results", []):
             if isinstance(r, Mapping) and "case" in r:

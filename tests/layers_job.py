@@ -8,6 +8,10 @@ or one horovod rank (run by horovod's launcher, one tower per rank)::
 
     layers_job.py horovod --logdir DIR
 
+The example trained is ``examples/layers`` (first convolution frozen) unless
+``--example NAME --kwargs JSON`` name another example and the keyword arguments of
+its ``train`` (e.g. ``--example tp_style --kwargs '{"model": "gan"}'``).
+
 Workers and ranks print ``LAYERS-REPORT {json}``: the `tower_facts` of their graph,
 the values of the variables at the end, and the last checkpoint (the chief's).
 """
@@ -77,9 +81,19 @@ class Snapshot(Callback):
         self.values = {v.op.name: val.tolist() for v, val in zip(wanted, got)}
 
 
-def train(make_trainer: Any, logdir: str) -> dict[str, Any]:
-    """Train the example's model (first convolution frozen) and report on it."""
-    example = load_example("layers")
+DEFAULT_KWARGS = '{"freeze_first": true}'
+"""The layers example's ``train`` arguments: the first convolution frozen."""
+
+
+def train(
+    make_trainer: Any, logdir: str, example_name: str = "layers", kwargs: str = DEFAULT_KWARGS
+) -> dict[str, Any]:
+    """Train an example's model (by default the layers one, first convolution frozen); report on it."""
+    example = load_example(example_name)
+    train_kwargs = json.loads(kwargs)
+    if not isinstance(train_kwargs, dict):
+        msg = f"'--kwargs' must be a JSON object; got {kwargs!r}"
+        raise ValueError(msg)
     snapshot = Snapshot()
     made: list[Any] = []
 
@@ -89,7 +103,7 @@ def train(make_trainer: Any, logdir: str) -> dict[str, Any]:
         made.append(trainer)
         return trainer
 
-    trainer, checkpoint = example.train(logdir, make, EPOCHS, STEPS, freeze_first=True)
+    trainer, checkpoint = example.train(logdir, make, EPOCHS, STEPS, **train_kwargs)
     return {
         **tower_facts(trainer),
         "is_chief": trainer.is_chief,
@@ -106,9 +120,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("task", nargs="?", type=int, default=0)
     parser.add_argument("--ports", default="")
     parser.add_argument("--logdir", required=True)
+    parser.add_argument("--example", default="layers", help="the example under examples/")
+    parser.add_argument("--kwargs", default=DEFAULT_KWARGS, help="JSON: its train's arguments")
     args = parser.parse_args(argv)
     if args.trainer == "horovod":
-        report = train(HorovodTrainer, args.logdir)
+        report = train(HorovodTrainer, args.logdir, args.example, args.kwargs)
         print("LAYERS-REPORT " + json.dumps(report), flush=True)
         return 0
     ps_port, *worker_ports = args.ports.split(",")
@@ -127,7 +143,7 @@ def main(argv: list[str]) -> int:
         args.trainer, DistributedTrainerReplicated
     )
     logdir = os.path.join(args.logdir, f"worker{args.task}")
-    report = train(lambda: kind(TOWERS, server), logdir)
+    report = train(lambda: kind(TOWERS, server), logdir, args.example, args.kwargs)
     report["task"] = args.task
     print("LAYERS-REPORT " + json.dumps(report), flush=True)
     return 0

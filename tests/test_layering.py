@@ -64,7 +64,7 @@ class TestPrivateImports:
     def test_scan_sees_the_tree(self):
         """The scan reads the sources of every lib (a moved tree would make it vacuous)."""
         owners = {owner(p) for p in python_files()}
-        assert {"sessinit", "towers", "callbacks", "trainers", "export"} <= owners
+        assert {"sessinit", "towers", "callbacks", "trainers", "export", "layers"} <= owners
         assert {"conformance", "tools", None} <= owners
 
     def test_detects_every_import_form(self):
@@ -96,7 +96,7 @@ class TestPrivateImports:
         assert private_imports(path) == []
 
 
-LIBS = ("sessinit", "towers", "callbacks", "trainers", "export")
+LIBS = ("sessinit", "towers", "callbacks", "trainers", "export", "layers")
 
 
 class TestOnePublicHome:
@@ -110,7 +110,10 @@ class TestOnePublicHome:
             for name in module.__all__:
                 if name != "__version__":
                     homes.setdefault(id(getattr(module, name)), []).append(f"{lib}.{name}")
-        shared = sorted(paths for paths in homes.values() if len(paths) > 1)
+        # one lib may give an object two names (towerkit.layers' Deconv2D is Conv2DTranspose)
+        shared = sorted(
+            paths for paths in homes.values() if len({p.split(".")[0] for p in paths}) > 1
+        )
         assert shared == []
 
     def test_helpers_left_trainers(self):
@@ -135,9 +138,44 @@ class TestOnePublicHome:
             "export": "InferenceGraph build_inference_graph freeze_session_graph optimize_graph_def"
             " STATEFUL_OPS check_input_names check_output_names close_names op_name signature_key"
             " reachable unused_inputs stateful_nodes",
+            "layers": "tflayer_args rename_aliases keras_data_format tf_data_format shape2d shape4d"
+            " split_scope_name attach_variables batch_flatten dropout_rate bilinear_filter",
         }
         public = {}
         for lib, names in gone.items():
             module = importlib.import_module(f"towerkit.{lib}")
             public[lib] = [n for n in names.split() if n in module.__all__ or hasattr(module, n)]
         assert public == {lib: [] for lib in gone}
+
+
+class TestLayersLib:
+    """towerkit-layers stands on towers alone: no other towerkit lib, no Keras, no tensorpack."""
+
+    FORBIDDEN = ("keras", "tf_keras", "tensorpack")
+
+    def test_declared_dependencies(self):
+        """Its pyproject names towerkit-towers as its only towerkit dependency."""
+        import tomllib
+
+        with open(ROOT / "libs" / "layers" / "pyproject.toml", "rb") as f:
+            deps = tomllib.load(f)["project"]["dependencies"]
+        towerkit = sorted(d.split(">")[0].split("=")[0] for d in deps if d.startswith("towerkit-"))
+        assert towerkit == ["towerkit-towers"]
+        assert not [d for d in deps if any(name in d for name in self.FORBIDDEN)]
+
+    def test_imports(self):
+        """Its sources import towerkit.towers and itself only, and nothing of Keras or tensorpack."""
+        src = ROOT / "libs" / "layers" / "src"
+        bad = []
+        for path in sorted(src.rglob("*.py")):
+            for line, module in imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
+                parts = module.split(".")
+                other_lib = (
+                    parts[0] == "towerkit"
+                    and len(parts) > 1
+                    and parts[1] not in ("towers", "layers")
+                )
+                foreign = parts[0] in self.FORBIDDEN or "keras" in parts
+                if other_lib or foreign:
+                    bad.append(f"{path.relative_to(ROOT)}:{line}: {module}")
+        assert bad == []

@@ -17,6 +17,14 @@ BLOCKS = {
         ["tower 0: [1.0, -2.0, 0.5]", "tower 1: [1.0, -2.0, 0.5]"],
     ),
     "towers": ("Graph-mode layers", ["(None, 10) 2"]),
+    "layers": (
+        "Quick start",
+        [
+            "fc1/output:0 infer/fc1/output:0",
+            "['bn0/beta', 'bn0/gamma', 'bn0/mean/EMA', 'bn0/variance/EMA']",
+            "(2, 10)",
+        ],
+    ),
 }
 """Per lib: the README section whose python block runs, and lines its output must hold."""
 

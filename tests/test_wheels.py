@@ -28,7 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-LIBS = ["sessinit", "towers", "callbacks", "trainers", "export"]
+LIBS = ["sessinit", "towers", "callbacks", "trainers", "export", "layers"]
 """The libs, in dependency order."""
 
 FOLDERS = {

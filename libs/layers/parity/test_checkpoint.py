@@ -1,0 +1,136 @@
+"""A checkpoint written by tensorpack 0.11's trainer restores by name into towerkit.layers."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+tf1.disable_v2_behavior()
+
+import tensorpack as tp  # noqa: E402
+from tensorpack import (  # noqa: E402
+    DataFromList,
+    ModelDesc,
+    ModelSaver,
+    OfflinePredictor,
+    PredictConfig,
+    SimpleTrainer,
+    TrainConfig,
+    launch_train_with_config,
+    logger,
+)
+from tensorpack.tfutils.sessinit import SmartInit as TPSmartInit  # noqa: E402
+
+import towerkit.layers as tk  # noqa: E402
+from towerkit.sessinit import SmartInit  # noqa: E402
+from towerkit.towers import TowerContext  # noqa: E402
+
+SHAPE = (8, 8, 3)
+CLASSES = 5
+
+
+def convnet(lib, x, fmt):
+    """A small convnet with BatchNorm, written once for both libraries (`lib` is the module)."""
+    if fmt == "channels_first":
+        x = tf.transpose(x, [0, 3, 1, 2])
+    with (
+        tp.argscope([tp.Conv2D, tp.MaxPooling, tp.BatchNorm, tp.GlobalAvgPooling], data_format=fmt)
+        if lib is tp
+        else _tk_scope(fmt)
+    ):
+        h = lib.Conv2D("conv0", x, 6, 3)
+        h = lib.BatchNorm("bn0", h)
+        h = tf.nn.relu(h)
+        h = lib.MaxPooling("pool0", h, 2)
+        h = lib.Conv2D("conv1", h, 8, 3, use_bias=False)
+        h = lib.BNReLU("bnrelu1", h)
+        h = lib.GlobalAvgPooling("gap", h)
+        h = lib.LayerNorm("ln", h)
+        return tf.identity(lib.FullyConnected("fc", h, CLASSES), name="logits")
+
+
+def _tk_scope(fmt):
+    from towerkit.towers import argscope
+
+    return argscope([tk.Conv2D, tk.MaxPooling, tk.BatchNorm, tk.GlobalAvgPooling], data_format=fmt)
+
+
+def _data(n=32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, *SHAPE)).astype(np.float32) + 1.0
+    y = rng.integers(0, CLASSES, size=n).astype(np.int32)
+    return x, y
+
+
+@pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
+def test_tensorpack_checkpoint_restores_into_towerkit(tmp_path, fmt):
+    """Trained a few steps by tensorpack, restored by SmartInit: same variables, same predictions."""
+    x, y = _data()
+
+    class Model(ModelDesc):
+        def inputs(self):
+            return [
+                tf.TensorSpec((None, *SHAPE), tf.float32, "x"),
+                tf.TensorSpec((None,), tf.int32, "y"),
+            ]
+
+        def build_graph(self, image, label):
+            logits = convnet(tp, image, fmt)
+            return tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
+                name="cost",
+            )
+
+        def optimizer(self):
+            return tf1.train.MomentumOptimizer(0.1, 0.9)
+
+    logger.set_logger_dir(str(tmp_path / "log"), action="d")
+    flow = DataFromList([[x[i : i + 8], y[i : i + 8]] for i in range(0, 32, 8)], shuffle=False)
+    ckpt_dir = str(tmp_path / "ckpt")
+    with tf.Graph().as_default():
+        config = TrainConfig(
+            model=Model(),
+            dataflow=flow,
+            callbacks=[ModelSaver(checkpoint_dir=ckpt_dir)],
+            steps_per_epoch=6,
+            max_epoch=1,
+        )
+        launch_train_with_config(config, SimpleTrainer())
+    ckpt = tf1.train.latest_checkpoint(ckpt_dir)
+    assert ckpt is not None
+    names = {name for name, _ in tf1.train.list_variables(ckpt)}
+    # the moving averages moved during training (RunUpdateOps): the test would not see a
+    # mismatch of the EMA variables if they were still at their initial values
+    ema = tf1.train.load_variable(ckpt, "bn0/mean/EMA")
+    assert np.abs(ema).max() > 1e-3
+
+    test_x = _data(6, seed=1)[0]
+    with tf.Graph().as_default():
+        predictor = OfflinePredictor(
+            PredictConfig(
+                model=Model(),
+                session_init=TPSmartInit(ckpt),
+                input_names=["x"],
+                output_names=["logits"],
+            )
+        )
+        (want,) = predictor(test_x)
+
+    graph = tf1.Graph()
+    with graph.as_default():
+        image = tf1.placeholder(tf.float32, (None, *SHAPE), name="x")
+        with TowerContext("", is_training=False):
+            logits = convnet(tk, image, fmt)
+        model_vars = {v.op.name for v in tf1.global_variables()}
+        assert model_vars <= names, f"not in the checkpoint: {sorted(model_vars - names)}"
+        weights = {n for n in names if n.endswith(("/EMA", "/gamma", "/beta", "/W", "/b"))}
+        assert weights == model_vars  # every weight of the checkpoint is a variable here
+        with tf1.Session(graph=graph) as sess:
+            SmartInit(ckpt).init(sess)
+            got = sess.run(logits, {image: test_x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert os.path.exists(ckpt + ".index")
