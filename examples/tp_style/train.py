@@ -16,9 +16,8 @@ predictor and exported:
   the generator's cost sees the discriminator through ``freeze_variables`` (its
   variables are constants there), so each player gets the gradient of its own cost.
 
-The variables have tensorpack's names (``conv0/W``, ``conv0/bn/mean/EMA``,
-``gen/deconv0/W``...), so a checkpoint written here restores into a tensorpack model
-of the same layers and the other way round. Usage::
+The variables have the names tensorpack gives the same layers (``conv0/W``,
+``conv0/bn/mean/EMA``, ``gen/deconv0/W``...), whichever trainer trained them. Usage::
 
     python examples/tp_style/train.py [--model convnet|resnet|gan] [--trainer replicated]
         [--epochs 2] [--steps 30] [--logdir train_log/tp_style]

@@ -330,6 +330,20 @@ def _cases() -> list[Case]:
             args=([In((4, 3)), In((4, 1))], 1),
             name=None,
         ),
+        Case(
+            id="BatchRenorm-default-gamma",
+            layer="BatchRenorm",
+            shape=(2, 3, 3, 40),
+            kwargs={"rmax": 2.0, "dmax": 1.0},
+        ),
+        Case(id="BatchNorm-NHWC-odd", layer="BatchNorm", shape=(5, 3, 7, 1)),
+        Case(
+            id="BatchNorm-NCHW-odd",
+            layer="BatchNorm",
+            shape=(2, 5, 1, 3),
+            kwargs={"data_format": "NCHW", "momentum": 0.5},
+        ),
+        Case(id="BatchNorm-NC-wide", layer="BatchNorm", shape=(2, 33), kwargs={"epsilon": 1e-3}),
         Case(id="Deconv2D", layer="Deconv2D", shape=(2, 3, 3, 2), args=(4, 3, 2)),
         Case(id="LinearWrap", layer="LinearWrap", shape=(2, 6, 6, 3), builder=linearwrap_chain),
         Case(id="regularize_cost", layer="regularize_cost", shape=(4, 5), builder=regularized),
@@ -425,6 +439,7 @@ class Built:
     update_ops: int
     reg_losses: int
     values: dict[str, np.ndarray]
+    initial: dict[str, np.ndarray]
 
 
 def build(
@@ -470,6 +485,7 @@ def build(
         feed = {ph: _random(ph.op.name, shape, False) for ph, shape in made}
         with tf1.Session(graph=graph, config=SESSION_CONFIG) as sess:
             sess.run(tf1.global_variables_initializer())
+            initial = {v.op.name: sess.run(v) for v in tf1.global_variables()}
             for v in tf1.global_variables():
                 name = v.op.name
                 value = (
@@ -495,12 +511,24 @@ def build(
         update_ops=len(update_ops),
         reg_losses=len(reg),
         values=computed,
+        initial=initial,
     )
 
 
 def maxout_oracle(x: np.ndarray, num_unit: int) -> np.ndarray:
     """Maxout in NumPy: the max over consecutive groups of `num_unit` channels."""
     return x.reshape(*x.shape[:-1], x.shape[-1] // num_unit, num_unit).max(axis=-1)
+
+
+def _check_initial_values(ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> None:
+    """The initializers agree: constants exactly, random ones in scale (large variables)."""
+    for name, want in ref.items():
+        have = got[name]
+        if np.all(want == want.flat[0]):
+            np.testing.assert_array_equal(have, want, err_msg=f"initial value of {name}")
+        elif want.size >= 32:
+            assert abs(have.mean() - want.mean()) < 0.5 * want.std() + 1e-6, name
+            assert 0.7 < have.std() / want.std() < 1.4, f"initial scale of {name}"
 
 
 RUNS = [
@@ -530,6 +558,7 @@ def test_layer_parity(case: Case, training: bool) -> None:
     assert got.update_ops == ref.update_ops
     assert got.reg_losses == ref.reg_losses
     assert sorted(got.values) == sorted(ref.values)
+    _check_initial_values(ref.initial, got.initial)
     for key, want in ref.values.items():
         have = got.values[key]
         if want is None or have is None:

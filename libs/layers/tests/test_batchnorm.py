@@ -137,6 +137,24 @@ class TestBatchNormTraining:
         assert tf1.get_collection(UPDATE) == []  # its update is internal, as in tensorpack
 
 
+class TestBatchNormDtypes:
+    """Half-precision inputs."""
+
+    @pytest.mark.parametrize("shape", [(4, 3, 3, 2), (4, 2)])
+    def test_float16_input_float32_parameters(self, sess, shape):
+        """float16 in and out; gamma, beta and the averages stay float32."""
+        x = tf1.placeholder(tf1.float16, shape)
+        with TowerContext("", is_training=True):
+            y = BatchNorm("bn", x)
+        assert y.dtype == tf1.float16
+        assert {v.dtype.base_dtype for v in tf1.global_variables()} == {tf1.float32}
+        initialize(sess)
+        value = _x(shape)
+        axes = tuple(range(len(shape) - 1))
+        got = sess.run(y, {x: value.astype(np.float16)})
+        np.testing.assert_allclose(got, _bn_numpy(value, axes), atol=2e-2)
+
+
 class TestBatchNormEma:
     """The ema_update modes and the towers."""
 
@@ -287,6 +305,17 @@ class TestSyncStatistics:
         # the main training tower's averages follow the global batch; the others stay
         np.testing.assert_allclose(ema[0], value.mean((0, 1, 2)), rtol=1e-4)
         np.testing.assert_allclose(ema[1], [0.0, 0.0])
+
+    def test_one_tower_uses_its_own_batch(self, sess):
+        """With one tower there is nothing to synchronize: a warning, local statistics."""
+        x = tf1.placeholder(tf1.float32, (4, 3))
+        with TowerContext("", is_training=True):
+            y = BatchNorm("bn1", x, sync_statistics="NCCL")
+        assert tf1.get_collection(UPDATE) == []  # the update is internal, as in tensorpack
+        initialize(sess)
+        value = _x((4, 3))
+        np.testing.assert_allclose(sess.run(y, {x: value}), _bn_numpy(value, (0,)), atol=1e-4)
+        np.testing.assert_allclose(sess.run(_var("bn1/mean/EMA")), 0.1 * value.mean(0), rtol=1e-4)
 
     def test_two_towers_on_one_device_is_refused(self, graph):
         """Towers sharing a device would hang the session: refused when building."""
