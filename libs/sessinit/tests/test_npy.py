@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import tracemalloc
 import zipfile
@@ -32,6 +33,9 @@ from towerkit.sessinit._npy import (
     crc32_combine,
     read_npy_header,
 )
+
+_STAMPS = itertools.count(10**18)
+"""Modification times, in ns, that no file of the tests had before."""
 
 dtypes = st.sampled_from(["float16", "float32", "float64", "int8", "int64", "bool", "S3"])
 
@@ -324,6 +328,7 @@ def small_pieces(monkeypatch):
     monkeypatch.setattr(_npz_read, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(_npz_read, "PARALLEL_BYTES", 0)
     monkeypatch.setattr(_npz_read, "MAX_THREADS", 4)
+    monkeypatch.setattr(_npz_read, "_cpus", lambda: 4)
 
 
 class TestSinglePass:
@@ -356,7 +361,7 @@ class TestSinglePass:
         at = (member.data_offset or 0) + flip % values[name].size
         blob[at] ^= 1 << (flip % 8)
         path.write_bytes(bytes(blob))
-        os.utime(path, ns=(0, flip + 1))  # a new stamp: the file is indexed again
+        os.utime(path, ns=(0, next(_STAMPS)))  # a stamp never seen: the file is indexed again
         with pytest.raises(
             NotACheckpointError, match=rf"p\.npz' is corrupt: the bytes of entry '{name}'"
         ):
@@ -366,7 +371,7 @@ class TestSinglePass:
 
     def test_one_read(self, tmp_path):
         """A 48 MiB file (read by several threads) is read once: the process reads ~its size."""
-        values = {f"v{i}": np.full(2**20 * (i + 1), i, np.float32) for i in range(3)}
+        values = {f"v{i}": np.full(2**21 * (i + 1), i, np.float32) for i in range(3)}
         path = tmp_path / "p.npz"
         save_checkpoint_vars(values, path)
         size = path.stat().st_size
@@ -377,6 +382,29 @@ class TestSinglePass:
         got = load_npz(path)
         assert _bytes_read() - before < size * 1.05
         assert all(np.array_equal(got[k], v) for k, v in values.items())
+
+    @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        values=st.dictionaries(
+            st.sampled_from(["a", "b"]),
+            hnp.arrays(dtypes, hnp.array_shapes(min_dims=0, max_dims=3, max_side=5)),
+            min_size=1,
+        ),
+        fortran=st.booleans(),
+        compress=st.booleans(),
+    )
+    def test_aligned(self, tmp_path, values, fortran, compress):
+        """Arrays come back equal and start on 64 bytes (TensorFlow feeds them without a copy)."""
+        values = {k: np.asfortranarray(v) if fortran else v for k, v in values.items()}
+        path = tmp_path / "p.npz"
+        (np.savez_compressed if compress else np.savez)(path, **values)
+        got = load_npz(path)
+        for key, value in values.items():
+            np.testing.assert_array_equal(got[key], value)
+            assert (got[key].dtype, got[key].shape) == (value.dtype, value.shape)
+            assert got[key].flags.writeable
+            if got[key].nbytes:
+                assert got[key].ctypes.data % _npz_read.ALIGN_BYTES == 0
 
     def test_compressed_flipped_byte(self, tmp_path):
         """A damaged deflated member fails in the pass that inflates it."""

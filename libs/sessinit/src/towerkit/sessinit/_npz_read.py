@@ -7,6 +7,7 @@ import zipfile
 import zlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
 import numpy as np
 
@@ -24,6 +25,9 @@ INFLATE_BYTES = 1 << 20
 PARALLEL_BYTES = 32 << 20
 """Reads of at least this many bytes in all are spread over several threads."""
 
+ALIGN_BYTES = 64
+"""Arrays are read into memory aligned to this many bytes (what TensorFlow feeds in place)."""
+
 MAX_THREADS = 4
 """The most threads a read uses (never more than the CPUs)."""
 
@@ -37,9 +41,18 @@ def _bytes_of(array: np.ndarray) -> memoryview:
 
 
 def _empty(m: _Member) -> np.ndarray:
-    """A fresh array for a member's values (its pages are touched only when read into)."""
+    """A fresh array for a member's values, its first byte on a multiple of `ALIGN_BYTES`.
+
+    TensorFlow feeds an array so aligned without copying it (an unaligned one is copied
+    first). The pages are touched only when the values are read into them.
+    """
     shape = tuple(int(d or 0) for d in m.info.shape)
-    return np.empty(shape, dtype=m.np_dtype, order="F" if m.fortran else "C")
+    order: Literal["C", "F"] = "F" if m.fortran else "C"
+    if not m.nbytes or not m.np_dtype.itemsize:
+        return np.empty(shape, dtype=m.np_dtype, order=order)
+    buf = np.empty(m.nbytes + ALIGN_BYTES, np.uint8)
+    start = -buf.ctypes.data % ALIGN_BYTES
+    return buf[start : start + m.nbytes].view(m.np_dtype).reshape(shape, order=order)
 
 
 def load_npz(
@@ -156,6 +169,13 @@ def _read_run(path: str, run: list[_Piece]) -> list[_Sum]:
     return sums
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def _read_stored(path: str, jobs: list[tuple[_Member, memoryview]]) -> None:
     """Fill each job's buffer with its member's values and check the member's CRC-32.
 
@@ -167,7 +187,7 @@ def _read_stored(path: str, jobs: list[tuple[_Member, memoryview]]) -> None:
         return
     pieces = _pieces(jobs)
     total = sum(len(v) for _, v in jobs)
-    threads = min(MAX_THREADS, os.cpu_count() or 1) if total >= PARALLEL_BYTES else 1
+    threads = min(MAX_THREADS, _cpus()) if total >= PARALLEL_BYTES else 1
     runs = _split(pieces, threads)
     if len(runs) == 1:
         sums = _read_run(path, runs[0])
