@@ -355,6 +355,33 @@ class TestSourcesInInferenceRunner:
         )
         return trainer
 
+    def test_infinite_source(self, graph):
+        """A repeated TFDatasetInput: refused without size (the message says how), n batches with it."""
+        pts = labelled()
+        xs = np.stack([x for x, _ in pts])
+        ys = np.stack([y for _, y in pts])
+
+        def source():
+            return TFDatasetInput(lambda: tf.data.Dataset.from_tensor_slices((xs, ys)).repeat())
+
+        with pytest.raises(
+            ValueError,
+            match=r"InferenceRunner\(InferenceTower\): .* TFDatasetInput is unknown or infinite "
+            r".* or the runner size=n to run n batches per round",
+        ):
+            self.run(InferenceRunner(source(), [ClassificationError()]))
+
+    def test_infinite_source_with_size(self, graph):
+        """size=4 bounds each round of a repeated TFDatasetInput to 4 batches."""
+        pts = labelled()
+        xs = np.stack([x for x, _ in pts])
+        ys = np.stack([y for _, y in pts])
+        source = TFDatasetInput(lambda: tf.data.Dataset.from_tensor_slices((xs, ys)).repeat())
+        runner = InferenceRunner(source, [ClassificationError()], size=4)
+        trainer = self.run(runner, epochs=1)
+        want = float(np.mean(ys[:4] != 0))
+        assert trainer.monitors.get_latest("validation_error") == pytest.approx(want)
+
     @pytest.mark.parametrize(
         "make",
         [

@@ -710,8 +710,12 @@ class TestFrozenHeap:
         try:
             frozen = gc.get_freeze_count()
             probe = self._run()
-            assert probe.steps == [frozen] * 6
-            assert gc.get_freeze_count() == frozen
+            # Frozen objects that die meanwhile leave the count (starting a thread, as the
+            # Ctrl-C watcher does, drops dead weak references of ended threads): the loop
+            # must neither freeze more (a jump of the graph's size) nor unfreeze (0).
+            assert len(probe.steps) == 6
+            assert all(frozen - 50 <= n <= frozen for n in probe.steps), (frozen, probe.steps)
+            assert frozen - 50 <= gc.get_freeze_count() <= frozen
         finally:
             gc.unfreeze()
         gc.disable()

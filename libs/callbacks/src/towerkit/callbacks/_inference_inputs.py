@@ -118,8 +118,9 @@ class _SourceRounds:
     callbacks' ``before_train`` restarts it once.
     """
 
-    def __init__(self, source: Any, runner: Callback) -> None:
+    def __init__(self, source: Any, runner: Callback, limit: int | None = None) -> None:
         self.source = source
+        self._limit = limit
         self._runner = runner
         self._cbs: list[Callback] = []
         self._hooked: Any = None
@@ -134,12 +135,15 @@ class _SourceRounds:
         try:
             size = self.source.size()
         except TypeError as err:
-            msg = (
-                f"{self._runner}: a round of inference runs size() batches of its input, but "
-                f"the size of {self.source} is unknown ({err}); give a source of known size"
-            )
-            raise ValueError(msg) from err
-        self.size = int(size)
+            if self._limit is None:
+                msg = (
+                    f"{self._runner}: a round of inference runs size() batches of its input, "
+                    f"but the size of {self.source} is unknown or infinite ({err}); give a "
+                    "source of known size, or the runner size=n to run n batches per round"
+                )
+                raise ValueError(msg) from err
+            size = self._limit
+        self.size = int(size) if self._limit is None else min(int(size), self._limit)
         self._cbs = list(self.source.get_callbacks())
         for cb in self._cbs:
             cb.setup_graph(trainer)

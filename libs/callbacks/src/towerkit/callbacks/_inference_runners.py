@@ -70,7 +70,7 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
         self._input = input
         self._infs = _check_infs(infs)
         self._is_dataset = self._kind in ("dataset", "builder")
-        self._source = _SourceRounds(input, self) if self._kind == "source" else None
+        self._source = _SourceRounds(input, self, self._size) if self._kind == "source" else None
         # For each inferencer, the indices of its fetches in a tower's fetch list.
         self._slots: list[list[int]] = []
 
