@@ -450,7 +450,8 @@ class TestJSONWriter:
         """A damaged stats.json stops the run at before_train with its path and position."""
         (tmp_path / "stats.json").write_bytes(b'[{"epoch_num": 1, "global_step": 3, "val\xfe": 1}]')
         with pytest.raises(
-            StatsFileError, match=r"stats\.json' is not UTF-8 text: byte 0xfe at byte offset 40 \(line 1, column 41\)"
+            StatsFileError,
+            match=r"stats\.json' is not UTF-8 text: byte 0xfe at byte offset 40 \(line 1, column 41\)",
         ):
             train_json(tmp_path, steps_per_epoch=3, starting_epoch=2, max_epoch=2)
         assert (tmp_path / "stats.json").read_bytes().endswith(b'\xfe": 1}]')

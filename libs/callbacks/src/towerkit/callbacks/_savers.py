@@ -180,7 +180,9 @@ class ModelSaver(Callback):
         self._own = []
         spe = max(1, int(self.trainer.steps_per_epoch))
         listed = self._listed_checkpoints(directory)
-        on_disk = {_MODEL_STEM.sub("", n) for n in os.listdir(directory) if _MODEL_FILE.fullmatch(n)}
+        on_disk = {
+            _MODEL_STEM.sub("", n) for n in os.listdir(directory) if _MODEL_FILE.fullmatch(n)
+        }
         found = [(n, s) for n in (*listed, *on_disk) if (s := checkpoint_step(n)) is not None]
         inherited = plan_inherited(found, self._start_step)
         if inherited.ahead:
