@@ -965,6 +965,13 @@ def test_bad_input(tmp_path, case):
 TOOL_CASES = [
     ("ls-glob-path", "ls_checkpoint", ["{prefix}"], glob_checkpoint, r"holds '\[', '\]'"),
     (
+        "load-target-glob-path",
+        "load_params",
+        ["{prefix}", "{tmp}/out[1]/model-2"],
+        checkpoint,
+        r"'output' '.*out\[1\]/model-2' holds '\[', '\]'",
+    ),
+    (
         "dump-glob-path",
         "dump_params",
         ["{prefix}", "{tmp}/out.npz"],

@@ -101,6 +101,12 @@ def _check_target(target: str, kind: str, *, overwrite: bool) -> None:
         if target.endswith(("/", os.sep)) or os.path.isdir(target):
             msg = f"output {target!r} is a directory: expected a checkpoint prefix such as 'out/model-0'"
             raise ToolError(msg)
+        from towerkit.sessinit import GlobPathError, require_globless
+
+        try:
+            require_globless(target, "output")
+        except GlobPathError as err:
+            raise ToolError(str(err)) from None
         exists = os.path.exists(target + ".index")
     if exists and not overwrite:
         msg = f"output {target!r} exists: pass --overwrite to replace it"

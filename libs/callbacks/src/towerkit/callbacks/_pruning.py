@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import attrs
 
@@ -111,6 +111,10 @@ def plan_pruning(
     )
 
 
+def _named_steps(value: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    return tuple((str(name), int(step)) for name, step in value)
+
+
 @attrs.frozen(kw_only=True)
 class InheritedCheckpoints:
     """The checkpoints a saver finds in its directory when a run starts, split by step.
@@ -124,8 +128,8 @@ class InheritedCheckpoints:
             moved aside, never outranking or being overwritten by this run's.
     """
 
-    kept: tuple[tuple[str, int], ...] = attrs.field(converter=tuple)
-    ahead: tuple[tuple[str, int], ...] = attrs.field(converter=tuple)
+    kept: tuple[tuple[str, int], ...] = attrs.field(converter=_named_steps)
+    ahead: tuple[tuple[str, int], ...] = attrs.field(converter=_named_steps)
 
 
 def plan_inherited(found: Collection[tuple[str, int]], start_step: int) -> InheritedCheckpoints:
@@ -149,6 +153,6 @@ def plan_inherited(found: Collection[tuple[str, int]], start_step: int) -> Inher
     """
     unique = sorted(set(found), key=lambda pair: (pair[1], pair[0]))
     return InheritedCheckpoints(
-        kept=[p for p in unique if p[1] <= start_step],
-        ahead=[p for p in unique if p[1] > start_step],
+        kept=tuple(p for p in unique if p[1] <= start_step),
+        ahead=tuple(p for p in unique if p[1] > start_step),
     )

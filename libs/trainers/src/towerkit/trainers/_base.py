@@ -182,25 +182,15 @@ class Trainer:
                 ``<logdir>.old-<timestamp>`` atomically, never deleting it, and start
                 in an empty one), or ``"keep"`` (write into it as it is, as resuming does).
 
-        A run that fails (raises) before its first step has finished removes what it
-        added to the directory (the entries that were not there when it took the
-        directory, and the directory itself when it created it; a directory moved
-        aside by ``"overwrite"`` is moved back, and so are checkpoints a `ModelSaver`
-        moved aside), so running the same command again is not refused. Entries the
-        directory held before are never touched.
-
-        One run writes a directory at a time: the chief process takes the directory's
-        lock (a ``.towerkit.lock`` file naming its pid and host) here, before anything
-        in it is touched, and gives it back when ``main_loop`` ends (also by an
-        exception) or when the run fails before it. A lock left by a process of this
-        host that has ended (killed) is taken over with a warning.
+        A run failing before its first step removes what it added (and the directory if
+        it made it; what ``"overwrite"`` or `ModelSaver` moved aside goes back), so the same
+        command runs again. The chief holds the directory's `LogdirLock` from here until
+        ``main_loop`` ends or the run fails (a killed owner's lock is taken over).
 
         Raises:
             LogdirNotEmptyError: the directory holds files and the action is ``"error"``.
-            LogdirLockedError: another run holds the directory (the message names its
-                pid and host).
-            GlobPathError: the path holds ``[``, ``]``, ``*``, ``?`` or ``\\``:
-                TensorFlow could not read checkpoints written there.
+            LogdirLockedError: another run holds the directory (its pid and host named).
+            GlobPathError: the path holds a character TensorFlow globs (``[``...).
             ValueError: an unknown action.
             TrainerStateError: callbacks are already set up.
         """
@@ -511,9 +501,7 @@ class Trainer:
             taken = self._logdir_taken
             if taken is not None and not self._stepped():
                 self._logdir_taken = None
-                _give_back(taken)
-            else:
-                release_logdir(taken)
+                _give_back(taken)  # releases the lock; main_loop releases it otherwise
             raise
 
     # -- all three -------------------------------------------------------------------------
