@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import crashed_runs, saved_runs
 
+from towerkit.callbacks import read_stats_file
 from towerkit.trainers import (
     LOGDIR_ACTIONS,
     LogdirNotEmptyError,
@@ -177,12 +178,14 @@ class TestStatsFile:
         assert read_stats(str(tmp_path / "nothing")) is None
 
     def test_truncate_non_finite(self, tmp_path):
-        """NaN/Inf of an older file (bare tokens) are read, and both files are rewritten strict."""
-        (tmp_path / "stats.json").write_text(
+        """NaN/Inf of an older file (bare tokens) are read; the file is rewritten strict and
+        the backup is the old file byte for byte (still read back)."""
+        old = (
             '[{"epoch_num": 1, "global_step": 2, "loss": NaN},\n'
             ' {"epoch_num": 2, "global_step": 4, "loss": Infinity},\n'
             ' {"epoch_num": 3, "global_step": 6, "loss": -0.0}]'
         )
+        (tmp_path / "stats.json").write_text(old)
         dropped = truncate_stats(str(tmp_path), 4)
         assert [r["epoch_num"] for r in dropped] == [3]
 
@@ -191,8 +194,11 @@ class TestStatsFile:
 
         kept = json.loads((tmp_path / "stats.json").read_text(), parse_constant=refuse)
         assert [r["loss"] for r in kept] == ["NaN", "Infinity"]
-        bak = json.loads((tmp_path / "stats.json.bak").read_text(), parse_constant=refuse)
-        assert [r["loss"] for r in bak] == ["NaN", "Infinity", -0.0]
+        assert (tmp_path / "stats.json.bak").read_text() == old
+        bak = read_stats_file(str(tmp_path / "stats.json.bak"))
+        assert math.isnan(bak[0]["loss"])
+        assert bak[1]["loss"] == math.inf
+        assert math.copysign(1.0, bak[2]["loss"]) == -1.0
         back = read_stats(str(tmp_path))
         assert math.isnan(back[0]["loss"])
         assert back[1]["loss"] == math.inf
