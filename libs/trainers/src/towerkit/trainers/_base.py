@@ -51,12 +51,9 @@ class Trainer:
     (``self.graph``). A subclass defines the iteration by setting ``train_op`` (run
     by the default ``run_step``) or by overriding ``run_step``.
 
-    The log directory is an argument of ``train`` (and of ``TrainConfig``), or set
-    with ``set_logdir`` before ``setup_callbacks`` when driving the phases by hand.
-    ``logdir=None`` means the run writes no files. Callbacks read it as
-    ``trainer.logdir``. A run that fails before its first step has finished (a bad
-    restore, an exception in ``before_train``, a first step that raises) leaves the
-    directory as it found it: see ``set_logdir``.
+    The log directory (``trainer.logdir``; None: no files) is an argument of ``train``
+    and ``TrainConfig``, or set with ``set_logdir`` before ``setup_callbacks``. A run
+    failing before its first step leaves it as it found it (see ``set_logdir``).
 
     Counters follow the documented loop semantics (see
     `towerkit.callbacks.loop_events`): ``epoch_num`` is the running epoch from just
@@ -64,10 +61,9 @@ class Trainer:
     0-based index of the step in its epoch; ``global_step`` counts
     ``hooked_sess.run`` calls, restored ones included.
 
-    Ctrl-C (SIGINT) while the loop runs asks it to stop after the current step: the
-    loop ends as with `StopTraining` (``after_train`` runs, monitors flush, the
-    session closes), then ``KeyboardInterrupt`` is raised so the process ends. A
-    second Ctrl-C interrupts at once, a step waiting for an input too (``deferred_sigint``).
+    Ctrl-C (SIGINT) in the loop stops it after the current step as `StopTraining` does,
+    then raises ``KeyboardInterrupt``; a second Ctrl-C interrupts at once, a step
+    waiting for an input too (``deferred_sigint``).
 
     Attributes:
         is_chief: whether this process is the chief worker; callbacks with
