@@ -55,11 +55,9 @@ class Trainer:
     and ``TrainConfig``, or set with ``set_logdir`` before ``setup_callbacks``. A run
     failing before its first step leaves it as it found it (see ``set_logdir``).
 
-    Counters follow the documented loop semantics (see
-    `towerkit.callbacks.loop_events`): ``epoch_num`` is the running epoch from just
+    Counters follow `towerkit.callbacks.loop_events`: ``epoch_num`` runs from just
     before ``before_epoch`` to just after ``trigger_epoch``; ``local_step`` is the
-    0-based index of the step in its epoch; ``global_step`` counts
-    ``hooked_sess.run`` calls, restored ones included.
+    step's 0-based index in its epoch; ``global_step`` counts ``hooked_sess.run`` calls.
 
     Ctrl-C (SIGINT) in the loop stops it after the current step as `StopTraining` does,
     then raises ``KeyboardInterrupt``; a second Ctrl-C interrupts at once, a step
@@ -174,9 +172,8 @@ class Trainer:
         Args:
             logdir: the directory (created when missing), or None to write nothing.
             logdir_action: what to do when it already holds files: ``"error"``
-                (refuse), ``"overwrite"`` (rename the old directory to
-                ``<logdir>.old-<timestamp>`` atomically, never deleting it, and start
-                in an empty one), or ``"keep"`` (write into it as it is, as resuming does).
+                (refuse), ``"overwrite"`` (rename it to ``<logdir>.old-<timestamp>``
+                atomically and start empty), or ``"keep"`` (write into it, as resuming does).
 
         A run failing before its first step removes what it added (and the directory if
         it made it; what ``"overwrite"`` or `ModelSaver` moved aside goes back), so the same
