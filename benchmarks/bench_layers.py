@@ -16,9 +16,16 @@ Each case trains in its own graph and session, fed by the same ``tf.data`` pipel
 (``from_tensor_slices -> repeat -> batch -> prefetch``), through a bare loop over
 ``sess.make_callable(train_op)`` (so the figures compare the graphs the layers
 build, not a trainer). Each round warms up for ``--warmup`` steps then times
-``--steps`` steps; the cases are interleaved round by round and the table gives
-the median steps/s with the slowest and fastest rounds. Goals: ``towerkit.layers``
->= 0.98x ``raw`` and >= 1.0x ``tf.layers`` (medians).
+``--steps`` steps; the cases are interleaved round by round (their order rotated
+each round) and the table gives the median steps/s with the slowest and fastest
+rounds. The ratios are medians of the rounds' paired ratios (each round's
+towerkit.layers rate over the baseline's rate in the same round). Goals:
+``towerkit.layers`` >= 0.98x ``raw`` and >= 1.0x ``tf.layers``.
+
+The report ends with the kernels one step executes, after TensorFlow's graph
+optimizations, compared case by case (`executed_kernels`): towerkit.layers runs
+the same kernels as tf.layers, and as raw but for the last bias add, so a ratio
+away from 1.0 is the machine's noise, not the graphs'.
 
 A second table gives steps per CPU-second of the process (all of TensorFlow's threads
 counted, ``time.process_time``): on shared cores, where other processes take the
@@ -160,27 +167,117 @@ BUILDERS: dict[str, Callable] = {
 }
 
 
-def train_rate(case: str, steps: int, warmup: int) -> tuple[float, float]:
-    """Steps per second and steps per process CPU-second of a bare make_callable loop
-    training `case`'s network."""
+BOOKKEEPING = frozenset(
+    {"Const", "Identity", "NoOp", "ReadVariableOp", "VarHandleOp", "_Arg", "_Retval"}
+)
+"""Op types that compute nothing; left out of `executed_kernels`."""
+
+
+def _train_graph(case: str):
+    """`case`'s network with its loss and momentum train op, in the default graph."""
     import tensorflow as tf
 
     from towerkit.towers import TowerContext
 
     tf1 = tf.compat.v1
+    x, y = tf1.data.make_one_shot_iterator(_dataset()).get_next()
+    with TowerContext("", is_training=True):
+        logits = BUILDERS[case](x)
+    cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+    updates = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
+    if len(updates) != 2 * len(CHANNELS):
+        msg = f"{case}: {len(updates)} batch-norm update ops; expected {2 * len(CHANNELS)}"
+        raise RuntimeError(msg)
+    with tf1.control_dependencies(updates):
+        return tf1.train.MomentumOptimizer(0.01, 0.9).minimize(cost)
+
+
+def executed_kernels(case: str) -> dict[str, int]:
+    """``{op type: count}`` of the kernels one training step of `case` runs.
+
+    The graph as TensorFlow executes it (after its graph optimizations: fusions,
+    pruning of identities), read from the step's partition graphs, without the
+    ops that compute nothing (`BOOKKEEPING`). Two cases with equal counts run the
+    same computation; their speeds differ only by noise.
+    """
+    import collections
+
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
     with tf.Graph().as_default():
-        x, y = tf1.data.make_one_shot_iterator(_dataset()).get_next()
-        with TowerContext("", is_training=True):
-            logits = BUILDERS[case](x)
-        cost = tf.reduce_mean(
-            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        train_op = _train_graph(case)
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            meta = tf1.RunMetadata()
+            sess.run(
+                train_op,
+                options=tf1.RunOptions(output_partition_graphs=True),
+                run_metadata=meta,
+            )
+    return dict(
+        collections.Counter(
+            node.op
+            for graph in meta.partition_graphs
+            for node in graph.node
+            if node.op not in BOOKKEEPING
         )
-        updates = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
-        if len(updates) != 2 * len(CHANNELS):
-            msg = f"{case}: {len(updates)} batch-norm update ops; expected {2 * len(CHANNELS)}"
-            raise RuntimeError(msg)
-        with tf1.control_dependencies(updates):
-            train_op = tf1.train.MomentumOptimizer(0.01, 0.9).minimize(cost)
+    )
+
+
+def kernel_difference(ours: dict[str, int], theirs: dict[str, int]) -> str:
+    """What `ours` runs more or less than `theirs`, as text ("same kernels" when equal).
+
+    >>> kernel_difference({"Conv2D": 2, "Sum": 1}, {"Conv2D": 2, "BiasAddGrad": 1})
+    '+1 Sum, -1 BiasAddGrad'
+    >>> kernel_difference({"Conv2D": 2}, {"Conv2D": 2})
+    'same kernels'
+    """
+    parts = []
+    for op in sorted(set(ours) | set(theirs), key=lambda o: (o not in ours, o)):
+        delta = ours.get(op, 0) - theirs.get(op, 0)
+        if delta:
+            parts.append(f"{delta:+d} {op}")
+    return ", ".join(parts) or "same kernels"
+
+
+def round_order(round_index: int) -> tuple[str, ...]:
+    """The cases in the order round `round_index` runs them: rotated each round.
+
+    >>> round_order(0), round_order(1)[0], round_order(3) == round_order(0)
+    (('raw', 'towerkit.layers', 'tf.layers'), 'towerkit.layers', True)
+    """
+    k = round_index % len(CASES)
+    return CASES[k:] + CASES[:k]
+
+
+def paired_ratios(runs: dict[str, list[float]]) -> dict[str, float | None]:
+    """Per baseline, the median over rounds of towerkit.layers' rate over the baseline's.
+
+    Each round's ratio compares runs made next to each other, so a slow spell of
+    the machine moves both sides of it.
+
+    >>> paired_ratios({"raw": [100.0, 50.0], "towerkit.layers": [99.0, 49.0],
+    ...                "tf.layers": [90.0, 50.0]})
+    {'raw': 0.985, 'tf.layers': 1.04}
+    """
+    ours = runs.get("towerkit.layers") or []
+    out: dict[str, float | None] = {}
+    for base in GOALS:
+        theirs = runs.get(base) or []
+        pairs = [a / b for a, b in zip(ours, theirs) if b]
+        out[base] = round(statistics.median(pairs), 3) if pairs else None
+    return out
+
+
+def train_rate(case: str, steps: int, warmup: int) -> tuple[float, float]:
+    """Steps per second and steps per process CPU-second of a bare make_callable loop
+    training `case`'s network."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    with tf.Graph().as_default():
+        train_op = _train_graph(case)
         with tf1.Session() as sess:
             sess.run(tf1.global_variables_initializer())
             run = sess.make_callable(train_op)
@@ -209,6 +306,8 @@ def ratios(medians: dict[str, float]) -> dict[str, float | None]:
 def render(runs: dict[str, list[float]], failed: dict[str, str], unit: str = "steps/s") -> str:
     """The table: median `unit` (slowest-fastest round) per case, then the goals.
 
+    The ratio column is the median of the rounds' paired ratios (`paired_ratios`).
+
     >>> print(render({"raw": [100.0, 98.0], "towerkit.layers": [99.0, 100.0],
     ...               "tf.layers": [80.0, 82.0]}, {}))
     | case | steps/s (slowest-fastest) | towerkit.layers / case | goal |
@@ -217,8 +316,7 @@ def render(runs: dict[str, list[float]], failed: dict[str, str], unit: str = "st
     | towerkit.layers | 99.5 (99.0-100.0) | - | - |
     | tf.layers | 81.0 (80.0-82.0) | 1.23x | 1.0x: met |
     """
-    medians = {c: statistics.median(r) for c, r in runs.items() if r}
-    got = ratios(medians)
+    got = paired_ratios(runs)
     lines = [
         f"| case | {unit} (slowest-fastest) | towerkit.layers / case | goal |",
         "|---|---|---|---|",
@@ -260,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu_runs: dict[str, list[float]] = {c: [] for c in CASES}
     failed: dict[str, str] = {}
     for rep in range(args.repeats):
-        for case in CASES:
+        for case in round_order(rep):
             if case in failed:
                 continue
             try:
@@ -275,12 +373,18 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    kernels = {c: executed_kernels(c) for c in CASES if c not in failed}
     print(render(runs, failed))
     print()
     print(render(cpu_runs, failed, "steps per CPU-second"))
+    print()
+    for base in GOALS:
+        if base in kernels and "towerkit.layers" in kernels:
+            diff = kernel_difference(kernels["towerkit.layers"], kernels[base])
+            print(f"executed kernels, towerkit.layers against {base}: {diff}")
     medians = {c: statistics.median(r) for c, r in runs.items() if r}
     cpu_medians = {c: statistics.median(r) for c, r in cpu_runs.items() if r}
-    got = ratios(medians)
+    got = paired_ratios(runs)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(
@@ -291,7 +395,9 @@ def main(argv: list[str] | None = None) -> int:
                     "ratios": got,
                     "cpu_runs": cpu_runs,
                     "cpu_medians": cpu_medians,
-                    "cpu_ratios": ratios(cpu_medians),
+                    "cpu_ratios": paired_ratios(cpu_runs),
+                    "ratios_of_medians": ratios(medians),
+                    "kernels": kernels,
                 },
                 f,
                 indent=1,

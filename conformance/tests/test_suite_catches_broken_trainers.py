@@ -87,7 +87,7 @@ class TestExampleTrainers:
             (p["trainer"], p["group"]) for p in example_run.properties.values() if "trainer" in p
         }
         for trainer in ("make_trainer", "make_plain_trainer"):
-            for group in ("loop", "triggers", "checkpoints", "towers", "numerics"):
+            for group in ("loop", "triggers", "checkpoints", "towers", "numerics", "layers"):
                 assert (trainer, group) in groups
 
 

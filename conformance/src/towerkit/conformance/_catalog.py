@@ -255,6 +255,15 @@ NUMERICS = {
     for steps in (1, 3)
     for kind in ("quadratic", "linear")
 }
+LAYERS = {
+    steps: Scenario(
+        name=f"layers-{steps}-steps",
+        loop=LoopSpec(starting_epoch=1, max_epoch=1, steps_per_epoch=steps),
+        model="layers",
+        callbacks=[VariablesSpec()],
+    )
+    for steps in (1, 3)
+}
 
 
 def named_scenarios() -> tuple[Scenario, ...]:
@@ -278,5 +287,5 @@ def named_scenarios() -> tuple[Scenario, ...]:
     out += [SAVER, SAVER_KEEP, BEST_SAVERS]
     for first, second in RESUME.values():
         out += [first, second]
-    out += [TOWERS, *NUMERICS.values()]
+    out += [TOWERS, *NUMERICS.values(), *LAYERS.values()]
     return tuple(out)

@@ -78,6 +78,12 @@ def build_callbacks(scenario: Scenario, rec: Recording) -> list[Any]:
     )
 
     cbs: list[Any] = [Clock(rec, scenario.stop_at, scenario.plain_runs)]
+    if scenario.model == "layers":
+        from towerkit.callbacks import RunUpdateOps
+
+        # The one default extra callback a BatchNorm model needs: the scenarios run
+        # with no extra callbacks, so the layers scenario adds it as a user's would.
+        cbs.append(RunUpdateOps())
     for spec in scenario.callbacks:
         if isinstance(spec, ProbeSpec):
             cbs.append(Probe(spec.name, rec, chief_only=spec.chief_only))

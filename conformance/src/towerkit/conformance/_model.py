@@ -135,6 +135,9 @@ def predict(params: Mapping[str, Any], x: np.ndarray) -> np.ndarray:
     return np.asarray(x, np.float64) @ w + b
 
 
+MODEL_KINDS = ("quadratic", "linear", "layers")
+"""The suite's models (`SuiteModel`'s ``kind``)."""
+
 PROBE_INPUTS = np.array(
     [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.5, -0.5, 2.0], [-1.0, 2.0, 1.0]], dtype=np.float32
 )
@@ -153,13 +156,15 @@ class SuiteModel:
     ``pred`` and the scalar ``cost``.
 
     Args:
-        kind: ``"quadratic"`` (mean squared error) or ``"linear"``.
+        kind: ``"quadratic"`` (mean squared error), ``"linear"``, or ``"layers"``
+            (the same regression through towerkit.layers' ``BatchNorm`` and
+            ``FullyConnected``: see ``towerkit.conformance._layers_model``).
         shard: which data shard the input reads (a process's rank).
     """
 
     def __init__(self, kind: str = "quadratic", shard: int = 0) -> None:
-        if kind not in ("quadratic", "linear"):
-            msg = f"'kind' must be 'quadratic' or 'linear'; got {kind!r}"
+        if kind not in MODEL_KINDS:
+            msg = f"'kind' must be one of {', '.join(map(repr, MODEL_KINDS))}; got {kind!r}"
             raise ValueError(msg)
         self.kind = kind
         self.shard = shard
@@ -191,6 +196,10 @@ class SuiteModel:
         from towerkit.towers.compat import tf1
 
         self.tower_calls += 1
+        if self.kind == "layers":
+            from towerkit.conformance._layers_model import build_layers_cost
+
+            return build_layers_cost(x, y)
         with tf1.variable_scope("linear"):
             w = tf1.get_variable("w", [INPUT_DIM, 1], initializer=tf1.glorot_uniform_initializer())
             b = tf1.get_variable("b", [1], initializer=tf1.constant_initializer(0.1))

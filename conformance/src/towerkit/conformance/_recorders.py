@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from towerkit.callbacks import Callback, EventKind, StopTraining
+from towerkit.conformance._layers_model import LAYER_VARIABLES
 from towerkit.conformance._model import PROBE_INPUTS, VARIABLES
 from towerkit.conformance._scenario import CLOCK
 from towerkit.conformance._trace import TraceEvent
@@ -225,14 +226,15 @@ def model_variable_copies(graph: Any) -> list[Any]:
     """Every variable of the graph that is a copy of one of the model's variables.
 
     A copy is named like the model's variable, possibly under other scopes (a
-    tower's copy, a global shadow): its name ends with ``linear/w`` or ``linear/b``.
+    tower's copy, a global shadow): its name ends with ``linear/w`` or ``linear/b``
+    (or, for the layers model, one of `LAYER_VARIABLES`).
     """
     seen: dict[str, Any] = {}
     for v in graph.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES) + graph.get_collection(
         tf1.GraphKeys.LOCAL_VARIABLES
     ):
         name = v.op.name
-        if any(name == m or name.endswith("/" + m) for m in VARIABLES):
+        if any(name == m or name.endswith("/" + m) for m in VARIABLES + LAYER_VARIABLES):
             seen.setdefault(name, v)
     return [seen[n] for n in sorted(seen)]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-GROUPS = ("loop", "triggers", "checkpoints", "towers", "numerics")
+GROUPS = ("loop", "triggers", "checkpoints", "towers", "numerics", "layers")
 """The groups of checks, in the order of the spec's acceptance list."""
 
 

@@ -401,8 +401,9 @@ class Scenario:
             writes no files.
         json_writer: use a ``JSONWriter`` monitor (needs `logdir`).
         auto_resume: run through ``AutoResumeTrainConfig`` (needs `logdir`).
-        model: ``"quadratic"`` (mean squared error) or ``"linear"`` (a cost whose
-            gradient does not depend on the variables).
+        model: ``"quadratic"`` (mean squared error), ``"linear"`` (a cost whose
+            gradient does not depend on the variables) or ``"layers"`` (the
+            regression built with towerkit.layers' ``BatchNorm`` and ``FullyConnected``).
 
     Examples:
         >>> s = Scenario(name="order", loop=LoopSpec(max_epoch=2, steps_per_epoch=2))
@@ -427,8 +428,8 @@ class Scenario:
     auto_resume: AutoResumeSpec | None = attrs.field(
         default=None, validator=optional(instance_of(AutoResumeSpec))
     )
-    model: Literal["quadratic", "linear"] = attrs.field(
-        default="quadratic", validator=one_of("quadratic", "linear")
+    model: Literal["quadratic", "linear", "layers"] = attrs.field(
+        default="quadratic", validator=one_of("quadratic", "linear", "layers")
     )
 
     def __attrs_post_init__(self) -> None:

@@ -27,6 +27,39 @@ def default_kernel_initializer() -> Any:
     )
 
 
+def kernel_and_bias(
+    kernel_shape: list[int],
+    bias_size: int,
+    dtype: Any,
+    *,
+    use_bias: bool,
+    initializers: tuple[Any, Any] = (None, None),
+    regularizers: tuple[Any, Any] = (None, None),
+) -> tuple[Any, Any]:
+    """The layer's ``W`` and (when `use_bias`) ``b`` in the current variable scope.
+
+    `initializers` and `regularizers` are (kernel, bias) pairs; None initializers mean
+    tensorpack's defaults (variance scaling for ``W``, zeros for ``b``).
+    """
+    W = tf1.get_variable(
+        "W",
+        kernel_shape,
+        dtype=dtype,
+        initializer=initializers[0] or default_kernel_initializer(),
+        regularizer=regularizers[0],
+    )
+    b = None
+    if use_bias:
+        b = tf1.get_variable(
+            "b",
+            [bias_size],
+            dtype=dtype,
+            initializer=initializers[1] or tf1.zeros_initializer(),
+            regularizer=regularizers[1],
+        )
+    return W, b
+
+
 def static_dim(inputs: Any, axis: int, layer: str, what: str) -> int:
     """The static length of `inputs` along `axis`; an error naming `layer` when unknown."""
     shape = inputs.shape
@@ -120,22 +153,14 @@ def Conv2D(
     kernel = shape2d(kernel_size, "kernel_size")
     stride = shape4d(strides, fmt, "strides")
     dtype = inputs.dtype.base_dtype
-    W = tf1.get_variable(
-        "W",
+    W, b = kernel_and_bias(
         [*kernel, in_channels // split, filters],
-        dtype=dtype,
-        initializer=kernel_initializer or default_kernel_initializer(),
-        regularizer=kernel_regularizer,
+        filters,
+        dtype,
+        use_bias=use_bias,
+        initializers=(kernel_initializer, bias_initializer),
+        regularizers=(kernel_regularizer, bias_regularizer),
     )
-    b = None
-    if use_bias:
-        b = tf1.get_variable(
-            "b",
-            [filters],
-            dtype=dtype,
-            initializer=bias_initializer or tf1.zeros_initializer(),
-            regularizer=bias_regularizer,
-        )
     dilations = shape4d(dilation, fmt, "dilation_rate")
     if split == 1:
         conv = tf1.nn.conv2d(inputs, W, stride, pad, data_format=fmt, dilations=dilations)
@@ -217,17 +242,13 @@ def Conv2DTranspose(
         out_shape = tf1.stack([dynamic[0], filters, *out_dynamic])
         static_out = [static[0], filters, *out_static]
     dtype = inputs.dtype.base_dtype
-    W = tf1.get_variable(
-        "W",
+    W, b = kernel_and_bias(
         [*kernel, filters, in_channels],
-        dtype=dtype,
-        initializer=kernel_initializer or default_kernel_initializer(),
+        filters,
+        dtype,
+        use_bias=use_bias,
+        initializers=(kernel_initializer, bias_initializer),
     )
-    b = None
-    if use_bias:
-        b = tf1.get_variable(
-            "b", [filters], dtype=dtype, initializer=bias_initializer or tf1.zeros_initializer()
-        )
     conv = tf1.nn.conv2d_transpose(
         inputs, W, out_shape, shape4d(stride2, fmt), padding=pad, data_format=fmt
     )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from towerkit.layers._args import tflayer_args
-from towerkit.layers._conv import add_activity_regularizer, default_kernel_initializer
+from towerkit.layers._conv import add_activity_regularizer, kernel_and_bias
 from towerkit.layers._registry import attach_variables, layer_register
 from towerkit.towers.compat import tf1
 
@@ -56,22 +56,14 @@ def FullyConnected(
         )
         raise ValueError(msg)
     dtype = inputs.dtype.base_dtype
-    W = tf1.get_variable(
-        "W",
+    W, b = kernel_and_bias(
         [int(in_dim), units],
-        dtype=dtype,
-        initializer=kernel_initializer or default_kernel_initializer(),
-        regularizer=kernel_regularizer,
+        units,
+        dtype,
+        use_bias=use_bias,
+        initializers=(kernel_initializer, bias_initializer),
+        regularizers=(kernel_regularizer, bias_regularizer),
     )
-    b = None
-    if use_bias:
-        b = tf1.get_variable(
-            "b",
-            [units],
-            dtype=dtype,
-            initializer=bias_initializer or tf1.zeros_initializer(),
-            regularizer=bias_regularizer,
-        )
     ret = tf1.matmul(flat, W)
     if b is not None:
         ret = tf1.nn.bias_add(ret, b)

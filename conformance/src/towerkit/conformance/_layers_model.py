@@ -1,0 +1,135 @@
+"""The suite's model built from towerkit.layers, and its NumPy reference.
+
+``x`` goes through ``BatchNorm('bn', x)`` then ``FullyConnected('fc', h, 1)``, with a
+mean squared error cost: the smallest model in which the layers' tower rules
+matter. In a training tower, ``BatchNorm`` normalizes the tower's own batch by that
+batch's statistics; only the main training tower (of each process) updates the
+moving averages, once per step, through ``UPDATE_OPS``. The reference below
+computes what that gives with plain SGD, from the variables' starting values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from towerkit.conformance._model import INPUT_DIM, LEARNING_RATE
+
+TRAINABLE = ("bn/gamma", "bn/beta", "fc/W", "fc/b")
+"""The layers model's trainable variables, as tensorpack's layers name them."""
+
+STATISTICS = ("bn/mean/EMA", "bn/variance/EMA")
+"""Its batch-norm moving averages (not trainable)."""
+
+LAYER_VARIABLES = TRAINABLE + STATISTICS
+
+LAYER_SHAPES = {
+    "bn/gamma": (INPUT_DIM,),
+    "bn/beta": (INPUT_DIM,),
+    "fc/W": (INPUT_DIM, 1),
+    "fc/b": (1,),
+    "bn/mean/EMA": (INPUT_DIM,),
+    "bn/variance/EMA": (INPUT_DIM,),
+}
+
+MOMENTUM = 0.9
+"""The moving averages' momentum (``BatchNorm``'s default)."""
+
+EPSILON = 1e-5
+"""``BatchNorm``'s default epsilon."""
+
+
+def build_layers_cost(x: Any, y: Any) -> Any:
+    """The tower function of the layers model: ``pred`` and the scalar ``cost``."""
+    import tensorflow as tf
+
+    from towerkit.layers import BatchNorm, FullyConnected
+
+    h = BatchNorm("bn", x)
+    pred = tf.identity(FullyConnected("fc", h, 1), name="pred")
+    return tf.reduce_mean(tf.square(pred - y), name="cost")
+
+
+def _forward(params: Mapping[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, ...]:
+    x = np.asarray(x, np.float64)
+    mean, var = x.mean(0), x.var(0)
+    xhat = (x - mean) / np.sqrt(var + EPSILON)
+    h = xhat * params["bn/gamma"] + params["bn/beta"]
+    return xhat, h, h @ params["fc/W"] + params["fc/b"], mean, var
+
+
+def layers_gradients(
+    params: Mapping[str, np.ndarray], batch: tuple[np.ndarray, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The gradient of the layers model's cost on one batch, in a training tower (float64).
+
+    Examples:
+        >>> p = {"bn/gamma": np.ones(3), "bn/beta": np.zeros(3),
+        ...      "fc/W": np.zeros((3, 1)), "fc/b": np.zeros(1)}
+        >>> batch = (np.array([[1.0, 2, 3], [3, 2, 1]]), np.array([[1.0], [3.0]]))
+        >>> g = layers_gradients(p, batch)
+        >>> g["fc/b"], g["bn/gamma"]
+        (array([-4.]), array([0., 0., 0.]))
+    """
+    xhat, h, pred, _, _ = _forward(params, batch[0])
+    g = 2.0 / len(pred) * (pred - np.asarray(batch[1], np.float64))
+    dh = g @ np.asarray(params["fc/W"], np.float64).T
+    return {
+        "fc/W": h.T @ g,
+        "fc/b": g.sum(0),
+        "bn/gamma": (dh * xhat).sum(0),
+        "bn/beta": dh.sum(0),
+    }
+
+
+def moving_update(
+    stats: Mapping[str, np.ndarray], x: np.ndarray, momentum: float = MOMENTUM
+) -> dict[str, np.ndarray]:
+    """The moving averages after one update from the 2-D batch `x`.
+
+    For a 2-D input, ``BatchNorm`` takes the batch's moments as ``tf.nn.moments``
+    gives them: the variance is the biased one (as tensorpack's layer does).
+
+    Examples:
+        >>> s = {"bn/mean/EMA": np.zeros(1), "bn/variance/EMA": np.ones(1)}
+        >>> out = moving_update(s, np.array([[1.0], [3.0]]))
+        >>> np.round(out["bn/mean/EMA"], 6), np.round(out["bn/variance/EMA"], 6)
+        (array([0.2]), array([1.]))
+    """
+    x = np.asarray(x, np.float64)
+    batch = {"bn/mean/EMA": x.mean(0), "bn/variance/EMA": x.var(0)}
+    return {
+        k: np.asarray(stats[k], np.float64)
+        - (np.asarray(stats[k], np.float64) - batch[k]) * (1.0 - momentum)
+        for k in STATISTICS
+    }
+
+
+def layers_sgd_step(
+    params: Mapping[str, np.ndarray],
+    batches: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    combine: Literal["average", "sum"],
+    learning_rate: float = LEARNING_RATE,
+) -> dict[str, np.ndarray]:
+    """One plain SGD step of the trainable variables, the towers' gradients combined.
+
+    Examples:
+        >>> p = {"bn/gamma": np.ones(3), "bn/beta": np.zeros(3),
+        ...      "fc/W": np.zeros((3, 1)), "fc/b": np.zeros(1)}
+        >>> batch = (np.array([[1.0, 2, 3], [3, 2, 1]]), np.array([[1.0], [3.0]]))
+        >>> layers_sgd_step(p, [batch, batch], combine="sum")["fc/b"]
+        array([0.8])
+    """
+    grads = [layers_gradients(params, b) for b in batches]
+    out = {}
+    for name in TRAINABLE:
+        total: np.ndarray = np.sum([g[name] for g in grads], axis=0)
+        if combine == "average":
+            total = total / len(grads)
+        out[name] = np.asarray(params[name], np.float64).reshape(
+            LAYER_SHAPES[name]
+        ) - learning_rate * total.reshape(LAYER_SHAPES[name])
+    return out
