@@ -35,7 +35,9 @@ class TestReference:
 
     def test_kind_fail(self):
         """An unknown cost is named."""
-        with pytest.raises(ValueError, match="'kind' must be 'quadratic' or 'linear'; got 'cubic'"):
+        with pytest.raises(
+            ValueError, match="'kind' must be one of 'quadratic', 'linear', 'layers'; got 'cubic'"
+        ):
             SuiteModel(kind="cubic")
 
 

@@ -10,7 +10,7 @@ computes what that gives with plain SGD, from the variables' starting values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -133,3 +133,35 @@ def layers_sgd_step(
             LAYER_SHAPES[name]
         ) - learning_rate * total.reshape(LAYER_SHAPES[name])
     return out
+
+
+Updates = Sequence[Sequence[np.ndarray]]
+"""One process's moving-average updates in order: per update, the batches it may use."""
+
+
+def moving_sequences(
+    start: Mapping[str, np.ndarray], queues: Sequence[Updates], own: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """The moving averages after every order of `queues`' updates that ends `own`'s.
+
+    Each queue's updates land in their order, interleaved with the other queues'
+    in any way; every update may use any of its batches. A result is yielded as soon
+    as queue `own` is exhausted, so the other queues may be applied part-way (a
+    worker reading a shared copy before the others are done).
+
+    Examples:
+        >>> s = {"bn/mean/EMA": np.zeros(1), "bn/variance/EMA": np.ones(1)}
+        >>> a, b = np.array([[1.0], [3.0]]), np.array([[5.0], [7.0]])
+        >>> [round(float(r["bn/mean/EMA"][0]), 4) for r in moving_sequences(s, [[[a, b]]], 0)]
+        [0.2, 0.6]
+        >>> len(list(moving_sequences(s, [[[a]], [[b]]], 0)))  # a; a then b; b then a
+        3
+    """
+    if not queues[own]:
+        yield dict(start)
+    for q, queue in enumerate(queues):
+        if not queue:
+            continue
+        rest = [*queues[:q], queue[1:], *queues[q + 1 :]]
+        for x in queue[0]:
+            yield from moving_sequences(moving_update(start, x), rest, own)

@@ -13,7 +13,7 @@ from towerkit.conformance._layers_model import (
     STATISTICS,
     TRAINABLE,
     layers_sgd_step,
-    moving_update,
+    moving_sequences,
 )
 from towerkit.conformance._model import first_batches
 
@@ -61,24 +61,12 @@ def statistics(entry, before, steps, rank):
         batches = first_batches(shard, steps * n)
         return [[batches[s * n + t][0] for t in range(n)] for s in range(steps)]
 
-    def sequences(stats, queues, own):
-        # Apply the queues' updates in every order that keeps each queue's own order;
-        # yield once `own`'s queue is exhausted (the others may be part-way).
-        if not queues[own]:
-            yield stats
-        for q, queue in enumerate(queues):
-            if not queue:
-                continue
-            rest = [*queues[:q], queue[1:], *queues[q + 1 :]]
-            for x in queue[0]:
-                yield from sequences(moving_update(stats, x), rest, own)
-
-    out = list(sequences(start, [options(rank)], 0))
+    out = list(moving_sequences(start, [options(rank)], 0))
     if caps.processes > 1 and rank != 0:
-        out += list(sequences(start, [options(0)], 0))
+        out += list(moving_sequences(start, [options(0)], 0))
     if caps.launcher == "tf-distributed" and caps.processes > 1:
         queues = [options(shard) for shard in range(caps.processes)]
-        out += list(sequences(start, queues, rank))
+        out += list(moving_sequences(start, queues, rank))
     return out
 
 
