@@ -59,6 +59,19 @@ def first_batches(shard: int, count: int) -> list[tuple[np.ndarray, np.ndarray]]
     ]
 
 
+def step_batches(step: int, num_towers: int, processes: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The batches of step `step` (0-based): each process's towers read their shard in order.
+
+    Examples:
+        >>> [b[0].shape for b in step_batches(1, num_towers=2, processes=2)]
+        [(2, 3), (2, 3), (2, 3), (2, 3)]
+    """
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    for shard in range(processes):
+        out += first_batches(shard, (step + 1) * num_towers)[step * num_towers :]
+    return out
+
+
 def gradients(
     params: Mapping[str, np.ndarray], batch: tuple[np.ndarray, np.ndarray], kind: str
 ) -> dict[str, np.ndarray]:

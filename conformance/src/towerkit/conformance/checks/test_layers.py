@@ -15,7 +15,7 @@ from towerkit.conformance._layers_model import (
     layers_sgd_step,
     moving_sequences,
 )
-from towerkit.conformance._model import first_batches
+from towerkit.conformance._model import first_batches, step_batches
 
 pytestmark = pytest.mark.conformance_group("layers")
 
@@ -30,11 +30,8 @@ def reference(entry, before, steps):
     params = {n: np.asarray(before[n], np.float64).reshape(LAYER_SHAPES[n]) for n in TRAINABLE}
     if not caps.trains:
         return params
-    n = caps.num_towers
     for step in range(steps):
-        batches = []
-        for shard in range(caps.processes):
-            batches += first_batches(shard, (step + 1) * n)[step * n :]
+        batches = step_batches(step, caps.num_towers, caps.processes)
         params = layers_sgd_step(params, batches, combine=caps.gradients)
     return params
 

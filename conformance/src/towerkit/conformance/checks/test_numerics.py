@@ -7,7 +7,7 @@ import pytest
 
 from towerkit.conformance._catalog import NUMERICS
 from towerkit.conformance._checks import check_no_error, require
-from towerkit.conformance._model import SHAPES, VARIABLES, first_batches, sgd_step
+from towerkit.conformance._model import SHAPES, VARIABLES, sgd_step, step_batches
 
 pytestmark = pytest.mark.conformance_group("numerics")
 
@@ -18,11 +18,8 @@ def reference(entry, before, steps, kind):
     params = {n: np.asarray(before[n], np.float64).reshape(SHAPES[n]) for n in VARIABLES}
     if not caps.trains:
         return params
-    n = caps.num_towers
     for step in range(steps):
-        batches = []
-        for shard in range(caps.processes):
-            batches += first_batches(shard, (step + 1) * n)[step * n :]
+        batches = step_batches(step, caps.num_towers, caps.processes)
         params = sgd_step(params, batches, kind=kind, combine=caps.gradients)
     return params
 
