@@ -35,7 +35,7 @@ class TestRenderTable:
         lines = table.splitlines()
         assert lines[0].split() == ["trainer", *GROUPS]
         assert [line.split()[0] for line in lines[1:]] == ["B", "A"]
-        assert lines[2].split()[1:] == ["-", "-", "-", "skip", "-"]
+        assert lines[2].split()[1:] == ["-", "-", "-", "skip", "-", "-"]
 
     def test_extra_group(self):
         """A group not listed is appended."""
