@@ -74,12 +74,12 @@ class TestExampleTrainers:
     """The README's trainers composed from primitives pass the whole suite."""
 
     def test_every_check_passes(self, example_run):
-        """No check fails; only the tower checks of the trainer without towers skip."""
+        """No check fails; only the tower and layers checks of the trainer without towers skip."""
         assert example_run.code == 0, example_run.output[-4000:]
         skipped = sorted(k for k, v in example_run.cases.items() if v == "skipped")
         assert skipped
         assert all("make_plain_trainer" in k and k.startswith("test_") for k in skipped)
-        assert {example_run.properties[k]["group"] for k in skipped} == {"towers"}
+        assert {example_run.properties[k]["group"] for k in skipped} == {"towers", "layers"}
 
     def test_every_group_ran(self, example_run):
         """Each trainer ran checks of every group."""
