@@ -64,7 +64,8 @@ class _Scan(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(self) -> None:
-        self.used: set[str] = set()
+        self.counts: dict[str, int] = {}
+        self.not_refs: dict[str, int] = {}
         self.bound: set[str] = set()
         self.tp_aliases: set[str] = set()
         self.tf_alias_is_v2 = False
@@ -77,6 +78,7 @@ class _Scan(cst.CSTVisitor):
         self.stem = ""
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.not_refs[node.attr.value] = self.not_refs.get(node.attr.value, 0) + 1
         name = dotted(node)
         if name is None:
             return
@@ -87,9 +89,18 @@ class _Scan(cst.CSTVisitor):
                 self.tp_left += 1
 
     def visit_Name(self, node: cst.Name) -> None:
-        self.used.add(node.value)
+        self.counts[node.value] = self.counts.get(node.value, 0) + 1
         if node.value == "logger":
             self.logger_uses += 1
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.not_refs[node.keyword.value] = self.not_refs.get(node.keyword.value, 0) + 1
+
+    @property
+    def used(self) -> set[str]:
+        """Names read as names (not attributes or keywords), for a star import's names."""
+        return {n for n, c in self.counts.items() if c > self.not_refs.get(n, 0)}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.bound.add(node.name.value)

@@ -1,15 +1,16 @@
-"""A small classifier in tensorpack's style: self.training, a shuffling validation DataFlow."""
+"""A small classifier in tensorpack's style: self.training, a shuffling validation DataFlow.
 
-import numpy as np
+Its network and its DataFlow live in helper modules next to it."""
+
 import tensorflow as tf
 
 from tensorpack import ModelDesc, TrainConfig, SimpleTrainer, launch_train_with_config
 from tensorpack.callbacks import InferenceRunner, ScalarStats, ClassificationError, ModelSaver
 from tensorpack.input_source import QueueInput
-from tensorpack.models import FullyConnected, Dropout
 from tensorpack.utils import logger
 
-from dataflows import Points, W_TRUE  # a DataFlow of its own: reset_state, __iter__, __len__
+from dataflows import Points  # a DataFlow of its own: reset_state, __iter__, __len__
+from nets import classifier
 
 
 class Model(ModelDesc):
@@ -18,9 +19,7 @@ class Model(ModelDesc):
                 tf.placeholder(tf.int32, (None,), 'label')]
 
     def build_graph(self, x, label):
-        h = FullyConnected('fc0', x, 16, activation=tf.nn.relu)
-        h = Dropout(h, rate=0.1, training=self.training)  # only while training
-        logits = FullyConnected('fc1', h, 2)
+        logits = classifier(x, self.training)
         cost = tf.reduce_mean(
             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits), name='cost')
         correct = tf.cast(tf.nn.in_top_k(logits, label, 1), tf.float32)
