@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import shutil
 import sys
@@ -106,9 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         text = src.read_text(encoding="utf-8")
         try:
+            ast.parse(text, filename=str(src))
+        except SyntaxError as err:
+            return _fail(f"{src}:{err.lineno}:{err.offset}: invalid syntax: {err.msg}; nothing written")
+        try:
             migrated = migrate_source(text, src.stem)
         except libcst.ParserSyntaxError as err:
-            return _fail(f"{src}:{err.raw_line}:{err.raw_column}: invalid syntax: {err.message}")
+            return _fail(f"{src}:{err.raw_line}:{err.raw_column}: invalid syntax: {err.message}; nothing written")
         results.append((src, dst, migrated))
     changes = manual = 0
     for src, _, migrated in results:
