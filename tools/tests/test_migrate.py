@@ -48,7 +48,11 @@ def migrated(tmp_path_factory):
 
 
 def train(directory: Path, script: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
     return subprocess.run(
         [sys.executable, script],
         cwd=directory,
@@ -97,9 +101,10 @@ class TestPrograms:
         logdir = out / "convnet" / "train_log" / "train"
         assert epochs_recorded(logdir) == [1, 2]
         assert "validation_error" in (logdir / "stats.json").read_text()
-        assert "from towerkit.layers import Dropout, FullyConnected" in (
-            out / "convnet" / "nets.py"
-        ).read_text()
+        assert (
+            "from towerkit.layers import Dropout, FullyConnected"
+            in (out / "convnet" / "nets.py").read_text()
+        )
 
     def test_gan(self, migrated):
         """A star import, a trainer of its own at the top level, a SimpleDatasetPredictor."""

@@ -23,12 +23,16 @@ class Note:
     manual: bool = False
 
 
+def _as_notes(notes: Sequence[Note]) -> tuple[Note, ...]:
+    return tuple(notes)
+
+
 @attrs.frozen(kw_only=True)
 class Migrated:
     """A module's new source and its report."""
 
     source: str
-    notes: tuple[Note, ...] = attrs.field(converter=tuple)
+    notes: tuple[Note, ...] = attrs.field(converter=_as_notes)
 
     @property
     def changed(self) -> bool:
@@ -43,6 +47,13 @@ def dotted(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.Attribute):
         head = dotted(node.value)
         return None if head is None else f"{head}.{node.attr.value}"
+    return None
+
+
+def _asname(alias: cst.ImportAlias) -> str | None:
+    """The name an import binds with ``as``, or None."""
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
     return None
 
 
@@ -119,7 +130,7 @@ class _Scan(cst.CSTVisitor):
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             name = dotted(alias.name) or ""
-            bound = alias.asname.name.value if alias.asname else name.split(".")[0]  # type: ignore[attr-defined]
+            bound = _asname(alias) or name.split(".")[0]
             if name == "tensorpack":
                 self.tp_aliases.add(bound)
             if name == "tensorflow" and bound == "tf":
@@ -185,8 +196,12 @@ class Migrator(cst.CSTTransformer):
         if module == "tensorflow.contrib" and not isinstance(original_node.names, cst.ImportStar):
             names = [a.name.value for a in original_node.names if isinstance(a.name, cst.Name)]
             if names == ["slim"]:
-                self.change(original_node, "tensorflow.contrib.slim -> tf_slim (pip install tf-slim)")
-                return cst.Import(names=[cst.ImportAlias(_expr("tf_slim"), cst.AsName(cst.Name("slim")))])  # type: ignore[arg-type]
+                self.change(
+                    original_node, "tensorflow.contrib.slim -> tf_slim (pip install tf-slim)"
+                )
+                return cst.Import(
+                    names=[cst.ImportAlias(cst.Name("tf_slim"), cst.AsName(cst.Name("slim")))]
+                )
         if module != "tensorpack" and not module.startswith("tensorpack."):
             return updated_node
         if isinstance(original_node.names, cst.ImportStar):
@@ -195,12 +210,15 @@ class Migrator(cst.CSTTransformer):
             names = sorted((self.scan.used - self.scan.bound) & _STAR_CANDIDATES)
             for name in names:
                 self._import_name(original_node, name, None, module, star=True)
-            self.change(original_node, f"from {module} import * -> the names it used, each from its towerkit lib")
+            self.change(
+                original_node,
+                f"from {module} import * -> the names it used, each from its towerkit lib",
+            )
             return cst.RemovalSentinel.REMOVE
         kept = []
         for alias in original_node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
-            asname = alias.asname.name.value if alias.asname else None  # type: ignore[attr-defined]
+            asname = _asname(alias)
             if module.startswith("tensorpack.utils") and name == "logger":
                 self.need_logging = True
                 self.change(original_node, "tensorpack's logger -> logging.getLogger(__name__)")
@@ -213,7 +231,9 @@ class Migrator(cst.CSTTransformer):
             return updated_node
         return updated_node.with_changes(names=kept, lpar=None, rpar=None)
 
-    def _import_name(self, node: cst.CSTNode, name: str, asname: str | None, module: str, *, star: bool) -> bool:
+    def _import_name(
+        self, node: cst.CSTNode, name: str, asname: str | None, module: str, *, star: bool
+    ) -> bool:
         """Add the import of `name` at its new home; False when it stays (kept or by hand)."""
         if name == "InputDesc":
             self.change(node, "InputDesc -> tf.TensorSpec (the import is dropped)")
@@ -238,10 +258,14 @@ class Migrator(cst.CSTTransformer):
         for alias in original_node.names:
             name = dotted(alias.name) or ""
             if name == "tensorflow.contrib.slim":
-                self.change(original_node, "tensorflow.contrib.slim -> tf_slim (pip install tf-slim)")
+                self.change(
+                    original_node, "tensorflow.contrib.slim -> tf_slim (pip install tf-slim)"
+                )
                 names.append(alias.with_changes(name=_expr("tf_slim")))
             elif name == "tensorpack" and not self._tp_module_used(alias):
-                self.change(original_node, "import tensorpack dropped (its names now come from towerkit)")
+                self.change(
+                    original_node, "import tensorpack dropped (its names now come from towerkit)"
+                )
             else:
                 names.append(alias)
         if not names:
@@ -275,7 +299,10 @@ class Migrator(cst.CSTTransformer):
             self.change(original_node, "tf.contrib.slim -> tf_slim (pip install tf-slim)")
             return cst.Name("tf_slim")
         if name.startswith("tf.contrib.") and name.count(".") == 2:
-            self.manual(original_node, f"{name}: tf.contrib is gone; find its TensorFlow 2 or add-on replacement")
+            self.manual(
+                original_node,
+                f"{name}: tf.contrib is gone; find its TensorFlow 2 or add-on replacement",
+            )
             return updated_node
         if name == "tf.placeholder" and self.scopes[-1:] == ["inputs"]:
             return updated_node  # becomes a tf.TensorSpec in leave_Call
@@ -297,24 +324,38 @@ class Migrator(cst.CSTTransformer):
         last = name.split(".")[-1]
         if self._tf and name.startswith("tf."):
             updated_node = self._tf_call(original_node, updated_node, name)
-        if name in ("tf.placeholder", "tf.compat.v1.placeholder") and self.scopes[-1:] == ["inputs"]:
+        if name in ("tf.placeholder", "tf.compat.v1.placeholder") and self.scopes[-1:] == [
+            "inputs"
+        ]:
             return self._spec_call(original_node, updated_node, "tf.placeholder")
         if name == "InputDesc":
             return self._spec_call(original_node, updated_node, "InputDesc")
         if name == "QueueInput":
             self.change(original_node, "QueueInput(df) -> IterableInput(df)")
             if len(original_node.args) > 1:
-                self.manual(original_node, "QueueInput's queue argument has no IterableInput counterpart (prefetch=n)")
-            return updated_node.with_changes(func=cst.Name("IterableInput"), args=updated_node.args[:1])
+                self.manual(
+                    original_node,
+                    "QueueInput's queue argument has no IterableInput counterpart (prefetch=n)",
+                )
+            return updated_node.with_changes(
+                func=cst.Name("IterableInput"), args=updated_node.args[:1]
+            )
         if name == "BatchQueueInput":
             self.need("tensorpack.dataflow", "BatchData")
             self.change(original_node, "BatchQueueInput(df, n) -> IterableInput(BatchData(df, n))")
-            inner = updated_node.with_changes(func=cst.Name("BatchData"), args=updated_node.args[:2])
+            inner = updated_node.with_changes(
+                func=cst.Name("BatchData"), args=updated_node.args[:2]
+            )
             return cst.Call(func=cst.Name("IterableInput"), args=[cst.Arg(inner)])
         if name == "logger.get_logger_dir":
-            self.manual(original_node, "logger.get_logger_dir(): use trainer.logdir (self.trainer.logdir in a callback)")
+            self.manual(
+                original_node,
+                "logger.get_logger_dir(): use trainer.logdir (self.trainer.logdir in a callback)",
+            )
         if last in ("load_existing_json", "load_existing_epoch_number") and not original_node.args:
-            self.manual(original_node, f"JSONWriter.{last}() needs the log directory as its argument")
+            self.manual(
+                original_node, f"JSONWriter.{last}() needs the log directory as its argument"
+            )
         if last in _CONFIG_CALLS or name.endswith(".train_with_defaults"):
             return self._add_logdir(original_node, updated_node, name)
         return updated_node
@@ -323,24 +364,38 @@ class Migrator(cst.CSTTransformer):
         rules = load_rules()
         args = list(updated_node.args)
         positional = [a for a in args if a.keyword is None and not a.star]
-        if name == "tf.nn.dropout" and (len(positional) > 1 or any(a.keyword and a.keyword.value == "keep_prob" for a in args)):
-            self.change(original_node, "tf.nn.dropout(x, keep_prob) -> tf.compat.v1.nn.dropout (keep_prob kept)")
+        if name == "tf.nn.dropout" and (
+            len(positional) > 1 or any(a.keyword and a.keyword.value == "keep_prob" for a in args)
+        ):
+            self.change(
+                original_node,
+                "tf.nn.dropout(x, keep_prob) -> tf.compat.v1.nn.dropout (keep_prob kept)",
+            )
             return updated_node.with_changes(func=_expr("tf.compat.v1.nn.dropout"))
         order = rules.reorders.get(name)
         if order and len(positional) > 1 and not any(a.star for a in args):
             new_args = []
             for i, arg in enumerate(args):
                 if arg.keyword is None and i < len(order):
-                    arg = arg.with_changes(keyword=cst.Name(order[i]), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+                    arg = arg.with_changes(
+                        keyword=cst.Name(order[i]),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                    )
                 new_args.append(arg)
             args = new_args
-            self.change(original_node, f"{name}: positional arguments named ({', '.join(order[: len(positional)])}), whose order changed in TensorFlow 2")
+            self.change(
+                original_node,
+                f"{name}: positional arguments named ({', '.join(order[: len(positional)])}), whose order changed in TensorFlow 2",
+            )
         renames = rules.keyword_renames.get(name, {})
         if renames:
             renamed = []
             for arg in args:
                 if arg.keyword is not None and arg.keyword.value in renames:
-                    self.change(original_node, f"{name}: keyword {arg.keyword.value} -> {renames[arg.keyword.value]}")
+                    self.change(
+                        original_node,
+                        f"{name}: keyword {arg.keyword.value} -> {renames[arg.keyword.value]}",
+                    )
                     arg = arg.with_changes(keyword=cst.Name(renames[arg.keyword.value]))
                 renamed.append(arg)
             args = renamed
@@ -353,9 +408,13 @@ class Migrator(cst.CSTTransformer):
             key = arg.keyword.value if arg.keyword is not None else params[i] if i < 3 else "?"
             values[key] = arg.value
         if set(values) - set(params) or "dtype" not in values:
-            self.manual(original_node, f"{what}(...): write tf.TensorSpec(shape, dtype, name) by hand")
+            self.manual(
+                original_node, f"{what}(...): write tf.TensorSpec(shape, dtype, name) by hand"
+            )
             return updated_node
-        self.change(original_node, f"{what}(dtype, shape, name) -> tf.TensorSpec(shape, dtype, name)")
+        self.change(
+            original_node, f"{what}(dtype, shape, name) -> tf.TensorSpec(shape, dtype, name)"
+        )
         new_args = [
             cst.Arg(values.get("shape", cst.Name("None"))),
             cst.Arg(values["dtype"]),
@@ -374,30 +433,49 @@ class Migrator(cst.CSTTransformer):
         expr, action, scope = self.scan.logdir
         literal = expr.startswith(("'", '"', "os.path.join('train_log'"))
         if not literal and scope != ".".join(self.scopes):
-            self.manual(original_node, f"pass logdir={expr} to {name}(...) (set by the logger elsewhere)")
+            self.manual(
+                original_node, f"pass logdir={expr} to {name}(...) (set by the logger elsewhere)"
+            )
             return updated_node
         equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
         extra = [cst.Arg(_expr(expr), keyword=cst.Name("logdir"), equal=equal)]
         if action:
             extra.append(
-                cst.Arg(cst.SimpleString(repr(action)), keyword=cst.Name("logdir_action"), equal=equal)
+                cst.Arg(
+                    cst.SimpleString(repr(action)), keyword=cst.Name("logdir_action"), equal=equal
+                )
             )
-        self.change(original_node, f"{name}(...): logdir={expr}" + (f", logdir_action={action!r}" if action else ""))
+        self.change(
+            original_node,
+            f"{name}(...): logdir={expr}" + (f", logdir_action={action!r}" if action else ""),
+        )
         args = list(updated_node.args)
         if args and isinstance(args[-1].comma, cst.Comma):
             # A trailing comma (one argument a line): the new ones follow the layout.
             last = args[-1].comma
-            inner = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last
+            inner = (
+                args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last
+            )
             args[-1] = args[-1].with_changes(comma=inner)
-            extra = [a.with_changes(comma=inner) for a in extra[:-1]] + [extra[-1].with_changes(comma=last)]
+            extra = [a.with_changes(comma=inner) for a in extra[:-1]] + [
+                extra[-1].with_changes(comma=last)
+            ]
         elif args:
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args[-1] = args[-1].with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            )
         return updated_node.with_changes(args=[*args, *extra])
 
     # -- statements: the logger's log directory -------------------------------------------
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: Any) -> Any:
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: Any
+    ) -> Any:
         body = original_node.body
-        if len(body) != 1 or not isinstance(body[0], cst.Expr) or not isinstance(body[0].value, cst.Call):
+        if (
+            len(body) != 1
+            or not isinstance(body[0], cst.Expr)
+            or not isinstance(body[0].value, cst.Call)
+        ):
             return updated_node
         call = body[0].value
         name = dotted(call.func) or ""
@@ -409,7 +487,10 @@ class Migrator(cst.CSTTransformer):
             return updated_node
         if found[2]:
             self.need("os", "")
-        self.change(original_node, f"{name}(...) removed: its directory goes to logdir= of the config or trainer")
+        self.change(
+            original_node,
+            f"{name}(...) removed: its directory goes to logdir= of the config or trainer",
+        )
         return cst.RemovalSentinel.REMOVE
 
     # -- the module: new imports ----------------------------------------------------------
@@ -471,7 +552,11 @@ def _after_imports(body: Sequence[cst.CSTNode]) -> int:
     for i, stmt in enumerate(body):
         if _is_import(stmt):
             at = i + 1
-        elif i == 0 and isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr):
+        elif (
+            i == 0
+            and isinstance(stmt, cst.SimpleStatementLine)
+            and isinstance(stmt.body[0], cst.Expr)
+        ):
             at = 1
         elif not isinstance(stmt, (cst.If, cst.Try)):
             break
@@ -490,5 +575,5 @@ def migrate_source(source: str, script_stem: str) -> Migrated:
     wrapper.visit(scan)
     migrator = Migrator(scan, script_stem)
     new = wrapper.visit(migrator)
-    notes = sorted(migrator.notes, key=lambda n: (n.line, n.manual))
+    notes: list[Note] = sorted(migrator.notes, key=lambda n: (n.line, n.manual))
     return Migrated(source=new.code, notes=notes)

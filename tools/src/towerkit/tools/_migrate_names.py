@@ -100,19 +100,50 @@ KEPT_MODULES = ("tensorpack.dataflow", "tensorpack.utils")
 """tensorpack modules whose names stay on tensorpack (DataFlows keep working)."""
 
 DATAFLOW_NAMES = frozenset(
-    """
-    DataFlow RNGDataFlow ProxyDataFlow DataFromList DataFromGenerator DataFromIterable
-    BatchData BatchDataByShape MapData MapDataComponent FixedSizeData RepeatedData
-    RepeatedDataPoint PrefetchData PrefetchDataZMQ MultiProcessRunner MultiProcessRunnerZMQ
-    MultiThreadMapData MultiProcessMapData MultiProcessMapDataZMQ MultiThreadRunner
-    LocallyShuffleData ConcatData JoinData SelectComponent FakeData RandomMixData CacheData
-    PrintData TestDataSpeed RandomChooseData LMDBSerializer NumpySerializer
-    AugmentImageComponent AugmentImageComponents AugmentImageCoordinates imgaug dataset
-    """.split()
+    [
+        "DataFlow",
+        "RNGDataFlow",
+        "ProxyDataFlow",
+        "DataFromList",
+        "DataFromGenerator",
+        "DataFromIterable",
+        "BatchData",
+        "BatchDataByShape",
+        "MapData",
+        "MapDataComponent",
+        "FixedSizeData",
+        "RepeatedData",
+        "RepeatedDataPoint",
+        "PrefetchData",
+        "PrefetchDataZMQ",
+        "MultiProcessRunner",
+        "MultiProcessRunnerZMQ",
+        "MultiThreadMapData",
+        "MultiProcessMapData",
+        "MultiProcessMapDataZMQ",
+        "MultiThreadRunner",
+        "LocallyShuffleData",
+        "ConcatData",
+        "JoinData",
+        "SelectComponent",
+        "FakeData",
+        "RandomMixData",
+        "CacheData",
+        "PrintData",
+        "TestDataSpeed",
+        "RandomChooseData",
+        "LMDBSerializer",
+        "NumpySerializer",
+        "AugmentImageComponent",
+        "AugmentImageComponents",
+        "AugmentImageCoordinates",
+        "imgaug",
+        "dataset",
+    ]
 )
 """Names of ``tensorpack.dataflow`` that a ``from tensorpack import *`` program may use."""
 
-UTILS_NAMES = frozenset("get_rng fix_rng_seed get_tqdm execute_only_once change_env".split())
+UTILS_NAMES = frozenset(["get_rng", "fix_rng_seed", "get_tqdm", "execute_only_once", "change_env"])
 """Names of ``tensorpack.utils`` that a ``from tensorpack import *`` program may use."""
 
 RENAMED = {"InputDesc": "tf.TensorSpec", "QueueInput": "IterableInput"}

@@ -49,7 +49,7 @@ def _resolves(root: Any, dotted: str) -> bool:
     for part in dotted.split("."):
         try:
             obj = getattr(obj, part)
-        except Exception:  # noqa: BLE001 - lazy TensorFlow modules raise anything on access
+        except Exception:
             return False
     return True
 

@@ -10,8 +10,13 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from towerkit.tools._cli import load_tensorflow
+from towerkit.tools._files import ToolError
+
+if TYPE_CHECKING:
+    from towerkit.tools._migrate_cst import Migrated
 
 __all__ = ["main", "plan_outputs"]
 
@@ -93,14 +98,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"output directory {str(out)!r} exists: pass --overwrite to write into it")
     try:
         load_tensorflow("towerkit-migrate", args.verbose)
-    except Exception as err:  # noqa: BLE001 - reported in one line
+    except ToolError as err:
         return _fail(str(err))
     import libcst
 
     from towerkit.tools._migrate_cst import migrate_source
 
     pairs = plan_outputs(sources, out)
-    results = []
+    results: list[tuple[Path, Path, Migrated | None]] = []
     for src, dst in pairs:
         if src.suffix != ".py":
             results.append((src, dst, None))
@@ -109,17 +114,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             ast.parse(text, filename=str(src))
         except SyntaxError as err:
-            return _fail(f"{src}:{err.lineno}:{err.offset}: invalid syntax: {err.msg}; nothing written")
+            return _fail(
+                f"{src}:{err.lineno}:{err.offset}: invalid syntax: {err.msg}; nothing written"
+            )
         try:
             migrated = migrate_source(text, src.stem)
         except libcst.ParserSyntaxError as err:
-            return _fail(f"{src}:{err.raw_line}:{err.raw_column}: invalid syntax: {err.message}; nothing written")
+            return _fail(
+                f"{src}:{err.raw_line}:{err.raw_column}: invalid syntax: {err.message}; nothing written"
+            )
         results.append((src, dst, migrated))
     changes = manual = 0
-    for src, _, migrated in results:
-        if migrated is None:
+    for src, _, done in results:
+        if done is None:
             continue
-        for note in migrated.notes:
+        for note in done.notes:
             kind = "by hand" if note.manual else "changed"
             print(f"{src}:{note.line}: {kind}: {note.text}")
             manual += note.manual
@@ -130,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if manual else 0
 
 
-def _write(results: list, out: Path | None, in_place: bool) -> None:
+def _write(results: list[tuple[Path, Path, Any]], out: Path | None, in_place: bool) -> None:
     """Write every output; a new --out directory appears whole or not at all."""
     from towerkit.sessinit import atomic_write_text
 
@@ -141,7 +150,9 @@ def _write(results: list, out: Path | None, in_place: bool) -> None:
         return
     assert out is not None
     fresh = not out.exists()
-    root = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent or ".")) if fresh else out
+    root = (
+        Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent or ".")) if fresh else out
+    )
     try:
         for src, dst, migrated in results:
             target = root / dst.relative_to(out)
