@@ -238,3 +238,32 @@ class TestNames:
         twice = migrate_source(once.source, "prog")
         assert twice.source == once.source
         assert not twice.changed
+
+
+class TestPlanOutputs:
+    """`plan_outputs`: a tree's files keep their relative paths under the output directory."""
+
+    @settings(max_examples=30, deadline=None)
+    @given(
+        st.lists(
+            st.sampled_from(["a.py", "b/c.py", "b/d/e.txt", "f/g.py", "__pycache__/x.pyc"]),
+            min_size=1,
+            unique=True,
+        )
+    )
+    def test_tree_mirrored(self, files):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "src"
+            for name in files:
+                (src / name).parent.mkdir(parents=True, exist_ok=True)
+                (src / name).write_text("")
+            out = Path(tmp) / "out"
+            pairs = migrate.plan_outputs([src], out)
+            kept = sorted(f for f in files if not f.startswith("__pycache__"))
+            assert sorted(str(s.relative_to(src)) for s, _ in pairs) == kept
+            assert all(d == out / s.relative_to(src) for s, d in pairs)
+            assert all(s == d for s, d in migrate.plan_outputs([src], None))
+            two = migrate.plan_outputs([src, src / "b"], out)
+            assert all(d.is_relative_to(out / "src") or d.is_relative_to(out / "b") for _, d in two)

@@ -306,16 +306,17 @@ class Migrator(cst.CSTTransformer):
             return updated_node
         if name == "tf.placeholder" and self.scopes[-1:] == ["inputs"]:
             return updated_node  # becomes a tf.TensorSpec in leave_Call
-        new = compat_name(name)
-        if new is None:
+        found = compat_name(name)
+        if found is None:
             return updated_node
+        new, why = found
         if new.startswith("tf.compat.v1.layers"):
             self.manual(
                 original_node,
                 f"{name} -> {new}: tf.compat.v1.layers needs tf-keras: install towerkit-towers[layers] "
                 "and call towerkit.towers.enable_tf_layers() once (or use towerkit.layers)",
             )
-        self.change(original_node, f"{name} -> {new} (TensorFlow's tf_upgrade_v2 rule)")
+        self.change(original_node, f"{name} -> {new} ({why})")
         return _expr(new)
 
     # -- calls ------------------------------------------------------------------------------

@@ -55,23 +55,24 @@ def _resolves(root: Any, dotted: str) -> bool:
 
 
 @functools.cache
-def compat_name(full: str) -> str | None:
-    """The TensorFlow 2 spelling of `full` (``tf.a.b``), or None when it needs no change.
+def compat_name(full: str) -> tuple[str, str] | None:
+    """The TensorFlow 2 spelling of `full` (``tf.a.b``) and why, or None when it needs none.
 
-    TensorFlow's rename table first; ``tf.summary.*`` goes to ``tf.compat.v1.summary``
-    (TensorFlow 2's writes nothing in a graph without a default writer); then a name
-    missing from TensorFlow 2 but present in ``tf.compat.v1`` goes there.
+    TensorFlow's rename table (``tf_upgrade_v2``) first; ``tf.summary.*`` goes to
+    ``tf.compat.v1.summary`` (TensorFlow 2's writes nothing in a graph without a default
+    writer); then a name missing from TensorFlow 2 but present in ``tf.compat.v1`` goes
+    there.
     """
     if not full.startswith("tf.") or full.startswith("tf.compat."):
         return None
     rules = load_rules()
     if full in rules.renames:
-        return rules.renames[full]
+        return rules.renames[full], "TensorFlow's tf_upgrade_v2 rename"
     if full.startswith("tf.summary."):
-        return "tf.compat.v1." + full[3:]
+        return "tf.compat.v1." + full[3:], "graph-mode summaries are tf.compat.v1's"
     import tensorflow as tf
 
     rest = full[3:]
     if not _resolves(tf, rest) and _resolves(tf.compat.v1, rest):
-        return "tf.compat.v1." + rest
+        return "tf.compat.v1." + rest, "not in TensorFlow 2; kept in tf.compat.v1"
     return None
