@@ -189,13 +189,15 @@ class TestCommand:
             "    return logger.get_logger_dir()\n"
             "\n"
             "x = tf.contrib.layers.flatten\n"
+            "config = TrainConfig(data=tf.data.Dataset.range(3), max_epoch=1)\n"
         )
         status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
         assert status == 1
         assert f"{source}:2: by hand: MultiThreadAsyncPredictor (from tensorpack)" in report
         assert f"{source}:6: by hand: logger.get_logger_dir(): use trainer.logdir" in report
         assert f"{source}:8: by hand: tf.contrib.layers: tf.contrib is gone" in report
-        assert report.rstrip().endswith("3 left by hand")
+        assert f"{source}:9: by hand: TrainConfig(data=tf.data.Dataset.range(3)...)" in report
+        assert report.rstrip().endswith("4 left by hand")
 
     def test_usage(self, tmp_path, capsys):
         with pytest.raises(SystemExit) as info:

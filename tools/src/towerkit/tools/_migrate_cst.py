@@ -357,6 +357,16 @@ class Migrator(cst.CSTTransformer):
             self.manual(
                 original_node, f"JSONWriter.{last}() needs the log directory as its argument"
             )
+        if last in _CONFIG_CALLS:
+            for arg in original_node.args:
+                if arg.keyword is not None and arg.keyword.value == "data":
+                    code = cst.Module(body=[]).code_for_node(arg.value)
+                    if "Dataset" in code or "tf.data" in code:
+                        self.manual(
+                            original_node,
+                            f"{last}(data={code[:40]}...): a dataset built outside the trainer's "
+                            "graph is refused; pass a function building it: data=lambda: ...",
+                        )
         if last in _CONFIG_CALLS or name.endswith(".train_with_defaults"):
             return self._add_logdir(original_node, updated_node, name)
         return updated_node
