@@ -290,7 +290,7 @@ def test_commands_answer_help(command, tmp_path):
     if command.endswith(".py"):
         args = [sys.executable, str(ROOT / command), "--help"]
     else:
-        module = command.replace("-", "_")
+        module = command.replace("-", "_").removeprefix("towerkit_")
         args = [sys.executable, "-m", f"towerkit.tools.{module}", "--help"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(

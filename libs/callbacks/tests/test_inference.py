@@ -124,6 +124,39 @@ class TestInferenceRunner:
         assert graph.get_tensor_by_name("InferenceTower/x:0").op.type == "Placeholder"
         assert len([v for v in tf1.global_variables() if "w" in v.op.name]) == 1, "w is reused"
 
+    def test_dataflow_reset_before_read(self, graph):
+        """A DataFlow-like input gets ``reset_state()`` once, before its first pass.
+
+        Like a shuffling tensorpack DataFlow, it has no random state until reset.
+        """
+        x, y = data(11)
+
+        class ShuffledBatches:
+            def __init__(self):
+                self.rng = None
+                self.resets = 0
+
+            def reset_state(self):
+                self.resets += 1
+                self.rng = np.random.RandomState(3)
+
+            def __len__(self):
+                return len(SIZES)
+
+            def __iter__(self):
+                order = self.rng.permutation(len(SIZES))
+                all_batches = batches(x, y, SIZES)
+                for i in order:
+                    yield all_batches[i]
+
+        df = ShuffledBatches()
+        runner = InferenceRunner(df, infs())
+        trainer = build_trainer(graph, runner).train()
+        assert df.resets == 1
+        assert trainer.monitors.get_latest("validation_error") == pytest.approx(
+            expected(x, y, SIZES)["error"]
+        )
+
     def test_true_error_differs_from_mean(self, graph):
         """With uneven batches, the true error is not the mean of per-batch errors."""
         x, y = data(11)

@@ -16,6 +16,8 @@ from towerkit.sessinit._plan import (
     normalize_name,
     render_mismatches,
     render_names,
+    render_nothing_restored,
+    restores_nothing,
     target_name,
 )
 
@@ -307,3 +309,38 @@ class TestRender:
         assert plan.summary() == (
             "1 restored, 1 mismatched, 1 missing in the source, 1 unused in the source"
         )
+
+
+class TestRestoresNothing:
+    """`restores_nothing`: a source with entries, a graph with variables, and no name in common."""
+
+    @given(restore_cases())
+    def test_definition(self, case):
+        """Without `ignore`: true exactly when both sides have names and none pairs."""
+        source, graph, prefix, _ = case
+        plan = plan_restore(source, graph, prefix=prefix)
+        paired = {target_name(v.name, prefix) for v in source} & {
+            normalize_name(v.name) for v in graph
+        }
+        assert restores_nothing(plan) == (bool(source) and bool(graph) and not paired)
+
+    @given(restore_cases())
+    def test_ignored_entries_are_not_unused(self, case):
+        """Ignoring every entry of the source is deliberate: never this error."""
+        source, graph, prefix, _ = case
+        plan = plan_restore(source, graph, prefix=prefix, ignore=[v.name for v in source])
+        assert not restores_nothing(plan)
+
+    @given(var_sets(), var_sets())
+    def test_message_lists_both_sides(self, source, graph):
+        """Every entry and every variable is named in the message."""
+        names = {v.name for v in source}
+        graph = [v for v in graph if v.name not in names]
+        plan = plan_restore(source, graph)
+        if not restores_nothing(plan):
+            assert not source or not graph
+            return
+        message = render_nothing_restored(plan, "'ckpt'")
+        assert message.startswith("nothing to restore from 'ckpt'")
+        for v in (*source, *graph):
+            assert repr(v.name) in message

@@ -17,12 +17,14 @@ from towerkit.sessinit import (
     DictRestore,
     JustCurrentSession,
     NotACheckpointError,
+    NothingToRestoreError,
     RestoreMismatchError,
     SaverRestore,
     SaverRestoreRelaxed,
     SessionInit,
     SmartInit,
     dump_session_params,
+    get_model_loader,
     load_checkpoint_vars,
     load_npz,
     save_checkpoint_vars,
@@ -515,6 +517,46 @@ class TestSmartInit:
         ]:
             SmartInit(source).init(sess)
             assert sess.run(variables["step"]) == step, source
+
+    def test_nothing_matches_is_an_error(self, graph, sess, make_vars, write_checkpoint, tmp_path):
+        """A checkpoint of another model restores nothing: an error with both sides' names.
+
+        The graph keeps nothing of the checkpoint, so training would start from the
+        initial values; it fails before the session is touched.
+        """
+        prefix = write_checkpoint({"other/W": VALUES["block/conv/W"], "other/step": VALUES["step"]})
+        save_checkpoint_vars({"elsewhere": np.zeros(2, np.float32)}, tmp_path / "p.npz")
+        make_vars(SHAPES)
+        init_all(sess)
+        for source in (prefix, str(tmp_path / "p.npz"), {"nope": np.zeros(2, np.float32)}):
+            init = SmartInit(source)
+            with pytest.raises(NothingToRestoreError) as info:
+                init.setup_graph(graph)
+            with pytest.raises(NothingToRestoreError):
+                init.init(sess)
+        message = str(info.value)
+        assert "none of its 1 entry names a variable of the graph (4 variables)" in message
+        assert "'nope': float32 (2,)" in message
+        assert "'block/conv/W': float32 (3, 4)" in message
+        with pytest.raises(NothingToRestoreError, match=r"'other/W'.*\n.*'other/step'"):
+            SmartInit(prefix).init(sess)
+        # Entries all ignored on purpose are not this error.
+        SaverRestore(prefix, ignore=["other/W", "other/step"]).init(sess)
+
+    def test_get_model_loader(self, graph, sess, make_vars, write_checkpoint, tmp_path):
+        """tensorpack's get_model_loader: a checkpoint or an npz file, as SmartInit reads them."""
+        prefix = write_checkpoint(VALUES)
+        save_checkpoint_vars({"step": np.array(9, np.int64)}, tmp_path / "p.npz")
+        variables = make_vars(SHAPES)
+        init_all(sess)
+        get_model_loader(prefix).init(sess)
+        assert sess.run(variables["step"]) == 42
+        get_model_loader(tmp_path / "p.npz").init(sess)
+        assert sess.run(variables["step"]) == 9
+        with pytest.raises(ValueError, match=r"is a \.npy file"):
+            get_model_loader(str(tmp_path / "p.npy"))
+        with pytest.raises(TypeError, match="'filename' must be a path"):
+            get_model_loader({"step": 1})
 
     def test_npz_without_suffix(self, graph, sess, make_vars, tmp_path):
         """A zip of ``.npy`` arrays is read as npz whatever its name."""

@@ -187,6 +187,36 @@ class TestTowerContext:
         assert ctx.get_collection_in_tower("new") == [1]
         assert ctx.get_collection_in_tower("absent") == []
 
+    def test_summaries_main_training_tower_only(self, graph):
+        """tf.summary ops of inference towers and later training towers leave SUMMARIES."""
+
+        def tower(x):
+            y = tf.reduce_mean(x * 2.0, name="y")
+            tf1.summary.scalar("y", y)
+            tf1.summary.histogram("x", x)
+            return y
+
+        built = {}
+        for name, training, index in [
+            ("tower0", True, 0),
+            ("tower1", True, 1),
+            ("InferenceTower", False, 0),
+        ]:
+            with TowerContext(name, training, index=index, total=2) as ctx:
+                tower(tf1.placeholder(tf.float32, [None], "x"))
+            built[name] = ctx
+        kept = tf1.get_collection(tf1.GraphKeys.SUMMARIES)
+        assert [op.name.split("/")[0] for op in kept] == ["tower0", "tower0"]
+        summaries = tf1.GraphKeys.SUMMARIES
+        assert len(built["InferenceTower"].get_collection_in_tower(summaries)) == 2
+        # The merged summary of the graph runs on the training tower's feed alone.
+        with tf1.Session() as sess:
+            out = sess.run(
+                tf1.summary.merge_all(),
+                {graph.get_tensor_by_name("tower0/x:0"): [1.0, 2.0]},
+            )
+        assert isinstance(out, bytes)
+
     def test_collection_never_entered(self):
         """A context never entered has no collections."""
         with pytest.raises(TowerContextError, match="'t' was never entered"):

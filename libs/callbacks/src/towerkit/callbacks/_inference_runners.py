@@ -48,6 +48,8 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
             callbacks the runner drives itself; a round is ``size()`` batches), or a
             re-iterable of datapoints: lists or tuples holding one array per input
             of the tower function's input signature (or dicts keyed by input name).
+            A re-iterable with a ``reset_state()`` method (a DataFlow) has it called
+            once, in ``before_train``, before it is first read.
         infs: an Inferencer or a list of them.
         size: batches in a round at most (>= 1), for a dataset or re-iterable input;
             None: until the input is exhausted. A dataset known to be infinite
@@ -151,6 +153,12 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
 
     def _before_train(self) -> None:
         self._make_callables()
+        if self._kind == "python":
+            # A DataFlow is reset once before it is read, as tensorpack does: its
+            # random state (shuffling, augmentation) is made here.
+            reset = getattr(self._input, "reset_state", None)
+            if callable(reset):
+                reset()
         if self._source is not None:
             self._source.start(self.trainer.sess)
         for inf in self._infs:

@@ -1,6 +1,7 @@
 """towerkit.export: compact frozen graphs, SavedModels and offline predictors."""
 
 from towerkit.export._config import PredictConfig, PredictSpec
+from towerkit.export._dataset_predictor import MultiTowerOfflinePredictor, SimpleDatasetPredictor
 from towerkit.export._errors import InferenceOptimizationError, UnknownTensorError
 from towerkit.export._export import ModelExporter
 from towerkit.export._predictor import OfflinePredictor
@@ -13,6 +14,8 @@ __all__ = [
     "PredictSpec",
     # prediction
     "OfflinePredictor",
+    "SimpleDatasetPredictor",
+    "MultiTowerOfflinePredictor",
     # export
     "ModelExporter",
     # names and graphs (pure)

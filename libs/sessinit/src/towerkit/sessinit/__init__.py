@@ -30,6 +30,7 @@ from towerkit.sessinit._errors import (
     CorruptCheckpointError,
     GlobPathError,
     NotACheckpointError,
+    NothingToRestoreError,
     RestoreMismatchError,
 )
 from towerkit.sessinit._npz import list_npz_vars
@@ -43,7 +44,13 @@ from towerkit.sessinit._paths import (
     resolve_checkpoint,
     state_entry_inside,
 )
-from towerkit.sessinit._plan import Assignment, RestorePlan, VarInfo, plan_restore
+from towerkit.sessinit._plan import (
+    Assignment,
+    RestorePlan,
+    VarInfo,
+    plan_restore,
+    restores_nothing,
+)
 from towerkit.sessinit._version import __version__
 
 if TYPE_CHECKING:
@@ -55,6 +62,7 @@ if TYPE_CHECKING:
         SaverRestoreRelaxed,
         SessionInit,
         SmartInit,
+        get_model_loader,
     )
     from towerkit.sessinit._varmanip import (
         dump_session_params,
@@ -71,6 +79,7 @@ _NEEDS_TENSORFLOW = {
     "SaverRestoreRelaxed": "_sessinit",
     "SessionInit": "_sessinit",
     "SmartInit": "_sessinit",
+    "get_model_loader": "_sessinit",
     "dump_session_params": "_varmanip",
     "list_checkpoint_vars": "_varmanip",
     "load_checkpoint_vars": "_varmanip",
@@ -105,6 +114,7 @@ __all__ = [
     "DictRestore",
     "JustCurrentSession",
     "SmartInit",
+    "get_model_loader",
     # variables as data
     "dump_session_params",
     "load_checkpoint_vars",
@@ -119,6 +129,7 @@ __all__ = [
     "Assignment",
     "RestorePlan",
     "plan_restore",
+    "restores_nothing",
     # checkpoint names and paths
     "checkpoint_step",
     "resolve_checkpoint",
@@ -143,6 +154,7 @@ __all__ = [
     "remove_stale_temporaries",
     # errors
     "RestoreMismatchError",
+    "NothingToRestoreError",
     "CheckpointNotFoundError",
     "NotACheckpointError",
     "CorruptCheckpointError",

@@ -32,3 +32,10 @@ class CheckpointVanishedError(CheckpointNotFoundError):
 
     Not a damaged checkpoint: read the directory's newest one again.
     """
+
+
+class NothingToRestoreError(ValueError):
+    """A source with entries restores none of a graph's variables: no name matches.
+
+    .. versionadded:: 0.2
+    """

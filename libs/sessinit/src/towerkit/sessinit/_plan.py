@@ -515,3 +515,59 @@ def render_mismatches(plan: RestorePlan, source: str) -> str:
         note = " (fixable by " + " and ".join(pair.fixes) + ")" if pair.fixable else ""
         lines.append(f"  {pair.describe()}{note}")
     return "\n".join(lines)
+
+
+def restores_nothing(plan: RestorePlan) -> bool:
+    """Whether a source with entries meets a graph with variables and no name matches.
+
+    No user means that: the source belongs to another model, or the names differ by
+    a scope. A source whose entries were all ignored on purpose, and a graph without
+    variables, are not this case.
+
+    Examples:
+        >>> ckpt = [VarInfo(name="W", shape=(3,), dtype="float32")]
+        >>> graph = [VarInfo(name="net/W", shape=(3,), dtype="float32")]
+        >>> restores_nothing(plan_restore(ckpt, graph))
+        True
+        >>> restores_nothing(plan_restore(ckpt, graph, prefix="net"))
+        False
+        >>> restores_nothing(plan_restore(ckpt, []))
+        False
+    """
+    return not plan.matched and not plan.mismatches and bool(plan.unused) and bool(plan.missing)
+
+
+def render_nothing_restored(plan: RestorePlan, source: str, limit: int = 50) -> str:
+    """The message for a plan that `restores_nothing`: both sides' names, and the fixes.
+
+    Args:
+        plan: A plan that restores nothing.
+        source: How to name the source (a path, or ``"the dict"``).
+        limit: Names shown per side at most, then a count of the rest.
+
+    Examples:
+        >>> plan = plan_restore([VarInfo(name="old/W", shape=(3,), dtype="float32")],
+        ...                     [VarInfo(name="W", shape=(3,), dtype="float32")])
+        >>> print(render_nothing_restored(plan, "'model-10'"))
+        nothing to restore from 'model-10': none of its 1 entry names a variable of the graph (1 variable).
+        entries of 'model-10':
+          'old/W': float32 (3,)
+        variables of the graph:
+          'W': float32 (3,)
+        Check that the source belongs to this model; a graph built under a scope restores entry 'x' into 'scope/x' with SaverRestore(path, prefix='scope').
+    """
+    entries = len(plan.unused)
+    variables = len(plan.missing)
+    return "\n".join(
+        [
+            f"nothing to restore from {source}: none of its {entries} "
+            f"{'entry names' if entries == 1 else 'entries name'} a variable of the graph "
+            f"({variables} {'variable' if variables == 1 else 'variables'}).",
+            f"entries of {source}:",
+            render_names(plan.unused, limit),
+            "variables of the graph:",
+            render_names(plan.missing, limit),
+            "Check that the source belongs to this model; a graph built under a scope "
+            "restores entry 'x' into 'scope/x' with SaverRestore(path, prefix='scope').",
+        ]
+    )

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from towerkit.sessinit._compat import tf1
-from towerkit.sessinit._errors import RestoreMismatchError
+from towerkit.sessinit._errors import NothingToRestoreError, RestoreMismatchError
 from towerkit.sessinit._execute import (
     checkpoint_restore_op,
     graph_var_infos,
@@ -33,6 +33,8 @@ from towerkit.sessinit._plan import (
     plan_restore,
     render_mismatches,
     render_names,
+    render_nothing_restored,
+    restores_nothing,
 )
 from towerkit.sessinit._varmanip import as_arrays, list_checkpoint_vars
 
@@ -192,6 +194,8 @@ class _PlannedRestore(SessionInit, abc.ABC):
     def _checked_plan(self, graph: Any, *, log: bool) -> tuple[RestorePlan, dict[str, Any]]:
         variables = graph_variables(graph)
         plan = self._plan_for(variables)
+        if restores_nothing(plan):
+            raise NothingToRestoreError(render_nothing_restored(plan, self._label()))
         if plan.at_fault:
             message = render_mismatches(plan, self._label())
             if not self._ignore_mismatch:
@@ -511,3 +515,33 @@ def SmartInit(obj: Any, *, ignore_mismatch: bool = False) -> SessionInit:
     # The fix offered on a mismatch is the one SmartInit's caller can apply.
     init._hint = _SMART_INIT_HINT
     return init
+
+
+def get_model_loader(filename: str | os.PathLike[str]) -> SessionInit:
+    """The session initializer of a model file, as tensorpack programs ask for it.
+
+    The same as ``SmartInit(filename)`` for a path: a checkpoint (prefix, one of its
+    files, or a directory) or an npz file.
+
+    Raises:
+        TypeError: `filename` is not a path.
+        ValueError: a ``.npy`` file: a pickled dict, which is not unpickled here.
+        CheckpointNotFoundError: the path does not exist.
+
+    .. versionadded:: 0.2
+    """
+    if not isinstance(filename, (str, os.PathLike)):
+        msg = (
+            f"'filename' must be a path to a checkpoint or npz file; got {type(filename).__name__}"
+        )
+        raise TypeError(msg)
+    path = os.fspath(filename)
+    if path.endswith(".npy"):
+        msg = (
+            f"'filename' {path!r} is a .npy file, a pickled dict of arrays that towerkit does "
+            "not unpickle (unpickling runs code from the file); convert it once, from a source "
+            "you trust, with `np.savez(out_npz, **np.load(path, allow_pickle=True).item())` "
+            "and load the .npz"
+        )
+        raise ValueError(msg)
+    return SmartInit(path)

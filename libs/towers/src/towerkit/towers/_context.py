@@ -237,25 +237,33 @@ class BaseTowerContext:
                 stack.close()
 
     def _drop_update_ops(self) -> None:
-        """Keep ``UPDATE_OPS`` to the main training tower's: a later training tower's leave it.
+        """Keep summaries and ``UPDATE_OPS`` to the main training tower's.
 
         Batch-norm layers add their moving-statistics updates to ``UPDATE_OPS`` in
-        every tower; only the first tower's run (`RunUpdateOps`), as the summaries
-        are the main training tower's only. The dropped ops stay listed in
-        `get_collection_in_tower`.
+        every tower; only the first tower's run (`RunUpdateOps`), so a later training
+        tower's leave the collection. Summaries (``tf.compat.v1.summary.*`` in the
+        tower function) are the main training tower's only, as in tensorpack: every
+        other tower's, inference towers' included, leave ``SUMMARIES`` (an inference
+        tower's read placeholders that no training step feeds). The dropped ops stay
+        listed in `get_collection_in_tower`.
         """
-        if not self._spec.is_training or self._spec.index == 0 or self._added is None:
+        if is_main_training_tower(self._spec) or self._added is None:
             return
-        added = {id(x) for x in self._added.get(tf1.GraphKeys.UPDATE_OPS, [])}
-        if not added:
-            return
-        ref = self._graph.get_collection_ref(tf1.GraphKeys.UPDATE_OPS)
-        ref[:] = [x for x in ref if id(x) not in added]
-        _log.info(
-            "tower %r: %d op(s) left out of UPDATE_OPS (only the main training tower's run)",
-            self._spec.ns_name,
-            len(added),
-        )
+        keys = [tf1.GraphKeys.SUMMARIES]
+        if self._spec.is_training:
+            keys.append(tf1.GraphKeys.UPDATE_OPS)
+        for key in keys:
+            added = {id(x) for x in self._added.get(key, [])}
+            if not added:
+                continue
+            ref = self._graph.get_collection_ref(key)
+            ref[:] = [x for x in ref if id(x) not in added]
+            _log.info(
+                "tower %r: %d op(s) left out of %s (only the main training tower's are kept)",
+                self._spec.ns_name,
+                len(added),
+                key,
+            )
 
     def _added_to(self, key: str) -> list[Any]:
         start = self._start.get(key, set())

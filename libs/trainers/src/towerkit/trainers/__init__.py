@@ -8,8 +8,12 @@ Horovod trainers replicate it. `TrainConfig` (or `AutoResumeTrainConfig`) with
 (`InputSource` and its kinds) feed the towers; gradient processors (`GlobalNormClip`,
 `chain`, ...) are records with a pure ``process`` composed into an optimizer by
 `apply_grad_processors`. `StopTraining`, raised by a callback, lives in
-`towerkit.callbacks`.
+`towerkit.callbacks`; tensorpack documents it as ``tensorpack.train.StopTraining``, so
+it is importable from here too, as the same class.
 """
+
+# -- documented in tensorpack.train, whose home is towerkit.callbacks (the same object) --
+from towerkit.callbacks import StopTraining
 
 # -- trainers, configs, the loop, resuming --
 from towerkit.trainers._base import Trainer
@@ -143,6 +147,7 @@ __all__ = [
     "TrainConfig",
     "AutoResumeTrainConfig",
     "launch_train_with_config",
+    "StopTraining",
     "DEFAULT_CALLBACKS",
     "DEFAULT_MONITORS",
     "LOGDIR_ACTIONS",

@@ -20,6 +20,7 @@ from towerkit.trainers._callback_checks import (
 )
 from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._input_feed import feeder_failure
 from towerkit.trainers._interrupt import deferred_sigint
@@ -32,7 +33,7 @@ logger = logging.getLogger("towerkit.trainers")
 _PHASES = ("new", "callbacks", "initialized", "running", "done")
 
 
-class Trainer:
+class Trainer(metaclass=TrainerMeta):
     """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
 
     A run has three phases, which ``train`` calls in order (call them yourself for
@@ -47,14 +48,13 @@ class Trainer:
        ``steps_per_epoch`` calls of ``run_step`` followed by the ``trigger_step`` of
        the callbacks that have one.
 
-    The trainer works in the graph that was the default graph when it was created
-    (``self.graph``). A subclass defines the iteration by setting ``train_op`` (run
-    by the default ``run_step``) or by overriding ``run_step``.
-
+    The trainer works in the default graph of its creation (``self.graph``); created at the
+    top level (eagerly), in a new graph its whole construction runs in (`TrainerMeta`).
     The log directory (``trainer.logdir``; None: no files) is an argument of ``train``
     and ``TrainConfig``, or set with ``set_logdir`` before ``setup_callbacks``. A run
     failing before its first step leaves it as it found it (see ``set_logdir``).
 
+    A subclass sets ``train_op`` (run by ``run_step``) or overrides ``run_step``.
     Counters follow `towerkit.callbacks.loop_events`: ``epoch_num`` runs from just
     before ``before_epoch`` to just after ``trigger_epoch``; ``local_step`` is the
     step's 0-based index in its epoch; ``global_step`` counts ``hooked_sess.run`` calls.

@@ -6,7 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.towers import validate_input_signature
+from towerkit.towers import get_current_tower_context, validate_input_signature
 
 
 class ModelDescBase:
@@ -45,6 +45,27 @@ class ModelDescBase:
     def input_names(self) -> list[str]:
         """The names of the inputs, in order."""
         return [s.name for s in self.get_input_signature()]
+
+    @property
+    def training(self) -> bool:
+        """Whether the tower being built is a training tower (as ``build_graph`` reads it).
+
+        True in the training tower(s), False in inference towers (``InferenceRunner``,
+        predictors, exports): the current tower context's ``is_training``.
+
+        Raises:
+            RuntimeError: read outside a tower context (outside ``build_graph``).
+
+        .. versionadded:: 0.2
+        """
+        ctx = get_current_tower_context()
+        if ctx is None:
+            msg = (
+                f"{type(self).__name__}.training is read outside a tower context: it is only "
+                "defined while build_graph runs (in a training or an inference tower)"
+            )
+            raise RuntimeError(msg)
+        return ctx.is_training
 
     def build_graph(self, *args: Any) -> Any:
         """Build the model from one tensor per input (in the order of ``inputs()``).

@@ -1,0 +1,590 @@
+"""The rewrite of one tensorpack module into a towerkit module, on libcst's concrete syntax tree."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from towerkit.tools._migrate_names import DATAFLOW_NAMES, GONE, LIB_OF, UTILS_NAMES, home_of
+from towerkit.tools._migrate_tf import compat_name, load_rules
+
+
+@attrs.frozen(kw_only=True)
+class Note:
+    """One line of the report: a change made, or an edit left to do by hand."""
+
+    line: int
+    text: str
+    manual: bool = False
+
+
+def _as_notes(notes: Sequence[Note]) -> tuple[Note, ...]:
+    return tuple(notes)
+
+
+@attrs.frozen(kw_only=True)
+class Migrated:
+    """A module's new source and its report."""
+
+    source: str
+    notes: tuple[Note, ...] = attrs.field(converter=_as_notes)
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything changed."""
+        return any(not n.manual for n in self.notes)
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a chain of names and attributes, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = dotted(node.value)
+        return None if head is None else f"{head}.{node.attr.value}"
+    return None
+
+
+def _asname(alias: cst.ImportAlias) -> str | None:
+    """The name an import binds with ``as``, or None."""
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return None
+
+
+def _expr(text: str) -> cst.BaseExpression:
+    return cst.parse_expression(text)
+
+
+_CONFIG_CALLS = ("TrainConfig", "AutoResumeTrainConfig")
+_ACTIONS = {"k": "keep", "b": "overwrite", "d": "overwrite"}
+_LOGDIR_CALLS = ("auto_set_dir", "set_logger_dir")
+_STAR_CANDIDATES = (
+    frozenset(LIB_OF) | DATAFLOW_NAMES | UTILS_NAMES | {"QueueInput", "InputDesc", *GONE}
+)
+
+
+class _Scan(cst.CSTVisitor):
+    """What the rewrite needs to know first: names used and bound, logdir calls, aliases."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.not_refs: dict[str, int] = {}
+        self.bound: set[str] = set()
+        self.tp_aliases: set[str] = set()
+        self.tf_alias_is_v2 = False
+        self.logger_uses = 0
+        self.logdir_calls: list[tuple[str, int]] = []
+        self.scopes: list[str] = []
+        self.config_scopes: list[str] = []
+        self.logdir: tuple[str, str | None, str] | None = None  # expr, action, scope
+        self.tp_left = 0
+        self.stem = ""
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.not_refs[node.attr.value] = self.not_refs.get(node.attr.value, 0) + 1
+        name = dotted(node)
+        if name is None:
+            return
+        head, _, rest = name.partition(".")
+        if head in self.tp_aliases and rest.count(".") == 0:
+            home = home_of(rest)
+            if home is None or not home.startswith("towerkit."):
+                self.tp_left += 1
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.counts[node.value] = self.counts.get(node.value, 0) + 1
+        if node.value == "logger":
+            self.logger_uses += 1
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.not_refs[node.keyword.value] = self.not_refs.get(node.keyword.value, 0) + 1
+
+    @property
+    def used(self) -> set[str]:
+        """Names read as names (not attributes or keywords), for a star import's names."""
+        return {n for n, c in self.counts.items() if c > self.not_refs.get(n, 0)}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.bound.add(node.name.value)
+        self.scopes.append(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.bound.add(node.name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Name):
+            self.bound.add(node.target.value)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            name = dotted(alias.name) or ""
+            bound = _asname(alias) or name.split(".")[0]
+            if name == "tensorpack":
+                self.tp_aliases.add(bound)
+            if name == "tensorflow" and bound == "tf":
+                self.tf_alias_is_v2 = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted(node.func) or ""
+        scope = ".".join(self.scopes)
+        if name in (f"logger.{c}" for c in _LOGDIR_CALLS):
+            self.logdir_calls.append((scope, self.get_metadata(PositionProvider, node).start.line))
+            self.logger_uses -= 1
+            found = logdir_of(node, self.stem)
+            if found is not None:
+                self.logdir = (found[0], found[1], scope)
+        if name.split(".")[-1] in _CONFIG_CALLS or name.endswith(".train_with_defaults"):
+            self.config_scopes.append(scope)
+
+
+class Migrator(cst.CSTTransformer):
+    """Rewrite tensorpack imports, the logger's log directory, inputs and TensorFlow 1 calls."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, scan: _Scan, script_stem: str) -> None:
+        super().__init__()
+        self.scan = scan
+        self.stem = script_stem
+        self.notes: list[Note] = []
+        self.imports: dict[str, set[str]] = {}
+        self.need_logging = False
+        self.scopes: list[str] = []
+        self._tf = scan.tf_alias_is_v2
+
+    # -- reporting ------------------------------------------------------------------------
+    def _line(self, node: cst.CSTNode) -> int:
+        try:
+            return self.get_metadata(PositionProvider, node).start.line
+        except KeyError:
+            return 0
+
+    def change(self, node: cst.CSTNode, text: str) -> None:
+        self.notes.append(Note(line=self._line(node), text=text))
+
+    def manual(self, node: cst.CSTNode, text: str) -> None:
+        self.notes.append(Note(line=self._line(node), text=text, manual=True))
+
+    def need(self, module: str, name: str) -> None:
+        self.imports.setdefault(module, set()).add(name)
+
+    # -- scopes ---------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: Any) -> Any:
+        self.scopes.pop()
+        return updated_node
+
+    # -- imports --------------------------------------------------------------------------
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: Any) -> Any:
+        if original_node.relative or original_node.module is None:
+            return updated_node
+        module = dotted(original_node.module) or ""
+        if module == "tensorflow.contrib" and not isinstance(original_node.names, cst.ImportStar):
+            names = [a.name.value for a in original_node.names if isinstance(a.name, cst.Name)]
+            if names == ["slim"]:
+                self.change(
+                    original_node, "tensorflow.contrib.slim -> tf_slim (pip install tf-slim)"
+                )
+                return cst.Import(
+                    names=[cst.ImportAlias(cst.Name("tf_slim"), cst.AsName(cst.Name("slim")))]
+                )
+        if module != "tensorpack" and not module.startswith("tensorpack."):
+            return updated_node
+        if isinstance(original_node.names, cst.ImportStar):
+            if module.startswith(("tensorpack.dataflow", "tensorpack.utils")):
+                return updated_node
+            names = sorted((self.scan.used - self.scan.bound) & _STAR_CANDIDATES)
+            for name in names:
+                self._import_name(original_node, name, None, module, star=True)
+            self.change(
+                original_node,
+                f"from {module} import * -> the names it used, each from its towerkit lib",
+            )
+            return cst.RemovalSentinel.REMOVE
+        kept = []
+        for alias in original_node.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+            asname = _asname(alias)
+            if module.startswith("tensorpack.utils") and name == "logger":
+                self.need_logging = True
+                self.change(original_node, "tensorpack's logger -> logging.getLogger(__name__)")
+                continue
+            if not self._import_name(original_node, name, asname, module, star=False):
+                kept.append(alias.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        if not kept:
+            return cst.RemovalSentinel.REMOVE
+        if len(kept) == len(original_node.names):
+            return updated_node
+        return updated_node.with_changes(names=kept, lpar=None, rpar=None)
+
+    def _import_name(
+        self, node: cst.CSTNode, name: str, asname: str | None, module: str, *, star: bool
+    ) -> bool:
+        """Add the import of `name` at its new home; False when it stays (kept or by hand)."""
+        if name == "InputDesc":
+            self.change(node, "InputDesc -> tf.TensorSpec (the import is dropped)")
+            return True
+        home = home_of(name, module)
+        if home is None:
+            hint = GONE.get(name, "no towerkit counterpart")
+            self.manual(node, f"{name} (from {module}): {hint}")
+            return star
+        if home == module:
+            if star:
+                self.need(home, name)
+            return not star
+        target = {"QueueInput": "IterableInput"}.get(name, name)
+        self.need(home, target if asname is None or target != name else f"{name} as {asname}")
+        if not star:
+            self.change(node, f"{module}.{name} -> {home}.{target}")
+        return True
+
+    def leave_Import(self, original_node: cst.Import, updated_node: Any) -> Any:
+        names = []
+        for alias in original_node.names:
+            name = dotted(alias.name) or ""
+            if name == "tensorflow.contrib.slim":
+                self.change(
+                    original_node, "tensorflow.contrib.slim -> tf_slim (pip install tf-slim)"
+                )
+                names.append(alias.with_changes(name=_expr("tf_slim")))
+            elif name == "tensorpack" and not self._tp_module_used(alias):
+                self.change(
+                    original_node, "import tensorpack dropped (its names now come from towerkit)"
+                )
+            else:
+                names.append(alias)
+        if not names:
+            return cst.RemovalSentinel.REMOVE
+        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(names=names)
+
+    def _tp_module_used(self, alias: cst.ImportAlias) -> bool:
+        return self.scan.tp_left > 0
+
+    # -- attributes: tensorpack.X and tf.X ------------------------------------------------
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: Any) -> Any:
+        name = dotted(original_node)
+        if name is None:
+            return updated_node
+        head, _, rest = name.partition(".")
+        if head in self.scan.tp_aliases:
+            home = home_of(rest) if "." not in rest else None
+            if home is not None and home.startswith("towerkit."):
+                self.need(home, rest)
+                self.change(original_node, f"{name} -> {rest} (from {home})")
+                return cst.Name(rest)
+            return updated_node
+        if head == "tf" and self._tf:
+            return self._tf_attribute(original_node, updated_node, name)
+        return updated_node
+
+    def _tf_attribute(self, original_node: cst.Attribute, updated_node: Any, name: str) -> Any:
+        if name == "tf.contrib.slim":
+            self.need("tf_slim", "")
+            self.change(original_node, "tf.contrib.slim -> tf_slim (pip install tf-slim)")
+            return cst.Name("tf_slim")
+        if name.startswith("tf.contrib.") and name.count(".") == 2:
+            self.manual(
+                original_node,
+                f"{name}: tf.contrib is gone; find its TensorFlow 2 or add-on replacement",
+            )
+            return updated_node
+        if name == "tf.placeholder" and self.scopes[-1:] == ["inputs"]:
+            return updated_node  # becomes a tf.TensorSpec in leave_Call
+        found = compat_name(name)
+        if found is None:
+            return updated_node
+        new, why = found
+        if new.startswith("tf.compat.v1.layers"):
+            self.manual(
+                original_node,
+                f"{name} -> {new}: tf.compat.v1.layers needs tf-keras: install towerkit-towers[layers] "
+                "and call towerkit.towers.enable_tf_layers() once (or use towerkit.layers)",
+            )
+        self.change(original_node, f"{name} -> {new} ({why})")
+        return _expr(new)
+
+    # -- calls ------------------------------------------------------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: Any) -> Any:
+        name = dotted(original_node.func) or ""
+        last = name.split(".")[-1]
+        if self._tf and name.startswith("tf."):
+            updated_node = self._tf_call(original_node, updated_node, name)
+        if name in ("tf.placeholder", "tf.compat.v1.placeholder") and self.scopes[-1:] == [
+            "inputs"
+        ]:
+            return self._spec_call(original_node, updated_node, "tf.placeholder")
+        if name == "InputDesc":
+            return self._spec_call(original_node, updated_node, "InputDesc")
+        if name == "QueueInput":
+            self.change(original_node, "QueueInput(df) -> IterableInput(df)")
+            if len(original_node.args) > 1:
+                self.manual(
+                    original_node,
+                    "QueueInput's queue argument has no IterableInput counterpart (prefetch=n)",
+                )
+            return updated_node.with_changes(
+                func=cst.Name("IterableInput"), args=updated_node.args[:1]
+            )
+        if name == "BatchQueueInput":
+            self.need("tensorpack.dataflow", "BatchData")
+            self.change(original_node, "BatchQueueInput(df, n) -> IterableInput(BatchData(df, n))")
+            inner = updated_node.with_changes(
+                func=cst.Name("BatchData"), args=updated_node.args[:2]
+            )
+            return cst.Call(func=cst.Name("IterableInput"), args=[cst.Arg(inner)])
+        if name == "logger.get_logger_dir":
+            self.manual(
+                original_node,
+                "logger.get_logger_dir(): use trainer.logdir (self.trainer.logdir in a callback)",
+            )
+        if last in ("load_existing_json", "load_existing_epoch_number") and not original_node.args:
+            self.manual(
+                original_node, f"JSONWriter.{last}() needs the log directory as its argument"
+            )
+        if last in _CONFIG_CALLS:
+            for arg in original_node.args:
+                if arg.keyword is not None and arg.keyword.value == "data":
+                    code = cst.Module(body=[]).code_for_node(arg.value)
+                    if "Dataset" in code or "tf.data" in code:
+                        self.manual(
+                            original_node,
+                            f"{last}(data={code[:40]}...): a dataset built outside the trainer's "
+                            "graph is refused; pass a function building it: data=lambda: ...",
+                        )
+        if last in _CONFIG_CALLS or name.endswith(".train_with_defaults"):
+            return self._add_logdir(original_node, updated_node, name)
+        return updated_node
+
+    def _tf_call(self, original_node: cst.Call, updated_node: Any, name: str) -> Any:
+        rules = load_rules()
+        args = list(updated_node.args)
+        positional = [a for a in args if a.keyword is None and not a.star]
+        if name == "tf.nn.dropout" and (
+            len(positional) > 1 or any(a.keyword and a.keyword.value == "keep_prob" for a in args)
+        ):
+            self.change(
+                original_node,
+                "tf.nn.dropout(x, keep_prob) -> tf.compat.v1.nn.dropout (keep_prob kept)",
+            )
+            return updated_node.with_changes(func=_expr("tf.compat.v1.nn.dropout"))
+        order = rules.reorders.get(name)
+        if order and len(positional) > 1 and not any(a.star for a in args):
+            new_args = []
+            for i, arg in enumerate(args):
+                if arg.keyword is None and i < len(order):
+                    arg = arg.with_changes(
+                        keyword=cst.Name(order[i]),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                    )
+                new_args.append(arg)
+            args = new_args
+            self.change(
+                original_node,
+                f"{name}: positional arguments named ({', '.join(order[: len(positional)])}), whose order changed in TensorFlow 2",
+            )
+        renames = rules.keyword_renames.get(name, {})
+        if renames:
+            renamed = []
+            for arg in args:
+                if arg.keyword is not None and arg.keyword.value in renames:
+                    self.change(
+                        original_node,
+                        f"{name}: keyword {arg.keyword.value} -> {renames[arg.keyword.value]}",
+                    )
+                    arg = arg.with_changes(keyword=cst.Name(renames[arg.keyword.value]))
+                renamed.append(arg)
+            args = renamed
+        return updated_node.with_changes(args=args)
+
+    def _spec_call(self, original_node: cst.Call, updated_node: Any, what: str) -> Any:
+        params = ["dtype", "shape", "name"]
+        values: dict[str, cst.BaseExpression] = {}
+        for i, arg in enumerate(updated_node.args):
+            key = arg.keyword.value if arg.keyword is not None else params[i] if i < 3 else "?"
+            values[key] = arg.value
+        if set(values) - set(params) or "dtype" not in values:
+            self.manual(
+                original_node, f"{what}(...): write tf.TensorSpec(shape, dtype, name) by hand"
+            )
+            return updated_node
+        self.change(
+            original_node, f"{what}(dtype, shape, name) -> tf.TensorSpec(shape, dtype, name)"
+        )
+        new_args = [
+            cst.Arg(values.get("shape", cst.Name("None"))),
+            cst.Arg(values["dtype"]),
+        ]
+        if "name" in values:
+            new_args.append(cst.Arg(values["name"]))
+        return cst.Call(func=_expr("tf.TensorSpec"), args=new_args)
+
+    def _add_logdir(self, original_node: cst.Call, updated_node: Any, name: str) -> Any:
+        if self.scan.logdir_calls == [] or any(
+            a.keyword is not None and a.keyword.value == "logdir" for a in original_node.args
+        ):
+            return updated_node
+        if self.scan.logdir is None:
+            return updated_node
+        expr, action, scope = self.scan.logdir
+        literal = expr.startswith(("'", '"', "os.path.join('train_log'"))
+        if not literal and scope != ".".join(self.scopes):
+            self.manual(
+                original_node, f"pass logdir={expr} to {name}(...) (set by the logger elsewhere)"
+            )
+            return updated_node
+        equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+        extra = [cst.Arg(_expr(expr), keyword=cst.Name("logdir"), equal=equal)]
+        if action:
+            extra.append(
+                cst.Arg(
+                    cst.SimpleString(repr(action)), keyword=cst.Name("logdir_action"), equal=equal
+                )
+            )
+        self.change(
+            original_node,
+            f"{name}(...): logdir={expr}" + (f", logdir_action={action!r}" if action else ""),
+        )
+        args = list(updated_node.args)
+        if args and isinstance(args[-1].comma, cst.Comma):
+            # A trailing comma (one argument a line): the new ones follow the layout.
+            last = args[-1].comma
+            inner = (
+                args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last
+            )
+            args[-1] = args[-1].with_changes(comma=inner)
+            extra = [a.with_changes(comma=inner) for a in extra[:-1]] + [
+                extra[-1].with_changes(comma=last)
+            ]
+        elif args:
+            args[-1] = args[-1].with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            )
+        return updated_node.with_changes(args=[*args, *extra])
+
+    # -- statements: the logger's log directory -------------------------------------------
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: Any
+    ) -> Any:
+        body = original_node.body
+        if (
+            len(body) != 1
+            or not isinstance(body[0], cst.Expr)
+            or not isinstance(body[0].value, cst.Call)
+        ):
+            return updated_node
+        call = body[0].value
+        name = dotted(call.func) or ""
+        if name not in (f"logger.{c}" for c in _LOGDIR_CALLS):
+            return updated_node
+        found = logdir_of(call, self.stem)
+        if found is None:
+            self.manual(original_node, f"{name}() without a directory: pass logdir= by hand")
+            return updated_node
+        if found[2]:
+            self.need("os", "")
+        self.change(
+            original_node,
+            f"{name}(...) removed: its directory goes to logdir= of the config or trainer",
+        )
+        return cst.RemovalSentinel.REMOVE
+
+    # -- the module: new imports ----------------------------------------------------------
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        lines = []
+        for module in sorted(self.imports):
+            names = sorted(n for n in self.imports[module] if n)
+            if not names:
+                lines.append(f"import {module}\n")
+            else:
+                lines.append(f"from {module} import {', '.join(names)}\n")
+        if self.need_logging and self.scan.logger_uses > 1:
+            lines.insert(0, "import logging\n")
+        new = [cst.parse_statement(line) for line in lines]
+        if self.need_logging and self.scan.logger_uses > 1:
+            new.append(cst.parse_statement("logger = logging.getLogger(__name__)\n"))
+        if not new:
+            return updated_node
+        body = list(updated_node.body)
+        at = _after_imports(body)
+        return updated_node.with_changes(body=[*body[:at], *new, *body[at:]])
+
+
+def logdir_of(call: cst.Call, stem: str) -> tuple[str, str | None, bool] | None:
+    """``(logdir expression, logdir_action or None, needs os)`` of a logger directory call.
+
+    ``logger.auto_set_dir(action=None, name=None)`` is ``train_log/<script stem>`` (or
+    ``train_log/<name>``); ``logger.set_logger_dir(dirname, action=None)`` its `dirname`.
+    None when the directory is not given.
+    """
+    module = cst.Module(body=[])
+    name = dotted(call.func) or ""
+    args = {a.keyword.value if a.keyword else str(i): a.value for i, a in enumerate(call.args)}
+    auto = name.endswith("auto_set_dir")
+    action_node = args.get("action") or args.get("0" if auto else "1")
+    action = None
+    if isinstance(action_node, cst.SimpleString):
+        action = _ACTIONS.get(str(action_node.evaluated_value))
+    if auto:
+        sub = args.get("name") or args.get("1")
+        if sub is None:
+            return repr(os.path.join("train_log", stem)), action, False
+        return f"os.path.join('train_log', {module.code_for_node(sub)})", action, True
+    dirname = args.get("dirname") or args.get("0")
+    if dirname is None:
+        return None
+    return module.code_for_node(dirname), action, False
+
+
+def _is_import(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+    )
+
+
+def _after_imports(body: Sequence[cst.CSTNode]) -> int:
+    """The index after the module's leading docstring and imports (top-level statements)."""
+    at = 0
+    for i, stmt in enumerate(body):
+        if _is_import(stmt):
+            at = i + 1
+        elif (
+            i == 0
+            and isinstance(stmt, cst.SimpleStatementLine)
+            and isinstance(stmt.body[0], cst.Expr)
+        ):
+            at = 1
+        elif not isinstance(stmt, (cst.If, cst.Try)):
+            break
+    return at
+
+
+def migrate_source(source: str, script_stem: str) -> Migrated:
+    """Rewrite one module's source; `script_stem` names ``auto_set_dir``'s directory.
+
+    Raises:
+        libcst.ParserSyntaxError: the source is not valid Python.
+    """
+    wrapper = MetadataWrapper(cst.parse_module(source))
+    scan = _Scan()
+    scan.stem = script_stem
+    wrapper.visit(scan)
+    migrator = Migrator(scan, script_stem)
+    new = wrapper.visit(migrator)
+    notes: list[Note] = sorted(migrator.notes, key=lambda n: (n.line, n.manual))
+    return Migrated(source=new.code, notes=notes)

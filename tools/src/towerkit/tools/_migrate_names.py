@@ -1,0 +1,190 @@
+"""Where each tensorpack name lives in towerkit, and what the migration keeps on tensorpack."""
+
+from __future__ import annotations
+
+_LIB_NAMES = {
+    "sessinit": """
+    ASIDE_PREFIX Assignment ChainInit CheckpointNotFoundError CheckpointVanishedError
+    CorruptCheckpointError DictRestore GLOB_CHARACTERS GlobPathError JustCurrentSession
+    NotACheckpointError NothingToRestoreError RestoreMismatchError RestorePlan
+    SaverRestore SaverRestoreRelaxed SessionInit SmartInit VarInfo
+    atomic_checkpoint_prefix atomic_path atomic_save_checkpoint atomic_write_bytes
+    atomic_write_text back_up_file backup_name checkpoint_step dump_session_params
+    get_all_checkpoints get_model_loader glob_characters is_aside_name
+    list_checkpoint_vars list_npz_vars load_checkpoint_vars load_npz
+    move_checkpoints_aside plan_restore put_back_aside remove_stale_temporaries
+    require_globless resolve_checkpoint restores_nothing save_checkpoint_vars
+    state_entry_inside verify_npz write_checkpoint_state
+    """,
+    "towers": """
+    BaseTowerContext LayersUnavailableError MOVING_SUMMARY_OPS_KEY OnlinePredictor
+    PredictTowerContext TowerCheckError TowerContext TowerContextError TowerFunc
+    TowerRuleError TowerSpec TowerTensorHandle TowerTensorHandles TrainTowerContext
+    Violation add_activation_summary add_moving_summary add_param_summary
+    add_tensor_summary argscope auto_reuse_variable_scope backup_collection
+    build_placeholders cached_name_scope check_tf_keras_version check_tower_function
+    custom_getter_scope dependency_of_fetches dependency_of_targets
+    enable_argscope_for_function enable_argscope_for_module enable_tf_layers
+    ensure_tower_rules format_violations freeze_collection freeze_variables
+    get_arg_scope get_current_tower_context get_op_tensor_name handle_to_predictor
+    has_own_variables is_main_training_tower remap_variables resolve_devices
+    restore_collection session_config_for_devices tower_reuse under_name_scope
+    under_variable_scope validate_input_signature visible_gpu_count
+    """,
+    "callbacks": """
+    AllOf AnyOf AtLastStep BinaryClassificationStats Callback CallbackError
+    CallbackFactory CallbackToHook Callbacks CheckNumerics ClassificationError
+    CometMLMonitor Confusion DataParallelInferenceRunner DumpTensorAsImage DumpTensors
+    EPOCH_ENDS_KEPT EnableCallbackIf EpochMultiple EstimatedTimeLeft EventKind EveryK
+    Firing GPUMemoryTracker GPUUtilizationTracker GlobalStepMultiple GraphProfiler
+    GraphVarParam HookToCallback HookedSession HostMemoryTracker HumanHyperParamSetter
+    HyperParam HyperParamSetter HyperParamSetterWithFunc InferenceRunner
+    InferenceRunnerBase Inferencer InheritedCheckpoints InjectShell JSONWriter
+    LoopBounds LoopEvent LoopPosition MaxSaver MeanState MergeAllSummaries MinSaver
+    MissingStatError ModelSaver MonitorBase Monitors MovingAverageSummary
+    NON_FINITE_TOKENS Not ObjAttrParam OnKinds OnSchedule PeriodicCallback
+    PeriodicTrigger PiecewiseSchedule ProcessTensors ProgressBar ProxyCallback PrunePlan
+    RunOp RunUpdateOps ScalarPrinter ScalarStats Schedule ScheduledHyperParamSetter
+    SendMonitorData SendStat SessionRunTimeout SimpleMovingAverage StartProcOrThread
+    StatMonitorParamSetter StatMonitorState StatsFileError StopTraining TFEventWriter
+    TFLocalCLIDebugHook Tally TensorPrinter ThroughputTracker TimelineEntry TrainerView
+    Trigger advance all_of any_of check_file_name confusion_add count_steps decode_stat
+    dumps_stats encode_stat estimate_time_left file_name_problem fires firing_kinds
+    format_timeline improves iter_timeline loads_stats loop_events mean_add mean_values
+    negate periodic_record piecewise_schedule plan_inherited plan_pruning
+    precision_recall read_stats_file schedule_point scheduled_value should_change
+    stop_process_group tally_add tally_ratio timeline timeline_entry timeline_firings
+    trainer_event value_at value_in_effect
+    """,
+    "trainers": """
+    ALLREDUCE_MODES AccumGradOptimizer AllReduceChoice AsyncMultiGPUTrainer
+    AutoResumeTrainConfig Chain CheckGradient ClusterTimeouts CollectiveError
+    DEFAULT_CALLBACKS DEFAULT_MONITORS DataParallelBuilder DistributedTrainerBase
+    DistributedTrainerParameterServer DistributedTrainerReplicated DummyConstantInput
+    FeedInput FilterNoneGrad GlobalNormClip GradientProcessor HorovodJob HorovodTrainer
+    InputDataError InputProducerError InputSignatureError InputSizeUnknownError
+    InputSource InputTimeoutError IterableInput LOCK_FILENAME LOGDIR_ACTIONS
+    LeastLoadedDeviceSetter LockOwner LogdirLock LogdirLockedError LogdirNotEmptyError
+    LogdirSnapshot MapGradient ModelDesc ModelDescBase NewSessionCreator NoOpTrainer
+    NumpyInput PostProcessOptimizer PrintGradient ProxyOptimizer ResumePlan
+    ReuseSessionCreator ScaleGradient SessionCreatorAdapter SimpleTrainer
+    SingleCostTrainer StagingInput SummaryGradient SyncMultiGPUTrainer
+    SyncMultiGPUTrainerParameterServer SyncMultiGPUTrainerReplicated TFDatasetInput
+    TaskAddress TaskLostError TowerTrainer TowerVariableMismatchError TrainConfig
+    Trainer TrainerStateError UnregisteredInputError VariableAssignmentOptimizer
+    aggregate_grads allreduce_grads apply_default_prefetch apply_grad_processors chain
+    choose_allreduce_mode format_lock get_default_sess_config get_global_step_value
+    get_global_step_var get_tf_version_tuple launch_horovod_job launch_train_with_config
+    lock_verdict make_replicas_local match_tower_variables parse_lock plan_logdir
+    resume_plan serve_parameters session_creator_for_devices sync_replicas_op
+    """,
+    "export": """
+    InferenceOptimizationError ModelExporter MultiTowerOfflinePredictor OfflinePredictor
+    PredictConfig PredictSpec SimpleDatasetPredictor UnknownTensorError
+    """,
+    "layers": """
+    AvgPooling BNReLU BatchNorm BatchRenorm BilinearUpSample ConcatWith Conv2D
+    Conv2DTranspose Deconv2D Dropout FixedUnPooling FullyConnected GlobalAvgPooling
+    InstanceNorm L1Regularizer L2Regularizer LayerNorm LinearWrap MaxPooling Maxout
+    PReLU VariableHolder disable_layer_logging get_registered_layer l1_regularizer
+    l2_regularizer layer_register regularize_cost regularize_cost_from_collection
+    rename_tflayer_get_variable
+    """,
+}
+"""The public names of each towerkit lib (its ``__all__``), checked against the libs by a test."""
+
+LIB_OF: dict[str, str] = {n: lib for lib, names in _LIB_NAMES.items() for n in names.split()}
+"""Name to the towerkit lib that holds it (``StopTraining``: its home, ``callbacks``)."""
+
+KEPT_MODULES = ("tensorpack.dataflow", "tensorpack.utils")
+"""tensorpack modules whose names stay on tensorpack (DataFlows keep working)."""
+
+DATAFLOW_NAMES = frozenset(
+    [
+        "DataFlow",
+        "RNGDataFlow",
+        "ProxyDataFlow",
+        "DataFromList",
+        "DataFromGenerator",
+        "DataFromIterable",
+        "BatchData",
+        "BatchDataByShape",
+        "MapData",
+        "MapDataComponent",
+        "FixedSizeData",
+        "RepeatedData",
+        "RepeatedDataPoint",
+        "PrefetchData",
+        "PrefetchDataZMQ",
+        "MultiProcessRunner",
+        "MultiProcessRunnerZMQ",
+        "MultiThreadMapData",
+        "MultiProcessMapData",
+        "MultiProcessMapDataZMQ",
+        "MultiThreadRunner",
+        "LocallyShuffleData",
+        "ConcatData",
+        "JoinData",
+        "SelectComponent",
+        "FakeData",
+        "RandomMixData",
+        "CacheData",
+        "PrintData",
+        "TestDataSpeed",
+        "RandomChooseData",
+        "LMDBSerializer",
+        "NumpySerializer",
+        "AugmentImageComponent",
+        "AugmentImageComponents",
+        "AugmentImageCoordinates",
+        "imgaug",
+        "dataset",
+    ]
+)
+"""Names of ``tensorpack.dataflow`` that a ``from tensorpack import *`` program may use."""
+
+UTILS_NAMES = frozenset(["get_rng", "fix_rng_seed", "get_tqdm", "execute_only_once", "change_env"])
+"""Names of ``tensorpack.utils`` that a ``from tensorpack import *`` program may use."""
+
+RENAMED = {"InputDesc": "tf.TensorSpec", "QueueInput": "IterableInput"}
+"""tensorpack names the command rewrites into a towerkit (or TensorFlow) one."""
+
+GONE = {
+    "BatchQueueInput": "batch the DataFlow (BatchData) and read it with IterableInput",
+    "MultiThreadAsyncPredictor": "call an OfflinePredictor from your own threads",
+    "FeedfreeInput": "subclass InputSource",
+    "TFDatasetInput.dataflow_to_dataset": "pass the DataFlow to IterableInput",
+}
+"""tensorpack names without a towerkit counterpart, and what to write instead."""
+
+
+def home_of(name: str, module: str = "tensorpack") -> str | None:
+    """The module a name imported from tensorpack `module` comes from after migration.
+
+    ``towerkit.<lib>`` for names towerkit holds, the tensorpack module itself for the
+    DataFlow and utility modules, and None for a name with no home (done by hand).
+
+    Examples:
+        >>> home_of("ModelDesc")
+        'towerkit.trainers'
+        >>> home_of("Conv2D", "tensorpack.models")
+        'towerkit.layers'
+        >>> home_of("BatchData", "tensorpack.dataflow")
+        'tensorpack.dataflow'
+        >>> home_of("BatchData")
+        'tensorpack.dataflow'
+        >>> home_of("QueueInput")
+        'towerkit.trainers'
+        >>> home_of("NoSuchThing") is None
+        True
+    """
+    if module.startswith(KEPT_MODULES):
+        return module
+    name = RENAMED.get(name, name)
+    if name in LIB_OF:
+        return f"towerkit.{LIB_OF[name]}"
+    if name in DATAFLOW_NAMES:
+        return "tensorpack.dataflow"
+    if name in UTILS_NAMES:
+        return "tensorpack.utils"
+    return None

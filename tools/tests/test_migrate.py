@@ -1,0 +1,271 @@
+"""towerkit-migrate on programs written in tensorpack's style, then trained for 2 short epochs.
+
+The programs under ``tensorpack_programs/`` are kept in their tensorpack form; their
+DataFlows are classes of their own (``reset_state``, ``__iter__``, ``__len__``), so
+neither the programs nor their migrated copies need tensorpack installed.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from towerkit.tools import migrate
+from towerkit.tools._migrate_cst import migrate_source
+from towerkit.tools._migrate_names import _LIB_NAMES, LIB_OF, home_of
+
+PROGRAMS = Path(__file__).parent / "tensorpack_programs"
+
+
+def run_migrate(capsys, *args):
+    """Run the command in this process: (status, stdout, stderr)."""
+    status = migrate.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory):
+    """Every program migrated once by the installed command, in its own process."""
+    out = tmp_path_factory.mktemp("migrated") / "programs"
+    done = subprocess.run(
+        [sys.executable, "-m", "towerkit.tools.migrate", str(PROGRAMS), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return out, done
+
+
+def train(directory: Path, script: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    return subprocess.run(
+        [sys.executable, script],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def epochs_recorded(logdir: Path) -> list[int]:
+    return [rec["epoch_num"] for rec in json.loads((logdir / "stats.json").read_text())]
+
+
+class TestPrograms:
+    """Each program converts with nothing left by hand and trains 2 epochs unchanged."""
+
+    def test_report(self, migrated):
+        out, done = migrated
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = done.stdout
+        assert report.rstrip().endswith("6 file(s), 74 change(s), 0 left by hand"), report[-500:]
+        train_py = PROGRAMS / "convnet" / "train.py"
+        expected = [
+            f"{train_py}:9: changed: tensorpack.input_source.QueueInput -> towerkit.trainers.IterableInput",
+            f"{train_py}:25: changed: tf.nn.in_top_k: positional arguments named (predictions, targets, k)",
+            f"{train_py}:35: changed: TrainConfig(...): logdir='train_log/train'",
+            f"{PROGRAMS / 'gan.py'}:7: changed: from tensorpack import * -> the names it used",
+            f"{PROGRAMS / 'resnet.py'}:64: changed: TrainConfig(...): logdir='train_log/resnet', "
+            "logdir_action='keep'",
+            f"{PROGRAMS / 'summaries.py'}:26: changed: tf.summary.scalar -> tf.compat.v1.summary.scalar",
+            f"{PROGRAMS / 'convnet' / 'nets.py'}:5: changed: tensorpack.models.Dropout -> "
+            "towerkit.layers.Dropout",
+        ]
+        for line in expected:
+            assert line in report, line
+        for path in out.rglob("*.py"):
+            lines = path.read_text().splitlines()
+            assert not [x for x in lines if x.startswith(("import tensorpack", "from tensorpack"))]
+
+    def test_convnet_tree(self, migrated):
+        """A shuffling validation DataFlow, self.training, helper modules converted with it."""
+        out, _ = migrated
+        done = train(out / "convnet", "train.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        logdir = out / "convnet" / "train_log" / "train"
+        assert epochs_recorded(logdir) == [1, 2]
+        assert "validation_error" in (logdir / "stats.json").read_text()
+        assert (
+            "from towerkit.layers import Dropout, FullyConnected"
+            in (out / "convnet" / "nets.py").read_text()
+        )
+
+    def test_gan(self, migrated):
+        """A star import, a trainer of its own at the top level, a SimpleDatasetPredictor."""
+        out, _ = migrated
+        done = train(out, "gan.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "samples (300, 2)" in done.stdout
+        assert epochs_recorded(out / "train_log" / "gan") == [1, 2]
+
+    def test_resnet_on_two_towers(self, migrated):
+        out, _ = migrated
+        done = train(out, "resnet.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        stats = (out / "train_log" / "resnet" / "stats.json").read_text()
+        assert "wd_cost" in stats
+        assert epochs_recorded(out / "train_log" / "resnet") == [1, 2]
+
+    def test_summaries_in_build_graph(self, migrated):
+        out, _ = migrated
+        done = train(out, "summaries.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        stats = (out / "train_log" / "summaries" / "stats.json").read_text()
+        assert "cost_in_graph" in stats
+        assert "validation_cost" in stats
+
+    def test_idempotent(self, migrated, tmp_path, capsys):
+        """Migrating the migrated programs changes nothing."""
+        out, _ = migrated
+        status, report, _ = run_migrate(capsys, out, "--out", tmp_path / "again")
+        assert status == 0
+        assert report.rstrip().endswith("0 change(s), 0 left by hand"), report
+        for path in out.rglob("*.py"):
+            assert filecmp.cmp(path, tmp_path / "again" / path.relative_to(out), shallow=False)
+
+
+class TestCommand:
+    """Usage errors, sources that do not parse, output directories, in-place rewrites."""
+
+    def test_syntax_error(self, tmp_path, capsys):
+        tree = tmp_path / "src"
+        shutil.copytree(PROGRAMS / "convnet", tree)
+        (tree / "broken.py").write_text("from tensorpack import ModelDesc\n\ndef f(:\n    pass\n")
+        status, out, err = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        assert status == 2
+        assert err.startswith(f"towerkit-migrate: error: {tree / 'broken.py'}:3:")
+        assert "invalid syntax" in err
+        assert not (tmp_path / "out").exists()
+        assert out == ""
+
+    def test_existing_output_refused(self, tmp_path, capsys):
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "keep.txt").write_text("mine")
+        source = PROGRAMS / "convnet" / "nets.py"
+        status, _, err = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 2
+        assert "exists: pass --overwrite" in err
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["keep.txt"]
+        status, _, _ = run_migrate(capsys, source, "--out", tmp_path / "out", "--overwrite")
+        assert status == 0
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["keep.txt", "nets.py"]
+
+    def test_in_place(self, tmp_path, capsys):
+        source = tmp_path / "nets.py"
+        shutil.copy(PROGRAMS / "convnet" / "nets.py", source)
+        status, report, _ = run_migrate(capsys, source, "--in-place")
+        assert status == 0
+        assert "3 change(s)" in report
+        assert "from towerkit.towers import argscope" in source.read_text()
+        assert "# only while training" in source.read_text(), "comments survive"
+        status, report, _ = run_migrate(capsys, source, "--in-place")
+        assert "0 change(s)" in report
+
+    def test_left_by_hand(self, tmp_path, capsys):
+        """What the command cannot convert is reported with file, line and the edit; status 1."""
+        source = tmp_path / "prog.py"
+        source.write_text(
+            "import tensorflow as tf\n"
+            "from tensorpack import MultiThreadAsyncPredictor\n"
+            "from tensorpack.utils import logger\n"
+            "\n"
+            "def where():\n"
+            "    return logger.get_logger_dir()\n"
+            "\n"
+            "x = tf.contrib.layers.flatten\n"
+            "config = TrainConfig(data=tf.data.Dataset.range(3), max_epoch=1)\n"
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 1
+        assert f"{source}:2: by hand: MultiThreadAsyncPredictor (from tensorpack)" in report
+        assert f"{source}:6: by hand: logger.get_logger_dir(): use trainer.logdir" in report
+        assert f"{source}:8: by hand: tf.contrib.layers: tf.contrib is gone" in report
+        assert f"{source}:9: by hand: TrainConfig(data=tf.data.Dataset.range(3)...)" in report
+        assert report.rstrip().endswith("4 left by hand")
+
+    def test_usage(self, tmp_path, capsys):
+        with pytest.raises(SystemExit) as info:
+            migrate.main([str(PROGRAMS)])
+        assert info.value.code == 2
+        capsys.readouterr()
+        status, _, err = run_migrate(capsys, tmp_path / "nothing.py", "--out", tmp_path / "o")
+        assert status == 2
+        assert "no such file or directory" in err
+
+
+class TestNames:
+    """The table of homes is the libs' public names."""
+
+    @pytest.mark.parametrize("lib", sorted(_LIB_NAMES))
+    def test_table_is_the_libs_all(self, lib):
+        module = importlib.import_module(f"towerkit.{lib}")
+        public = set(module.__all__) - {"__version__"}
+        if lib == "trainers":
+            public.discard("StopTraining")  # its home is callbacks
+        assert set(_LIB_NAMES[lib].split()) == public
+
+    @given(st.sampled_from(sorted(LIB_OF)))
+    def test_home_of_towerkit_names(self, name):
+        assert home_of(name) == f"towerkit.{LIB_OF[name]}"
+        assert home_of(name, "tensorpack.dataflow") == "tensorpack.dataflow"
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        st.lists(st.sampled_from(sorted(LIB_OF)), min_size=1, max_size=6, unique=True),
+        st.sampled_from(["tensorpack", "tensorpack.callbacks", "tensorpack.tfutils"]),
+    )
+    def test_imports_migrate_once(self, names, module):
+        """Any import of towerkit-held names moves to towerkit; migrating again changes nothing."""
+        source = f"from {module} import {', '.join(names)}\n\nUSED = [{', '.join(names)}]\n"
+        once = migrate_source(source, "prog")
+        assert "tensorpack" not in once.source
+        for name in names:
+            assert f"from towerkit.{LIB_OF[name]} import " in once.source
+        twice = migrate_source(once.source, "prog")
+        assert twice.source == once.source
+        assert not twice.changed
+
+
+class TestPlanOutputs:
+    """`plan_outputs`: a tree's files keep their relative paths under the output directory."""
+
+    @settings(max_examples=30, deadline=None)
+    @given(
+        st.lists(
+            st.sampled_from(["a.py", "b/c.py", "b/d/e.txt", "f/g.py", "__pycache__/x.pyc"]),
+            min_size=1,
+            unique=True,
+        )
+    )
+    def test_tree_mirrored(self, files):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "src"
+            for name in files:
+                (src / name).parent.mkdir(parents=True, exist_ok=True)
+                (src / name).write_text("")
+            out = Path(tmp) / "out"
+            pairs = migrate.plan_outputs([src], out)
+            kept = sorted(f for f in files if not f.startswith("__pycache__"))
+            assert sorted(str(s.relative_to(src)) for s, _ in pairs) == kept
+            assert all(d == out / s.relative_to(src) for s, d in pairs)
+            assert all(s == d for s, d in migrate.plan_outputs([src], None))
+            two = migrate.plan_outputs([src, src / "b"], out)
+            assert all(d.is_relative_to(out / "src") or d.is_relative_to(out / "b") for _, d in two)
