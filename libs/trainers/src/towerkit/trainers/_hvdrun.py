@@ -210,16 +210,16 @@ def first_failure(output: str, hosts: Sequence[str]) -> RankFailure | None:
     statuses: dict[int, int] = {}
     order: list[int] = []
     for match in EXIT_RE.finditer(output):
-        rank = int(match.group(1))
-        if rank not in statuses:
-            statuses[rank] = int(match.group(2))
-            order.append(rank)
+        seen = int(match.group(1))
+        if seen not in statuses:
+            statuses[seen] = int(match.group(2))
+            order.append(seen)
     named = FIRST_FAILURE_RE.search(output)
-    rank = int(named.group(1)) if named else (order[0] if order else None)
-    if rank is None or rank not in statuses:
+    first = int(named.group(1)) if named else (order[0] if order else None)
+    if first is None or first not in statuses:
         return None
-    host = hosts[rank] if rank < len(hosts) else "?"
-    return RankFailure(rank, host, statuses[rank])
+    host = hosts[first] if first < len(hosts) else "?"
+    return RankFailure(first, host, statuses[first])
 
 
 def launch_horovod_job(
