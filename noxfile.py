@@ -355,7 +355,7 @@ def hosts(session: nox.Session) -> None:
         session.run(
             "apt-get", "install", "-y", "-q", "openssh-server", "iproute2", external=True, env=env
         )
-    install_local(session, *[f"towerkit-{lib}" for lib in LIBS])
+    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
     install_groups(session, "test")
     install_horovod(session)
     env = {**pytest_env(), "TOWERKIT_REQUIRE_HOSTS": "1"}
