@@ -36,6 +36,9 @@ ROLES = [("ps", 0), ("worker", 0), ("worker", 1)]
 _ports = itertools.count(23000)
 
 
+pytestmark = pytest.mark.timeout(1200)
+
+
 class ClusterOnHosts:
     """ps on host 0, worker 0 (the chief) on host 1, worker 1 on host 2; output to files."""
 

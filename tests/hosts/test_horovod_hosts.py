@@ -20,6 +20,10 @@ LOST_BOUND = 60.0
 """Seconds within which every rank has ended once a rank was SIGKILLed."""
 
 
+pytestmark = pytest.mark.timeout(1800)
+"""Each test with its module fixtures: a fixture runs up to two jobs of JOB_TIMEOUT."""
+
+
 @pytest.fixture(scope="module")
 def whole_run(sim_hosts, tmp_path_factory):
     """Two epochs, rank 0 on host 0 and rank 1 on host 1."""
