@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import nox
@@ -340,8 +341,8 @@ def horovod(session: nox.Session) -> None:
 def hosts(session: nox.Session) -> None:
     """Training across hosts, simulated: network namespaces on a bridge, sshd in each.
 
-    Needs root (namespaces) and installs openssh-server with apt-get when ``sshd`` is
-    missing. ``tests/hosts`` makes three namespaces (``10.213.0.1-3``, an ssh server
+    Needs root (namespaces) and installs openssh-server and iproute2 with apt-get when
+    ``sshd`` or ``ip`` is missing. ``tests/hosts`` makes three namespaces (``10.213.0.1-3``, an ssh server
     each, the file system shared as the hosts' disk), runs horovod jobs and TF-cluster
     jobs across them, kills ranks and cuts links, and removes every namespace, the
     bridge and the ssh servers whatever happens (and leftovers of an earlier run
@@ -349,7 +350,7 @@ def hosts(session: nox.Session) -> None:
     """
     if os.geteuid() != 0:
         session.error("nox -s hosts needs root: it makes network namespaces and a bridge")
-    if not Path("/usr/sbin/sshd").exists():
+    if not Path("/usr/sbin/sshd").exists() or shutil.which("ip") is None:
         env = {"DEBIAN_FRONTEND": "noninteractive"}
         session.run("apt-get", "update", "-q", external=True, env=env)
         session.run(
