@@ -1,9 +1,12 @@
-"""Launching a horovod job on this machine with a bounded wall time.
+"""Launching a horovod job, on this machine or across hosts, with a bounded wall time.
 
 A horovod rank that is alive but never joins a collective makes the others wait
 forever; ``horovodrun`` itself has no overall deadline. `launch_horovod_job` runs the
 launcher in its own process group and stops the whole group past a timeout, so a
-script, a test or a CI job that starts horovod training always ends.
+script, a test or a CI job that starts horovod training always ends. Across hosts
+(``hosts=``), the host list is checked before anything starts (`parse_hosts`,
+`rank_hosts`), and a failed job says which rank failed first and on which host
+(`first_failure`, read from the launcher's output).
 """
 
 from __future__ import annotations
