@@ -20,7 +20,8 @@ def test_link_cut_mid_step(hosts, tmp_path):
     """Rank 1's host goes off the network while rank 0 waits for it in an all-reduce.
 
     The job fails (not at the launcher's timeout) within CUT_BOUND of the cut, with one
-    line naming the rank that failed first and its host; the log directory keeps whole
+    line naming the rank that failed first and its host (a rank that noticed the silent
+    peer: gloo does not say which one went silent); the log directory keeps whole
     checkpoints and a stats.json with every finished epoch once.
     """
     markers = tmp_path / "markers"
@@ -47,6 +48,8 @@ def test_link_cut_mid_step(hosts, tmp_path):
     assert job.failure is not None, job.output
     assert job.failure.host == hosts.addresses[job.failure.rank]
     assert job.output.count(job.failure.line()) == 1
+    assert job.output.rstrip().endswith(job.failure.line())
+    assert "Timed out waiting" in job.output
     steps = epoch_steps(logdir)
     assert steps, os.listdir(logdir)
     assert steps == [(e, e * STEPS) for e in range(1, len(steps) + 1)]
