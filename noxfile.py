@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import nox
@@ -158,9 +159,9 @@ def crosslib(session: nox.Session) -> None:
     install_groups(session, "test", "demo")
     install_layers(session)
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
-    # The wheels are tested by `build`, against what it built.
-    ignore = "--ignore=tests/test_wheels.py"
-    session.run("pytest", *paths, ignore, *session.posargs, env=pytest_env())
+    # The wheels are tested by `build`, the simulated hosts by `hosts`.
+    ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts"]
+    session.run("pytest", *paths, *ignore, *session.posargs, env=pytest_env())
     session.run("pytest", "--doctest-modules", "--pyargs", "towerkit.tools", env=pytest_env())
     # The callbacks lib's tests again, each callback now driven by the real trainer.
     env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer"}
@@ -331,7 +332,39 @@ def horovod(session: nox.Session) -> None:
     # One pytest run per folder: each test folder imports its own helpers by bare name.
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
     for path in ("tools/tests", "libs/trainers/tests", "tests"):
-        session.run("pytest", "-m", "horovod", path, *session.posargs, env=env)
+        session.run(
+            "pytest", "-m", "horovod", path, "--ignore=tests/hosts", *session.posargs, env=env
+        )
+
+
+@nox.session(tags=["ci"])
+def hosts(session: nox.Session) -> None:
+    """Training across hosts, simulated: network namespaces on a bridge, sshd in each.
+
+    Needs root (namespaces) and installs openssh-server and iproute2 with apt-get when
+    ``sshd`` or ``ip`` is missing. ``tests/hosts`` makes three namespaces (``10.213.0.1-3``, an ssh server
+    each, the file system shared as the hosts' disk), runs horovod jobs and TF-cluster
+    jobs across them, kills ranks and cuts links, and removes every namespace, the
+    bridge and the ssh servers whatever happens (and leftovers of an earlier run
+    whose process is gone).
+    """
+    if os.geteuid() != 0:
+        session.error("nox -s hosts needs root: it makes network namespaces and a bridge")
+    if not Path("/usr/sbin/sshd").exists() or shutil.which("ip") is None:
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-q", external=True, env=env)
+        session.run(
+            "apt-get", "install", "-y", "-q", "openssh-server", "iproute2", external=True, env=env
+        )
+    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "test")
+    install_horovod(session)
+    env = {**pytest_env(), "TOWERKIT_REQUIRE_HOSTS": "1"}
+    try:
+        session.run("pytest", "tests/hosts", *session.posargs, env=env)
+    finally:
+        code = "import simhosts; print('removed:', simhosts.remove_stale())"
+        session.run("python", "-c", code, env={"PYTHONPATH": str(ROOT / "tests" / "hosts")})
 
 
 @nox.session(tags=["ci"])

@@ -16,6 +16,11 @@ pipeline, ``--batch`` samples per tower (and per process) and step, 256 by defau
 - (e) ``2 solo processes``: two ``SimpleTrainer`` processes with the same one-thread
   pools training at once, with no communication: the speed-up the machine allows two
   processes at that moment, the ceiling of (d). Compare (d)/(c) with (e)/(c).
+- (h) ``horovod 2 hosts``: case (d) with its 2 ranks on 2 simulated hosts (network
+  namespaces joined by a bridge, ranks started over ssh, gloo over the namespaces'
+  interfaces; ``tests/hosts/simhosts.py``), the launcher on the first: what crossing a
+  (virtual) network costs against (d). It needs root and ``sshd``; without them its cell
+  says so.
 - (f) ``bare horovod x1`` and (g) ``bare horovod x2``: no trainer at all, a loop over
   ``sess.make_callable(train_op)`` whose gradients go through the same
   ``hvd.grouped_allreduce`` (after broadcasting the variables), same pools and input:
@@ -66,6 +71,7 @@ GOALS = {"2 replicated": ("1 tower", 0.9), "horovod x2": ("horovod x1", 1.6)}
 """Case -> (the case it is compared with, the smallest allowed ratio)."""
 
 REFERENCES = {
+    "horovod 2 hosts": ("horovod x2", "2 simulated hosts against 2 ranks on one"),
     "2 solo processes": ("horovod x1", "what the machine allows two processes"),
     "bare horovod x2": ("bare horovod x1", "what horovod allows without a trainer"),
 }
@@ -76,6 +82,7 @@ CASES = (
     "2 replicated",
     "horovod x1",
     "horovod x2",
+    "horovod 2 hosts",
     "2 solo processes",
     "bare horovod x1",
     "bare horovod x2",
@@ -345,6 +352,43 @@ def horovod(
     return f"n/a: exit {proc.returncode}: {' / '.join(tail)[:200]}"
 
 
+def horovod_hosts(steps: int, epochs: int, batch: int, timeout: float = 900.0) -> float | str:
+    """(h): case (d) with one rank on each of 2 simulated hosts, or why not."""
+    try:
+        import horovod  # noqa: F401
+    except ImportError:
+        return "n/a: horovod not installed (nox -s horovod)"
+    sys.path.insert(
+        0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "hosts")
+    )
+    from simhosts import IFACE, SimulatedHosts, host_list, missing_requirements
+
+    from towerkit.trainers import launch_horovod_job
+
+    missing = missing_requirements()
+    if missing:
+        return f"n/a: simulated hosts need {', '.join(missing)}"
+    argv = [sys.executable, os.path.abspath(__file__), "--hvd-worker"]
+    argv += ["--steps", str(steps), "--epochs", str(epochs), "--batch", str(batch)]
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    with SimulatedHosts(2) as hosts:
+        job = launch_horovod_job(
+            argv,
+            2,
+            timeout=timeout,
+            env=hosts.env({**os.environ, **env}),
+            hosts=host_list(hosts.addresses),
+            network_interface=IFACE,
+            ssh_identity_file=hosts.identity_file,
+            launcher_prefix=hosts.exec_argv(0),
+        )
+    rates = _result(job.output)
+    if rates is not None:
+        return statistics.median(rates)
+    tail = job.output.strip().splitlines()[-3:]
+    return f"n/a: exit {job.returncode}: {' / '.join(tail)[:200]}"
+
+
 def _bases() -> dict[str, str]:
     return {**{c: b for c, (b, _) in GOALS.items()}, **{c: b for c, (b, _) in REFERENCES.items()}}
 
@@ -353,7 +397,9 @@ def ratios(results: dict[str, float | str]) -> dict[str, float | None]:
     """Each compared case's samples/s over its baseline's (None where either is missing).
 
     >>> ratios({"1 tower": 100.0, "2 replicated": 95.0, "horovod x1": "n/a", "horovod x2": 1.0})
-    {'2 replicated': 0.95, 'horovod x2': None, '2 solo processes': None, 'bare horovod x2': None}
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'2 replicated': 0.95, 'horovod x2': None, 'horovod 2 hosts': None, '2 solo processes': None,
+     'bare horovod x2': None}
     """
     out: dict[str, float | None] = {}
     for case, base in _bases().items():
@@ -445,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[case] = f"n/a: {type(err).__name__}: {str(err)[:160]}"
         elif case == "2 solo processes":
             results[case] = solo_processes(2, args.steps, args.epochs, args.batch)
+        elif case == "horovod 2 hosts":
+            results[case] = horovod_hosts(args.steps, args.epochs, args.batch)
         else:
             np_ = 2 if case.endswith("x2") else 1
             worker = "--bare-worker" if case.startswith("bare") else "--hvd-worker"

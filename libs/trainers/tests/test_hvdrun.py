@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.trainers import HorovodJob, launch_horovod_job
-from towerkit.trainers._hvdrun import horovod_launch_argv
+from towerkit.trainers import HorovodJob, RankFailure, launch_horovod_job
+from towerkit.trainers._hvdrun import first_failure, horovod_launch_argv, parse_hosts, rank_hosts
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 needs_horovod = [
@@ -53,6 +53,95 @@ class TestArgv:
         """An empty command is refused."""
         with pytest.raises(ValueError, match="'command' must name the program"):
             horovod_launch_argv([], 2)
+
+
+HOSTNAMES = st.from_regex(
+    r"[a-z][a-z0-9-]{0,8}|10\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}", fullmatch=True
+)
+HOST_SLOTS = st.lists(st.tuples(HOSTNAMES, st.integers(1, 8)), min_size=1, max_size=5).filter(
+    lambda hs: len({h for h, _ in hs}) == len(hs)
+)
+
+
+class TestHosts:
+    """The ``-H`` list across hosts: parsing, placement of ranks, the command line."""
+
+    @given(HOST_SLOTS)
+    def test_parse_round_trip(self, pairs):
+        """``host:slots`` entries parse back to the pairs, given as a list or one string."""
+        entries = [f"{h}:{s}" for h, s in pairs]
+        assert parse_hosts(entries) == tuple(pairs)
+        assert parse_hosts(",".join(entries)) == tuple(pairs)
+
+    @given(HOST_SLOTS, st.data())
+    def test_rank_placement(self, pairs, data):
+        """Ranks fill each host's slots in order: a host's ranks are contiguous, within its slots."""
+        total = sum(s for _, s in pairs)
+        processes = data.draw(st.integers(1, total))
+        placed = rank_hosts([f"{h}:{s}" for h, s in pairs], processes)
+        assert len(placed) == processes
+        order = [h for h, _ in pairs]
+        assert [order.index(h) for h in placed] == sorted(order.index(h) for h in placed)
+        for host, slots in pairs:
+            assert placed.count(host) <= slots
+
+    @given(HOST_SLOTS)
+    def test_too_few_slots(self, pairs):
+        total = sum(s for _, s in pairs)
+        with pytest.raises(ValueError, match=f"need {total + 1} slots; 'hosts' has {total}"):
+            rank_hosts([f"{h}:{s}" for h, s in pairs], total + 1)
+
+    @pytest.mark.parametrize("bad", [[], [""], ["a:0"], ["a:x"], ["a b"], ["a:1", "a:2"]])
+    def test_bad_hosts(self, bad):
+        """Empty lists, zero or non-numeric slots, spaces and repeated hosts are refused."""
+        with pytest.raises(ValueError, match="'hosts'"):
+            parse_hosts(bad)
+
+    @given(HOST_SLOTS, st.sampled_from([None, "eth0"]), st.sampled_from([None, 2222]))
+    def test_argv_with_hosts(self, pairs, iface, port):
+        """-H lists every host with its slots; the interface and ssh port are passed on."""
+        entries = [f"{h}:{s}" for h, s in pairs]
+        argv = horovod_launch_argv(
+            ["t.py"], 1, python="py", hosts=entries, network_interface=iface, ssh_port=port
+        )
+        assert argv[argv.index("-H") + 1] == ",".join(entries)
+        assert "--disable-cache" in argv
+        assert ("--network-interface" in argv) == (iface is not None)
+        assert ("--ssh-port" in argv) == (port is not None)
+        assert argv[-1] == "t.py"
+
+    def test_ssh_options_need_hosts(self):
+        with pytest.raises(ValueError, match="need 'hosts'"):
+            horovod_launch_argv(["t.py"], 2, network_interface="eth0")
+
+
+class TestFirstFailure:
+    """Which rank the launcher saw fail first, on which host."""
+
+    @given(
+        st.lists(st.tuples(st.integers(0, 7), st.integers(-15, 255)), min_size=1, max_size=8),
+        st.lists(HOSTNAMES, min_size=8, max_size=8),
+    )
+    def test_named_by_launcher(self, exits, hosts):
+        """The rank the launcher terminated the others for, with its first status."""
+        lines = [f"Process {r} exit with status code {c}." for r, c in exits]
+        first = exits[0][0]
+        lines.insert(1, f"Terminating remaining workers after failure of Process {first}.")
+        found = first_failure("\n".join(lines), hosts)
+        assert found == RankFailure(first, hosts[first], exits[0][1])
+        assert f"rank {first} on host {hosts[first]} ended first" in found.line()
+
+    @given(st.text(max_size=200))
+    def test_nothing_reported(self, text):
+        """Output without a process exit line names nobody."""
+        if "exit with status code" not in text:
+            assert first_failure(text, ["a"]) is None
+
+    def test_signal_statuses(self):
+        assert "killed by SIGKILL" in RankFailure(1, "h", 137).line()
+        assert "killed by SIGTERM" in RankFailure(1, "h", -15).line()
+        assert "over ssh" in RankFailure(1, "h", 255).line()
+        assert "killed" not in RankFailure(1, "h", 3).line()
 
 
 class TestArguments:

@@ -1,7 +1,7 @@
-"""One process of a TensorFlow-runtime distributed job on 127.0.0.1; prints a JSON report.
+"""One process of a TensorFlow-runtime distributed job (127.0.0.1 or given hosts); a JSON report.
 
-Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 --trainer ps|replicated --logdir-base DIR
---max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START]]``. ROLE is ``ps`` or ``worker``. A worker prints
+Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 [--hosts PS,W0,W1] --trainer ps|replicated
+--logdir-base DIR --max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START]]``. ROLE is ``ps`` or ``worker``. A worker prints
 ``DIST-TRAINING`` after its first step; each process prints ``DIST-REPORT {json}`` at the end.
 """
 
@@ -56,6 +56,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("role", choices=["ps", "worker"])
     parser.add_argument("task", type=int)
     parser.add_argument("--ports", required=True)
+    parser.add_argument("--hosts", default=None, help="PS,W0,W1 addresses (default 127.0.0.1)")
     parser.add_argument("--trainer", choices=["ps", "replicated"], required=True)
     parser.add_argument("--logdir-base", required=True)
     parser.add_argument("--max-epoch", type=int, default=3)
@@ -70,13 +71,10 @@ def main(argv: list[str]) -> int:
             close_seconds=close,
             start_within=start[0] if start else 600,
         )
-    ps_port, *worker_ports = args.ports.split(",")
-    cluster = tf1.train.ClusterSpec(
-        {
-            "ps": [f"127.0.0.1:{ps_port}"],
-            "worker": [f"127.0.0.1:{p}" for p in worker_ports],
-        }
-    )
+    ports = args.ports.split(",")
+    hosts = args.hosts.split(",") if args.hosts else ["127.0.0.1"] * len(ports)
+    (ps_address, *workers) = [f"{h}:{p}" for h, p in zip(hosts, ports)]
+    cluster = tf1.train.ClusterSpec({"ps": [ps_address], "worker": workers})
     if args.role == "ps":
         no_gpu = tf1.ConfigProto(device_count={"GPU": 0})
         server = tf1.train.Server(cluster, job_name="ps", task_index=args.task, config=no_gpu)

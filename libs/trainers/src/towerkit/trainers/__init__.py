@@ -123,7 +123,7 @@ from towerkit.trainers._grad_sync import (
 )
 from towerkit.trainers._health import ClusterTimeouts, TaskAddress
 from towerkit.trainers._horovod import HorovodTrainer
-from towerkit.trainers._hvdrun import HorovodJob, launch_horovod_job
+from towerkit.trainers._hvdrun import HorovodJob, RankFailure, launch_horovod_job
 from towerkit.trainers._multigpu import (
     AsyncMultiGPUTrainer,
     SyncMultiGPUTrainer,
@@ -217,6 +217,7 @@ __all__ = [
     "TaskLostError",
     "HorovodTrainer",
     "HorovodJob",
+    "RankFailure",
     "launch_horovod_job",
     "DataParallelBuilder",
     "LeastLoadedDeviceSetter",

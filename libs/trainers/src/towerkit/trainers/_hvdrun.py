@@ -1,14 +1,20 @@
-"""Launching a horovod job on this machine with a bounded wall time.
+"""Launching a horovod job, on this machine or across hosts, with a bounded wall time.
 
 A horovod rank that is alive but never joins a collective makes the others wait
 forever; ``horovodrun`` itself has no overall deadline. `launch_horovod_job` runs the
 launcher in its own process group and stops the whole group past a timeout, so a
-script, a test or a CI job that starts horovod training always ends.
+script, a test or a CI job that starts horovod training always ends. Across hosts
+(``hosts=``), the host list is checked before anything starts (`parse_hosts`,
+`rank_hosts`), and a failed job says which rank failed first and on which host
+(`first_failure`, read from the launcher's output).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +23,44 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from towerkit.callbacks import stop_process_group
+
+SSH_FAILURE = 255
+"""The status ``ssh`` exits with when the remote process was killed by a signal or the
+connection failed (it does not pass the signal on)."""
+
+
+@attrs.frozen
+class RankFailure:
+    """The rank whose process ended first with an error, as horovod's launcher reported it.
+
+    Attributes:
+        rank: the rank.
+        host: its host (``localhost`` for a job on this machine).
+        status: its exit status as the launcher saw it (128 + N or -N: killed by signal
+            N; 255 for a rank on another host: ssh saw it killed by a signal, or lost
+            the connection).
+    """
+
+    rank: int
+    host: str
+    status: int
+
+    def line(self) -> str:
+        """One line saying which rank failed first, where, and how.
+
+        >>> RankFailure(1, "10.0.0.2", 255).line()
+        '[horovod job failed: rank 1 on host 10.0.0.2 ended first (exit status 255: over ssh, a process killed by a signal or a lost connection)]'
+        >>> RankFailure(0, "localhost", -9).line()
+        '[horovod job failed: rank 0 on host localhost ended first (exit status -9, killed by SIGKILL)]'
+        """
+        how = f"exit status {self.status}"
+        if self.status == SSH_FAILURE:
+            how += ": over ssh, a process killed by a signal or a lost connection"
+        elif self.status < 0 or self.status > 128:
+            signum = self.status - 128 if self.status > 128 else -self.status
+            with contextlib.suppress(ValueError):
+                how += f", killed by {signal.Signals(signum).name}"
+        return f"[horovod job failed: rank {self.rank} on host {self.host} ended first ({how})]"
 
 
 @attrs.frozen
@@ -29,12 +73,14 @@ class HorovodJob:
             with the rank by horovod), plus a last line saying so when it was stopped.
         seconds: the wall time of the job.
         timed_out: whether the job was stopped at the timeout.
+        failure: the first rank that failed and its host, when the launcher said so.
     """
 
     returncode: int
     output: str
     seconds: float
     timed_out: bool
+    failure: RankFailure | None = None
 
     @property
     def ok(self) -> bool:
@@ -42,16 +88,86 @@ class HorovodJob:
         return self.returncode == 0 and not self.timed_out
 
 
+HOST_RE = re.compile(r"^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::(?P<slots>\d+))?$")
+
+
+def parse_hosts(hosts: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """``(host, slots)`` for each entry of a ``horovodrun -H`` list (slots default to 1).
+
+    Entries are ``host`` or ``host:slots``; a single string may hold several, joined by
+    commas, as ``-H`` takes them.
+
+    >>> parse_hosts(["10.0.0.1:2", "node2"])
+    (('10.0.0.1', 2), ('node2', 1))
+    >>> parse_hosts(["a:1,b:3"])
+    (('a', 1), ('b', 3))
+
+    Raises:
+        ValueError: an entry is not ``host[:slots]`` with slots >= 1, a host is listed
+            twice, or the list is empty.
+    """
+    if isinstance(hosts, str):
+        hosts = [hosts]
+    entries = [e.strip() for item in hosts for e in str(item).split(",")]
+    if not entries or entries == [""]:
+        msg = "'hosts' must list at least one host ('host:slots'); got none"
+        raise ValueError(msg)
+    parsed: list[tuple[str, int]] = []
+    for entry in entries:
+        match = HOST_RE.match(entry)
+        slots = int(match.group("slots") or 1) if match else 0
+        if not match or slots < 1:
+            msg = f"'hosts' entry {entry!r} is not 'host' or 'host:slots' with slots >= 1"
+            raise ValueError(msg)
+        if any(match.group("host") == h for h, _ in parsed):
+            msg = f"'hosts' lists host {match.group('host')!r} twice; give its slots once"
+            raise ValueError(msg)
+        parsed.append((match.group("host"), slots))
+    return tuple(parsed)
+
+
+def rank_hosts(hosts: Sequence[str], processes: int) -> tuple[str, ...]:
+    """The host of each rank: horovod fills each host's slots in the order given.
+
+    >>> rank_hosts(["a:2", "b:2"], 3)
+    ('a', 'a', 'b')
+
+    Raises:
+        ValueError: bad `hosts`, or fewer slots than `processes`.
+    """
+    parsed = parse_hosts(hosts)
+    total = sum(s for _, s in parsed)
+    if processes > total:
+        msg = f"{processes} processes need {processes} slots; 'hosts' has {total}: {list(hosts)}"
+        raise ValueError(msg)
+    return tuple(h for h, s in parsed for _ in range(s))[:processes]
+
+
 def horovod_launch_argv(
-    command: Sequence[str], processes: int, *, python: str | None = None
+    command: Sequence[str],
+    processes: int,
+    *,
+    python: str | None = None,
+    hosts: Sequence[str] | None = None,
+    network_interface: str | None = None,
+    ssh_port: int | None = None,
+    ssh_identity_file: str | None = None,
 ) -> list[str]:
-    """The ``horovodrun`` command line for `processes` local ranks over gloo.
+    """The ``horovodrun`` command line for `processes` ranks over gloo.
+
+    Without `hosts` every rank runs on this machine (``-H localhost:N``); with them
+    (``["host1:4", "host2:4"]``) horovod starts the ranks of other hosts over ssh, and
+    binds gloo to `network_interface` on every host.
 
     >>> print(*horovod_launch_argv(["train.py"], 2, python="py"))
     py -m horovod.runner.launch -np 2 --gloo -H localhost:2 train.py
+    >>> print(*horovod_launch_argv(["t.py"], 2, python="py", hosts=["h1:1", "h2"],
+    ...                            network_interface="eth0"))
+    py -m horovod.runner.launch -np 2 --gloo -H h1:1,h2:1 --disable-cache --network-interface eth0 t.py
 
     Raises:
-        ValueError: `processes` is not a positive int, or `command` is empty.
+        ValueError: `processes` is not a positive int, `command` is empty, or `hosts`
+            is malformed or has fewer slots than `processes`.
     """
     if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
         msg = f"'processes' must be an int >= 1; got {processes!r}"
@@ -62,7 +178,51 @@ def horovod_launch_argv(
         raise ValueError(msg)
     exe = python or sys.executable
     head = [exe, "-m", "horovod.runner.launch", "-np", str(processes), "--gloo"]
-    return [*head, "-H", f"localhost:{processes}", *command]
+    if hosts is None:
+        if network_interface is not None or ssh_port is not None or ssh_identity_file:
+            msg = "'network_interface', 'ssh_port' and 'ssh_identity_file' need 'hosts'"
+            raise ValueError(msg)
+        return [*head, "-H", f"localhost:{processes}", *command]
+    rank_hosts(hosts, processes)
+    listed = ",".join(f"{h}:{s}" for h, s in parse_hosts(hosts))
+    # horovod's cache of ssh and interface checks would outlive hosts that changed
+    head += ["-H", listed, "--disable-cache"]
+    if network_interface is not None:
+        head += ["--network-interface", network_interface]
+    if ssh_port is not None:
+        head += ["--ssh-port", str(ssh_port)]
+    if ssh_identity_file:
+        head += ["--ssh-identity-file", str(ssh_identity_file)]
+    return [*head, *command]
+
+
+FIRST_FAILURE_RE = re.compile(r"Terminating remaining workers after failure of Process (\d+)\.")
+EXIT_RE = re.compile(r"Process (\d+) exit with status code (-?\d+)\.")
+
+
+def first_failure(output: str, hosts: Sequence[str]) -> RankFailure | None:
+    """The first rank to fail in a launcher's `output`, on its host of `hosts` (by rank).
+
+    >>> out = ["Process 1 exit with status code 137.",
+    ...        "Terminating remaining workers after failure of Process 1."]
+    >>> first_failure(" ".join(out), ["a", "b"])
+    RankFailure(rank=1, host='b', status=137)
+    >>> first_failure("all fine", ["a"]) is None
+    True
+    """
+    statuses: dict[int, int] = {}
+    order: list[int] = []
+    for match in EXIT_RE.finditer(output):
+        seen = int(match.group(1))
+        if seen not in statuses:
+            statuses[seen] = int(match.group(2))
+            order.append(seen)
+    named = FIRST_FAILURE_RE.search(output)
+    first = int(named.group(1)) if named else (order[0] if order else None)
+    if first is None or first not in statuses:
+        return None
+    host = hosts[first] if first < len(hosts) else "?"
+    return RankFailure(first, host, statuses[first])
 
 
 def launch_horovod_job(
@@ -74,12 +234,27 @@ def launch_horovod_job(
     env: Mapping[str, str] | None = None,
     gloo_timeout: float = 60.0,
     grace: float = 15.0,
+    hosts: Sequence[str] | None = None,
+    network_interface: str | None = None,
+    ssh_port: int | None = None,
+    ssh_identity_file: str | None = None,
+    launcher_prefix: Sequence[str] = (),
 ) -> HorovodJob:
-    """Run `command` as `processes` horovod ranks over gloo on localhost, within `timeout`.
+    """Run `command` as `processes` horovod ranks over gloo, within `timeout`.
+
+    Without `hosts` the ranks run on this machine (``-H localhost:N``). With `hosts`
+    (any list ``horovodrun -H`` takes: ``["10.0.0.1:4", "10.0.0.2:4"]``) the launcher
+    starts the ranks of the other hosts over ssh (``ssh_port``, ``ssh_identity_file``;
+    otherwise the ssh client's configuration), in the same working directory and with
+    this environment, so the hosts must share `cwd` and the program (a shared disk, or
+    the same paths on each). gloo binds to `network_interface` on every host, and the
+    launcher must run on a machine that has it (the first host, as a rule).
 
     The launcher (``python -m horovod.runner.launch``, i.e. ``horovodrun``) runs in a
     new process group. Past `timeout` seconds the group gets SIGTERM, and SIGKILL
-    `grace` seconds later; the job then counts as failed (``returncode == -1``).
+    `grace` seconds later; the job then counts as failed (``returncode == -1``). When a
+    rank fails, the job's `failure` names the first rank lost and its host, and the
+    output ends with that line.
 
     Args:
         command: the program and arguments each rank runs, e.g. ``[sys.executable,
@@ -89,17 +264,33 @@ def launch_horovod_job(
         cwd: the working directory of the job.
         env: variables added to this process's environment for the job.
         gloo_timeout: ``HOROVOD_GLOO_TIMEOUT_SECONDS`` unless `env` or the environment
-            sets it: how long gloo waits for a rank at rendezvous and in collectives.
+            sets it: how long gloo waits for a rank at rendezvous and in collectives
+            (and so how long the others wait for a host that fell off the network).
         grace: seconds between SIGTERM and SIGKILL when stopping.
+        hosts: the hosts and their slots; None for this machine only.
+        network_interface: the interface gloo uses on every host (``--network-interface``).
+        ssh_port: the ssh port of the hosts.
+        ssh_identity_file: the ssh key the launcher logs in with.
+        launcher_prefix: a command the launcher runs under (``["ip", "netns", "exec",
+            "h0"]``, ``["nice"]``); empty to run it directly.
 
     Returns:
         A `HorovodJob`.
 
     Raises:
-        ValueError: bad `processes`, `timeout` or `command`.
+        ValueError: bad `processes`, `timeout`, `command` or `hosts`.
         FileNotFoundError: `cwd` does not exist.
     """
-    argv = horovod_launch_argv(command, processes)
+    argv = horovod_launch_argv(
+        command,
+        processes,
+        hosts=hosts,
+        network_interface=network_interface,
+        ssh_port=ssh_port,
+        ssh_identity_file=ssh_identity_file,
+    )
+    argv = [*map(str, launcher_prefix), *argv]
+    placement = rank_hosts(hosts, processes) if hosts is not None else ("localhost",) * processes
     if not timeout > 0:
         msg = f"'timeout' must be > 0 seconds; got {timeout!r}"
         raise ValueError(msg)
@@ -127,5 +318,11 @@ def launch_horovod_job(
             stop_process_group(proc, grace)
             out, _ = proc.communicate()
             out += f"\n[horovod job stopped after {timeout:g} s: a rank never finished]"
-            return HorovodJob(-1, out, time.monotonic() - started, True)
-    return HorovodJob(proc.returncode, out, time.monotonic() - started, False)
+            failure = first_failure(out, placement)
+            if failure is not None:
+                out += "\n" + failure.line()
+            return HorovodJob(-1, out, time.monotonic() - started, True, failure)
+    failure = first_failure(out, placement) if proc.returncode != 0 else None
+    if failure is not None:
+        out += "\n" + failure.line()
+    return HorovodJob(proc.returncode, out, time.monotonic() - started, False, failure)
