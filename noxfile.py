@@ -172,6 +172,7 @@ CORE_MODULES = [
     "_triggers",
     "_schedules",
     "_stats",
+    "_console",
     "_timeline",
     "_inference_stats",
     "_pruning",
