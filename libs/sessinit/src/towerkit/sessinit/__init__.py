@@ -43,7 +43,14 @@ from towerkit.sessinit._paths import (
     resolve_checkpoint,
     state_entry_inside,
 )
-from towerkit.sessinit._plan import Assignment, RestorePlan, VarInfo, plan_restore
+from towerkit.sessinit._plan import (
+    Assignment,
+    RestorePlan,
+    VarInfo,
+    describe_unused,
+    plan_restore,
+    unused_kinds,
+)
 from towerkit.sessinit._version import __version__
 
 if TYPE_CHECKING:
@@ -119,6 +126,8 @@ __all__ = [
     "Assignment",
     "RestorePlan",
     "plan_restore",
+    "unused_kinds",
+    "describe_unused",
     # checkpoint names and paths
     "checkpoint_step",
     "resolve_checkpoint",
