@@ -150,7 +150,9 @@ class TestTerminal:
     def test_bar_shows_cost(self, on_terminal):
         """Bar frames show the epoch, the steps and the latest cost."""
         _, out, _ = on_terminal
-        frames = re.findall(r"epoch (\d)/3: +\d+%\|[^\r\n]*\| (\d+)/512 [^\r\n]*cost=([\d.e+-]+)", out)
+        frames = re.findall(
+            r"epoch (\d)/3: +\d+%\|[^\r\n]*\| (\d+)/512 [^\r\n]*cost=([\d.e+-]+)", out
+        )
         assert {f[0] for f in frames} == {"1", "2", "3"}, out[-3000:]
         assert all(float(f[2]) >= 0 for f in frames)
 

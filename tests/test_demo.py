@@ -213,7 +213,9 @@ def test_nox_demo_keeps_overwrite():
     """`nox -s demo -- -v` adds -v to the defaults: --overwrite stays, so every run works."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("noxfile", example_path("digits").parents[2] / "noxfile.py")
+    spec = importlib.util.spec_from_file_location(
+        "noxfile", example_path("digits").parents[2] / "noxfile.py"
+    )
     noxfile = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(noxfile)
     assert noxfile.demo_args(["-v"]) == ["--logdir", "train_log/digits", "--overwrite", "-v"]

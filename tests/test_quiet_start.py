@@ -42,7 +42,10 @@ def test_verbose_shows_them():
     quiet, loud = run_help("gan"), run_help("gan", "-v")
     assert loud.returncode == 0
     assert len(loud.stderr) >= len(quiet.stderr)
-    if "oneDNN" in subprocess.run(
-        [sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, check=False
-    ).stderr:
+    if (
+        "oneDNN"
+        in subprocess.run(
+            [sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, check=False
+        ).stderr
+    ):
         assert "oneDNN" in loud.stderr

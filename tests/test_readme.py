@@ -207,9 +207,17 @@ def test_commands_found():
 
 
 def nox_sessions() -> set[str]:
-    """The sessions noxfile.py defines."""
+    """The sessions noxfile.py defines, with ``NAME-ID`` for those parametrized over the libs."""
     text = (ROOT / "noxfile.py").read_text()
-    return set(re.findall(r"@nox\.session[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(", text))
+    names = set(re.findall(r"@nox\.session[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(", text))
+    per_lib = set(
+        re.findall(
+            r"@nox\.session[^\n]*\n@nox\.parametrize\([^\n]*LIBS[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(",
+            text,
+        )
+    )
+    libs = [p.name for p in (ROOT / "libs").iterdir() if (p / "pyproject.toml").is_file()]
+    return names | {f"{name}-{lib}" for name in per_lib for lib in libs}
 
 
 @pytest.mark.parametrize(

@@ -370,14 +370,23 @@ class TestPanels:
 
     def test_bad_pairs(self):
         """A pair naming an unknown statistic, or a single one, is an error listing each."""
-        with pytest.raises(ValueError, match=r"\['cost', 'nope'\]: no statistic 'nope'; \['l2'\]: fewer than two"):
+        with pytest.raises(
+            ValueError, match=r"\['cost', 'nope'\]: no statistic 'nope'; \['l2'\]: fewer than two"
+        ):
             panel_groups(["cost", "l2"], pairs=[("cost", "nope"), ("l2",)])
 
     def test_figure_pairs_and_best_marks(self, tmp_path):
         """The figure's panels: cost with val_cost, the errors together, the best epochs starred."""
         records = [
-            {"epoch_num": e, "global_step": 10 * e, "cost": 1 / e, "val_cost": v, "train_error": 0.5 / e,
-             "validation_error": w, "learning_rate": 0.1}
+            {
+                "epoch_num": e,
+                "global_step": 10 * e,
+                "cost": 1 / e,
+                "val_cost": v,
+                "train_error": 0.5 / e,
+                "validation_error": w,
+                "learning_rate": 0.1,
+            }
             for e, v, w in [(1, 0.9, 0.30), (2, 0.5, 0.20), (3, 0.6, 0.10), (4, 0.7, 0.15)]
         ]
         fig = stats_figure(
@@ -396,7 +405,11 @@ class TestPanels:
     def test_savers_found_in_the_logdir(self, tmp_path):
         """MinSaver/MaxSaver copies in the logdir are found by their default names."""
         write_stats(tmp_path / "run")
-        for name in ("min-validation_error.tfmodel.index", "max-a_b.tfmodel.index", "model-3.index"):
+        for name in (
+            "min-validation_error.tfmodel.index",
+            "max-a_b.tfmodel.index",
+            "model-3.index",
+        ):
             (tmp_path / "run" / name).write_bytes(b"")
         assert find_savers(tmp_path / "run") == [("max", "a_b"), ("min", "validation_error")]
         assert find_savers(tmp_path / "missing") == []

@@ -526,7 +526,11 @@ class TestScalarPrinter:
                 self.trainer.monitors.put_scalar("other", 1)
 
         printer = ScalarPrinter(
-            enable_step=True, enable_epoch=False, whitelist=["loss"], one_line=False, variables=False
+            enable_step=True,
+            enable_epoch=False,
+            whitelist=["loss"],
+            one_line=False,
+            variables=False,
         )
         with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
             LoopTrainer(

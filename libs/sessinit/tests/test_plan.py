@@ -319,7 +319,12 @@ class TestRender:
 class TestUnusedKinds:
     """Unused entries of a training checkpoint are named by kind in the summary."""
 
-    @given(st.lists(st.from_regex(r"[a-z]{1,3}(/(Adam|Adam_1|Momentum|EMA|x))?(/average)?", fullmatch=True), max_size=20))
+    @given(
+        st.lists(
+            st.from_regex(r"[a-z]{1,3}(/(Adam|Adam_1|Momentum|EMA|x))?(/average)?", fullmatch=True),
+            max_size=20,
+        )
+    )
     def test_each_name_in_one_kind(self, names):
         """Every name lands in exactly one kind, in the order given; `describe_unused` is empty
         exactly when all are others."""
@@ -334,8 +339,17 @@ class TestUnusedKinds:
     def test_training_checkpoint_summary(self):
         """A training checkpoint restored into its model: slots and moving averages are named."""
         model = [vi("fc/W", (2,)), vi("fc/b")]
-        extra = ["fc/W/Adam", "fc/W/Adam_1", "fc/b/Adam", "fc/b/Adam_1", "beta1_power",
-                 "beta2_power", "EMA/cost/average", "EMA/cost/started", "global_step"]
+        extra = [
+            "fc/W/Adam",
+            "fc/W/Adam_1",
+            "fc/b/Adam",
+            "fc/b/Adam_1",
+            "beta1_power",
+            "beta2_power",
+            "EMA/cost/average",
+            "EMA/cost/started",
+            "global_step",
+        ]
         plan = plan_restore(model + [vi(n) for n in extra], model)
         assert plan.summary() == (
             "2 restored, 9 unused in the source (6 optimizer slots, 2 moving averages, "

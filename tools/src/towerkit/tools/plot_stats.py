@@ -256,9 +256,7 @@ def find_savers(logdir: str | os.PathLike[str]) -> list[tuple[str, str]]:
     )
 
 
-def best_point(
-    xs: Sequence[float], ys: Sequence[float], kind: str
-) -> tuple[float, float] | None:
+def best_point(xs: Sequence[float], ys: Sequence[float], kind: str) -> tuple[float, float] | None:
     """The point a `MinSaver` (``"min"``) or `MaxSaver` (``"max"``) keeps: the first best finite value.
 
     Examples:

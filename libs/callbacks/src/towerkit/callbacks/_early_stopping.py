@@ -129,10 +129,7 @@ class EarlyStopping(Callback):
     def stop_message(self) -> str:
         """What training stopping says: why, the best epoch, and the checkpoint holding it."""
         delta = f" by more than {self._min_delta:g}" if self._min_delta else ""
-        text = (
-            f"{self}: {self._monitor} has not improved{delta} for {self._state.wait} "
-            f"epochs"
-        )
+        text = f"{self}: {self._monitor} has not improved{delta} for {self._state.wait} epochs"
         if self._state.best is None:
             return f"{text} (no finite value yet)"
         text += f"; the best, {self._state.best:g}, was at epoch {self._best_epoch}"

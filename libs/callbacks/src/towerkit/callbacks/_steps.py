@@ -62,11 +62,7 @@ def training_cost(trainer: Any) -> Any:
         return None
     for handle in towers.training():
         out = handle.outputs
-        if (
-            isinstance(out, tf1.Tensor)
-            and out.dtype.is_floating
-            and out.shape.rank in (0, None)
-        ):
+        if isinstance(out, tf1.Tensor) and out.dtype.is_floating and out.shape.rank in (0, None):
             return out
         return None
     return None
@@ -145,6 +141,7 @@ class ProgressBar(Callback):
             file=sys.stderr,
         )
         self._next_fetch = 0.0
+
     def _before_run(self, run_context: Any) -> Any:
         del run_context
         if time.monotonic() >= self._next_fetch:
