@@ -363,7 +363,7 @@ class RestorePlan:
             if items:
                 parts.append(f"{len(items)} {label}")
                 if items is self.unused:
-                    parts[-1] += describe_unused(v.name for v in items)
+                    parts[-1] += describe_unused(v.name for v in self.unused)
         return ", ".join(parts)
 
 
