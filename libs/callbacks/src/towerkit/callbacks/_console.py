@@ -106,11 +106,15 @@ _REPLICA = re.compile(r"tower[1-9]\d*/")
 
 
 def _size(nbytes: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024  # type: ignore[assignment]
-    raise AssertionError("unreachable")  # pragma: no cover
+    """Bytes in the largest binary unit that keeps the number at 1 or more (up to GiB)."""
+    if nbytes < 1024:
+        return f"{nbytes} bytes"
+    value = nbytes / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 def variable_table(rows: Iterable[VariableRow]) -> list[str]:
