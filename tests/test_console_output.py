@@ -17,6 +17,10 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.slow
+"""These tests spawn Python processes that load TensorFlow."""
+
+
 SCRIPT = textwrap.dedent(
     """
     import sys

@@ -9,6 +9,10 @@ import sys
 import pytest
 from example_modules import example_path
 
+pytestmark = pytest.mark.slow
+"""These tests spawn Python processes that load TensorFlow."""
+
+
 EXAMPLES = ["digits", "gan", "gan_towers", "layers", "tp_style"]
 
 START_UP = ("absl::InitializeLog", "oneDNN custom operations")
