@@ -173,6 +173,7 @@ CORE_MODULES = [
     "_triggers",
     "_schedules",
     "_stats",
+    "_console",
     "_timeline",
     "_inference_stats",
     "_pruning",
@@ -297,12 +298,21 @@ def conformance(session: nox.Session) -> None:
     session.run("pytest", *targets, *args, env=pytest_env())
 
 
+DEMO_DEFAULTS = ("--logdir", "train_log/digits", "--overwrite")
+"""The demo's arguments; those after `--` are added (a later --logdir wins), never replace them."""
+
+
+def demo_args(posargs: list[str]) -> list[str]:
+    """The demo script's arguments for `nox -s demo -- POSARGS`: the defaults, then POSARGS."""
+    return [*DEMO_DEFAULTS, *posargs]
+
+
 @nox.session(default=False)
 def demo(session: nox.Session) -> None:
     """The main job: train a small convnet on scikit-learn's digits, export it, plot it."""
     install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
     install_groups(session, "demo")
-    args = session.posargs or ["--logdir", "train_log/digits", "--overwrite"]
+    args = demo_args(session.posargs)  # `nox -s demo -- -v` keeps --overwrite
     session.run("python", "examples/digits/train.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 

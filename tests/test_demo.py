@@ -54,6 +54,43 @@ class TestDigitsDemo:
         for noise in ("match no graph variable", "collection 'update_ops' is empty"):
             assert noise not in done.stderr
 
+    def test_output_explains_itself(self, demo_run):
+        """The image count from the shift augmentation, the chosen epoch, what the unused
+        entries of the restored checkpoint are, one line per epoch and the variable table."""
+        done, _ = demo_run
+        assert re.search(
+            r"^training on 5385 images: the 1077 training images and their copies shifted by one "
+            r"pixel up, down, left and right \(5 x 1077\); 168 steps of 32 images per epoch$",
+            done.stdout,
+            re.M,
+        ), done.stdout[:2000]
+        assert re.search(r"^best validation error 0\.\d+, at epoch [12] of 2: ", done.stdout, re.M)
+        assert re.search(r"chose the checkpoint: epoch [12]\)$", done.stdout, re.M)
+        assert (
+            "6 restored, 22 unused in the source (14 optimizer slots, 6 moving averages, "
+            "2 others: global_step, learning_rate)"
+        ) in done.stderr
+        epochs = re.findall(r"\] epoch (\d)/2  \d+\.\d s  cross_entropy_loss ", done.stderr)
+        assert epochs == ["1", "2"]
+        assert "6 trainable variables, 29,066 parameters (113.5 KiB)" in done.stderr
+        assert "\r" not in done.stderr, "no progress-bar frames in a pipe"
+
+    def test_existing_logdir_names_the_flag(self, demo_run):
+        """A second run without --overwrite fails with the folder and the script's flags."""
+        _, logdir = demo_run
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        done = subprocess.run(
+            [sys.executable, str(example_path("digits")), "--logdir", logdir, "--epochs", "1"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 2
+        assert f"train.py: error: {logdir} already holds a run: pass --overwrite" in done.stderr
+        assert "--logdir DIR" in done.stderr
+
     def test_predictions_printed(self, demo_run):
         """Ten labels and ten predictions are printed, mostly equal."""
         done, _ = demo_run
@@ -170,3 +207,16 @@ class TestDemoPieces:
             demo.main(["--epochs", "0"])
         assert exc.value.code == 2
         assert "--epochs must be >= 1" in capsys.readouterr().err
+
+
+def test_nox_demo_keeps_overwrite():
+    """`nox -s demo -- -v` adds -v to the defaults: --overwrite stays, so every run works."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "noxfile", example_path("digits").parents[2] / "noxfile.py"
+    )
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)
+    assert noxfile.demo_args(["-v"]) == ["--logdir", "train_log/digits", "--overwrite", "-v"]
+    assert noxfile.demo_args([]) == ["--logdir", "train_log/digits", "--overwrite"]

@@ -19,6 +19,9 @@ so nothing is downloaded. The run:
 Usage::
 
     python examples/digits/train.py [--logdir train_log/digits] [--epochs 12] [--overwrite] [-v]
+
+``--overwrite`` moves an existing ``--logdir`` aside (to ``<logdir>.old-<timestamp>``);
+without it, a logdir that already holds a run is an error naming the folder and the flag.
 """
 
 from __future__ import annotations
@@ -205,7 +208,14 @@ def train(logdir: str, epochs: int, overwrite: bool) -> MinSaver:
         f"digits: {len(x_train)} training, {len(x_val)} validation and {len(x_test)} test "
         "images of 8x8"
     )
+    originals = len(x_train)
     x_train, y_train = augment(x_train, y_train)
+    steps = len(x_train) // BATCH_SIZE  # the last, partial batch is left out
+    print(
+        f"training on {len(x_train)} images: the {originals} training images and their "
+        f"copies shifted by one pixel up, down, left and right ({len(SHIFTS)} x {originals}); "
+        f"{steps} steps of {BATCH_SIZE} images per epoch"
+    )
     best = MinSaver("validation_error")
     config = TrainConfig(
         model=DigitsModel(),
@@ -301,12 +311,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--epochs must be >= 1; got {args.epochs}")
     show_towerkit_logs()
     logdir = os.path.abspath(args.logdir)
+    if not args.overwrite and os.path.isdir(logdir) and os.listdir(logdir):
+        parser.error(
+            f"{args.logdir} already holds a run: pass --overwrite to move it aside "
+            f"(to {args.logdir}.old-<timestamp>) and train afresh, or --logdir DIR to "
+            "write elsewhere"
+        )
     start = time.perf_counter()
 
     best = train(logdir, args.epochs, args.overwrite)
     trained = time.perf_counter() - start
     best_checkpoint = os.path.join(logdir, best.filename)
-    print(f"best validation error {best.best:.4f} -> {best_checkpoint}")
+    print(
+        f"best validation error {best.best:.4f}, at epoch {best.best_epoch} of {args.epochs}: "
+        f"the model of that epoch is kept as {best_checkpoint}"
+    )
 
     compact, serving = export(logdir, best_checkpoint)
     _, (x_val, y_val), (x_test, y_test) = load_data()
@@ -337,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     right_val, right_test = round(val_accuracy * len(y_val)), round(accuracy * len(y_test))
     print(
-        f"validation accuracy: {val_accuracy:.4f} ({right_val}/{len(y_val)}; chose the checkpoint)"
+        f"validation accuracy: {val_accuracy:.4f} ({right_val}/{len(y_val)}; chose the "
+        f"checkpoint: epoch {best.best_epoch})"
     )
     print(f"test accuracy: {accuracy:.4f} ({right_test}/{len(y_test)}; held out until now)")
     return 0 if accuracy >= 0.95 and compact_agrees else 1

@@ -30,20 +30,36 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+VERBOSE = "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]
+"""Whether TensorFlow's start-up lines are shown (hidden by default, as the tools hide them)."""
 
-import numpy as np
-import tensorflow as tf
+if not VERBOSE:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ libraries print a few lines when they load, whatever the log level
+    # says: send them away while it loads, then give the terminal back.
+    sys.stderr.flush()
+    _saved_stderr = os.dup(2)
+    _null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(_null, 2)
+    try:
+        import tensorflow as tf
+    finally:
+        os.dup2(_saved_stderr, 2)
+        os.close(_saved_stderr)
+        os.close(_null)
 
-from towerkit.callbacks import Callback, ModelSaver
-from towerkit.towers import (
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from towerkit.callbacks import Callback, ModelSaver  # noqa: E402
+from towerkit.towers import (  # noqa: E402
     OnlinePredictor,
     TowerContext,
     TowerFunc,
     add_moving_summary,
     build_placeholders,
 )
-from towerkit.trainers import NumpyInput, TowerTrainer
+from towerkit.trainers import NumpyInput, TowerTrainer  # noqa: E402
 
 tf1 = tf.compat.v1
 
@@ -191,6 +207,9 @@ def train(logdir: str, epochs: int, steps: int, overwrite: bool = False) -> GANT
 def main(argv: Sequence[str] | None = None) -> int:
     """Train, then print the generated distribution next to the real one."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show TensorFlow's start-up lines"
+    )
     parser.add_argument("--logdir", default=os.path.join("train_log", "gan"))
     parser.add_argument("--epochs", type=int, default=8, help="epochs (default 8)")
     parser.add_argument("--steps", type=int, default=200, help="steps per epoch (default 200)")

@@ -33,13 +33,29 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+VERBOSE = "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]
+"""Whether TensorFlow's start-up lines are shown (hidden by default, as the tools hide them)."""
 
-import numpy as np
-import tensorflow as tf
+if not VERBOSE:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ libraries print a few lines when they load, whatever the log level
+    # says: send them away while it loads, then give the terminal back.
+    sys.stderr.flush()
+    _saved_stderr = os.dup(2)
+    _null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(_null, 2)
+    try:
+        import tensorflow as tf
+    finally:
+        os.dup2(_saved_stderr, 2)
+        os.close(_saved_stderr)
+        os.close(_null)
 
-from towerkit.callbacks import Callback, ModelSaver, RunOp
-from towerkit.towers import (
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from towerkit.callbacks import Callback, ModelSaver, RunOp  # noqa: E402
+from towerkit.towers import (  # noqa: E402
     OnlinePredictor,
     TowerContext,
     TowerFunc,
@@ -47,7 +63,7 @@ from towerkit.towers import (
     build_placeholders,
     get_current_tower_context,
 )
-from towerkit.trainers import (
+from towerkit.trainers import (  # noqa: E402
     DataParallelBuilder,
     LeastLoadedDeviceSetter,
     NumpyInput,
@@ -279,6 +295,9 @@ def train(
 def main(argv: Sequence[str] | None = None) -> int:
     """Train, then print how far the copies and the generated distribution are."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show TensorFlow's start-up lines"
+    )
     parser.add_argument("--logdir", default=os.path.join("train_log", "gan_towers"))
     parser.add_argument("--towers", type=int, default=2, help="towers (default 2)")
     parser.add_argument("--mode", choices=MODES, default="replicated")

@@ -25,16 +25,32 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+VERBOSE = "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]
+"""Whether TensorFlow's start-up lines are shown (hidden by default, as the tools hide them)."""
 
-import numpy as np
-import tensorflow as tf
-from sklearn.datasets import load_digits
+if not VERBOSE:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ libraries print a few lines when they load, whatever the log level
+    # says: send them away while it loads, then give the terminal back.
+    sys.stderr.flush()
+    _saved_stderr = os.dup(2)
+    _null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(_null, 2)
+    try:
+        import tensorflow as tf
+    finally:
+        os.dup2(_saved_stderr, 2)
+        os.close(_saved_stderr)
+        os.close(_null)
 
-from towerkit.callbacks import ModelSaver
-from towerkit.export import ModelExporter, OfflinePredictor, PredictConfig
-from towerkit.sessinit import SmartInit
-from towerkit.towers import (
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+from towerkit.callbacks import ModelSaver  # noqa: E402
+from towerkit.export import ModelExporter, OfflinePredictor, PredictConfig  # noqa: E402
+from towerkit.sessinit import SmartInit  # noqa: E402
+from towerkit.towers import (  # noqa: E402
     add_moving_summary,
     argscope,
     enable_argscope_for_module,
@@ -42,7 +58,7 @@ from towerkit.towers import (
     freeze_variables,
     get_current_tower_context,
 )
-from towerkit.trainers import (
+from towerkit.trainers import (  # noqa: E402
     AsyncMultiGPUTrainer,
     ModelDesc,
     NumpyInput,
@@ -199,6 +215,9 @@ def export(checkpoint: str, out: str) -> tuple[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Train, predict the validation set with one tower, export."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show TensorFlow's start-up lines"
+    )
     parser.add_argument("--logdir", default=os.path.join("train_log", "layers"))
     parser.add_argument("--trainer", choices=TRAINERS, default="replicated")
     parser.add_argument("--epochs", type=int, default=4, help="epochs (default 4)")

@@ -32,15 +32,31 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+VERBOSE = "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]
+"""Whether TensorFlow's start-up lines are shown (hidden by default, as the tools hide them)."""
 
-import numpy as np
-import tensorflow as tf
-from sklearn.datasets import load_digits
+if not VERBOSE:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ libraries print a few lines when they load, whatever the log level
+    # says: send them away while it loads, then give the terminal back.
+    sys.stderr.flush()
+    _saved_stderr = os.dup(2)
+    _null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(_null, 2)
+    try:
+        import tensorflow as tf
+    finally:
+        os.dup2(_saved_stderr, 2)
+        os.close(_saved_stderr)
+        os.close(_null)
 
-from towerkit.callbacks import ModelSaver
-from towerkit.export import ModelExporter, OfflinePredictor, PredictConfig
-from towerkit.layers import (
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+from towerkit.callbacks import ModelSaver  # noqa: E402
+from towerkit.export import ModelExporter, OfflinePredictor, PredictConfig  # noqa: E402
+from towerkit.layers import (  # noqa: E402
     BatchNorm,
     BNReLU,
     Conv2D,
@@ -52,8 +68,8 @@ from towerkit.layers import (
     l2_regularizer,
     regularize_cost,
 )
-from towerkit.towers import add_moving_summary, argscope, freeze_variables
-from towerkit.trainers import (
+from towerkit.towers import add_moving_summary, argscope, freeze_variables  # noqa: E402
+from towerkit.trainers import (  # noqa: E402
     AsyncMultiGPUTrainer,
     ModelDesc,
     NumpyInput,
@@ -350,6 +366,9 @@ def export(checkpoint: str, out: str, model: str = "convnet") -> tuple[str, str]
 def main(argv: Sequence[str] | None = None) -> int:
     """Train, predict with one tower, export."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show TensorFlow's start-up lines"
+    )
     parser.add_argument("--logdir", default=os.path.join("train_log", "tp_style"))
     parser.add_argument("--model", choices=sorted(MODELS), default="convnet")
     parser.add_argument("--trainer", choices=TRAINERS, default="replicated")

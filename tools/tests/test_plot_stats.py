@@ -15,13 +15,17 @@ from support import run_blocked
 
 from towerkit.tools.plot_stats import (
     MATPLOTLIB_MISSING,
+    best_point,
     collect_series,
+    find_savers,
     grid_shape,
     held_series,
     image_size,
     main,
+    panel_groups,
     plot_stats,
     read_stats,
+    stats_figure,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -152,10 +156,16 @@ class TestPlot:
     """PNG files on disk."""
 
     def test_png_written_with_expected_size(self, tmp_path):
-        """One panel per statistic: 4 statistics in 3 columns make a 1200x600 PNG at 100 dpi."""
+        """train_error and validation_error share a panel: 3 panels in 3 columns, 1200x300 at 100 dpi."""
         write_stats(tmp_path / "run")
         path = plot_stats(tmp_path / "run")
         assert path == str(tmp_path / "run" / "stats.png")
+        assert png_size(tmp_path / "run" / "stats.png") == image_size(3) == (1200, 300)
+
+    def test_per_stat_layout(self, tmp_path):
+        """--per-stat: one panel per statistic, 4 statistics make a 1200x600 PNG."""
+        write_stats(tmp_path / "run")
+        assert main([str(tmp_path / "run"), "--per-stat"]) == 0
         assert png_size(tmp_path / "run" / "stats.png") == image_size(4) == (1200, 600)
 
     @pytest.mark.parametrize("umask", [0o022, 0o027])
@@ -191,7 +201,7 @@ class TestPlot:
             )
             == 0
         )
-        assert png_size(out) == (200, 300)
+        assert png_size(out) == (200, 150), "the two errors share one panel"
 
     def test_from_records(self, tmp_path):
         """Records may be given directly, with an explicit output."""
@@ -204,7 +214,7 @@ class TestPlot:
         """The stats.json file itself may be given; the PNG goes beside it."""
         write_stats(tmp_path / "run")
         assert main([str(tmp_path / "run" / "stats.json")]) == 0
-        assert png_size(tmp_path / "run" / "stats.png") == (1200, 600)
+        assert png_size(tmp_path / "run" / "stats.png") == (1200, 300)
         assert "plot-stats: wrote" in capsys.readouterr().out
 
     def test_dry_run(self, tmp_path, capsys):
@@ -212,8 +222,9 @@ class TestPlot:
         write_stats(tmp_path / "run", epochs=3)
         assert main([str(tmp_path / "run"), "--dry-run"]) == 0
         out = capsys.readouterr().out
-        assert "cost: 3 points" in out
-        assert "would draw 4 panels (1200x600 pixels)" in out
+        assert "  cost: 3 points" in out
+        assert "  error: train_error 3 points, validation_error 3 points" in out
+        assert "would draw 3 panels (1200x300 pixels)" in out
         assert not (tmp_path / "run" / "stats.png").exists()
 
     @pytest.mark.parametrize(
@@ -309,3 +320,112 @@ class TestPlot:
         assert done.stderr.strip() == f"plot-stats: error: {MATPLOTLIB_MISSING}"
         assert "towerkit-tools[plot]" in MATPLOTLIB_MISSING
         assert not (tmp_path / "run" / "stats.png").exists()
+
+
+def _panels(fig):
+    """``{title: [curve labels]}`` of the visible panels of a figure, in drawing order."""
+    out = {}
+    for ax in fig.axes:
+        if ax.get_visible():
+            out[ax.get_title()] = [
+                line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")
+            ]
+    return out
+
+
+names = st.lists(
+    st.from_regex(r"(train_|val_|validation_|val-)?[a-c]{1,2}", fullmatch=True),
+    unique=True,
+    max_size=12,
+)
+
+
+class TestPanels:
+    """Which statistics share a panel, and what is marked on it (read from the figure)."""
+
+    @given(names, st.booleans())
+    def test_every_statistic_in_one_panel(self, stats, separate):
+        """Each statistic is drawn in exactly one panel; with separate, each alone."""
+        panels = panel_groups(stats, separate=separate)
+        drawn = [n for _, group in panels for n in group]
+        assert sorted(drawn) == sorted(stats)
+        if separate:
+            assert all(len(group) == 1 for _, group in panels)
+
+    @given(names)
+    def test_groups_share_a_stem_and_hold_a_validation_statistic(self, stats):
+        """A panel of several statistics holds one stem, and a validation statistic drawn last."""
+        for title, group in panel_groups(stats):
+            if len(group) > 1:
+                stems = {re.sub(r"^(train_|val_|validation_|val-)", "", n) for n in group}
+                assert stems == {title}
+                assert re.match(r"(val_|validation_|val-)", group[-1])
+
+    def test_pairs_by_name(self):
+        """A pair the user names shares a panel titled by its names."""
+        assert panel_groups(["cost", "l2", "lr"], pairs=[("cost", "l2")]) == [
+            ("cost, l2", ("cost", "l2")),
+            ("lr", ("lr",)),
+        ]
+
+    def test_bad_pairs(self):
+        """A pair naming an unknown statistic, or a single one, is an error listing each."""
+        with pytest.raises(
+            ValueError, match=r"\['cost', 'nope'\]: no statistic 'nope'; \['l2'\]: fewer than two"
+        ):
+            panel_groups(["cost", "l2"], pairs=[("cost", "nope"), ("l2",)])
+
+    def test_figure_pairs_and_best_marks(self, tmp_path):
+        """The figure's panels: cost with val_cost, the errors together, the best epochs starred."""
+        records = [
+            {
+                "epoch_num": e,
+                "global_step": 10 * e,
+                "cost": 1 / e,
+                "val_cost": v,
+                "train_error": 0.5 / e,
+                "validation_error": w,
+                "learning_rate": 0.1,
+            }
+            for e, v, w in [(1, 0.9, 0.30), (2, 0.5, 0.20), (3, 0.6, 0.10), (4, 0.7, 0.15)]
+        ]
+        fig = stats_figure(
+            records, savers=[("min", "validation_error"), ("max", "val_cost")], title="run"
+        )
+        assert _panels(fig) == {
+            "cost": ["cost", "val_cost", "best (max) epoch 1"],
+            "learning_rate": ["learning_rate"],
+            "error": ["train_error", "validation_error", "best (min) epoch 3"],
+        }
+        error_panel = next(ax for ax in fig.axes if ax.get_title() == "error")
+        star = next(ln for ln in error_panel.get_lines() if ln.get_label().startswith("best"))
+        assert list(star.get_xdata()) == [3]
+        assert list(star.get_ydata()) == [0.10]
+
+    def test_savers_found_in_the_logdir(self, tmp_path):
+        """MinSaver/MaxSaver copies in the logdir are found by their default names."""
+        write_stats(tmp_path / "run")
+        for name in (
+            "min-validation_error.tfmodel.index",
+            "max-a_b.tfmodel.index",
+            "model-3.index",
+        ):
+            (tmp_path / "run" / name).write_bytes(b"")
+        assert find_savers(tmp_path / "run") == [("max", "a_b"), ("min", "validation_error")]
+        assert find_savers(tmp_path / "missing") == []
+        assert main([str(tmp_path / "run"), "--pair", "cost,learning_rate"]) == 0
+        assert png_size(tmp_path / "run" / "stats.png") == (800, 300)
+
+    def test_pair_flag_needs_two(self, tmp_path, capsys):
+        """--pair with one name is a usage error."""
+        write_stats(tmp_path / "run")
+        with pytest.raises(SystemExit):
+            main([str(tmp_path / "run"), "--pair", "cost"])
+        assert "two or more statistics" in capsys.readouterr().err
+
+    @given(st.lists(st.floats(-10, 10), min_size=1, max_size=20), st.sampled_from(["min", "max"]))
+    def test_best_point_is_the_first_extreme(self, ys, kind):
+        """The best point is the first index holding the extreme value."""
+        xs = list(range(1, len(ys) + 1))
+        best = min(ys) if kind == "min" else max(ys)
+        assert best_point(xs, ys, kind) == (ys.index(best) + 1, best)

@@ -4,6 +4,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -488,10 +489,33 @@ class TestScalarPrinter:
                 graph,
                 make_train_op(),
                 [PutEveryEpoch()],
-                Monitors([ScalarPrinter(blacklist=["^ste"])]),
+                Monitors([ScalarPrinter(blacklist=["^ste"], one_line=False, variables=False)]),
                 max_epoch=2,
             ).train()
         assert [r.getMessage() for r in caplog.records] == ["val: 10", "val: 20"]
+
+    def test_one_line_per_epoch(self, graph, caplog):
+        """By default an epoch ends with one line: epoch, wall time, scalars sorted by name."""
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            LoopTrainer(
+                graph,
+                make_train_op(),
+                [PutEveryEpoch()],
+                Monitors([ScalarPrinter()]),
+                max_epoch=2,
+            ).train()
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines[:3] == [
+            "trainable variables:",
+            "  name  shape   count",
+            "  w     scalar      1",
+        ]
+        assert lines[3] == "1 trainable variable, 1 parameter (4 bytes)"
+        assert len(lines) == 6
+        for epoch, line in zip((1, 2), lines[4:]):
+            assert re.fullmatch(
+                rf"epoch {epoch}/2  \d+\.\d s  steps {epoch * 3}  val {epoch * 10}", line
+            ), line
 
     def test_step_and_whitelist(self, graph, caplog):
         """With enable_step, scalars put in a step are logged after it."""
@@ -501,7 +525,13 @@ class TestScalarPrinter:
                 self.trainer.monitors.put_scalar("loss", self.trainer.global_step / 4)
                 self.trainer.monitors.put_scalar("other", 1)
 
-        printer = ScalarPrinter(enable_step=True, enable_epoch=False, whitelist=["loss"])
+        printer = ScalarPrinter(
+            enable_step=True,
+            enable_epoch=False,
+            whitelist=["loss"],
+            one_line=False,
+            variables=False,
+        )
         with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
             LoopTrainer(
                 graph,
@@ -545,7 +575,8 @@ class TestScalarPrinter:
             "g = tf.Graph()\n"
             "with g.as_default():\n"
             "    w = tf1.get_variable('w', initializer=0.0)\n"
-            "    SmallLoop(g, tf1.assign_add(w, 1.0), [Put()], Monitors([ScalarPrinter()]),\n"
+            "    SmallLoop(g, tf1.assign_add(w, 1.0), [Put()],\n"
+            "              Monitors([ScalarPrinter(one_line=False, variables=False)]),\n"
             "              max_epoch=2).train()\n"
         )
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -558,6 +589,25 @@ class TestScalarPrinter:
             line for line in done.stderr.splitlines(keepends=True) if line.startswith("val")
         )
         assert err == stderr
+
+    def test_one_line_per_step(self, graph, caplog):
+        """With enable_step, a step's scalars share one line with its global step."""
+
+        class PutEveryStep(Callback):
+            def _trigger_step(self):
+                self.trainer.monitors.put_scalar("loss", self.trainer.global_step / 4)
+
+        printer = ScalarPrinter(enable_step=True, enable_epoch=False, variables=False)
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            LoopTrainer(
+                graph,
+                make_train_op(),
+                [PutEveryStep()],
+                Monitors([printer]),
+                steps_per_epoch=2,
+                max_epoch=1,
+            ).train()
+        assert [r.getMessage() for r in caplog.records] == ["step 1  loss 0.25", "step 2  loss 0.5"]
 
     def test_has_hook(self):
         """Steps cost nothing unless enable_step."""

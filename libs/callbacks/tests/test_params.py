@@ -17,7 +17,6 @@ from towerkit.callbacks import (
     HyperParam,
     HyperParamSetter,
     HyperParamSetterWithFunc,
-    MissingStatError,
     Monitors,
     ObjAttrParam,
     OnSchedule,
@@ -160,7 +159,13 @@ class TestScheduledHyperParamSetter:
             (2, 4, pytest.approx(0.1)),
             (3, 6, pytest.approx(0.1)),
         ]
-        assert mons.get_history("learning_rate") == [(0, 0.5), (4, pytest.approx(0.1))]
+        # put when set, and at the start of each epoch (but the first: before_train put it)
+        assert mons.get_history("learning_rate") == [
+            (0, 0.5),
+            (2, 0.5),
+            (4, pytest.approx(0.1)),
+            (4, pytest.approx(0.1)),
+        ]
 
     def test_linear(self):
         """With interp='linear', every epoch between points gets the interpolation, none after."""
@@ -208,17 +213,18 @@ class TestScheduledHyperParamSetter:
         assert log.seen[0][2] == pytest.approx(-7.0 if want is None else want, rel=1e-6)
 
     def test_resumed_sets_without_putting(self):
-        """A run starting after epoch 1 sets the value in effect but does not put it again.
+        """A run starting after epoch 1 sets the value in effect without putting it in before_train.
 
-        The run that trained the earlier epochs recorded it; a checkpoint saved before the
-        setter acted (ModelSaver listed first) holds the older value.
+        A checkpoint saved before the setter acted (ModelSaver listed first) holds the
+        older value. The start of the first epoch puts the value in effect, at the same
+        step as the uninterrupted run put it (the change at the end of epoch 2).
         """
         log = LrLog()
         mons = Monitors([])
         setter = ScheduledHyperParamSetter("learning_rate", [(0, 0.5), (2, 0.25), (3, 0.125)])
         train([setter, log], starting=3, max_epoch=3, start_gs=4, lr=0.5, monitors=mons)
         assert [v for _, _, v in log.seen] == [0.25, 0.125]
-        assert mons.get_history("learning_rate") == [(6, 0.125)]
+        assert mons.get_history("learning_rate") == [(4, 0.25), (6, 0.125)]
 
     def test_without_set_at_beginning(self):
         """With set_at_beginning=False a resumed run keeps the restored value until a scheduled point."""
@@ -340,22 +346,31 @@ class TestStartInTheMiddle:
                 monitors=mons,
             )
         assert caplog.records == []
-        with pytest.raises(MissingStatError):
-            mons.get_history("learning_rate")  # nothing set, nothing put
+        # nothing set; the value in effect is put when the epoch starts
+        assert mons.get_history("learning_rate") == [(6, pytest.approx(0.003))]
 
 
 class TestValuesInTheParamDtype:
     """Values are compared, checked and printed as the parameter holds them."""
 
-    def test_same_float32_not_set_again(self):
-        """0.003 in a float32 variable that holds float32(0.003) is no change: nothing is put."""
+    def test_same_float32_not_set_again(self, caplog):
+        """0.003 in a float32 variable that holds float32(0.003) is no change, logged nowhere.
+
+        Only the start of each epoch puts the value in effect, and the real change.
+        """
         mons = Monitors([])
-        train(
-            [ScheduledHyperParamSetter("learning_rate", [(0, 0.003), (1, 0.003), (2, 7e-4)])],
-            lr=0.003,
-            monitors=mons,
-        )
-        assert mons.get_history("learning_rate") == [(4, 7e-4)]
+        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
+            train(
+                [ScheduledHyperParamSetter("learning_rate", [(0, 0.003), (1, 0.003), (2, 7e-4)])],
+                lr=0.003,
+                monitors=mons,
+            )
+        assert [r.getMessage() for r in caplog.records] == [
+            "ScheduledHyperParamSetter: learning_rate changes from 0.003 to 0.0007 at global step 4"
+        ]
+        history = mons.get_history("learning_rate")
+        assert [step for step, _ in history] == [0, 2, 4, 4]
+        assert [v for _, v in history] == pytest.approx([0.003, 0.003, 7e-4, 7e-4])
 
     def test_log_as_written(self, caplog):
         """The log shows float32 values as written: 0.003, not 0.003000000026077032."""
@@ -395,7 +410,7 @@ class TestValuesInTheParamDtype:
         setter = ScheduledHyperParamSetter("count", [(1, 2), (3, 6.0)], interp="linear")
         train([setter, ReadCount()], max_epoch=4, count=1, monitors=mons)
         assert seen == [2, 4, 6, 6]
-        assert [v for _, v in mons.get_history("count")] == [2, 4, 6]
+        assert [v for _, v in mons.get_history("count")] == [1, 2, 2, 4, 4, 6, 6]
 
     def test_integer_variable_fail(self):
         """A schedule that would set a non-integer into an integer variable fails at setup, listing it."""
@@ -486,7 +501,7 @@ class TestHyperParamSetter:
             monitors=mons,
         )
         assert h.rate == 3.0
-        assert mons.get_history("my_rate") == [(2, 3.0)]
+        assert mons.get_history("my_rate") == [(0, 2.0), (2, 3.0), (2, 3.0)]
         with pytest.raises(ValueError, match="Holder object has no attribute 'speed'"):
             ObjAttrParam(h, "speed")
         assert isinstance(ObjAttrParam(h, "rate"), HyperParam)

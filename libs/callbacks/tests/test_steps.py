@@ -39,28 +39,42 @@ class TestProgressBar:
         """Each epoch draws its bar to completion, with the shown tensors."""
         cb = ProgressBar(["loss"])
         cb.mininterval = 0.0
+        cb.terminal = True
         LoopTrainer(graph, stream_model(), [cb], steps_per_epoch=3, max_epoch=2).train()
         err = capsys.readouterr().err
-        assert "Epoch 1" in err
-        assert "Epoch 2" in err
+        assert "epoch 1/2" in err
+        assert "epoch 2/2" in err
         assert "3/3" in err
         assert "loss=6" in err
+
+    def test_no_terminal_no_bar(self, graph, capsys):
+        """Without a terminal, no frame is drawn and nothing is fetched."""
+        cb = CountingBar(["loss"])
+        cb.mininterval = 0.0
+        LoopTrainer(graph, stream_model(), [cb], steps_per_epoch=3, max_epoch=2).train()
+        assert capsys.readouterr().err == ""
+        assert cb.fetched == 0
+        assert not cb.has_hook("_before_run")
 
     def test_fetches_only_when_redrawn(self, graph, capsys):
         """Tensors are fetched at the first step of an epoch and then at most every mininterval."""
         cb = CountingBar(["loss"])
         cb.mininterval = 60.0
+        cb.terminal = True
         LoopTrainer(graph, stream_model(), [cb], steps_per_epoch=4, max_epoch=2).train()
         assert cb.fetched == 2
-        assert "loss=5" in capsys.readouterr().err, "the first step of epoch 2 shows its value"
+        assert "epoch 2/2" in capsys.readouterr().err
 
     def test_no_names_no_hook(self, graph, capsys):
         """Without names the bar takes no part in session runs; it runs on every worker."""
         cb = ProgressBar()
+        cb.terminal = True
         t = LoopTrainer(graph, stream_model(), [cb], max_epoch=1, is_chief=False).train()
         assert not t.hooked_sess._hooked
         assert not cb.chief_only
-        assert "3/3" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "0/3" in err
+        assert err.endswith("\r"), "the bar is cleared when its epoch ends"
 
     def test_fail(self):
         """Names must be strings."""

@@ -9,7 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import DTYPES, restore_cases, shapes, var_sets
 
-from towerkit.sessinit import Assignment, RestorePlan, VarInfo, plan_restore
+from towerkit.sessinit import (
+    Assignment,
+    RestorePlan,
+    VarInfo,
+    describe_unused,
+    plan_restore,
+    unused_kinds,
+)
 from towerkit.sessinit._plan import (
     can_reshape,
     can_upcast,
@@ -344,3 +351,42 @@ class TestRestoresNothing:
         assert message.startswith("nothing to restore from 'ckpt'")
         for v in (*source, *graph):
             assert repr(v.name) in message
+class TestUnusedKinds:
+    """Unused entries of a training checkpoint are named by kind in the summary."""
+
+    @given(
+        st.lists(
+            st.from_regex(r"[a-z]{1,3}(/(Adam|Adam_1|Momentum|EMA|x))?(/average)?", fullmatch=True),
+            max_size=20,
+        )
+    )
+    def test_each_name_in_one_kind(self, names):
+        """Every name lands in exactly one kind, in the order given; `describe_unused` is empty
+        exactly when all are others."""
+        kinds = unused_kinds(names)
+        flat = [n for _, items in kinds for n in items]
+        assert sorted(flat) == sorted(names)
+        assert [k for k, _ in kinds] == [
+            k for k in ("optimizer slots", "moving averages", "others") if k in dict(kinds)
+        ]
+        assert (describe_unused(names) == "") == all(k == "others" for k, _ in kinds)
+
+    def test_training_checkpoint_summary(self):
+        """A training checkpoint restored into its model: slots and moving averages are named."""
+        model = [vi("fc/W", (2,)), vi("fc/b")]
+        extra = [
+            "fc/W/Adam",
+            "fc/W/Adam_1",
+            "fc/b/Adam",
+            "fc/b/Adam_1",
+            "beta1_power",
+            "beta2_power",
+            "EMA/cost/average",
+            "EMA/cost/started",
+            "global_step",
+        ]
+        plan = plan_restore(model + [vi(n) for n in extra], model)
+        assert plan.summary() == (
+            "2 restored, 9 unused in the source (6 optimizer slots, 2 moving averages, "
+            "1 other: global_step)"
+        )

@@ -1,4 +1,4 @@
-"""plot-stats: draw the curves of a training run's ``stats.json``, one panel per statistic."""
+"""plot-stats: draw the curves of a training run's ``stats.json``, training and validation together."""
 
 from __future__ import annotations
 
@@ -17,14 +17,20 @@ from towerkit.tools._files import ToolError, fail
 __all__ = [
     "PANEL_INCHES",
     "STATS_FILENAME",
+    "TRAINING_PREFIXES",
+    "VALIDATION_PREFIXES",
     "X_KEYS",
+    "best_point",
     "collect_series",
+    "find_savers",
     "grid_shape",
     "held_series",
     "image_size",
     "main",
+    "panel_groups",
     "plot_stats",
     "read_stats",
+    "stats_figure",
 ]
 
 STATS_FILENAME = "stats.json"
@@ -149,6 +155,136 @@ def held_series(
     return [*xs, last], [*ys, ys[-1]]
 
 
+TRAINING_PREFIXES = ("train_", "train-", "training_", "training-")
+"""Prefixes of training statistics: ``train_error`` shares a panel with ``validation_error``."""
+
+VALIDATION_PREFIXES = ("val_", "val-", "validation_", "validation-")
+"""Prefixes of validation statistics: ``val_x`` shares a panel with ``x`` (or ``train_x``)."""
+
+
+def _stem(name: str) -> tuple[str, bool]:
+    """The name without a training or validation prefix, and whether it was a validation one."""
+    for prefix in VALIDATION_PREFIXES:
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix) :], True
+    for prefix in TRAINING_PREFIXES:
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix) :], False
+    return name, False
+
+
+def panel_groups(
+    names: Sequence[str], pairs: Sequence[Sequence[str]] = (), separate: bool = False
+) -> list[tuple[str, tuple[str, ...]]]:
+    """The panels to draw: ``(title, statistics)``, in the order of their first statistic.
+
+    A statistic and its validation counterpart share a panel: ``x`` with ``val_x`` (or
+    ``val-x``, ``validation_x``), and ``train_x`` with ``val_x``; the panel is titled
+    ``x``. Each group of `pairs` shares a panel too, titled by its names; a statistic
+    of a pair is in no other panel. With `separate`, every statistic has its own panel.
+
+    Args:
+        names: the statistics, in drawing order.
+        pairs: groups of statistics to draw together (the names must be in `names`).
+        separate: one panel per statistic (and `pairs` ignored).
+
+    Raises:
+        ValueError: a group of `pairs` names a statistic that is not in `names`, or has
+            fewer than two names; every one at fault is listed.
+
+    Examples:
+        >>> panel_groups(["cost", "learning_rate", "train_error", "val_cost", "validation_error"])
+        [('cost', ('cost', 'val_cost')), ('learning_rate', ('learning_rate',)), ('error', ('train_error', 'validation_error'))]
+        >>> panel_groups(["a", "b", "c"], pairs=[("a", "c")])
+        [('a, c', ('a', 'c')), ('b', ('b',))]
+        >>> panel_groups(["x", "val_x"], separate=True)
+        [('x', ('x',)), ('val_x', ('val_x',))]
+    """
+    names = list(names)
+    if separate:
+        return [(n, (n,)) for n in names]
+    known = set(names)
+    bad = [
+        f"{list(group)!r}: {'fewer than two names' if len(group) < 2 else 'no statistic ' + ', '.join(repr(n) for n in group if n not in known)}"
+        for group in pairs
+        if len(group) < 2 or any(n not in known for n in group)
+    ]
+    if bad:
+        msg = f"each pair must name two or more statistics of the run ({sorted(known)[:30]}); wrong: {'; '.join(bad)}"
+        raise ValueError(msg)
+    owner: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for group in pairs:
+        panel = (", ".join(group), tuple(dict.fromkeys(group)))
+        for n in group:
+            owner.setdefault(n, panel)
+    stems: dict[str, list[str]] = {}
+    for n in names:
+        if n not in owner:
+            stems.setdefault(_stem(n)[0], []).append(n)
+    for stem, members in stems.items():
+        if len(members) > 1 and any(_stem(m)[1] for m in members):
+            ordered = tuple(sorted(members, key=lambda m: (_stem(m)[1], names.index(m))))
+            panel = (stem, ordered)
+        else:
+            panel = None  # type: ignore[assignment]
+        for m in members:
+            owner[m] = panel if panel is not None else (m, (m,))
+    panels: list[tuple[str, tuple[str, ...]]] = []
+    for n in names:
+        if owner[n] not in panels:
+            panels.append(owner[n])
+    return panels
+
+
+SAVER_FILE = re.compile(r"(min|max)-(.+)\.tfmodel\.index")
+"""The ``.index`` file of a `MinSaver`/`MaxSaver` copy with its default name."""
+
+
+def find_savers(logdir: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """The ``(kind, statistic)`` of each `MinSaver`/`MaxSaver` copy in `logdir`, sorted.
+
+    Copies are found by their default names, ``min-<statistic>.tfmodel`` and
+    ``max-<statistic>.tfmodel`` (a ``/`` of the statistic's name written ``_``); a
+    copy given another ``filename`` is not found.
+    """
+    try:
+        names = os.listdir(logdir)
+    except OSError:
+        return []
+    return sorted(
+        (m.group(1), m.group(2)) for n in names if (m := SAVER_FILE.fullmatch(n)) is not None
+    )
+
+
+def best_point(xs: Sequence[float], ys: Sequence[float], kind: str) -> tuple[float, float] | None:
+    """The point a `MinSaver` (``"min"``) or `MaxSaver` (``"max"``) keeps: the first best finite value.
+
+    Examples:
+        >>> best_point([1, 2, 3, 4], [0.5, 0.2, 0.2, 0.3], "min")
+        (2, 0.2)
+        >>> best_point([1, 2], [0.5, float("nan")], "max"), best_point([], [], "min")
+        ((1, 0.5), None)
+    """
+    if kind not in ("min", "max"):
+        msg = f"'kind' must be 'min' or 'max'; got {kind!r}"
+        raise ValueError(msg)
+    best: tuple[float, float] | None = None
+    for x, y in zip(xs, ys):
+        if not math.isfinite(y):
+            continue
+        if best is None or (y < best[1] if kind == "min" else y > best[1]):
+            best = (x, y)
+    return best
+
+
+def _saver_of(name: str, savers: Sequence[tuple[str, str]]) -> str | None:
+    safe = name.replace(os.sep, "_").replace("/", "_")
+    for kind, stat in savers:
+        if stat in (name, safe):
+            return kind
+    return None
+
+
 def grid_shape(panels: int, columns: int = 3) -> tuple[int, int]:
     """``(columns, rows)`` of the panel grid.
 
@@ -183,6 +319,89 @@ def _figure_class() -> Any:
     return Figure, FigureCanvasAgg
 
 
+def stats_figure(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    keys: str | None = None,
+    x: str = "epoch",
+    columns: int = 3,
+    dpi: int = 100,
+    title: str = "",
+    pairs: Sequence[Sequence[str]] = (),
+    separate: bool = False,
+    savers: Sequence[tuple[str, str]] = (),
+) -> Any:
+    """The matplotlib ``Figure`` of `plot_stats`, drawn but not written.
+
+    One panel per group of `panel_groups` (one per statistic with `separate`), each
+    curve labelled with its statistic; the best point of each statistic kept by a
+    saver in `savers` (``(kind, statistic)`` pairs, as `find_savers` returns) is
+    marked with a star and a dotted vertical line, labelled ``best (min) epoch N``.
+
+    Raises:
+        ToolError: no statistic matches, or matplotlib is missing.
+        ValueError: bad `x`, `keys`, `columns`, `dpi` or `pairs`.
+    """
+    if dpi < 1:
+        msg = f"'dpi' must be >= 1; got {dpi}"
+        raise ValueError(msg)
+    series = collect_series(records, keys=keys, x=x)
+    if not series:
+        found = sorted({k for r in records for k in r if k not in X_KEYS.values()})
+        which = f"matching {keys!r} " if keys else ""
+        msg = f"no numeric statistics {which}with {X_KEYS[x]!r} in {len(records)} records; names found: {found[:30]}"
+        raise ToolError(msg)
+    panels = panel_groups(list(series), pairs, separate)
+    figure_cls, canvas_cls = _figure_class()
+    from matplotlib.ticker import MaxNLocator as integer_ticks
+
+    cols, rows = grid_shape(len(panels), columns)
+    fig = figure_cls(figsize=(cols * PANEL_INCHES[0], rows * PANEL_INCHES[1]), dpi=dpi)
+    canvas_cls(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    x_key = X_KEYS[x]
+    x_label = "epoch" if x == "epoch" else "global step"
+    run_xs = sorted({r[x_key] for r in records if _number(r.get(x_key))})
+    for ax, (panel_title, names) in zip(axes.flat, panels):
+        labelled = len(names) > 1
+        for i, name in enumerate(names):
+            xs, ys = series[name]
+            color = f"C{i}"
+            marker = "o" if len(xs) <= 30 else None
+            held = held_series(xs, ys, run_xs)
+            if held is None:
+                ax.plot(xs, ys, marker=marker, markersize=3, linewidth=1.2, color=color, label=name)
+            else:
+                ax.plot(*held, drawstyle="steps-post", linewidth=1.2, color=color, label=name)
+                ax.plot(xs, ys, "o", markersize=3, color=color)
+            kind = _saver_of(name, savers)
+            best = None if kind is None else best_point(xs, ys, kind)
+            if best is not None:
+                labelled = True
+                ax.axvline(best[0], color=color, linestyle=":", linewidth=1.0)
+                ax.plot(
+                    [best[0]],
+                    [best[1]],
+                    "*",
+                    markersize=11,
+                    color=color,
+                    markeredgecolor="black",
+                    label=f"best ({kind}) {x_label} {best[0]}",
+                )
+        ax.set_title(panel_title, fontsize=9)
+        ax.set_xlabel(x_label, fontsize=8)
+        ax.xaxis.set_major_locator(integer_ticks(integer=True))
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        if labelled:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def plot_stats(
     source: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
     out: str | os.PathLike[str] | None = None,
@@ -192,11 +411,18 @@ def plot_stats(
     columns: int = 3,
     dpi: int = 100,
     title: str | None = None,
+    pairs: Sequence[Sequence[str]] = (),
+    separate: bool = False,
 ) -> str:
-    """Draw one panel per statistic of a run and write the PNG atomically.
+    """Draw the statistics of a run and write the PNG atomically.
 
-    A statistic recorded at only some points (a hyper-parameter put when it is set)
-    is drawn as steps held until the end of the run (see `held_series`).
+    A statistic and its validation counterpart (``x`` and ``val_x``, ``train_x`` and
+    ``validation_x``) share a panel, as do the groups in `pairs`; with `separate`, each
+    statistic has a panel of its own. Given a logdir, the best epoch of each
+    `MinSaver`/`MaxSaver` copy found in it (``min-<statistic>.tfmodel``) is marked on
+    its statistic's curve. A statistic recorded at only some points (a
+    hyper-parameter put when it is set) is drawn as steps held until the end of the
+    run (see `held_series`). See `stats_figure` for the figure itself.
 
     Args:
         source: a logdir, its ``stats.json``, or the records themselves.
@@ -206,6 +432,8 @@ def plot_stats(
         columns: panels per row at most.
         dpi: pixels per inch; each panel is 4 x 3 inches.
         title: a title over all panels (default: the logdir).
+        pairs: groups of statistics to draw on one panel each.
+        separate: one panel per statistic.
 
     Returns:
         The path written.
@@ -213,7 +441,7 @@ def plot_stats(
     Raises:
         ToolError: no stats, nothing matches `keys`, matplotlib is missing, or the output
             directory does not exist.
-        ValueError: bad `x`, `keys`, `columns` or `dpi`.
+        ValueError: bad `x`, `keys`, `columns`, `dpi` or `pairs`.
     """
     records: list[Mapping[str, Any]]
     if isinstance(source, str | os.PathLike):
@@ -228,53 +456,41 @@ def plot_stats(
             raise ValueError(msg)
         out = os.path.join(logdir, "stats.png")
     out = os.fspath(out)
-    if dpi < 1:
-        msg = f"'dpi' must be >= 1; got {dpi}"
-        raise ValueError(msg)
-    series = collect_series(records, keys=keys, x=x)
-    if not series:
-        found = sorted({k for r in records for k in r if k not in X_KEYS.values()})
-        which = f"matching {keys!r} " if keys else ""
-        msg = f"no numeric statistics {which}with {X_KEYS[x]!r} in {len(records)} records; names found: {found[:30]}"
-        raise ToolError(msg)
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         msg = f"output directory {parent!r} does not exist"
         raise ToolError(msg)
-    figure_cls, canvas_cls = _figure_class()
-    cols, rows = grid_shape(len(series), columns)
-    fig = figure_cls(figsize=(cols * PANEL_INCHES[0], rows * PANEL_INCHES[1]), dpi=dpi)
-    canvas_cls(fig)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    x_key = X_KEYS[x]
-    run_xs = sorted({r[x_key] for r in records if _number(r.get(x_key))})
-    for ax, (name, (xs, ys)) in zip(axes.flat, series.items()):
-        marker = "o" if len(xs) <= 30 else None
-        held = held_series(xs, ys, run_xs)
-        if held is None:
-            ax.plot(xs, ys, marker=marker, markersize=3, linewidth=1.2)
-        else:
-            ax.plot(*held, drawstyle="steps-post", linewidth=1.2)
-            ax.plot(xs, ys, "o", markersize=3, color="C0")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("epoch" if x == "epoch" else "global step", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(True, alpha=0.3)
-    for ax in list(axes.flat)[len(series) :]:
-        ax.set_visible(False)
-    fig.suptitle(title if title is not None else (logdir or ""), fontsize=10)
-    fig.tight_layout()
+    fig = stats_figure(
+        records,
+        keys=keys,
+        x=x,
+        columns=columns,
+        dpi=dpi,
+        title=title if title is not None else (logdir or ""),
+        pairs=pairs,
+        separate=separate,
+        savers=find_savers(logdir) if logdir is not None else (),
+    )
     with atomic_path(out) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi)
     return out
+
+
+def _pair(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if len(names) < 2:
+        msg = f"--pair takes two or more statistics separated by commas; got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return names
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plot-stats",
         description=(
-            "Draw the curves of a training run from its stats.json (one panel per "
-            "statistic) into a PNG. Needs matplotlib: pip install 'towerkit-tools[plot]'."
+            "Draw the curves of a training run from its stats.json into a PNG: x and "
+            "val_x (train_x and val_x) on one panel, the best epoch of each MinSaver/MaxSaver "
+            "copy in the logdir marked. Needs matplotlib: pip install 'towerkit-tools[plot]'."
         ),
     )
     parser.add_argument("logdir", help="the run's logdir, or its stats.json")
@@ -283,10 +499,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--x", choices=sorted(X_KEYS), default="epoch", help="x axis: epochs or global steps"
     )
+    parser.add_argument(
+        "--pair",
+        action="append",
+        default=[],
+        type=_pair,
+        metavar="A,B",
+        help="draw these statistics on one panel (repeatable)",
+    )
+    parser.add_argument(
+        "--per-stat",
+        action="store_true",
+        help="one panel per statistic (no pairing)",
+    )
     parser.add_argument("--columns", type=int, default=3, help="panels per row (default 3)")
     parser.add_argument("--dpi", type=int, default=100, help="pixels per inch (default 100)")
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the statistics that would be drawn"
+        "--dry-run", action="store_true", help="print the panels that would be drawn"
     )
     return parser
 
@@ -298,7 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments (default: ``sys.argv[1:]``).
 
     Returns:
-        0 on success, 2 on a missing logdir, bad stats, no match, or missing matplotlib.
+        0 on success, 2 on a missing logdir, bad stats, no match, a bad pair, or
+        missing matplotlib.
     """
     args = _parser().parse_args(argv)
     try:
@@ -310,13 +540,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not series:
                 msg = f"no numeric statistics to plot in {args.logdir!r}"
                 raise ToolError(msg)
-            w, h = image_size(len(series), args.columns, args.dpi)
-            for name, (xs, _) in series.items():
-                print(f"  {name}: {len(xs)} points")
-            print(f"plot-stats: would draw {len(series)} panels ({w}x{h} pixels)")
+            panels = panel_groups(list(series), args.pair, args.per_stat)
+            w, h = image_size(len(panels), args.columns, args.dpi)
+            for title, names in panels:
+                if names == (title,):
+                    print(f"  {title}: {len(series[title][0])} points")
+                else:
+                    points = ", ".join(f"{n} {len(series[n][0])} points" for n in names)
+                    print(f"  {title}: {points}")
+            print(f"plot-stats: would draw {len(panels)} panels ({w}x{h} pixels)")
             return 0
         path = plot_stats(
-            args.logdir, args.out, keys=args.keys, x=args.x, columns=args.columns, dpi=args.dpi
+            args.logdir,
+            args.out,
+            keys=args.keys,
+            x=args.x,
+            columns=args.columns,
+            dpi=args.dpi,
+            pairs=args.pair,
+            separate=args.per_stat,
         )
     except (ToolError, ValueError) as err:
         return fail("plot-stats", err)

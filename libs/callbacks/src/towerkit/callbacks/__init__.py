@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 # The functional core: no TensorFlow.
+from towerkit.callbacks._console import VariableRow, epoch_line, format_stat, variable_table
 from towerkit.callbacks._errors import (
     CallbackError,
     MissingStatError,
@@ -60,11 +61,15 @@ from towerkit.callbacks._schedules import (
     value_in_effect,
 )
 from towerkit.callbacks._stats import (
+    EARLY_STOPPING_MODES,
+    EarlyStoppingState,
     StatMonitorState,
     advance,
+    advance_early_stopping,
     estimate_time_left,
     improves,
     should_change,
+    should_stop,
 )
 from towerkit.callbacks._stats_file import (
     NON_FINITE_TOKENS,
@@ -112,6 +117,7 @@ if TYPE_CHECKING:
         Callbacks,
         ProxyCallback,
     )
+    from towerkit.callbacks._early_stopping import EarlyStopping
     from towerkit.callbacks._graph import (
         CheckNumerics,
         DumpTensorAsImage,
@@ -197,6 +203,7 @@ _SHELLS = {
     "GraphProfiler": "_profiler",
     "MaxSaver": "_savers",
     "MinSaver": "_savers",
+    "EarlyStopping": "_early_stopping",
     "ModelSaver": "_savers",
     "CometMLMonitor": "_senders",
     "SendMonitorData": "_senders",
@@ -273,6 +280,15 @@ __all__ = [
     "StatMonitorState",
     "advance",
     "improves",
+    "EARLY_STOPPING_MODES",
+    "EarlyStoppingState",
+    "advance_early_stopping",
+    "should_stop",
+    # the console, pure
+    "VariableRow",
+    "epoch_line",
+    "format_stat",
+    "variable_table",
     # stats.json and file names, pure
     "NON_FINITE_TOKENS",
     "encode_stat",
@@ -311,6 +327,7 @@ __all__ = [
     "ScheduledHyperParamSetter",
     "StatMonitorParamSetter",
     "HyperParamSetterWithFunc",
+    "EarlyStopping",
     "Schedule",
     "PiecewiseSchedule",
     "piecewise_schedule",

@@ -383,6 +383,7 @@ class MinSaver(Callback):
         self._dir_arg = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
         self._dir: str | None = None
         self._best: float | None = None
+        self._best_epoch: int | None = None
 
     @property
     def monitor_stat(self) -> str:
@@ -399,11 +400,28 @@ class MinSaver(Callback):
         """The best value seen so far, or None."""
         return self._best
 
+    @property
+    def best_epoch(self) -> int | None:
+        """The epoch (1-based) of the best value, the one the copy holds, or None.
+
+        .. versionadded:: 0.2
+        """
+        return self._best_epoch
+
+    @property
+    def path(self) -> str | None:
+        """The checkpoint prefix of the copy (known after ``setup_graph``).
+
+        .. versionadded:: 0.2
+        """
+        return None if self._dir is None else os.path.join(self._dir, self._filename)
+
     def _setup_graph(self) -> None:
         self._dir = require_logdir(self, self._dir_arg, "checkpoint_dir")
 
     def _before_train(self) -> None:
         self._best = None
+        self._best_epoch = None
         remove_stale_temporaries(
             str(self._dir), lambda n: n.startswith(self._filename + "."), what=self._filename
         )
@@ -426,6 +444,7 @@ class MinSaver(Callback):
                 and improves(float(value), self._best, self._reverse)  # type: ignore[arg-type]
             ):
                 self._best = float(value)  # type: ignore[arg-type]
+                self._best_epoch = epoch
 
     def _trigger(self) -> None:
         value = float(self.trainer.monitors.get_latest(self._stat))
@@ -441,6 +460,7 @@ class MinSaver(Callback):
             return
         if improves(value, self._best, self._reverse):
             self._best = value
+            self._best_epoch = self.trainer.epoch_num
             self._copy_latest(value)
 
     def _copy_latest(self, value: float) -> None:

@@ -45,8 +45,12 @@ class HyperParamSetter(Callback):
     On ``trigger()`` (every epoch unless scheduled otherwise) it asks
     :meth:`get_value_to_set`; a value other than None that differs from the current
     one (compared in the parameter's :attr:`~HyperParam.dtype`) is set, logged, and
-    put to the monitors as a scalar named after the parameter. An integer parameter
-    takes integral values only (``ValueError`` otherwise, before anything is set).
+    put to the monitors as a scalar named after the parameter. The value in effect is
+    also put at the start of every epoch (a scalar parameter), so every record of
+    ``stats.json`` holds it, the first epoch's and a resumed run's first included; a
+    change made at the end of an epoch replaces it in that epoch's record. An integer
+    parameter takes integral values only (``ValueError`` otherwise, before anything is
+    set).
     A subclass defines ``_get_value_to_set()``. Setters run on every process (not
     only the chief): each may hold its own copy of the parameter.
 
@@ -62,6 +66,7 @@ class HyperParamSetter(Callback):
             msg = f"{type(self).__name__} must define _get_value_to_set(): HyperParamSetter is a base class"
             raise TypeError(msg)
         self._param = _as_param(param)
+        self._put_at: int | None = None
 
     @property
     def param(self) -> HyperParam:
@@ -108,6 +113,16 @@ class HyperParamSetter(Callback):
         )
         if put and (isinstance(value, numbers.Real) or np.ndim(value) == 0):
             self.trainer.monitors.put_scalar(name, value)
+            self._put_at = self.trainer.global_step
+
+    def _before_epoch(self) -> None:
+        step = self.trainer.global_step
+        if self._put_at == step and self.trainer.epoch_num == self.trainer.starting_epoch:
+            return  # put by before_train already, into the same record
+        value = self.get_current_value()
+        if isinstance(value, numbers.Real) or np.ndim(value) == 0:
+            self.trainer.monitors.put_scalar(self._param.readable_name, value)
+            self._put_at = step
 
     def _set_param(self) -> None:
         value = self.get_value_to_set()
@@ -143,8 +158,9 @@ class ScheduledHyperParamSetter(HyperParamSetter):
             A run that starts past a scheduled point with the parameter off the
             schedule logs a warning. A run starting after epoch 1 continues one whose
             statistics hold the value in effect at its start already: its
-            ``before_train`` sets the value without putting it to the monitors again,
-            so a resumed run's ``stats.json`` equals an uninterrupted run's.
+            ``before_train`` sets the value without putting it to the monitors (the
+            start of its first epoch puts it, as every epoch's does), so a resumed
+            run's ``stats.json`` equals an uninterrupted run's.
 
     Values are compared and printed in the parameter's dtype (a float32 variable
     holding ``0.003`` is not changed again by ``0.003``). The schedule of an integer

@@ -11,11 +11,15 @@ import attrs
 from attrs.validators import instance_of
 
 __all__ = [
+    "EARLY_STOPPING_MODES",
+    "EarlyStoppingState",
     "StatMonitorState",
     "advance",
+    "advance_early_stopping",
     "estimate_time_left",
     "improves",
     "should_change",
+    "should_stop",
 ]
 
 
@@ -197,3 +201,125 @@ def advance(
     if should_change(history, threshold, last_k, reverse):
         return StatMonitorState(history=(), last_step=step), True
     return StatMonitorState(history=history, last_step=step), False
+
+
+EARLY_STOPPING_MODES = ("min", "max")
+"""``"min"``: lower is better (a loss, an error); ``"max"``: higher is better (an accuracy)."""
+
+
+@attrs.frozen(kw_only=True)
+class EarlyStoppingState:
+    """What ``EarlyStopping`` remembers between observations.
+
+    Attributes:
+        best: the best finite value so far, or None before the first.
+        best_step: the global step at which the best value was put, or None.
+        wait: new observations since the best that did not improve on it by more
+            than ``min_delta`` (observations before the first finite one count too).
+        last_step: the global step of the newest observation, or None before the first.
+
+    .. versionadded:: 0.2
+    """
+
+    best: float | None = attrs.field(default=None)
+    best_step: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(instance_of(int))
+    )
+    wait: int = attrs.field(default=0, validator=instance_of(int))
+    last_step: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(instance_of(int))
+    )
+
+
+def check_early_stopping(mode: str, patience: int, min_delta: float) -> None:
+    """Raise ``ValueError`` naming every argument of an early-stopping rule that is out of range."""
+    bad = []
+    if mode not in EARLY_STOPPING_MODES:
+        bad.append(f"'mode' must be 'min' or 'max'; got {mode!r}")
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+        bad.append(f"'patience' must be an int >= 0 (epochs); got {patience!r}")
+    if not is_real_number(min_delta) or not math.isfinite(min_delta) or min_delta < 0:
+        bad.append(f"'min_delta' must be a finite number >= 0; got {min_delta!r}")
+    if bad:
+        raise ValueError("; ".join(bad))
+
+
+def advance_early_stopping(
+    state: EarlyStoppingState,
+    step: int,
+    value: float,
+    *,
+    mode: str = "min",
+    patience: int,
+    min_delta: float = 0.0,
+) -> tuple[EarlyStoppingState, bool]:
+    """Take one observation of a monitored statistic and decide whether to stop training.
+
+    As for :func:`advance`, an observation at the same ``step`` as the previous one
+    is the same value seen again and changes nothing. A value improves when it is
+    finite and beats the best by more than ``min_delta`` (lower with ``"min"``,
+    higher with ``"max"``; see :func:`improves`, which never lets NaN or an infinity
+    win); it becomes the best and the wait restarts at 0. Any other value adds one to
+    the wait, and training stops once the wait reaches ``patience``.
+
+    Args:
+        state: the state after the previous observation.
+        step: the global step at which the value was put to the monitors.
+        value: the observed value.
+        mode: ``"min"`` or ``"max"``.
+        patience: observations without improvement before stopping (>= 0).
+        min_delta: the least change that counts as an improvement (>= 0).
+
+    Returns:
+        The new state and whether to stop now.
+
+    Raises:
+        ValueError: ``mode``, ``patience`` or ``min_delta`` out of range.
+
+    Examples:
+        >>> s = EarlyStoppingState()
+        >>> decisions = []
+        >>> for step, v in enumerate([0.5, 0.4, 0.41, 0.4, 0.45]):
+        ...     s, stop = advance_early_stopping(s, step, v, patience=3)
+        ...     decisions.append(stop)
+        >>> decisions, s.best, s.best_step
+        ([False, False, False, False, True], 0.4, 1)
+
+    .. versionadded:: 0.2
+    """
+    check_early_stopping(mode, patience, min_delta)
+    if state.last_step is not None and step == state.last_step:
+        return state, False
+    value = float(value)
+    reverse = mode == "max"
+    bar = None if state.best is None else state.best + (min_delta if reverse else -min_delta)
+    if improves(value, bar, reverse):
+        return EarlyStoppingState(best=value, best_step=step, wait=0, last_step=step), False
+    new = attrs.evolve(state, wait=state.wait + 1, last_step=step)
+    return new, new.wait >= patience
+
+
+def should_stop(
+    history: Sequence[float], *, mode: str = "min", patience: int, min_delta: float = 0.0
+) -> bool:
+    """Whether training should stop after the last of `history` (oldest first).
+
+    The fold of :func:`advance_early_stopping` over the observations: True when the
+    last ``patience`` observations all failed to beat the best before them by more
+    than ``min_delta``.
+
+    Examples:
+        >>> should_stop([0.5, 0.4, 0.41, 0.4], patience=2), should_stop([0.5, 0.4, 0.41], patience=2)
+        (True, False)
+        >>> should_stop([0.9, 0.905, 0.908], mode="max", patience=2, min_delta=0.01)
+        True
+        >>> should_stop([], patience=0)
+        False
+    """
+    check_early_stopping(mode, patience, min_delta)
+    state, stop = EarlyStoppingState(), False
+    for step, value in enumerate(history):
+        state, stop = advance_early_stopping(
+            state, step, value, mode=mode, patience=patience, min_delta=min_delta
+        )
+    return stop

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -40,55 +41,104 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-class ProgressBar(Callback):
-    """A tqdm progress bar per epoch (``steps_per_epoch`` steps), optionally showing tensors.
+def stderr_is_terminal() -> bool:
+    """Whether standard error is a terminal (where a progress bar can redraw its line)."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):
+        return False
 
-    With ``names``, the bar shows their latest values. They are fetched with a
-    step's session call only when the bar is about to redraw (at most every
-    ``mininterval`` = 0.5 seconds), so the other steps fetch nothing more.
-    It runs on every worker.
+
+def training_cost(trainer: Any) -> Any:
+    """The cost tensor of the trainer's first training tower, or None when it has none.
+
+    It is what the tower function returned in that tower when that is one scalar
+    floating tensor (a ``SingleCostTrainer``'s cost); None otherwise.
+    """
+    func = getattr(trainer, "tower_func", None)
+    towers = getattr(func, "towers", None)
+    if towers is None:
+        return None
+    for handle in towers.training():
+        out = handle.outputs
+        if isinstance(out, tf1.Tensor) and out.dtype.is_floating and out.shape.rank in (0, None):
+            return out
+        return None
+    return None
+
+
+class ProgressBar(Callback):
+    """A tqdm progress bar per epoch (``steps_per_epoch`` steps), showing the cost or tensors.
+
+    The bar shows the latest values of the tensors named in ``names``; without
+    ``names``, the training cost (the tensor the tower function returns, in the first
+    training tower) when the trainer has one. They are fetched with a step's session
+    call only when the bar is about to redraw (at most every ``mininterval`` = 0.5
+    seconds), so the other steps fetch nothing more. The bar is cleared when its epoch
+    ends, so the epoch's line (`ScalarPrinter`) takes its place.
+
+    The bar is drawn only when standard error is a terminal: in a log file or a pipe
+    there are no bar frames, only the lines of the monitors (one per epoch with the
+    default `ScalarPrinter`), and nothing is fetched. It runs on every worker.
 
     Args:
         names: names of (scalar) tensors to show on the bar.
 
     Raises:
         TypeError: ``names`` is not a name or a sequence of names.
+
+    .. versionchanged:: 0.2
+        The training cost is shown by default; no bar without a terminal; the bar is
+        cleared at the end of its epoch.
     """
 
     _chief_only = False
     mininterval = 0.5
     """Seconds between two updates of the shown values."""
+    terminal: bool | None = None
+    """Draw the bar (True) or not (False); None: when standard error is a terminal."""
 
     def __init__(self, names: str | Sequence[str] = ()) -> None:
-        self._names = tensor_names(names) if names else ()
+        self._given = tensor_names(names) if names else ()
+        self._names: tuple[str, ...] = self._given
         self._tags = tuple(display_name(n) for n in self._names)
         self._args: Any = None
         self._bar: Any = None
         self._next_fetch = 0.0
+        self._terminal = False
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The names of the shown tensors."""
+        """The names of the shown tensors (the cost's, once set up, when none were given)."""
         return self._names
 
     def has_hook(self, method: str) -> bool:
         if method in ("_before_run", "_after_run"):
-            return bool(self._names)
+            return bool(self._names) and self._terminal
+        if method in ("_before_epoch", "_trigger_step", "_after_epoch", "_after_train"):
+            return self._terminal
         return super().has_hook(method)
 
     def _setup_graph(self) -> None:
-        if self._names:
+        self._terminal = stderr_is_terminal() if self.terminal is None else bool(self.terminal)
+        if not self._given:
+            cost = training_cost(self.trainer)
+            self._names = () if cost is None else (cost.name,)
+            self._tags = tuple(display_name(n) for n in self._names)
+        if self._names and self._terminal:
             self._args = tf1.train.SessionRunArgs(fetches=fetchable_tensors(self, self._names))
 
     def _before_epoch(self) -> None:
         self._close()
         self._bar = tqdm.tqdm(
             total=self.trainer.steps_per_epoch,
-            desc=f"Epoch {self.trainer.epoch_num}",
+            desc=f"epoch {self.trainer.epoch_num}/{self.trainer.max_epoch}",
             unit="step",
             dynamic_ncols=True,
             mininterval=self.mininterval,
-            leave=True,
+            leave=False,
+            file=sys.stderr,
         )
         self._next_fetch = 0.0
 

@@ -6,10 +6,17 @@ import functools
 import logging
 import os
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from towerkit.callbacks._base import Callback
+from towerkit.callbacks._console import (
+    VariableRow,
+    epoch_line,
+    format_stat,
+    variable_table,
+)
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._monitor_hub import MonitorBase
 from towerkit.callbacks._stats import is_real_number
@@ -371,10 +378,17 @@ def logging_configured(log: logging.Logger) -> bool:
 
 
 class ScalarPrinter(MonitorBase):
-    """Print scalars after each epoch and/or step.
+    """Print scalars after each epoch and/or step, and the trainable variables at the start.
 
-    Each scalar put since the last print is printed once, as ``name: value``, sorted by
-    name. When the program has set up logging (a handler on the ``towerkit.callbacks``
+    By default (``one_line=True``) each epoch ends with one line holding the epoch, its
+    wall time and every scalar put since the last print, sorted by name, with 4
+    significant digits (``epoch 3/12  1.9 s  cost 0.2311  val_error 0.0412  lr 0.001``;
+    ``stats.json`` keeps the full precision). With ``one_line=False`` each scalar gets a
+    line of its own, ``name: value``, as tensorpack printed them. With ``variables``
+    (the default), the table of the trainable variables (name, shape, element count)
+    and their total is printed when training starts.
+
+    When the program has set up logging (a handler on the ``towerkit.callbacks``
     logger or one of its parents, e.g. with ``logging.basicConfig``), the lines go
     to that logger at level INFO, so its configuration decides where they go and
     whether they show. Otherwise they are written to standard error (above any
@@ -386,6 +400,12 @@ class ScalarPrinter(MonitorBase):
         whitelist: regular expressions; only names in which one matches (``re.search``)
             are printed. All names by default.
         blacklist: regular expressions; names in which one matches are not printed.
+        one_line: one line per epoch (and per step) holding every scalar, instead of a
+            line per scalar.
+        variables: print the table of trainable variables when training starts.
+
+    .. versionchanged:: 0.2
+        ``one_line`` and ``variables``, both on by default.
     """
 
     _chief_only = True
@@ -396,6 +416,9 @@ class ScalarPrinter(MonitorBase):
         enable_epoch: bool = True,
         whitelist: Iterable[str] | None = None,
         blacklist: Iterable[str] | None = None,
+        *,
+        one_line: bool = True,
+        variables: bool = True,
     ) -> None:
         if not (enable_step or enable_epoch):
             msg = "ScalarPrinter with enable_step=False and enable_epoch=False would print nothing"
@@ -404,8 +427,16 @@ class ScalarPrinter(MonitorBase):
         self._epoch = bool(enable_epoch)
         self._white = _compile_all("whitelist", whitelist)
         self._black = _compile_all("blacklist", blacklist) or ()
+        self._one_line = bool(one_line)
+        self._variables = bool(variables)
         self._allowed: dict[str, bool] = {}
         self._pending: dict[str, Any] = {}
+        self._epoch_start: float | None = None
+
+    @property
+    def one_line(self) -> bool:
+        """Whether the scalars of an epoch (or step) are printed on one line."""
+        return self._one_line
 
     def allows(self, name: str) -> bool:
         """Whether ``name`` passes the whitelist and the blacklist."""
@@ -426,11 +457,13 @@ class ScalarPrinter(MonitorBase):
             return self._step
         if method == "_trigger_epoch":
             return self._epoch
+        if method == "_before_epoch":
+            return self._epoch and self._one_line
+        if method == "_before_train":
+            return self._variables
         return super().has_hook(method)
 
-    def _print(self) -> None:
-        lines = [format_scalar(name, self._pending[name]) for name in sorted(self._pending)]
-        self._pending = {}
+    def _emit(self, lines: list[str]) -> None:
         if logging_configured(logger):
             for line in lines:
                 logger.info("%s", line)
@@ -442,10 +475,50 @@ class ScalarPrinter(MonitorBase):
         for line in lines:
             tqdm.tqdm.write(line, file=sys.stderr)
 
+    def _before_train(self) -> None:
+        if self._variables:
+            self._emit(variable_table(trainable_variable_rows(self.graph)))
+
+    def _before_epoch(self) -> None:
+        self._epoch_start = time.perf_counter()
+
+    def _print(self, prefix: str | None = None) -> None:
+        pending = sorted(self._pending.items())
+        self._pending = {}
+        if prefix is None:
+            self._emit([format_scalar(name, val) for name, val in pending])
+        else:
+            self._emit(["  ".join([prefix, *(f"{n} {format_stat(v)}" for n, v in pending)])])
+
     def _trigger_step(self) -> None:
         if self._step and self._pending:
-            self._print()
+            self._print(f"step {self.trainer.global_step}" if self._one_line else None)
 
     def _trigger_epoch(self) -> None:
-        if self._epoch:
+        if not self._epoch:
+            return
+        if not self._one_line:
             self._print()
+            return
+        start, self._epoch_start = self._epoch_start, None
+        seconds = None if start is None else time.perf_counter() - start
+        pending = sorted(self._pending.items())
+        self._pending = {}
+        self._emit([epoch_line(self.trainer.epoch_num, self.trainer.max_epoch, seconds, pending)])
+
+
+def trainable_variable_rows(graph: Any) -> list[VariableRow]:
+    """The trainable variables of `graph` as rows of `variable_table`, in creation order."""
+    rows = []
+    for v in graph.get_collection(tf1.GraphKeys.TRAINABLE_VARIABLES):
+        shape = v.shape
+        dtype = v.dtype.base_dtype
+        rows.append(
+            VariableRow(
+                name=v.op.name,
+                shape=None if shape.rank is None else shape.as_list(),
+                dtype=dtype.name,
+                itemsize=dtype.size,
+            )
+        )
+    return rows

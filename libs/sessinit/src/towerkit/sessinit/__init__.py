@@ -48,8 +48,10 @@ from towerkit.sessinit._plan import (
     Assignment,
     RestorePlan,
     VarInfo,
+    describe_unused,
     plan_restore,
     restores_nothing,
+    unused_kinds,
 )
 from towerkit.sessinit._version import __version__
 
@@ -130,6 +132,8 @@ __all__ = [
     "RestorePlan",
     "plan_restore",
     "restores_nothing",
+    "unused_kinds",
+    "describe_unused",
     # checkpoint names and paths
     "checkpoint_step",
     "resolve_checkpoint",

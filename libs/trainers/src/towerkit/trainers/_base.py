@@ -442,9 +442,10 @@ class Trainer(metaclass=TrainerMeta):
                 if should_stop() or interrupt.requested:
                     raise StopTraining("stop requested")
             elapsed = time.perf_counter() - start
-            # after after_epoch, which ends the progress bar's line
+            # after after_epoch, which ends the progress bar's line; ScalarPrinter's
+            # epoch line says the same at INFO
             cbs.after_epoch()
-            logger.info(
+            logger.debug(
                 "epoch %d done: %d steps in %.2f s (global step %d)",
                 epoch,
                 steps_per_epoch,
