@@ -351,6 +351,8 @@ class TestRestoresNothing:
         assert message.startswith("nothing to restore from 'ckpt'")
         for v in (*source, *graph):
             assert repr(v.name) in message
+
+
 class TestUnusedKinds:
     """Unused entries of a training checkpoint are named by kind in the summary."""
 
