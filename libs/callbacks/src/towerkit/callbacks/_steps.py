@@ -65,6 +65,7 @@ class ProgressBar(Callback):
         self._args: Any = None
         self._bar: Any = None
         self._next_fetch = 0.0
+        self._stride = 1
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -91,6 +92,7 @@ class ProgressBar(Callback):
             leave=True,
         )
         self._next_fetch = 0.0
+        self._stride = getattr(self.trainer, "steps_per_execution", 1)
 
     def _before_run(self, run_context: Any) -> Any:
         del run_context
@@ -108,9 +110,18 @@ class ProgressBar(Callback):
             ", ".join(f"{t}={format_value(v)}" for t, v in zip(self._tags, values)), refresh=False
         )
 
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        # counting K steps per call is fine; tensors of the K-step loop cannot be fetched
+        if steps_per_execution == 1 or not self._names:
+            return []
+        return [
+            f"{self} fetches {', '.join(self._names)} with a step: with several steps per "
+            "session call they are inside the training loop; use names=()"
+        ]
+
     def _trigger_step(self) -> None:
         if self._bar is not None:
-            self._bar.update(1)
+            self._bar.update(self._stride)
 
     def _after_epoch(self) -> None:
         self._close()

@@ -388,6 +388,8 @@ class ScalarPrinter(MonitorBase):
         blacklist: regular expressions; names in which one matches are not printed.
     """
 
+    accepts_coarse_steps = True  # prints what the call that ended put
+
     _chief_only = True
 
     def __init__(
