@@ -37,7 +37,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_loop import MODELS, bare_loop, build_cost, dataset  # noqa: E402
+from bench_loop import MODELS, bare_loop, build_cost, dataset
 
 KS = (1, 10, 50, 200)
 STEPS = {"tiny": 4000, "mlp": 1200, "conv": 400}
@@ -204,18 +204,20 @@ def main(argv: list[str] | None = None) -> int:
         steps = timed_steps(model, args.ks, args.scale)
         runs: dict[str, list[float]] = {"callable": []}
         failed: dict[str, str] = {}
-        runners = {"callable": lambda: bare_loop(model, steps, args.warmup, True)}
+        runners = {"callable": lambda m=model, n=steps: bare_loop(m, n, args.warmup, True)}
         for k in args.ks:
             for case in args.cases:
                 key = f"{case}@{k}"
                 runs[key] = []
                 if case == "while":
-                    runners[key] = lambda k=k: while_loop(model, steps, args.warmup, k)
+                    runners[key] = lambda k=k, m=model, n=steps: while_loop(m, n, args.warmup, k)
                 elif case == "towerkit":
-                    runners[key] = lambda k=k: towerkit_k(model, steps, args.warmup, k)
+                    runners[key] = lambda k=k, m=model, n=steps: towerkit_k(m, n, args.warmup, k)
                 else:
                     jit = case == "keras-jit"
-                    runners[key] = lambda k=k, jit=jit: keras_k(model, steps, args.warmup, k, jit)
+                    runners[key] = lambda k=k, j=jit, m=model, n=steps: keras_k(
+                        m, n, args.warmup, k, j
+                    )
         for rep in range(args.repeats):
             for key, runner in runners.items():
                 if key in failed:
@@ -224,12 +226,17 @@ def main(argv: list[str] | None = None) -> int:
                     runs[key].append(runner())
                 except Exception as err:  # reported, not fatal
                     failed[key] = f"n/a: {type(err).__name__}: {str(err)[:120]}"
-                print(f"{model} {key} #{rep + 1}: {runs[key][-1:] or failed.get(key)}", file=sys.stderr, flush=True)
+                print(
+                    f"{model} {key} #{rep + 1}: {runs[key][-1:] or failed.get(key)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         med = {key: statistics.median(v) for key, v in runs.items() if v}
         floor = med.get("callable")
         results[model] = {"steps": steps, "runs": runs, "medians": med, "failed": failed}
         for k in args.ks:
-            def cell(case, k=k):
+
+            def cell(case, k=k, med=med, failed=failed):
                 key = f"{case}@{k}"
                 if key in failed:
                     return failed[key][:40]

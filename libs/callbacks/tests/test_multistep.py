@@ -110,7 +110,9 @@ class TestLoopEventsWithK:
 
     def test_k_must_divide(self):
         """A K that does not divide steps_per_epoch is refused, naming both."""
-        with pytest.raises(ValueError, match="'steps_per_execution' 4 must divide 'steps_per_epoch' 6"):
+        with pytest.raises(
+            ValueError, match=r"'steps_per_execution' 4 must divide 'steps_per_epoch' 6"
+        ):
             list(loop_events(1, 1, 6, steps_per_execution=4))
 
 
@@ -211,9 +213,13 @@ class TestCallbackFaults:
     def test_wrappers_and_groups(self):
         """Wrappers check their period and the wrapped callback; a group all of them."""
         assert PeriodicTrigger(_Coarse(), every_k_steps=8).coarse_steps_faults(4) == []
-        assert "period of 6" in PeriodicTrigger(_Coarse(), every_k_steps=6).coarse_steps_faults(4)[0]
+        assert (
+            "period of 6" in PeriodicTrigger(_Coarse(), every_k_steps=6).coarse_steps_faults(4)[0]
+        )
         assert PeriodicTrigger(_Step(), every_k_epochs=1).coarse_steps_faults(4)
-        assert "period of 3" in PeriodicCallback(_Coarse(), every_k_steps=3).coarse_steps_faults(2)[0]
+        assert (
+            "period of 3" in PeriodicCallback(_Coarse(), every_k_steps=3).coarse_steps_faults(2)[0]
+        )
         assert len(Callbacks([_Step(), _Coarse(), _Step()]).coarse_steps_faults(2)) == 2
 
     def test_progress_bar(self):

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import Probe, as_tuples, blobs, creator
 
 from towerkit.callbacks import (
     Callback,
-    EventKind,
     JSONWriter,
     MergeAllSummaries,
     ModelSaver,
@@ -34,8 +34,6 @@ from towerkit.trainers import (
     TrainConfig,
     launch_train_with_config,
 )
-
-from helpers import Probe, as_tuples, blobs, creator  # noqa: I001
 
 SPE = 64
 
@@ -199,7 +197,9 @@ class TestInputs:
         x, y = blobs(n=32)
         with tf.Graph().as_default():
             trainer = SimpleTrainer()
-            with pytest.raises(ValueError, match="feeds its placeholders from Python before every step"):
+            with pytest.raises(
+                ValueError, match="feeds its placeholders from Python before every step"
+            ):
                 trainer.setup_graph(
                     Mlp().get_input_signature(),
                     FeedInput([[x[:16], y[:16]]]),
@@ -258,7 +258,9 @@ class TestRefusals:
 
     def test_k_must_divide_steps_per_epoch(self):
         """TrainConfig names both numbers."""
-        with pytest.raises(ValueError, match="'steps_per_execution' 48 must divide 'steps_per_epoch' 64"):
+        with pytest.raises(
+            ValueError, match="'steps_per_execution' 48 must divide 'steps_per_epoch' 64"
+        ):
             TrainConfig(model=Mlp(), data=data(), steps_per_epoch=64, steps_per_execution=48)
 
     def test_k_must_divide_input_size(self, tmp_path):
@@ -271,7 +273,9 @@ class TestRefusals:
                 monitors=[],
                 steps_per_execution=2,
             )
-            with pytest.raises(ValueError, match="'steps_per_execution' 2 must divide 'steps_per_epoch' 3"):
+            with pytest.raises(
+                ValueError, match="'steps_per_execution' 2 must divide 'steps_per_epoch' 3"
+            ):
                 launch_train_with_config(config, SimpleTrainer())
 
     def test_bad_k(self):
@@ -318,9 +322,7 @@ class TestRefusals:
                 Mlp().get_input_signature(), data(), Mlp().build_graph, Mlp().get_optimizer
             )
             with pytest.raises(ValueError, match="was built for 1 step"):
-                trainer.train(
-                    [], [], creator(), None, SPE, 1, 1, steps_per_execution=8
-                )
+                trainer.train([], [], creator(), None, SPE, 1, 1, steps_per_execution=8)
 
     def test_default_callbacks_are_coarse(self):
         """DEFAULT_CALLBACKS raise nothing at K > 1 (checked on the real run above)."""
