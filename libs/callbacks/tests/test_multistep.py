@@ -136,7 +136,7 @@ class TestExecutionFaults:
 
     def test_fail(self):
         """Kinds and values."""
-        with pytest.raises(TypeError, match="must be an int >= 1; got 2.5"):
+        with pytest.raises(TypeError, match=r"must be an int >= 1; got 2\.5"):
             check_steps_per_execution(10, 2.5)
         with pytest.raises(ValueError, match="must be an int >= 1; got -1"):
             check_steps_per_execution(10, -1)
