@@ -478,7 +478,8 @@ class TestStepsPerExecution:
         assert main([str(path), "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
         got = [(f["name"], f["global_step"]) for f in out["firings"]]
-        assert ("saver", 100) in got and ("saver", 200) in got
+        assert ("saver", 100) in got
+        assert ("saver", 200) in got
         assert [g for n, g in got if n == "stats"] == [100, 200]
 
     def test_period_inside_a_call_refused(self, tmp_path, capsys):

@@ -354,15 +354,14 @@ class TestDistributedHorovod:
         """NoOpTrainer has no training op to loop."""
         from towerkit.trainers import NoOpTrainer
 
-        with tf.Graph().as_default():
-            with pytest.raises(ValueError, match="no training op to run K times"):
-                NoOpTrainer().setup_graph(
-                    Mlp().get_input_signature(),
-                    data(),
-                    Mlp().build_graph,
-                    Mlp().get_optimizer,
-                    steps_per_execution=2,
-                )
+        with tf.Graph().as_default(), pytest.raises(ValueError, match="no training op to run K"):
+            NoOpTrainer().setup_graph(
+                Mlp().get_input_signature(),
+                data(),
+                Mlp().build_graph,
+                Mlp().get_optimizer,
+                steps_per_execution=2,
+            )
 
     def test_distributed_refuses(self):
         """The distributed trainers: the workers share variables step by step."""
