@@ -185,7 +185,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def timed_steps(model: str, ks: list[int], scale: float) -> int:
-    """The timed steps of `model`: scaled, rounded up to a multiple of every K."""
+    """The timed steps of `model`: scaled, rounded up to a multiple of every K.
+
+    >>> timed_steps("conv", [1, 10, 50, 200], 0.5)
+    200
+    >>> timed_steps("tiny", [1, 10, 50, 200], 1.0)
+    4000
+    >>> timed_steps("mlp", [3, 7], 1.0)
+    1218
+    """
     import math
 
     lcm = math.lcm(*ks)
