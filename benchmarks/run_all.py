@@ -73,6 +73,14 @@ BENCHES: dict[str, dict[str, Any]] = {
         ],
         "baseline": "a bare loop over sess.make_callable(train_op)",
     },
+    "multistep": {
+        "title": "Several steps per session call: steps_per_execution K = 1, 10, 50, 200 against the one-step floor, a hand-written while loop and Keras 3",
+        "script": "bench_multistep.py",
+        "json_flag": "--out",
+        "args": ["--repeats", "3"],
+        "quick": ["--models", "tiny", "--ks", "1,50", "--repeats", "1", "--scale", "0.1"],
+        "baseline": "a bare loop over sess.make_callable(train_op), one step per call",
+    },
     "restore": {
         "title": "Restore: SessionInit speed against tf.compat.v1.train.Saver.restore",
         "script": "bench_restore.py",
@@ -300,6 +308,15 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
             cost = ", producer cost 1 step" if row.get("cost_s") else ""
             what = f"towerkit dataflow steps/s, {row['model']} model{cost} (vs the fed callable)"
             rows.append((what, figure, _ratio(row.get("ratios", {}).get("towerkit"))))
+    elif area == "multistep" and isinstance(data, Mapping):
+        for model, res in data.get("results", {}).items():
+            med = res.get("medians", {})
+            floor = med.get("callable")
+            for key, value in med.items():
+                if key.startswith("towerkit@") and floor:
+                    k = key.split("@")[1]
+                    what = f"towerkit steps/s, {model} model, K={k} (vs the one-step floor)"
+                    rows.append((what, f"{value:.1f}", _ratio(value / floor)))
     elif area == "restore" and isinstance(data, Mapping):
         for r in data.get("results", []):
             if r.get("case") != "Saver.restore":

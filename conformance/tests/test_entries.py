@@ -26,7 +26,8 @@ class TestCapabilities:
         """Defaults describe a single-tower, in-process trainer."""
         assert repr(Capabilities()) == (
             "Capabilities(num_towers=1, variables='shared', trains=True, gradients='average', "
-            "synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True)"
+            "synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True, "
+            "steps_per_execution=True)"
         )
 
     def test_fail(self):

@@ -34,8 +34,13 @@ class TestLoopSpec:
         """Every field shows."""
         assert repr(LoopSpec()) == (
             "LoopSpec(starting_epoch=1, max_epoch=2, steps_per_epoch=3, start_global_step=0, "
-            "run_step_repeats=1)"
+            "run_step_repeats=1, steps_per_execution=1)"
         )
+
+    def test_fail_k(self):
+        """K must divide steps_per_epoch."""
+        with pytest.raises(ValueError, match="'steps_per_execution' 2 must divide 'steps_per_epoch' 3"):
+            LoopSpec(steps_per_execution=2)
 
     def test_fail_epochs(self):
         """max_epoch below starting_epoch - 1 is rejected with both values."""

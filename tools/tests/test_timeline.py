@@ -91,7 +91,8 @@ class TestLoopSpec:
     def test_repr(self):
         """The repr names every field."""
         assert repr(LoopSpec(steps_per_epoch=3, max_epoch=2)) == (
-            "LoopSpec(steps_per_epoch=3, max_epoch=2, starting_epoch=1, start_global_step=0)"
+            "LoopSpec(steps_per_epoch=3, max_epoch=2, starting_epoch=1, start_global_step=0, "
+            "steps_per_execution=1)"
         )
 
     def test_fail(self):
@@ -461,3 +462,40 @@ class TestMain:
         )
         assert (done.returncode, done.stderr) == (0, "")
         assert "ModelSaver (PeriodicTrigger): 5 times" in done.stdout
+
+
+class TestStepsPerExecution:
+    """The timeline models K steps per session call."""
+
+    def test_step_firings_at_call_ends(self, tmp_path, capsys):
+        """Step periods fire at the calls' ends; epoch firings do not move."""
+        path = tmp_path / "k.toml"
+        path.write_text(
+            "[loop]\nsteps_per_epoch = 100\nmax_epoch = 2\nsteps_per_execution = 50\n\n"
+            '[[callbacks]]\nname = "saver"\ntype = "PeriodicTrigger"\nevery_k_steps = 100\n\n'
+            '[[callbacks]]\nname = "stats"\ntype = "PeriodicTrigger"\nevery_k_epochs = 1\n'
+        )
+        assert main([str(path), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        got = [(f["name"], f["global_step"]) for f in out["firings"]]
+        assert ("saver", 100) in got
+        assert ("saver", 200) in got
+        assert [g for n, g in got if n == "stats"] == [100, 200]
+
+    def test_period_inside_a_call_refused(self, tmp_path, capsys):
+        """A step period that is not a multiple of K is refused, named."""
+        path = tmp_path / "k.toml"
+        path.write_text(
+            "[loop]\nsteps_per_epoch = 100\nmax_epoch = 2\n\n"
+            '[[callbacks]]\nname = "saver"\ntype = "PeriodicTrigger"\nevery_k_steps = 30\n'
+        )
+        assert main([str(path), "--steps-per-execution", "50"]) == 2
+        err = capsys.readouterr().err
+        assert "'saver': a period of 30 global steps is not a multiple of steps_per_execution=50" in err
+
+    def test_k_must_divide(self, tmp_path, capsys):
+        """K must divide steps_per_epoch."""
+        path = tmp_path / "k.toml"
+        path.write_text("callbacks = []\n\n[loop]\nsteps_per_epoch = 100\nmax_epoch = 2\n")
+        assert main([str(path), "--steps-per-execution", "30"]) == 2
+        assert "'steps_per_execution' 30 must divide 'steps_per_epoch' 100" in capsys.readouterr().err

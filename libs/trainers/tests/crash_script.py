@@ -1,7 +1,7 @@
 """A training job that the crash test kills with SIGKILL and runs again (real processes).
 
 Usage: python crash_script.py LOGDIR SCHEDULE [--kill-after N --phase PHASE [--delay-ms D]]
-[--keep] [--max-epoch E] [--hold]
+[--keep] [--max-epoch E] [--hold] [--k K]
 
 It trains the MLP of `resume_script` with `AutoResumeTrainConfig` for `MAX_EPOCH` epochs
 of `STEPS_PER_EPOCH` steps from seeded initial values on data read in the same order
@@ -21,7 +21,9 @@ session call (anywhere: in a save, in the statistics write, between two steps).
 
 With ``--keep`` it trains afresh with a plain `TrainConfig` and ``logdir_action="keep"``
 (no resuming), for ``--max-epoch`` epochs. With ``--hold`` it prints ``HOLDING <pid>``
-at ``before_train`` and waits there until killed (the logdir lock tests).
+at ``before_train`` and waits there until killed (the logdir lock tests). With ``--k K``
+each session call runs K steps (``steps_per_execution``; K divides `STEPS_PER_EPOCH`, and the
+kill points are counted in global steps, so N must be a multiple of K).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class Kill(Callback):
     """SIGKILLs this process `after` steps into the run, at the given phase."""
 
     _chief_only = False
+    accepts_coarse_steps = True  # counts global steps: a multiple of K with K steps per call
 
     def __init__(self, after: int | None, phase: str, delay_ms: float, saver_turn: bool) -> None:
         self.after, self.phase, self.delay_ms, self.saver_turn = after, phase, delay_ms, saver_turn
@@ -136,6 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--max-epoch", type=int, default=MAX_EPOCH)
     parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--k", type=int, default=1)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s: %(message)s")
     rng = np.random.default_rng(0)
@@ -158,6 +162,7 @@ def main(argv=None) -> int:
         max_epoch=args.max_epoch,
         logdir=args.logdir,
         logdir_action="keep",
+        steps_per_execution=args.k,
     )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(0)  # the same initial variables in every run

@@ -116,6 +116,44 @@ def test_killed_and_resumed(tmp_path, schedule, uninterrupted):
     assert not [n for n in os.listdir(logdir) if n.startswith(".")], "no temporary left"
 
 
+K = STEPS_PER_EPOCH
+"""Steps per session call in the K-step crash test: one call per epoch."""
+
+
+def test_killed_and_resumed_with_k_steps_per_call(tmp_path, uninterrupted):
+    """K steps per call, killed twice at seeded points, resumed: the uninterrupted K-run's end."""
+    reference = tmp_path / "reference"
+    proc = run(reference, "epoch", "--k", str(K))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected_stats = (reference / "stats.json").read_text()
+    expected_vars = variables(str(reference / f"model-{TOTAL}"))
+    # the same epochs and global steps as one step per call
+    _, stats_one, _ = uninterrupted
+    steps = [(r["epoch_num"], r["global_step"]) for r in json.loads(stats_one)]
+    assert [(r["epoch_num"], r["global_step"]) for r in json.loads(expected_stats)] == steps
+
+    logdir = tmp_path / "log"
+    rng = random.Random(27)
+    outputs = []
+    for _ in range(KILLS):
+        after = K * rng.randint(1, TOTAL // K // 2)
+        phase, delay = rng.choice(["run", "save", "timer"]), rng.uniform(0, 30)
+        args = ["--k", str(K), "--kill-after", str(after), "--phase", phase]
+        proc = run(logdir, "epoch", *args, "--delay-ms", f"{delay:.1f}")
+        outputs.append(
+            f"--- kill after {after} ({phase}, {delay:.1f} ms)\n{proc.stdout}{proc.stderr}"
+        )
+        assert proc.returncode in (-signal.SIGKILL, 0), outputs[-1]
+    final = run(logdir, "epoch", "--k", str(K))
+    log = "\n".join([*outputs, final.stdout, final.stderr])
+    assert final.returncode == 0, log
+    assert f"finished at global step {TOTAL}" in final.stdout, log
+    assert (logdir / "stats.json").read_text() == expected_stats, log
+    got = variables(resolve_checkpoint(str(logdir)))
+    for name, value in expected_vars.items():
+        assert np.array_equal(got[name], value), f"{name} differs from the uninterrupted K-run"
+
+
 # -- a logdir holding checkpoints this run did not write -------------------------------------
 
 

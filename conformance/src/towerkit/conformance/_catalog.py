@@ -36,6 +36,20 @@ RUNS_PER_STEP = {
     )
     for n in (0, 2)
 }
+STEPS_PER_CALL = {
+    k: Scenario(
+        name=f"loop-{k}-steps-per-call",
+        loop=LoopSpec(starting_epoch=1, max_epoch=2, steps_per_epoch=4, steps_per_execution=k),
+        callbacks=[ProbeSpec(name="later")],
+    )
+    for k in (2, 4)
+}
+STEPS_PER_CALL_RESTORED = Scenario(
+    name="loop-2-steps-per-call-restored",
+    loop=LoopSpec(
+        starting_epoch=3, max_epoch=4, steps_per_epoch=2, start_global_step=4, steps_per_execution=2
+    ),
+)
 RESTORED = Scenario(
     name="loop-restored-global-step",
     loop=LoopSpec(starting_epoch=3, max_epoch=4, steps_per_epoch=2, start_global_step=10),
@@ -269,6 +283,7 @@ LAYERS = {
 def named_scenarios() -> tuple[Scenario, ...]:
     """Every named scenario, in an order that runs the first run of a resume before its second."""
     out = [LOOP, *RUNS_PER_STEP.values(), RESTORED, PLAIN_RUNS, *STOPS.values(), *CHIEF.values()]
+    out += [*STEPS_PER_CALL.values(), STEPS_PER_CALL_RESTORED]
     out += [
         TRIGGER_STEPS,
         TRIGGER_EPOCHS,

@@ -70,6 +70,9 @@ class Capabilities:
         processes: processes of a job (workers); the chief is rank 0.
         towers: whether the trainer has a tower function (``tower_func``, ``towers``,
             ``get_predictor``: a ``TowerTrainer``).
+        steps_per_execution: whether ``setup_graph(..., steps_per_execution=K)`` builds a
+            K-step loop (several steps per session call); the scenarios with K > 1 are
+            skipped for a trainer that declares False.
 
     Examples:
         >>> Capabilities(num_towers=2, variables="replicated").is_data_parallel
@@ -95,6 +98,7 @@ class Capabilities:
     )
     processes: int = attrs.field(default=1, validator=[_int, ge(1)])
     towers: bool = attrs.field(default=True, validator=instance_of(bool))
+    steps_per_execution: bool = attrs.field(default=True, validator=instance_of(bool))
 
     @property
     def is_data_parallel(self) -> bool:
@@ -152,7 +156,7 @@ class TrainerEntry:
 
     Examples:
         >>> TrainerEntry(name="mine", factory="my_pkg.trainers:make")
-        TrainerEntry(name='mine', factory='my_pkg.trainers:make', capabilities=Capabilities(num_towers=1, variables='shared', trains=True, gradients='average', synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True), requires=())
+        TrainerEntry(name='mine', factory='my_pkg.trainers:make', capabilities=Capabilities(num_towers=1, variables='shared', trains=True, gradients='average', synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True, steps_per_execution=True), requires=())
     """
 
     name: str = attrs.field(validator=instance_of(str))

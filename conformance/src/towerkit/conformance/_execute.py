@@ -46,7 +46,7 @@ from towerkit.conformance._scenario import (
 logger = logging.getLogger("towerkit.conformance")
 
 
-def make_trainer(entry: TrainerEntry, model: SuiteModel, *, setup: bool = True) -> Any:
+def make_trainer(entry: TrainerEntry, model: SuiteModel, *, setup: bool = True, k: int = 1) -> Any:
     """A trainer of `entry` for `model`, in the default graph.
 
     A factory that takes the model builds the graph; otherwise the suite calls
@@ -58,7 +58,11 @@ def make_trainer(entry: TrainerEntry, model: SuiteModel, *, setup: bool = True) 
     trainer = factory()
     if setup:
         trainer.setup_graph(
-            model.input_signature, model.make_input(), model.build_cost, model.make_optimizer
+            model.input_signature,
+            model.make_input(),
+            model.build_cost,
+            model.make_optimizer,
+            **({} if k == 1 else {"steps_per_execution": k}),
         )
     return trainer
 
@@ -345,7 +349,12 @@ def execute(
     with graph.as_default(), graph.container(container or ""):
         try:
             _create_params(scenario)
-            trainer = make_trainer(entry, model, setup=scenario.auto_resume is None)
+            trainer = make_trainer(
+                entry,
+                model,
+                setup=scenario.auto_resume is None,
+                k=scenario.loop.steps_per_execution,
+            )
             if scenario.non_chief:
                 trainer.is_chief = False
             if scenario.loop.run_step_repeats != 1:

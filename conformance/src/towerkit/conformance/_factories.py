@@ -96,7 +96,9 @@ _TWO = MULTI_DEVICE_TOWERS
 BUILTIN_ENTRIES: tuple[TrainerEntry, ...] = (
     TrainerEntry(name="SimpleTrainer", factory=f"{_HERE}:simple_trainer"),
     TrainerEntry(
-        name="NoOpTrainer", factory=f"{_HERE}:noop_trainer", capabilities=Capabilities(trains=False)
+        name="NoOpTrainer",
+        factory=f"{_HERE}:noop_trainer",
+        capabilities=Capabilities(trains=False, steps_per_execution=False),
     ),
     TrainerEntry(
         name="SyncMultiGPUTrainerReplicated",
@@ -131,7 +133,7 @@ BUILTIN_ENTRIES: tuple[TrainerEntry, ...] = (
     TrainerEntry(
         name="HorovodTrainer",
         factory=f"{_HERE}:horovod_trainer",
-        capabilities=Capabilities(launcher="horovod", processes=2),
+        capabilities=Capabilities(launcher="horovod", processes=2, steps_per_execution=False),
         requires="HorovodTrainer",
     ),
     TrainerEntry(
@@ -143,6 +145,7 @@ BUILTIN_ENTRIES: tuple[TrainerEntry, ...] = (
             synchronous=False,
             launcher="tf-distributed",
             processes=2,
+            steps_per_execution=False,
         ),
         requires="DistributedTrainerReplicated",
     ),
@@ -150,7 +153,11 @@ BUILTIN_ENTRIES: tuple[TrainerEntry, ...] = (
         name="DistributedTrainerParameterServer",
         factory=f"{_HERE}:distributed_ps_trainer",
         capabilities=Capabilities(
-            num_towers=_TWO, synchronous=False, launcher="tf-distributed", processes=2
+            num_towers=_TWO,
+            synchronous=False,
+            launcher="tf-distributed",
+            processes=2,
+            steps_per_execution=False,
         ),
         requires="DistributedTrainerParameterServer",
     ),

@@ -55,6 +55,8 @@ class Probe(Callback):
         chief_only: the callback's ``chief_only``.
     """
 
+    accepts_coarse_steps = True  # records what the loop shows, K steps per call or one
+
     def __init__(self, name: str, recording: Recording, chief_only: bool = False) -> None:
         self._name = name
         self._rec = recording

@@ -83,6 +83,7 @@ def full_stream(loop: LoopSpec, runs_per_step: int) -> list[LoopEvent]:
         loop.bounds.events(
             start_global_step=loop.start_global_step,
             runs_per_step=runs_per_step * loop.run_step_repeats,
+            steps_per_execution=loop.steps_per_execution,
         )
     )
 

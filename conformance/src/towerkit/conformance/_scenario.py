@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import attrs
 from attrs.validators import ge, instance_of, optional
 
-from towerkit.callbacks import LoopBounds
+from towerkit.callbacks import LoopBounds, check_steps_per_execution
 from towerkit.conformance._entries import one_of
 from towerkit.conformance._trace import event_kind
 
@@ -71,10 +71,13 @@ class LoopSpec:
         start_global_step: the global step restored before training starts.
         run_step_repeats: how many times each step calls the trainer's own
             ``run_step`` (0 makes steps without any ``hooked_sess.run``; 2 doubles them).
+        steps_per_execution: training steps per session call (K, dividing
+            ``steps_per_epoch``); the trainer builds its graph for K, and each
+            ``run_step`` makes K steps.
 
     Examples:
         >>> LoopSpec(starting_epoch=2, max_epoch=3, steps_per_epoch=2)
-        LoopSpec(starting_epoch=2, max_epoch=3, steps_per_epoch=2, start_global_step=0, run_step_repeats=1)
+        LoopSpec(starting_epoch=2, max_epoch=3, steps_per_epoch=2, start_global_step=0, run_step_repeats=1, steps_per_execution=1)
         >>> LoopSpec(starting_epoch=3, max_epoch=1)
         Traceback (most recent call last):
         ...
@@ -86,11 +89,14 @@ class LoopSpec:
     steps_per_epoch: int = 3
     start_global_step: int = attrs.field(default=0, validator=[_int, ge(0)])
     run_step_repeats: int = attrs.field(default=1, validator=[_int, ge(0)])
+    steps_per_execution: int = attrs.field(default=1, validator=[_int, ge(1)])
     bounds: LoopBounds = attrs.field(init=False, repr=False, eq=False)
     """The epochs and steps, checked by the loop's own record."""
 
     @bounds.default
     def _bounds(self) -> LoopBounds:
+        if self.steps_per_execution != 1:
+            check_steps_per_execution(self.steps_per_epoch, self.steps_per_execution)
         return LoopBounds(
             starting_epoch=self.starting_epoch,
             max_epoch=self.max_epoch,

@@ -87,7 +87,13 @@ _TABLE_KEYS = {
     },
 }
 
-_LOOP_KEYS = ("steps_per_epoch", "max_epoch", "starting_epoch", "start_global_step")
+_LOOP_KEYS = (
+    "steps_per_epoch",
+    "max_epoch",
+    "starting_epoch",
+    "start_global_step",
+    "steps_per_execution",
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -99,21 +105,26 @@ class LoopSpec:
         max_epoch: the last epoch, inclusive (1-based); ``starting_epoch - 1`` is an empty run.
         starting_epoch: the first epoch (1-based).
         start_global_step: the global step restored at the start (>= 0).
+        steps_per_execution: training steps per session call (K, dividing
+            ``steps_per_epoch``): step firings come once per call, at its last step.
         bounds: the epochs and steps as the loop's own record, which checks them.
 
     Examples:
         >>> LoopSpec(steps_per_epoch=10, max_epoch=3)
-        LoopSpec(steps_per_epoch=10, max_epoch=3, starting_epoch=1, start_global_step=0)
+        LoopSpec(steps_per_epoch=10, max_epoch=3, starting_epoch=1, start_global_step=0, steps_per_execution=1)
     """
 
     steps_per_epoch: int
     max_epoch: int
     starting_epoch: int = 1
     start_global_step: int = attrs.field(default=0, validator=[instance_of(int), ge(0)])
+    steps_per_execution: int = attrs.field(default=1, validator=[instance_of(int), ge(1)])
     bounds: cb.LoopBounds = attrs.field(init=False, repr=False, eq=False)
 
     @bounds.default
     def _bounds(self) -> cb.LoopBounds:
+        if self.steps_per_execution != 1:
+            cb.check_steps_per_execution(self.steps_per_epoch, self.steps_per_execution)
         return cb.LoopBounds(
             starting_epoch=self.starting_epoch,
             max_epoch=self.max_epoch,
@@ -374,6 +385,7 @@ def iter_firings(description: Description) -> Iterator[Any]:
         spec.max_epoch,
         spec.steps_per_epoch,
         start_global_step=spec.start_global_step,
+        steps_per_execution=spec.steps_per_execution,
     )
 
 
@@ -443,6 +455,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--starting-epoch", type=int, help="override loop.starting_epoch (1-based)")
     parser.add_argument("--start-global-step", type=int, help="override loop.start_global_step")
+    parser.add_argument(
+        "--steps-per-execution", type=int, help="override loop.steps_per_execution (K)"
+    )
     parser.add_argument("--only", type=re.compile, help="show only callbacks whose name matches")
     parser.add_argument(
         "--limit",
@@ -468,17 +483,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_epoch": args.max_epoch,
         "starting_epoch": args.starting_epoch,
         "start_global_step": args.start_global_step,
+        "steps_per_execution": args.steps_per_execution,
     }
     if args.limit is not None and args.limit < 0:
         return fail("timeline", f"--limit must be >= 0; got {args.limit}")
     try:
         loop, callbacks = read_description(args.description)
         description = load_description(loop, callbacks, overrides)
+        if args.only is not None:
+            description = description.only(args.only)
+        firings = iter_firings(description)
     except (ToolError, TypeError, ValueError) as err:
         return fail("timeline", err)
-    if args.only is not None:
-        description = description.only(args.only)
-    firings = iter_firings(description)
     if args.json:
         print(render_json(description, firings, limit=args.limit))
     else:

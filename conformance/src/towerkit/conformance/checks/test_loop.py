@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from towerkit.callbacks import EventKind
-from towerkit.conformance._catalog import CHIEF, LOOP, PLAIN_RUNS, RESTORED, RUNS_PER_STEP, STOPS
+from towerkit.conformance._catalog import (
+    CHIEF,
+    LOOP,
+    PLAIN_RUNS,
+    RESTORED,
+    RUNS_PER_STEP,
+    STEPS_PER_CALL,
+    STEPS_PER_CALL_RESTORED,
+    STOPS,
+)
 from towerkit.conformance._checks import check_no_error, check_run, require
 from towerkit.conformance._scenario import CLOCK
 
@@ -99,6 +108,19 @@ def test_global_step_with_zero_or_several_runs_per_step(trainer_entry, conforman
 def test_global_step_restored_at_start(trainer_entry, conformance_runner):
     """Design (loop semantics) and spec 000 (Trainer.global_step): the global step counts restored calls too and continues from a restored value."""
     check_run(trainer_entry, RESTORED, conformance_runner.run(RESTORED))
+
+
+@pytest.mark.parametrize("k", sorted(STEPS_PER_CALL), ids=lambda k: f"K={k}")
+def test_several_steps_per_session_call(trainer_entry, conformance_runner, k):
+    """Design (steps_per_execution): with K steps per call the step hooks run once per call, at its last local step, and the global step advances by K; epoch hooks are those of K=1."""
+    scenario = STEPS_PER_CALL[k]
+    check_run(trainer_entry, scenario, conformance_runner.run(scenario))
+
+
+def test_several_steps_per_call_from_a_restored_step(trainer_entry, conformance_runner):
+    """Design (steps_per_execution): a run of K steps per call continues from a restored global step."""
+    scenario = STEPS_PER_CALL_RESTORED
+    check_run(trainer_entry, scenario, conformance_runner.run(scenario))
 
 
 def test_hooks_run_only_around_hooked_session_runs(trainer_entry, conformance_runner):

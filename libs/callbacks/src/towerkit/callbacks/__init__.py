@@ -41,6 +41,12 @@ from towerkit.callbacks._loop import (
     count_steps,
     loop_events,
 )
+from towerkit.callbacks._multistep import (
+    check_steps_per_execution,
+    coarse_step_faults,
+    execution_ends,
+    execution_faults,
+)
 from towerkit.callbacks._paths import check_file_name, file_name_problem
 from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._pruning import (
@@ -254,6 +260,10 @@ __all__ = [
     "LoopPosition",
     "loop_events",
     "count_steps",
+    "check_steps_per_execution",
+    "coarse_step_faults",
+    "execution_ends",
+    "execution_faults",
     # base
     "Callback",
     "ProxyCallback",

@@ -147,6 +147,36 @@ class Callback:
 
     # -- introspection -----------------------------------------------------------------
 
+    accepts_coarse_steps: bool = False
+    """Whether the per-step hooks may run once per session call of several steps.
+
+    With ``steps_per_execution=K`` > 1 a trainer calls ``before_run``/``after_run``/
+    ``trigger_step`` once per call, at the last step of its K; a callback that has
+    such hooks and does not set this is refused at setup. Set it in a subclass whose
+    per-step work reads only what a call's end shows (counters, fetches of tensors
+    outside the training loop).
+
+    .. versionadded:: 0.2
+    """
+
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        """Why this callback cannot run with ``steps_per_execution`` steps per call; empty if it can.
+
+        Call it once set up (``has_hook`` may depend on the graph).
+
+        .. versionadded:: 0.2
+        """
+        if steps_per_execution == 1 or self.accepts_coarse_steps:
+            return []
+        hooks = [m[1:] for m in ("_before_run", "_after_run", "_trigger_step") if self.has_hook(m)]
+        if not hooks:
+            return []
+        return [
+            f"{self} has per-step hooks ({', '.join(hooks)}) that would run once per "
+            f"{steps_per_execution} steps; a callback that accepts that sets "
+            "'accepts_coarse_steps = True'"
+        ]
+
     def has_hook(self, method: str) -> bool:
         """Whether this callback does something in ``method`` (an entry of ``HOOK_METHODS``).
 
@@ -259,6 +289,10 @@ class ProxyCallback(Callback):
         if getattr(type(self), method) is not getattr(ProxyCallback, method):
             return True
         return self.cb.has_hook(method)
+
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        # A wrapper forwards the per-step hooks: the wrapped callback decides.
+        return self.cb.coarse_steps_faults(steps_per_execution)
 
     def setup_graph(self, trainer: TrainerView) -> None:
         self.trainer = trainer
@@ -387,6 +421,9 @@ class Callbacks(Callback):
 
     def has_hook(self, method: str) -> bool:
         return bool(self.with_hook(method))
+
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        return [f for cb in self.cbs for f in cb.coarse_steps_faults(steps_per_execution)]
 
     def setup_graph(self, trainer: TrainerView) -> None:
         self.trainer = trainer

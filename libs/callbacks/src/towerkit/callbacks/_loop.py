@@ -117,7 +117,9 @@ class LoopBounds:
         """The number of steps the run makes."""
         return count_steps(self.starting_epoch, self.max_epoch, self.steps_per_epoch)
 
-    def events(self, *, start_global_step: int = 0, runs_per_step: int = 1) -> Iterator[LoopEvent]:
+    def events(
+        self, *, start_global_step: int = 0, runs_per_step: int = 1, steps_per_execution: int = 1
+    ) -> Iterator[LoopEvent]:
         """`loop_events` of these bounds."""
         return loop_events(
             self.starting_epoch,
@@ -125,6 +127,7 @@ class LoopBounds:
             self.steps_per_epoch,
             start_global_step=start_global_step,
             runs_per_step=runs_per_step,
+            steps_per_execution=steps_per_execution,
         )
 
 
@@ -208,6 +211,7 @@ def loop_events(
     start_global_step: int = 0,
     runs_per_step: int = 1,
     kinds: Iterable[EventKind] | None = None,
+    steps_per_execution: int = 1,
 ) -> Iterator[LoopEvent]:
     """Yield every event of a training run, in the order the loop calls callbacks.
 
@@ -225,6 +229,13 @@ def loop_events(
         kinds: yield only the events of these kinds (all when None), the same as
             filtering the full stream; without step kinds the steps are counted, not
             walked, so a long run's epoch events come at once.
+        steps_per_execution: training steps per session call (K, dividing
+            ``steps_per_epoch``): each ``hooked_sess.run`` advances the global step by
+            K, and the step events come once per call, at the last local step of its K
+            (``K - 1, 2K - 1, ...``). Epoch events are the same for every K.
+
+    .. versionchanged:: 0.2
+       ``steps_per_execution``.
 
     Examples:
         >>> [e.kind.value for e in loop_events(1, 1, 1)]
@@ -232,8 +243,16 @@ def loop_events(
         >>> [(e.epoch_num, e.local_step, e.global_step) for e in loop_events(2, 2, 2, start_global_step=4)
         ...  if e.kind is EventKind.TRIGGER_STEP]
         [(2, 0, 5), (2, 1, 6)]
+        >>> [(e.local_step, e.global_step) for e in loop_events(1, 1, 6, steps_per_execution=3)
+        ...  if e.kind is EventKind.TRIGGER_STEP]
+        [(2, 3), (5, 6)]
     """
     check_bounds(starting_epoch, max_epoch, steps_per_epoch)
+    k = steps_per_execution
+    if k != 1:
+        from towerkit.callbacks._multistep import check_steps_per_execution
+
+        check_steps_per_execution(steps_per_epoch, k)
     if runs_per_step < 0:
         msg = f"'runs_per_step' must be >= 0; got {runs_per_step}"
         raise ValueError(msg)
@@ -254,12 +273,12 @@ def loop_events(
         if EventKind.BEFORE_EPOCH in wanted:
             yield LoopEvent(EventKind.BEFORE_EPOCH, pos)
         if walk_steps:
-            for step in range(steps_per_epoch):
+            for step in range(k - 1, steps_per_epoch, k):
                 pos = evolve(pos, local_step=step)
                 for _ in range(runs_per_step):
                     if EventKind.BEFORE_RUN in wanted:
                         yield LoopEvent(EventKind.BEFORE_RUN, pos)
-                    pos = evolve(pos, global_step=pos.global_step + 1)
+                    pos = evolve(pos, global_step=pos.global_step + k)
                     if EventKind.AFTER_RUN in wanted:
                         yield LoopEvent(EventKind.AFTER_RUN, pos)
                 if EventKind.TRIGGER_STEP in wanted:

@@ -313,6 +313,9 @@ class Monitors(Callback):
     def _trigger_step(self) -> None:
         self._group.trigger_step()
 
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        return self._group.coarse_steps_faults(steps_per_execution)
+
     def _trigger_epoch(self) -> None:
         self._group.trigger_epoch()
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from towerkit.callbacks._base import Callback, ProxyCallback
 from towerkit.callbacks._loop import EventKind
+from towerkit.callbacks._multistep import coarse_step_faults
 from towerkit.callbacks._triggers import (
     AnyOf,
     EveryK,
@@ -71,6 +72,10 @@ class PeriodicTrigger(ProxyCallback):
                 method != "_trigger_epoch" and self.cb.has_hook(method)
             )
         return super().has_hook(method)
+
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        own = coarse_step_faults(self._record, steps_per_execution)
+        return [f"{self}: {f}" for f in own] + self.cb.coarse_steps_faults(steps_per_execution)
 
     def _trigger_if_fires(self, kind: EventKind) -> None:
         # The kinds where the record cannot fire are known at construction: no event is built there.
@@ -178,6 +183,11 @@ class EnableCallbackIf(ProxyCallback):
     def _trigger_epoch(self) -> None:
         if self._enabled(EventKind.TRIGGER_EPOCH):
             self.cb.trigger_epoch()
+
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        pred = self._pred
+        own = coarse_step_faults(pred, steps_per_execution) if isinstance(pred, Trigger) else []
+        return [f"{self}: {f}" for f in own] + self.cb.coarse_steps_faults(steps_per_execution)
 
     def __str__(self) -> str:
         return f"{type(self).__name__}({self.cb})"

@@ -73,9 +73,9 @@ class ProgressBar(Callback):
 
     The bar shows the latest values of the tensors named in ``names``; without
     ``names``, the training cost (the tensor the tower function returns, in the first
-    training tower) when the trainer has one. They are fetched with a step's session
-    call only when the bar is about to redraw (at most every ``mininterval`` = 0.5
-    seconds), so the other steps fetch nothing more. The bar is cleared when its epoch
+    training tower) when the trainer has one and runs one step per session call. They
+    are fetched with a step's session call only when the bar is about to redraw (at
+    most every ``mininterval`` = 0.5 seconds), so the other steps fetch nothing more. The bar is cleared when its epoch
     ends, so the epoch's line (`ScalarPrinter`) takes its place.
 
     The bar is drawn only when standard error is a terminal: in a log file or a pipe
@@ -107,6 +107,7 @@ class ProgressBar(Callback):
         self._bar: Any = None
         self._next_fetch = 0.0
         self._terminal = False
+        self._stride = 1
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -122,7 +123,10 @@ class ProgressBar(Callback):
 
     def _setup_graph(self) -> None:
         self._terminal = stderr_is_terminal() if self.terminal is None else bool(self.terminal)
-        if not self._given:
+        if not self._given and getattr(self.trainer, "steps_per_execution", 1) > 1:
+            # the cost is inside the K-step loop: the default bar counts steps only
+            self._names = self._tags = ()
+        elif not self._given:
             cost = training_cost(self.trainer)
             self._names = () if cost is None else (cost.name,)
             self._tags = tuple(display_name(n) for n in self._names)
@@ -141,6 +145,7 @@ class ProgressBar(Callback):
             file=sys.stderr,
         )
         self._next_fetch = 0.0
+        self._stride = getattr(self.trainer, "steps_per_execution", 1)
 
     def _before_run(self, run_context: Any) -> Any:
         del run_context
@@ -158,9 +163,18 @@ class ProgressBar(Callback):
             ", ".join(f"{t}={format_value(v)}" for t, v in zip(self._tags, values)), refresh=False
         )
 
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        # counting K steps per call is fine; tensors of the K-step loop cannot be fetched
+        if steps_per_execution == 1 or not self._given:
+            return []
+        return [
+            f"{self} fetches {', '.join(self._names)} with a step: with several steps per "
+            "session call they are inside the training loop; use names=()"
+        ]
+
     def _trigger_step(self) -> None:
         if self._bar is not None:
-            self._bar.update(1)
+            self._bar.update(self._stride)
 
     def _after_epoch(self) -> None:
         self._close()

@@ -116,11 +116,24 @@ class _MergeAllSummariesRunWithOp(Callback):
         self._key = key
         self._args: Any = None
         self._set_up = False
+        self._stride = 1
 
     def has_hook(self, method: str) -> bool:
         if method in ("_before_run", "_after_run"):
             return not self._set_up or self._args is not None
         return super().has_hook(method)
+
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        # fetched with the call that ends an epoch, or a multiple of the period
+        if self._period % steps_per_execution:
+            return [
+                f"MergeAllSummaries(period={self._period}): the period is not a multiple "
+                f"of steps_per_execution={steps_per_execution}"
+            ]
+        return []
+
+    def _before_train(self) -> None:
+        self._stride = getattr(self.trainer, "steps_per_execution", 1)
 
     def _setup_graph(self) -> None:
         merged = _merged_summary(self, self._key)
@@ -130,7 +143,7 @@ class _MergeAllSummariesRunWithOp(Callback):
     def _before_run(self, run_context: Any) -> Any:
         del run_context
         t = self.trainer
-        if summary_due(t.local_step, t.steps_per_epoch, t.global_step + 1, self._period):
+        if summary_due(t.local_step, t.steps_per_epoch, t.global_step + self._stride, self._period):
             return self._args
         return None
 
@@ -164,6 +177,14 @@ class _MergeAllSummariesRunAlone(Callback):
     def _setup_graph(self) -> None:
         self._merged = _merged_summary(self, self._key)
         self._set_up = True
+
+    def coarse_steps_faults(self, steps_per_execution: int) -> list[str]:
+        if steps_per_execution == 1 or self._merged is None:
+            return []
+        return [
+            "MergeAllSummaries(run_alone=True) evaluates the summaries in a call of their "
+            "own, which would run the K-step training loop again; use run_alone=False"
+        ]
 
     def _run(self) -> None:
         if self._merged is not None:

@@ -120,6 +120,7 @@ def timeline(
     *,
     start_global_step: int = 0,
     on_unknown: Literal["raise", "skip"] = "raise",
+    steps_per_execution: int = 1,
 ) -> list[Firing]:
     """Where each callback (or trigger) fires over a run, in loop order, without running it.
 
@@ -139,6 +140,9 @@ def timeline(
         start_global_step: the global step at the start (restored on a resumed run).
         on_unknown: what to do with a callback gated by a function: ``"raise"`` a
             ValueError, or ``"skip"`` it.
+        steps_per_execution: training steps per session call (K): step events come once
+            per call, at its last step (see ``loop_events``); an entry whose step period
+            is not a multiple of K is refused, as the trainer refuses it.
 
     Returns:
         The firings, ordered by event, then by the order of the input.
@@ -161,6 +165,7 @@ def timeline(
             steps_per_epoch,
             start_global_step=start_global_step,
             on_unknown=on_unknown,
+            steps_per_execution=steps_per_execution,
         )
     )
 
@@ -173,6 +178,7 @@ def iter_timeline(
     *,
     start_global_step: int = 0,
     on_unknown: Literal["raise", "skip"] = "raise",
+    steps_per_execution: int = 1,
 ) -> Iterator[Firing]:
     """The firings of :func:`timeline`, computed one at a time as they are asked for.
 
@@ -189,6 +195,7 @@ def iter_timeline(
         steps_per_epoch: steps per epoch.
         start_global_step: the global step at the start.
         on_unknown: ``"raise"`` or ``"skip"``, as for :func:`timeline`.
+        steps_per_execution: steps per session call, as for :func:`timeline`.
 
     Returns:
         An iterator over the firings, in the order :func:`timeline` lists them.
@@ -201,9 +208,25 @@ def iter_timeline(
         >>> every_step = ("step", EveryK(steps=1))
         >>> [f.global_step for f in islice(iter_timeline([every_step], 1, 99_999, 1000), 3)]
         [1, 2, 3]
+        >>> every_call = ("call", EveryK(steps=50))
+        >>> [f.global_step for f in islice(
+        ...     iter_timeline([every_call], 1, 9, 1000, steps_per_execution=50), 3)]
+        [50, 100, 150]
     """
     check_bounds(starting_epoch, max_epoch, steps_per_epoch)
     entries = _entries(callbacks_or_triggers, on_unknown)
+    if steps_per_execution != 1:
+        from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
+
+        check_steps_per_execution(steps_per_epoch, steps_per_execution)
+        faults = [
+            f"{e.name!r}: {f}"
+            for e in entries
+            for f in coarse_step_faults(e.trigger, steps_per_execution)
+        ]
+        if faults:
+            msg = "entries that need a step inside a session call: " + "; ".join(faults)
+            raise ValueError(msg)
     wanted = frozenset(k for e in entries for k in e.kinds)
     events = loop_events(
         starting_epoch,
@@ -211,6 +234,7 @@ def iter_timeline(
         steps_per_epoch,
         start_global_step=start_global_step,
         kinds=wanted,
+        steps_per_execution=steps_per_execution,
     )
     return timeline_firings(entries, events)
 

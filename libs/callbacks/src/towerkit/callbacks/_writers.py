@@ -408,6 +408,8 @@ class ScalarPrinter(MonitorBase):
         ``one_line`` and ``variables``, both on by default.
     """
 
+    accepts_coarse_steps = True  # prints what the call that ended put
+
     _chief_only = True
 
     def __init__(

@@ -25,6 +25,11 @@ from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._input_feed import feeder_failure
 from towerkit.trainers._interrupt import deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
+from towerkit.trainers._multistep import (
+    StepsPerExecution,
+    check_callbacks_for_k,
+    check_loop_for_k,
+)
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
 
@@ -33,7 +38,7 @@ logger = logging.getLogger("towerkit.trainers")
 _PHASES = ("new", "callbacks", "initialized", "running", "done")
 
 
-class Trainer(metaclass=TrainerMeta):
+class Trainer(StepsPerExecution, metaclass=TrainerMeta):
     """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
 
     A run has three phases, which ``train`` calls in order (call them yourself for
@@ -57,7 +62,8 @@ class Trainer(metaclass=TrainerMeta):
     A subclass sets ``train_op`` (run by ``run_step``) or overrides ``run_step``.
     Counters follow `towerkit.callbacks.loop_events`: ``epoch_num`` runs from just
     before ``before_epoch`` to just after ``trigger_epoch``; ``local_step`` is the
-    step's 0-based index in its epoch; ``global_step`` counts ``hooked_sess.run`` calls.
+    step's 0-based index in its epoch; ``global_step`` counts steps, ``steps_per_execution``
+    (K, default 1) per ``hooked_sess.run``; with K > 1 the per-step hooks run once per call.
 
     Ctrl-C (SIGINT) in the loop stops it after the current step as `StopTraining` does,
     then raises ``KeyboardInterrupt``; a second Ctrl-C interrupts at once, a step
@@ -120,7 +126,8 @@ class Trainer(metaclass=TrainerMeta):
         ``trigger_step``) and before the call about to run (in ``before_run``).
         """
         hs = self.hooked_sess
-        return self._start_global_step + (hs.run_calls if hs is not None else 0)
+        runs = hs.run_calls if hs is not None else 0
+        return self._start_global_step + runs * self._steps_per_execution
 
     @property
     def steps_per_epoch(self) -> int:
@@ -237,21 +244,19 @@ class Trainer(metaclass=TrainerMeta):
         """Register `callbacks`, then `monitors`, and call every callback's ``setup_graph``.
 
         Monitors are grouped in a `Monitors` (``trainer.monitors``) that runs after
-        all other callbacks in each phase, so statistics put in ``trigger_epoch``
-        reach the files in the same epoch. `monitors` may also be a `Monitors` group
-        made beforehand: it becomes ``trainer.monitors`` as it is (so its history can
-        be read from it after training), unless this worker is not the chief and some
-        of its monitors are chief-only, in which case a group of the others is made.
-
-        Callbacks that would write the same files (two `ModelSaver` on one
-        directory, wrapped or not, two `JSONWriter`) are refused once set up, before
-        anything is written.
+        the other callbacks in each phase, so statistics put in ``trigger_epoch`` reach
+        the files in the same epoch. A `Monitors` group made beforehand becomes
+        ``trainer.monitors`` as it is (its history readable after training), unless
+        this worker is not the chief and some are chief-only (a group of the others).
+        Callbacks that would write the same files (two `ModelSaver` on one directory,
+        two `JSONWriter`) are refused once set up, before anything is written; so are,
+        with ``steps_per_execution`` > 1, those needing a step inside a call.
 
         Raises:
             TypeError: entries that are not callbacks, or monitors among the callbacks
                 (they would receive no statistics).
-            ValueError: callbacks that would write the same files; the message names
-                the files and the callbacks.
+            ValueError: callbacks that would write the same files (named, with the
+                files), or that need a step inside a session call of K steps.
             TrainerStateError: called twice.
         """
         self._require_phase("setup_callbacks", "new")
@@ -279,27 +284,18 @@ class Trainer(metaclass=TrainerMeta):
             self._callbacks.setup_graph(self)
         _check_inputs_registered(self._graph)
         _check_file_claims(self._registered)
+        if self._steps_per_execution != 1:
+            check_callbacks_for_k(self._registered, self._steps_per_execution)
         self._phase = "callbacks"
-
-    def _ensure_global_step(self) -> None:
-        """Create the global step variable and the op that increments it with every run."""
-        if self._step_op is not None:
-            return
-        with self._graph.as_default():
-            gs = tf1.train.get_or_create_global_step()
-            with tf1.name_scope("global_step_increment"):
-                self._step_op = tf1.assign_add(gs, tf1.constant(1, dtype=gs.dtype.base_dtype)).op
-        self._global_step_var = gs
 
     # -- phase 2: session ----------------------------------------------------------------
 
     def initialize(self, session_creator: Any, session_init: Any) -> None:
         """Create the session, load values, finalize the graph and hook the callbacks on.
 
-        ``session_init.setup_graph`` (when it has one) runs before the graph is
-        finalized, ``session_init.init(sess)`` after the session has initialized its
-        variables. The global step is read from the session then, so a restored
-        checkpoint's step counts.
+        ``session_init.setup_graph`` (if any) runs before the graph is finalized,
+        ``session_init.init(sess)`` once the session initialized its variables; then
+        the global step is read, so a restored checkpoint's step counts.
 
         Args:
             session_creator: has ``create_session()`` (e.g. ``NewSessionCreator()``).
@@ -366,6 +362,8 @@ class Trainer(metaclass=TrainerMeta):
         bounds = LoopBounds(
             starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
         )
+        if self._steps_per_execution != 1:
+            check_loop_for_k(steps_per_epoch, self._steps_per_execution)
         self._steps_per_epoch = bounds.steps_per_epoch
         self._starting_epoch = bounds.starting_epoch
         self._max_epoch = bounds.max_epoch
@@ -428,7 +426,8 @@ class Trainer(metaclass=TrainerMeta):
         run_step = self.run_step
         triggers = tuple(cb.trigger_step for cb in cbs.with_hook("_trigger_step"))
         should_stop = self.hooked_sess.should_stop
-        steps = range(steps_per_epoch)
+        k = self._steps_per_execution
+        steps = range(k - 1, steps_per_epoch, k)  # each run_step makes k steps
         for epoch in range(starting_epoch, max_epoch + 1):
             self._epoch_num = epoch
             self._local_step = -1
@@ -512,13 +511,16 @@ class Trainer(metaclass=TrainerMeta):
         *,
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
+        steps_per_execution: int | None = None,
     ) -> None:
         """Set the log directory, set up callbacks, initialize and run the loop.
 
         Same as ``set_logdir(logdir, logdir_action)``, ``setup_callbacks(callbacks,
         monitors)``, ``initialize(session_creator, session_init)``,
-        ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``.
+        ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``. ``steps_per_execution``
+        (steps per session call), when given, must be the one the graph was built for.
         """
+        self._check_train_k(steps_per_execution)
         if self._phase == "new":
             self.set_logdir(logdir, logdir_action)
         elif logdir is not None:
@@ -542,18 +544,15 @@ class Trainer(metaclass=TrainerMeta):
         *,
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
+        steps_per_execution: int | None = None,
     ) -> None:
         """``train`` with defaults for every option but ``steps_per_epoch``.
 
-        - callbacks are ``callbacks + extra_callbacks``; ``extra_callbacks``
-          defaults to ``DEFAULT_CALLBACKS()``;
-        - ``monitors`` defaults to ``DEFAULT_MONITORS()`` (which write files, so they
-          need a ``logdir``);
-        - ``session_creator`` defaults to ``NewSessionCreator`` with the default
-          session config; ``session_init`` to none.
-
-        ``steps_per_epoch`` defaults to the size of the trainer's input when it has one.
-        All arguments are keywords.
+        Callbacks are ``callbacks + extra_callbacks`` (default ``DEFAULT_CALLBACKS()``);
+        ``monitors`` default to ``DEFAULT_MONITORS()`` (they write files: a ``logdir``
+        is needed), ``session_creator`` to ``NewSessionCreator`` with the default
+        config, ``session_init`` to none, ``steps_per_epoch`` to the input's size when
+        known. All arguments are keywords.
 
         Raises:
             TypeError: positional arguments.
@@ -578,6 +577,7 @@ class Trainer(metaclass=TrainerMeta):
             max_epoch,
             logdir=logdir,
             logdir_action=logdir_action,
+            steps_per_execution=steps_per_execution,
         )
 
     def _default_steps_per_epoch(self) -> int:

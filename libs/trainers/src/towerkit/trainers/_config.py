@@ -7,9 +7,10 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from towerkit.callbacks import Callback, LoopBounds
+from towerkit.callbacks import Callback, LoopBounds, check_steps_per_execution
 from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
+from towerkit.trainers._multistep import check_k
 from towerkit.trainers._resume import (
     LOGDIR_ACTIONS,
     LogdirSnapshot,
@@ -57,6 +58,11 @@ class TrainConfig:
         logdir_action: what to do when `logdir` already holds files: ``"error"``
             (the default: refuse), ``"overwrite"`` (move it aside to
             ``<logdir>.old-<timestamp>``) or ``"keep"`` (write into it).
+        steps_per_execution: training steps per session call (K, dividing
+            ``steps_per_epoch``): the trainer builds a K-step in-graph loop and the
+            callbacks' per-step hooks run once per call (see the trainers README).
+
+            .. versionadded:: 0.2
 
     Raises:
         TypeError: an option of the wrong kind, or an unknown keyword.
@@ -80,6 +86,7 @@ class TrainConfig:
         *,
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
+        steps_per_execution: int = 1,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -118,6 +125,9 @@ class TrainConfig:
         if logdir_action not in LOGDIR_ACTIONS:
             msg = f"'logdir_action' must be one of {LOGDIR_ACTIONS}; got {logdir_action!r}"
             raise ValueError(msg)
+        check_k(steps_per_execution)
+        if steps_per_epoch is not None:
+            check_steps_per_execution(steps_per_epoch, steps_per_execution)
         if logdir is not None and not isinstance(logdir, (str, os.PathLike)):
             msg = f"'logdir' must be a path or None; got {type(logdir).__name__}"
             raise TypeError(msg)
@@ -141,6 +151,7 @@ class TrainConfig:
         self.max_epoch = max_epoch
         self.logdir = None if logdir is None else os.path.abspath(os.fspath(logdir))
         self.logdir_action = logdir_action
+        self.steps_per_execution = steps_per_execution
 
     def plan_resume(self, steps_per_epoch: int) -> ResumePlan | None:
         """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).

@@ -136,6 +136,15 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         timeouts: the `ClusterTimeouts` of this worker.
     """
 
+    SUPPORTS_STEPS_PER_EXECUTION = False
+
+    def _k_refusal(self) -> str:
+        return (
+            "its workers share variables on parameter servers step by step; a K-step "
+            "loop inside one worker's call would hide its steps from the others and "
+            "the chief's per-step check-in"
+        )
+
     WAIT_FOR_CHIEF_SECONDS: float = 600.0
     CHECK_IN_TIMEOUT_MS: int = 30_000
 
@@ -203,9 +212,12 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         input: Any,
         get_cost_fn: Callable[..., Any],
         get_opt_fn: Callable[[], Any],
+        *,
+        steps_per_execution: int = 1,
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`; the global step goes to the parameter servers."""
         self._require_phase("setup_graph", "new")
+        self._set_steps_per_execution(steps_per_execution)
         with self._graph.as_default(), tf1.device("/job:ps/task:0"):
             self._ensure_global_step()
         with self._graph.as_default():

@@ -155,6 +155,16 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         ValueError: more processes on this machine than GPUs.
     """
 
+    SUPPORTS_STEPS_PER_EXECUTION = False
+
+    def _k_refusal(self) -> str:
+        return (
+            "each step's all-reduce is a collective every rank must enter in the same "
+            "order; inside a K-step loop a rank that stops early (StopTraining, a "
+            "failure) would leave the others blocked in the loop, out of reach of the "
+            "per-call health checks"
+        )
+
     BROADCAST_EVERY_EPOCH: bool = True
 
     def __init__(self, average: bool = True, compression: Any = None) -> None:
@@ -225,8 +235,11 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         input: Any,
         get_cost_fn: Callable[..., Any],
         get_opt_fn: Callable[[], Any],
+        *,
+        steps_per_execution: int = 1,
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`, with the graph seed offset by the rank."""
+        self._set_steps_per_execution(steps_per_execution)
         seed = self._graph.seed
         if seed is not None and self._rank > 0:
             self._graph.seed = seed + self._rank

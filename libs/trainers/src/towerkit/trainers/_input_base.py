@@ -109,6 +109,16 @@ def check_input_tensors(
     return out
 
 
+def _building_in(graph: Any) -> Any:
+    """Where to read a batch: the default graph when it is a body inside `graph` (a loop
+    running several steps per call, where each iteration takes its own batch), else `graph`."""
+    current = tf1.get_default_graph()
+    inner = current
+    while inner is not graph and inner is not None:
+        inner = getattr(inner, "outer_graph", None)
+    return current if inner is graph else graph
+
+
 class InputSource(abc.ABC):
     """Where a trainer's input tensors come from.
 
@@ -225,7 +235,7 @@ class InputSource(abc.ABC):
                 "made would not serve this tower; build every tower first"
             )
             raise RuntimeError(msg)
-        with self._graph.as_default():
+        with _building_in(self._graph).as_default():
             tensors = self._get_input_tensors()
         self._calls += 1
         return check_input_tensors(str(self), self._specs, tensors)  # type: ignore[arg-type]

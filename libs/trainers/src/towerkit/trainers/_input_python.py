@@ -244,6 +244,8 @@ class FeedInput(InputSource):
         TypeError: `iterable` is not re-iterable.
     """
 
+    per_step_feed_reason = "feeds its placeholders from Python before every step"
+
     _per_tower_callbacks = True
 
     def __init__(self, iterable: Iterable[Any], infinite: bool = True) -> None:

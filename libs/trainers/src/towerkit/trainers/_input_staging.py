@@ -76,6 +76,11 @@ class StagingInput(InputSource):
         ValueError: `nr_stage` < 1.
     """
 
+    per_step_feed_reason = (
+        "stages the next batch with a put op run beside every session call (wrap it "
+        "no more: inside one call tf.data's prefetching overlaps the copies)"
+    )
+
     _per_tower_callbacks = True
 
     def __init__(

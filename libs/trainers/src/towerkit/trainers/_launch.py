@@ -65,7 +65,13 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
     source = apply_default_prefetch(
         config.data if config.data is not None else config.dataflow, trainer
     )
-    trainer.setup_graph(model.get_input_signature(), source, model.build_graph, model.get_optimizer)
+    trainer.setup_graph(
+        model.get_input_signature(),
+        source,
+        model.build_graph,
+        model.get_optimizer,
+        **_k_kwargs(config.steps_per_execution),
+    )
     steps_per_epoch = config.steps_per_epoch
     if steps_per_epoch is None:
         steps_per_epoch = source.size()
@@ -116,4 +122,10 @@ def _launch(
         extra_callbacks=config.extra_callbacks,
         logdir=config.logdir,
         logdir_action=config.logdir_action,
+        **_k_kwargs(config.steps_per_execution),
     )
+
+
+def _k_kwargs(k: int) -> dict[str, int]:
+    """``steps_per_execution`` as a keyword only when it is not 1 (trainers of other signatures)."""
+    return {} if k == 1 else {"steps_per_execution": k}

@@ -189,6 +189,10 @@ class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
         pairs = [pair for tower in reduced for pair in tower]
         opt = get_opt_fn()
         self.train_op = opt.apply_gradients(pairs, name="train_op")
+        return []
+
+    def _finish_graph(self) -> list[Callback]:
+        n = self.num_towers
         self._replicas = make_replicas_local(self._graph, n)
         masters = tf1.global_variables()
         self._sync_op = copy_masters_op(masters, self._replicas, "sync_replicas")

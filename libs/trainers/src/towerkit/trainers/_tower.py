@@ -23,6 +23,7 @@ from towerkit.towers import (
 from towerkit.towers.compat import tf1
 from towerkit.trainers._base import Trainer
 from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._multistep import build_steps_loop, refuse_per_step_feeds
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -233,6 +234,8 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         input: Any,
         get_cost_fn: Callable[..., Any],
         get_opt_fn: Callable[[], Any],
+        *,
+        steps_per_execution: int = 1,
     ) -> list[Callback]:
         """Build the training graph from an input signature, an input, a cost and an optimizer.
 
@@ -246,6 +249,14 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
             input: an `InputSource`.
             get_cost_fn: input tensors -> scalar cost tensor.
             get_opt_fn: () -> a ``tf.compat.v1.train.Optimizer``.
+            steps_per_execution: training steps per session call (K). With K > 1 the
+                step is built inside a ``tf.while_loop`` of K iterations, each taking
+                its own batch, and ``train_op`` runs the loop; the input must dequeue
+                in the graph and the trainer must support it
+                (``SUPPORTS_STEPS_PER_EXECUTION``). ``train`` then runs K steps per call.
+
+        .. versionchanged:: 0.2
+           ``steps_per_execution``.
 
         Returns:
             The callbacks registered.
@@ -274,12 +285,25 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         if self.CHECK_TOWER_RULES:
             self._check_tower_rules(func)
         get_opt_fn = call_only_once(get_opt_fn)
+        k = self._set_steps_per_execution(steps_per_execution)
+        refuse_per_step_feeds(input, k)
         with self._graph.as_default():
             self._ensure_global_step()
             input.setup(func.input_signature)
             self._input = input
             self.tower_func = func
-            own = self._setup_graph(input, func, get_opt_fn)
+            if k == 1:
+                own = self._setup_graph(input, func, get_opt_fn)
+            else:
+                built: list[list[Callback]] = []
+
+                def one_step() -> Any:
+                    built.append(self._setup_graph(input, func, get_opt_fn))
+                    return self.train_op
+
+                self.train_op = build_steps_loop(self._graph, k, one_step)
+                own = built[0]
+            own = [*own, *self._finish_graph()]
             input_cbs = input.get_callbacks()
         cbs = [*input_cbs, *own]
         self.register_callback(cbs)
@@ -297,6 +321,14 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         if errors:
             msg = f"the tower function {func} breaks the tower rules:\n  " + "\n  ".join(errors)
             raise TowerRuleError(msg)
+
+    def _finish_graph(self) -> list[Callback]:
+        """Build what runs outside the training step, once it exists; return more callbacks.
+
+        Called right after ``_setup_graph`` (after the K-step loop with several steps
+        per call): ops built here can be run on their own.
+        """
+        return []
 
     @abc.abstractmethod
     def _setup_graph(

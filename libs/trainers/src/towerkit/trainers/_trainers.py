@@ -43,6 +43,10 @@ class NoOpTrainer(SimpleTrainer):
     """
 
     _NOTHING: tuple = ()
+    SUPPORTS_STEPS_PER_EXECUTION = False
+
+    def _k_refusal(self) -> str:
+        return "it has no training op to run K times in a loop"
 
     def _setup_graph(
         self,

@@ -1,0 +1,210 @@
+"""Several training steps in one session call: the in-graph loop and the checks around it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from towerkit.callbacks import Callback, check_steps_per_execution
+from towerkit.towers import MOVING_SUMMARY_OPS_KEY
+from towerkit.towers.compat import tf1
+
+PER_STEP_COLLECTIONS = (tf1.GraphKeys.UPDATE_OPS, MOVING_SUMMARY_OPS_KEY)
+"""Collections whose ops run with every step: inside the loop they run in its body."""
+
+
+def check_k(value: object, what: str = "steps_per_execution") -> int:
+    """``value`` as a number of steps per session call: an int >= 1.
+
+    Examples:
+        >>> check_k(8)
+        8
+        >>> check_k(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: 'steps_per_execution' must be an int >= 1; got 0
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        msg = f"{what!r} must be an int >= 1; got {type(value).__name__} {value!r}"
+        raise TypeError(msg)
+    if value < 1:
+        msg = f"{what!r} must be an int >= 1; got {value}"
+        raise ValueError(msg)
+    return value
+
+
+def _in(graph: Any, item: Any) -> bool:
+    return getattr(item, "graph", None) is graph
+
+
+def build_steps_loop(graph: Any, k: int, build_step: Callable[[], Any]) -> Any:
+    """An op running ``k`` training steps in one ``tf.while_loop``.
+
+    ``build_step()`` is called once, inside the loop's body, and returns the op of
+    one step (it reads its input there, so each iteration takes its own batch). The
+    body also runs the ops it added to `PER_STEP_COLLECTIONS` (moving averages,
+    batch-norm updates) with every step, and merges the summaries it added: the
+    merged summary of the last iteration comes out of the loop and replaces them in
+    the ``SUMMARIES`` collection, so a summary fetched with the loop shows the last
+    step's values. Everything the body added to the graph's collections is taken
+    out of them (it cannot be fetched from outside the loop); variables are created
+    in the outer graph and stay.
+
+    Returns:
+        The loop's op (run it to make ``k`` steps).
+    """
+    body_graphs: list[Any] = []
+
+    def body(i: Any, summary: Any) -> tuple[Any, Any]:
+        step = build_step()
+        inner = tf1.get_default_graph()
+        body_graphs.append(inner)
+        per_step = [
+            x.op if isinstance(x, tf.Tensor) else x
+            for key in PER_STEP_COLLECTIONS
+            for x in inner.get_collection(key)
+            if _in(inner, x)
+        ]
+        summaries = [s for s in inner.get_collection(tf1.GraphKeys.SUMMARIES) if _in(inner, s)]
+        merged = tf1.summary.merge(summaries) if summaries else summary
+        with tf.control_dependencies([step, *per_step]):
+            return i + 1, tf.identity(merged)
+
+    with graph.as_default(), tf1.name_scope("steps_per_execution"):
+        # a counted loop (maximum_iterations) ran faster than a compared counter here;
+        # one iteration at a time keeps the steps in order, as K=1 runs them
+        count, summary = tf.while_loop(
+            lambda i, s: True,
+            body,
+            [tf.constant(0), tf.constant("", dtype=tf.string)],
+            maximum_iterations=k,
+            parallel_iterations=1,
+            name="loop",
+        )
+    (inner,) = body_graphs
+    had_summaries = _purge(graph, inner)
+    if had_summaries:
+        graph.add_to_collection(tf1.GraphKeys.SUMMARIES, summary)
+    return count.op
+
+
+def _purge(graph: Any, inner: Any) -> bool:
+    """Take every item of `inner` (the loop body) out of `graph`'s collections.
+
+    Returns:
+        Whether ``SUMMARIES`` held one.
+    """
+    had = False
+    for key in graph.get_all_collection_keys():
+        ref = graph.get_collection_ref(key)
+        kept = [x for x in ref if not _in(inner, x)]
+        if len(kept) != len(ref):
+            had = had or key == tf1.GraphKeys.SUMMARIES
+            ref[:] = kept
+    return had
+
+
+def coarse_step_refusals(callbacks: Sequence[Callback], k: int) -> list[str]:
+    """Every reason one of `callbacks` cannot run with ``k`` steps per session call."""
+    return [f for cb in callbacks for f in cb.coarse_steps_faults(k)]
+
+
+def check_callbacks_for_k(callbacks: Sequence[Callback], k: int) -> None:
+    """Raise ValueError naming every callback that needs a step inside a call of ``k`` steps."""
+    faults = coarse_step_refusals(callbacks, k)
+    if faults:
+        msg = (
+            f"steps_per_execution={k} runs the callbacks' per-step hooks once per {k} steps, "
+            "at the last step of each session call; these callbacks need a step inside "
+            "a call:\n  " + "\n  ".join(faults)
+        )
+        raise ValueError(msg)
+
+
+def check_loop_for_k(steps_per_epoch: int, k: int) -> None:
+    """Raise when ``k`` steps per call do not divide ``steps_per_epoch`` (both named)."""
+    check_steps_per_execution(steps_per_epoch, k)
+
+
+def refuse_per_step_feeds(input: Any, k: int) -> None:
+    """Raise when `input` is fed from Python with every step: such an input cannot run K steps."""
+    if k == 1:
+        return
+    reason = getattr(input, "per_step_feed_reason", None)
+    if reason:
+        msg = (
+            f"steps_per_execution={k} runs {k} steps in one session call, but the input "
+            f"{input} {reason}; use an input that dequeues in the graph (QueueInput, "
+            "TFDatasetInput, NumpyInput, IterableInput)"
+        )
+        raise ValueError(msg)
+
+
+class StepsPerExecution:
+    """The trainer's side of ``steps_per_execution``: the setting, its checks and its accounting.
+
+    ``Trainer`` inherits it; the loop reads ``_steps_per_execution``.
+    """
+
+    SUPPORTS_STEPS_PER_EXECUTION: bool = True
+    """Whether the trainer can run several steps per session call (``steps_per_execution``)."""
+
+    _steps_per_execution: int = 1
+    _phase: str
+    _graph: Any
+    _step_op: Any
+    _global_step_var: Any
+
+    @property
+    def steps_per_execution(self) -> int:
+        """Training steps per session call (K): each ``hooked_sess.run`` advances the global step by K.
+
+        .. versionadded:: 0.2
+        """
+        return self._steps_per_execution
+
+    def _set_steps_per_execution(self, value: object) -> int:
+        """Set K while the graph is being built; refuse it for a trainer that cannot run it."""
+        k = check_k(value)
+        if k != 1 and not self.SUPPORTS_STEPS_PER_EXECUTION:
+            msg = (
+                f"{type(self).__name__} runs one step per session call: "
+                f"steps_per_execution={k} is not supported ({self._k_refusal()})"
+            )
+            raise ValueError(msg)
+        if k != self._steps_per_execution and getattr(self, "_step_op", None) is not None:
+            msg = (
+                f"steps_per_execution={k}: the graph of {type(self).__name__} is already built "
+                f"for {self._steps_per_execution} step(s) per call; choose it in setup_graph"
+            )
+            raise ValueError(msg)
+        self._steps_per_execution = k
+        return k
+
+    def _ensure_global_step(self) -> None:
+        """Create the global step variable and the op that advances it by K with every run."""
+        if self._step_op is not None:
+            return
+        with self._graph.as_default():
+            gs = tf1.train.get_or_create_global_step()
+            with tf1.name_scope("global_step_increment"):
+                k = tf1.constant(self._steps_per_execution, dtype=gs.dtype.base_dtype)
+                self._step_op = tf1.assign_add(gs, k).op
+        self._global_step_var = gs
+
+    def _k_refusal(self) -> str:
+        """Why the trainer cannot run several steps per call (for the error message)."""
+        return "it has no K-step training loop"
+
+    def _check_train_k(self, value: int | None) -> None:
+        """``train(steps_per_execution=...)`` must name the K the graph was built for."""
+        if value is None or check_k(value) == self._steps_per_execution:
+            return
+        msg = (
+            f"train(steps_per_execution={value}): the graph of {type(self).__name__} was "
+            f"built for {self._steps_per_execution} step(s) per session call; pass "
+            f"steps_per_execution={value} to setup_graph (or TrainConfig), which builds the loop"
+        )
+        raise ValueError(msg)
