@@ -25,11 +25,7 @@ from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._input_feed import feeder_failure
 from towerkit.trainers._interrupt import deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
-from towerkit.trainers._multistep import (
-    StepsPerExecution,
-    check_callbacks_for_k,
-    check_loop_for_k,
-)
+from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
 
