@@ -35,7 +35,7 @@ medians cannot.
 
 Usage::
 
-    python benchmarks/bench_layers.py --repeats 5 --out layers.json
+    python benchmarks/bench_layers.py --out layers.json
 """
 
 from __future__ import annotations
@@ -340,9 +340,9 @@ def render(runs: dict[str, list[float]], failed: dict[str, str], unit: str = "st
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (default 5)")
-    parser.add_argument("--steps", type=int, default=150, help="timed steps a round (150)")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed steps a round (20)")
+    parser.add_argument("--repeats", type=int, default=9, help="interleaved rounds (default 9)")
+    parser.add_argument("--steps", type=int, default=300, help="timed steps a round (300)")
+    parser.add_argument("--warmup", type=int, default=30, help="untimed steps a round (30)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     args = parser.parse_args(argv)

@@ -118,7 +118,7 @@ BENCHES: dict[str, dict[str, Any]] = {
         "title": "Layers: a convnet built with towerkit.layers against raw tf.compat.v1 ops and tf.layers",
         "script": "bench_layers.py",
         "json_flag": "--out",
-        "args": ["--repeats", "5"],
+        "args": [],
         "quick": ["--repeats", "1", "--steps", "20", "--warmup", "5"],
         "baseline": "the same convnet in raw tf.compat.v1 ops",
     },
