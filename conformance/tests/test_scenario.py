@@ -39,7 +39,9 @@ class TestLoopSpec:
 
     def test_fail_k(self):
         """K must divide steps_per_epoch."""
-        with pytest.raises(ValueError, match="'steps_per_execution' 2 must divide 'steps_per_epoch' 3"):
+        with pytest.raises(
+            ValueError, match="'steps_per_execution' 2 must divide 'steps_per_epoch' 3"
+        ):
             LoopSpec(steps_per_execution=2)
 
     def test_fail_epochs(self):

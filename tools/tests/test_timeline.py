@@ -491,11 +491,16 @@ class TestStepsPerExecution:
         )
         assert main([str(path), "--steps-per-execution", "50"]) == 2
         err = capsys.readouterr().err
-        assert "'saver': a period of 30 global steps is not a multiple of steps_per_execution=50" in err
+        assert (
+            "'saver': a period of 30 global steps is not a multiple of steps_per_execution=50"
+            in err
+        )
 
     def test_k_must_divide(self, tmp_path, capsys):
         """K must divide steps_per_epoch."""
         path = tmp_path / "k.toml"
         path.write_text("callbacks = []\n\n[loop]\nsteps_per_epoch = 100\nmax_epoch = 2\n")
         assert main([str(path), "--steps-per-execution", "30"]) == 2
-        assert "'steps_per_execution' 30 must divide 'steps_per_epoch' 100" in capsys.readouterr().err
+        assert (
+            "'steps_per_execution' 30 must divide 'steps_per_epoch' 100" in capsys.readouterr().err
+        )

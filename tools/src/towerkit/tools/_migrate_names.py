@@ -9,12 +9,12 @@ _LIB_NAMES = {
     NotACheckpointError NothingToRestoreError RestoreMismatchError RestorePlan
     SaverRestore SaverRestoreRelaxed SessionInit SmartInit VarInfo
     atomic_checkpoint_prefix atomic_path atomic_save_checkpoint atomic_write_bytes
-    atomic_write_text back_up_file backup_name checkpoint_step dump_session_params
-    get_all_checkpoints get_model_loader glob_characters is_aside_name
-    list_checkpoint_vars list_npz_vars load_checkpoint_vars load_npz
+    atomic_write_text back_up_file backup_name checkpoint_step describe_unused
+    dump_session_params get_all_checkpoints get_model_loader glob_characters
+    is_aside_name list_checkpoint_vars list_npz_vars load_checkpoint_vars load_npz
     move_checkpoints_aside plan_restore put_back_aside remove_stale_temporaries
     require_globless resolve_checkpoint restores_nothing save_checkpoint_vars
-    state_entry_inside verify_npz write_checkpoint_state
+    state_entry_inside unused_kinds verify_npz write_checkpoint_state
     """,
     "towers": """
     BaseTowerContext LayersUnavailableError MOVING_SUMMARY_OPS_KEY OnlinePredictor
@@ -35,8 +35,9 @@ _LIB_NAMES = {
     AllOf AnyOf AtLastStep BinaryClassificationStats Callback CallbackError
     CallbackFactory CallbackToHook Callbacks CheckNumerics ClassificationError
     CometMLMonitor Confusion DataParallelInferenceRunner DumpTensorAsImage DumpTensors
-    EPOCH_ENDS_KEPT EnableCallbackIf EpochMultiple EstimatedTimeLeft EventKind EveryK
-    Firing GPUMemoryTracker GPUUtilizationTracker GlobalStepMultiple GraphProfiler
+    EARLY_STOPPING_MODES EPOCH_ENDS_KEPT EarlyStopping EarlyStoppingState
+    EnableCallbackIf EpochMultiple EstimatedTimeLeft EventKind EveryK Firing
+    GPUMemoryTracker GPUUtilizationTracker GlobalStepMultiple GraphProfiler
     GraphVarParam HookToCallback HookedSession HostMemoryTracker HumanHyperParamSetter
     HyperParam HyperParamSetter HyperParamSetterWithFunc InferenceRunner
     InferenceRunnerBase Inferencer InheritedCheckpoints InjectShell JSONWriter
@@ -48,13 +49,15 @@ _LIB_NAMES = {
     SendMonitorData SendStat SessionRunTimeout SimpleMovingAverage StartProcOrThread
     StatMonitorParamSetter StatMonitorState StatsFileError StopTraining TFEventWriter
     TFLocalCLIDebugHook Tally TensorPrinter ThroughputTracker TimelineEntry TrainerView
-    Trigger advance all_of any_of check_file_name confusion_add count_steps decode_stat
-    dumps_stats encode_stat estimate_time_left file_name_problem fires firing_kinds
-    format_timeline improves iter_timeline loads_stats loop_events mean_add mean_values
-    negate periodic_record piecewise_schedule plan_inherited plan_pruning
-    precision_recall read_stats_file schedule_point scheduled_value should_change
+    Trigger VariableRow advance advance_early_stopping all_of any_of check_file_name
+    check_steps_per_execution coarse_step_faults confusion_add count_steps decode_stat
+    dumps_stats encode_stat epoch_line estimate_time_left execution_ends
+    execution_faults file_name_problem fires firing_kinds format_stat format_timeline
+    improves iter_timeline loads_stats loop_events mean_add mean_values negate
+    periodic_record piecewise_schedule plan_inherited plan_pruning precision_recall
+    read_stats_file schedule_point scheduled_value should_change should_stop
     stop_process_group tally_add tally_ratio timeline timeline_entry timeline_firings
-    trainer_event value_at value_in_effect
+    trainer_event value_at value_in_effect variable_table
     """,
     "trainers": """
     ALLREDUCE_MODES AccumGradOptimizer AllReduceChoice AsyncMultiGPUTrainer
@@ -66,7 +69,7 @@ _LIB_NAMES = {
     InputSource InputTimeoutError IterableInput LOCK_FILENAME LOGDIR_ACTIONS
     LeastLoadedDeviceSetter LockOwner LogdirLock LogdirLockedError LogdirNotEmptyError
     LogdirSnapshot MapGradient ModelDesc ModelDescBase NewSessionCreator NoOpTrainer
-    NumpyInput PostProcessOptimizer PrintGradient ProxyOptimizer ResumePlan
+    NumpyInput PostProcessOptimizer PrintGradient ProxyOptimizer RankFailure ResumePlan
     ReuseSessionCreator ScaleGradient SessionCreatorAdapter SimpleTrainer
     SingleCostTrainer StagingInput SummaryGradient SyncMultiGPUTrainer
     SyncMultiGPUTrainerParameterServer SyncMultiGPUTrainerReplicated TFDatasetInput
