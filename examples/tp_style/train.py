@@ -35,20 +35,9 @@ from typing import Any
 VERBOSE = "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]
 """Whether TensorFlow's start-up lines are shown (hidden by default, as the tools hide them)."""
 
-if not VERBOSE:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # TensorFlow's C++ libraries print a few lines when they load, whatever the log level
-    # says: send them away while it loads, then give the terminal back.
-    sys.stderr.flush()
-    _saved_stderr = os.dup(2)
-    _null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(_null, 2)
-    try:
-        import tensorflow as tf
-    finally:
-        os.dup2(_saved_stderr, 2)
-        os.close(_saved_stderr)
-        os.close(_null)
+from towerkit.tools import import_tensorflow_quietly  # noqa: E402
+
+import_tensorflow_quietly(verbose=VERBOSE)
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -9,8 +9,12 @@
 - ``bump-version``, ``public-symbols``: release chores for the libs.
 
 Each has a ``main(argv=None) -> int``; run one as ``python -m towerkit.tools.<module>``.
+
+`import_tensorflow_quietly` gives a script the tools' quiet start: TensorFlow
+imported without its start-up lines.
 """
 
+from towerkit.tools._cli import import_tensorflow_quietly
 from towerkit.tools._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "import_tensorflow_quietly"]

@@ -56,6 +56,27 @@ def stderr_captured() -> Iterator[list[str]]:
             lines.extend(sink.read().decode("utf-8", "replace").splitlines())
 
 
+def import_tensorflow_quietly(verbose: bool = False) -> None:
+    """Import TensorFlow without its start-up lines, for a script that wants them gone.
+
+    Call it before anything imports TensorFlow (first thing in a script, after
+    deciding whether ``-v`` was given). Unless `verbose`, ``TF_CPP_MIN_LOG_LEVEL`` is
+    set to 2 where the user has not set it, and the lines TensorFlow's C++ libraries
+    write while they load are dropped. An import error still reaches the terminal.
+    Does nothing when TensorFlow is already imported.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    if verbose:
+        import tensorflow
+
+        return
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    with stderr_captured():
+        import tensorflow  # noqa: F401
+
+
 def _load_sessinit() -> None:
     import towerkit.sessinit
 
