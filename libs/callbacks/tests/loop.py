@@ -83,6 +83,11 @@ class SmallLoop:
     def global_step(self):
         return self._start_gs + (self.hooked_sess.run_calls if self.hooked_sess else 0)
 
+    @property
+    def callbacks(self):
+        """The registered callbacks, as the real trainer's ``callbacks``."""
+        return tuple(self._callbacks.cbs)
+
     def run_step(self):
         self.hooked_sess.run(self.train_op)
 
