@@ -156,7 +156,7 @@ def crosslib(session: nox.Session) -> None:
     install_local(
         session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
     )
-    install_groups(session, "test", "demo")
+    install_groups(session, "test", "demo", "noxfile")
     install_layers(session)
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     # The wheels are tested by `build`, the simulated hosts by `hosts`.

@@ -24,6 +24,7 @@ TOOLS = {
     "bump-version": "bump_version",
     "public-symbols": "public_symbols",
     "install-horovod": "install_horovod",
+    "towerkit-migrate": "migrate",
 }
 """Console script -> module of towerkit.tools."""
 
@@ -58,7 +59,8 @@ def test_help_and_module_all(module, capsys):
     with pytest.raises(SystemExit) as exc:
         mod.main(["--help"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.startswith(f"usage: {module.replace('_', '-')}")
+    script = next(name for name, mod in TOOLS.items() if mod == module)
+    assert capsys.readouterr().out.startswith(f"usage: {script}")
 
 
 DOCTESTED = (
