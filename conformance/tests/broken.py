@@ -9,7 +9,7 @@ fail each of them with a message naming that semantic.
 from __future__ import annotations
 
 from towerkit.callbacks import Callbacks, StopTraining
-from towerkit.conformance import TrainerEntry
+from towerkit.conformance import Capabilities, TrainerEntry
 from towerkit.trainers import SimpleTrainer
 
 
@@ -108,7 +108,12 @@ class NoAfterTrainAfterStop(HandLoopTrainer):
 
 
 ENTRIES = [
-    TrainerEntry(name=cls.__name__, factory=f"broken:{cls.__name__}")
+    # The hand-written loop calls run_step once per step: one step per session call.
+    TrainerEntry(
+        name=cls.__name__,
+        factory=f"broken:{cls.__name__}",
+        capabilities=Capabilities(steps_per_execution=False),
+    )
     for cls in (
         HandLoopTrainer,
         SkipsTriggerStep,

@@ -34,6 +34,9 @@ LAYER_SHAPES = {
     "bn/variance/EMA": (INPUT_DIM,),
 }
 
+INITIAL_STATISTICS = {"bn/mean/EMA": 0.0, "bn/variance/EMA": 1.0}
+"""The moving averages' initial values (zeros and ones, as ``BatchNorm`` makes them)."""
+
 MOMENTUM = 0.9
 """The moving averages' momentum (``BatchNorm``'s default)."""
 
@@ -140,14 +143,16 @@ Updates = Sequence[Sequence[np.ndarray]]
 
 
 def moving_sequences(
-    start: Mapping[str, np.ndarray], queues: Sequence[Updates], own: int
+    start: Mapping[str, np.ndarray], queues: Sequence[Updates], own: int | None
 ) -> Iterator[dict[str, np.ndarray]]:
     """The moving averages after every order of `queues`' updates that ends `own`'s.
 
     Each queue's updates land in their order, interleaved with the other queues'
     in any way; every update may use any of its batches. A result is yielded as soon
     as queue `own` is exhausted, so the other queues may be applied part-way (a
-    worker reading a shared copy before the others are done).
+    worker reading a shared copy before the others are done). With `own` None, a
+    result is yielded at every point, the start included (a copy that a process
+    reads while any of them may still be on the way).
 
     Examples:
         >>> s = {"bn/mean/EMA": np.zeros(1), "bn/variance/EMA": np.ones(1)}
@@ -156,8 +161,10 @@ def moving_sequences(
         [0.2, 0.6]
         >>> len(list(moving_sequences(s, [[[a]], [[b]]], 0)))  # a; a then b; b then a
         3
+        >>> len(list(moving_sequences(s, [[[a]], [[b]]], None)))  # and none; b
+        5
     """
-    if not queues[own]:
+    if own is None or not queues[own]:
         yield dict(start)
     for q, queue in enumerate(queues):
         if not queue:
