@@ -48,12 +48,17 @@ class TestBrokenTrainers:
         assert broken_run.outcome(case) == "passed", broken_run.failures.get(case)
 
     def test_correct_hand_written_loop_passes(self, broken_run):
-        """The same hand-written loop without a defect passes every loop check."""
+        """The same hand-written loop without a defect passes every loop check; only the
+        several-steps-per-call checks skip, as it declares one step per session call."""
         mine = {k: v for k, v in broken_run.cases.items() if "[HandLoopTrainer" in k}
         assert mine, broken_run.output[-3000:]
-        assert set(mine.values()) == {"passed"}, {
-            k: broken_run.failures.get(k) for k, v in mine.items() if v != "passed"
+        bad = {
+            k: broken_run.failures.get(k) for k, v in mine.items() if v not in ("passed", "skipped")
         }
+        assert not bad, bad
+        skipped = sorted(k for k, v in mine.items() if v == "skipped")
+        assert all("several_steps" in k for k in skipped), skipped
+        assert sum(v == "passed" for v in mine.values()) > len(skipped)
 
     def test_exit_status_and_summary(self, broken_run):
         """The run fails, and the summary table shows the failing trainers and groups."""
