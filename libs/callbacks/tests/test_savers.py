@@ -84,6 +84,24 @@ class StopAt(Callback):
 class TestModelSaver:
     """Checkpoints named model-<global_step>, a consistent state file, nothing half-written."""
 
+    def test_console_keeps_one_line_per_epoch(self, tmp_path, caplog):
+        """The first save of a run is logged at INFO with the directory and the policy; the
+        later ones at DEBUG only; a second run on the same directory announces itself again (a fresh directory)."""
+        with caplog.at_level("DEBUG", logger="towerkit.callbacks"):
+            train([ModelSaver(max_to_keep=2)], tmp_path)
+        saved = [r for r in caplog.records if r.getMessage().startswith("model saved to")]
+        assert [r.levelname for r in saved] == ["INFO", "DEBUG", "DEBUG"]
+        first = saved[0].getMessage()
+        assert os.path.join(str(tmp_path), "model-2") in first
+        assert f"go to {tmp_path} as model-<global step> (the newest 2 kept;" in first
+        assert saved[2].getMessage() == f"model saved to {os.path.join(str(tmp_path), 'model-6')}"
+        caplog.clear()
+        with caplog.at_level("INFO", logger="towerkit.callbacks"):
+            train([ModelSaver(max_to_keep=0)], tmp_path / "again")
+        saved = [r.getMessage() for r in caplog.records if "model saved to" in r.getMessage()]
+        assert len(saved) == 1
+        assert "(all kept;" in saved[0]
+
     def test_saves_every_epoch(self, tmp_path):
         """Each epoch leaves model-<step>; the state file names the last one, relatively."""
         train([ModelSaver()], tmp_path)

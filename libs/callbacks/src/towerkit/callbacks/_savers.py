@@ -90,6 +90,9 @@ class ModelSaver(Callback):
     and a warning names them. The state file then names only the complete
     checkpoints left, and at every save only complete ones.
 
+    The first save of a run is logged at INFO with the directory and what is kept; the
+    later ones at DEBUG, so the console keeps one line per epoch.
+
     The saver reads, prunes and writes only inside its directory: a state file entry
     that points elsewhere (a copied log directory holds absolute paths into the
     original) is ignored with a warning, or taken as the checkpoint of the same name in
@@ -133,6 +136,7 @@ class ModelSaver(Callback):
         self._saver: Any = None
         self._last_saved: int | None = None
         self._start_step: int | None = None
+        self._announced = False
         self._saved: dict[int, float] = {}
         self._own: list[int] = []
         self._epoch_ends: set[int] = set()
@@ -175,6 +179,7 @@ class ModelSaver(Callback):
         os.makedirs(directory, exist_ok=True)
         remove_stale_temporaries(directory, _is_saver_file, what="checkpoint")
         self._start_step = self.trainer.global_step
+        self._announced = False
         self._next_preserve = time.time() + self._hours * 3600
         self._saved = {}
         self._own = []
@@ -301,7 +306,18 @@ class ModelSaver(Callback):
         for gone in plan.delete:
             _delete_checkpoint(directory, f"model-{gone}")
         self._last_saved = step
-        logger.info("model saved to %s", path)
+        if not self._announced:
+            self._announced = True
+            kept = "all kept" if self._max_to_keep == 0 else f"the newest {self._max_to_keep} kept"
+            logger.info(
+                "model saved to %s; this run's checkpoints go to %s as model-<global step> "
+                "(%s; each later save is logged at DEBUG)",
+                path,
+                directory,
+                kept,
+            )
+        else:
+            logger.debug("model saved to %s", path)
 
 
 def _delete_checkpoint(directory: str, base: str) -> None:
