@@ -14,7 +14,7 @@ SEEDS = {
     "loop": "spec 002 (Understand Trainer)",
     "callbacks": "spec 003 (tensorpack.callbacks)",
 }
-"""How messages cite the specification files in ``shared/seeds/``."""
+"""How messages cite the specification: tensorpack's documentation pages, by number and title."""
 
 KIND_RULES: dict[EventKind, str] = {
     EventKind.BEFORE_TRAIN: (
