@@ -104,11 +104,11 @@ def clusters(hosts, tmp_path):
         job.stop_all()
 
 
-def test_cluster_across_hosts(clusters):
-    """Two epochs of the replicated trainer: every task exits 0; the chief alone writes;
-    steps, stats and checkpoint exact. (The ps trainer trains across the hosts in
-    `test_parameter_server_killed`, up to its checkpoints.)"""
-    job = clusters("replicated", 2)
+@pytest.mark.parametrize("trainer", ["replicated", "ps"])
+def test_cluster_across_hosts(clusters, trainer):
+    """Two epochs of each cluster trainer: every task exits 0; the chief alone writes;
+    the global step counts the chief's steps; stats and checkpoint exact."""
+    job = clusters(trainer, 2)
     job.wait_until(job.ended, JOB_TIMEOUT, "the cluster did not finish")
     codes = {k: p.returncode for k, p in job.procs.items()}
     assert codes == {k: 0 for k in ROLES}, job.outputs()
