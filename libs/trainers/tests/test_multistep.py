@@ -209,18 +209,48 @@ class TestInputs:
                     steps_per_execution=4,
                 )
 
-    def test_staging_refused(self):
-        """StagingInput puts the next batch beside every call: refused, saying why."""
-        with tf.Graph().as_default():
-            trainer = SimpleTrainer()
-            with pytest.raises(ValueError, match="stages the next batch"):
-                trainer.setup_graph(
+    @pytest.mark.parametrize("nr_stage", [1, 3])
+    def test_staging(self, tmp_path, nr_stage):
+        """StagingInput runs inside the loop: each step takes its staged batch and stages
+        the next, so K=16 trains on the batches K=1 trains on, in the same order."""
+
+        def staged():
+            return StagingInput(data(), nr_stage=nr_stage)
+
+        one = train(tmp_path / "a", 1, callbacks=[ModelSaver()], data_=staged)
+        many = train(tmp_path / "b", 16, callbacks=[ModelSaver()], data_=staged)
+        assert one.global_step == many.global_step == 3 * SPE
+        a, b = stats(tmp_path / "a"), stats(tmp_path / "b")
+        assert [abs(r["cost"] - s["cost"]) < 1e-4 for r, s in zip(a, b)] == [True] * 3
+        ra = tf.train.load_checkpoint(str(tmp_path / "a"))
+        rb = tf.train.load_checkpoint(str(tmp_path / "b"))
+        np.testing.assert_allclose(ra.get_tensor("fc0/W"), rb.get_tensor("fc0/W"), atol=1e-4)
+        # and the staged run trains what the unstaged one does
+        train(tmp_path / "c", 16, callbacks=[ModelSaver()])
+        rc = tf.train.load_checkpoint(str(tmp_path / "c"))
+        np.testing.assert_allclose(rc.get_tensor("fc0/W"), rb.get_tensor("fc0/W"), atol=1e-4)
+
+    def test_staging_callback_only_warms_up(self):
+        """Inside the loop the staging callback has no per-step hook (the steps put their
+        own batches), so it passes the K check; outside a loop it puts with every run."""
+        for k in (4, 1):
+            with tf.Graph().as_default():
+                source = StagingInput(data())
+                SimpleTrainer().setup_graph(
                     Mlp().get_input_signature(),
-                    StagingInput(data()),
+                    source,
                     Mlp().build_graph,
                     Mlp().get_optimizer,
-                    steps_per_execution=4,
+                    steps_per_execution=k,
                 )
+                (cb,) = [c for c in source.get_callbacks() if "StageInputCallback" in str(c)]
+                assert cb.has_hook("_before_run") is (k == 1)
+                faults = cb.coarse_steps_faults(4)
+                if k == 1:
+                    assert faults
+                    assert "before_run" in faults[0]
+                else:
+                    assert faults == []
 
 
 class TestMultiTower:
@@ -250,6 +280,24 @@ class TestMultiTower:
         assert a.get_tensor("seen") == b.get_tensor("seen")
         if not isinstance(one, AsyncMultiGPUTrainer):  # async: the order of updates races
             np.testing.assert_allclose(a.get_tensor("fc0/W"), b.get_tensor("fc0/W"), atol=1e-4)
+
+    def test_staged_towers(self, tmp_path):
+        """Two towers staging their batches on their devices, K=16: as K=1."""
+
+        def staged():
+            return StagingInput(data(), devices=["/cpu:0", "/cpu:0"])
+
+        make = lambda: SyncMultiGPUTrainerReplicated(2)  # noqa: E731
+        one = train(
+            tmp_path / "a", 1, max_epoch=1, trainer=make, data_=staged, callbacks=[ModelSaver()]
+        )
+        many = train(
+            tmp_path / "b", 16, max_epoch=1, trainer=make, data_=staged, callbacks=[ModelSaver()]
+        )
+        assert one.global_step == many.global_step == SPE
+        a = tf.train.load_checkpoint(str(tmp_path / "a"))
+        b = tf.train.load_checkpoint(str(tmp_path / "b"))
+        np.testing.assert_allclose(a.get_tensor("fc0/W"), b.get_tensor("fc0/W"), atol=1e-4)
 
 
 class _EveryStep(Callback):

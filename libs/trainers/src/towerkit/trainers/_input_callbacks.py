@@ -207,19 +207,37 @@ class StageInputCallback(_InputCallback):
     current one is used. Runs that do not take from the areas put nothing, so the areas
     never grow.
 
+    Inside a loop of several steps per session call (``steps_per_execution``), each
+    step of the loop puts the next batch itself: then the callback only warms the
+    areas up (``per_run=False``), with put ops built outside the loop.
+
     Args:
         name: the source's description.
         put: one op putting a batch into every area.
         gets: the tensors taken from the areas.
         nr_stage: batches staged ahead, >= 1.
+        per_run: also put a batch with every run that takes from the areas.
     """
 
-    def __init__(self, name: str, put: Any, gets: Sequence[Any], nr_stage: int) -> None:
+    def __init__(
+        self, name: str, put: Any, gets: Sequence[Any], nr_stage: int, *, per_run: bool = True
+    ) -> None:
         self._name = name
         self._put = put
         self._nr_stage = nr_stage
+        self._per_run = per_run
         self._depends = _FetchDependency(list(gets))
         self._args = tf1.train.SessionRunArgs(fetches=put)
+
+    @property  # type: ignore[override]
+    def accepts_coarse_steps(self) -> bool:
+        """Without ``per_run`` (inside a loop of steps) nothing happens per step."""
+        return not self._per_run
+
+    def has_hook(self, method: str) -> bool:
+        if method == "_before_run":
+            return self._per_run
+        return super().has_hook(method)
 
     def _before_train(self) -> None:
         for _ in range(self._nr_stage):

@@ -22,6 +22,7 @@ from towerkit.trainers._input_sources import (
     _INPUT_DEVICE,
     TFDatasetInput,
 )
+from towerkit.trainers._multistep import STAGING_PUT_OPS_KEY
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -65,6 +66,12 @@ class StagingInput(InputSource):
     the input tensors with a plain ``sess.run``: that takes a batch without staging a
     new one, and a later step would wait forever.
 
+    With several steps per session call (``steps_per_execution``), the towers are built
+    inside the trainer's loop: each step of the loop takes its batch from the area and
+    puts the next one there, so the copy of step ``i + 1``'s batch overlaps step ``i``
+    inside the call, and the areas stay `nr_stage` batches ahead between calls. The
+    batches come in the same order as with one step per call.
+
     Args:
         input: the wrapped source (not a :class:`FeedInput` or :class:`DummyConstantInput`).
         devices: the device of each tower, in the order the towers call
@@ -75,11 +82,6 @@ class StagingInput(InputSource):
         TypeError: `input` is not a source that can be staged.
         ValueError: `nr_stage` < 1.
     """
-
-    per_step_feed_reason = (
-        "stages the next batch with a put op run beside every session call (wrap it "
-        "no more: inside one call tf.data's prefetching overlaps the copies)"
-    )
 
     _per_tower_callbacks = True
 
@@ -111,6 +113,7 @@ class StagingInput(InputSource):
         self._nr_stage = nr_stage
         self._puts: list[Any] = []
         self._gets: list[Any] = []
+        self._in_loop = False
 
     @property
     def input(self) -> InputSource:
@@ -128,22 +131,38 @@ class StagingInput(InputSource):
                 f"{len(self._devices)} device(s): {list(self._devices)}"
             )
             raise RuntimeError(msg)
-        with tf.device(_INPUT_DEVICE):
-            batch = self._input.get_input_tensors()
-        dtypes = [t.dtype for t in batch]
+        in_loop = tf1.get_default_graph() is not self._graph
         device = self._devices[tower] if self._devices is not None else None
+        shared = self._graph.unique_name(f"StagingInput{tower}/staging_area", mark_as_used=True)
+        batch = self._stage(tower, device, shared)
+        if in_loop:
+            # a loop of several steps per call: this put runs with every step inside the
+            # loop; the warm-up needs a put outside it, on a batch read there
+            tf1.add_to_collection(STAGING_PUT_OPS_KEY, batch[1])
+            with self._graph.as_default():
+                self._puts.append(self._stage(tower, device, shared)[1])
+        else:
+            self._puts.append(batch[1])
+        self._in_loop = in_loop
+        dtypes = [t.dtype for t in batch[0]]
         where = tf.device(device) if device is not None else contextlib.nullcontext()
         with where, tf1.name_scope(f"StagingInput{tower}"):
-            shared = tf1.get_default_graph().unique_name("staging_area", mark_as_used=True)
-            put = tf.raw_ops.Stage(values=batch, shared_name=shared, name="put")
             got = tf.raw_ops.Unstage(dtypes=dtypes, shared_name=shared, name="get")
         out = []
-        for t, g in zip(batch, got):
+        for t, g in zip(batch[0], got):
             g.set_shape(t.shape)
             out.append(g)
-        self._puts.append(put)
         self._gets.extend(out)
         return out
+
+    def _stage(self, tower: int, device: str | None, shared: str) -> tuple[list[tf.Tensor], Any]:
+        """A batch of the wrapped source (read on the CPU) and the op putting it in `shared`."""
+        with tf.device(_INPUT_DEVICE):
+            batch = self._input.get_input_tensors()
+        where = tf.device(device) if device is not None else contextlib.nullcontext()
+        with where, tf1.name_scope(f"StagingInput{tower}"):
+            put = tf.raw_ops.Stage(values=batch, shared_name=shared, name="put")
+        return batch, put
 
     def _size(self) -> int | None:
         return self._input.size()
@@ -155,7 +174,11 @@ class StagingInput(InputSource):
         cbs = self._input.get_callbacks()
         if self._puts:
             put = tf.group(*self._puts, name="StagingInput_put")
-            cbs.append(StageInputCallback(str(self), put, self._gets, self._nr_stage))
+            cbs.append(
+                StageInputCallback(
+                    str(self), put, self._gets, self._nr_stage, per_run=not self._in_loop
+                )
+            )
         return cbs
 
     def __str__(self) -> str:

@@ -11,7 +11,11 @@ from towerkit.callbacks import Callback, check_steps_per_execution
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY
 from towerkit.towers.compat import tf1
 
-PER_STEP_COLLECTIONS = (tf1.GraphKeys.UPDATE_OPS, MOVING_SUMMARY_OPS_KEY)
+STAGING_PUT_OPS_KEY = "towerkit_staging_put_ops"
+"""The collection of the ops an input source runs beside every step inside the loop (the
+staging areas' puts of `StagingInput`)."""
+
+PER_STEP_COLLECTIONS = (tf1.GraphKeys.UPDATE_OPS, MOVING_SUMMARY_OPS_KEY, STAGING_PUT_OPS_KEY)
 """Collections whose ops run with every step: inside the loop they run in its body."""
 
 
