@@ -272,11 +272,16 @@ class OnSchedule(Trigger):
         return scheduled_value(self, event) is not None
 
     def _firing_kinds(self) -> frozenset[EventKind]:
-        return frozenset((EventKind.BEFORE_TRAIN, _kind_of_points(self.schedule)))
+        return frozenset((EventKind.BEFORE_TRAIN, points_kind(self.schedule)))
 
 
-def _kind_of_points(schedule: PiecewiseSchedule) -> EventKind:
-    """The event at which the schedule's points are reached: after a step or after an epoch."""
+def points_kind(schedule: PiecewiseSchedule) -> EventKind:
+    """The event at which the schedule's points are reached: after a step or after an epoch.
+
+    Examples:
+        >>> points_kind(piecewise_schedule([(1, 0.1)])), points_kind(piecewise_schedule([(1, 0.1)], unit="step"))
+        (EventKind.TRIGGER_EPOCH, EventKind.TRIGGER_STEP)
+    """
     return EventKind.TRIGGER_STEP if schedule.unit == "step" else EventKind.TRIGGER_EPOCH
 
 
@@ -316,6 +321,6 @@ def scheduled_value(rule: OnSchedule, event: LoopEvent) -> float | None:
     if kind is EventKind.BEFORE_TRAIN:
         point = schedule_point(schedule, event.position)
         return (value_in_effect if rule.set_at_beginning else value_at)(schedule, point)
-    if kind is _kind_of_points(schedule):
+    if kind is points_kind(schedule):
         return value_at(schedule, schedule_point(schedule, event.position))
     return None

@@ -26,13 +26,14 @@ from towerkit.callbacks._schedules import (
     OnSchedule,
     PiecewiseSchedule,
     non_integral_entries,
+    points_kind,
     schedule_point,
     scheduled_value,
     value_at,
     value_in_effect,
 )
 from towerkit.callbacks._stats import StatMonitorState, advance, is_real_number
-from towerkit.callbacks._triggers import firing_kinds, trainer_event, trainer_position
+from towerkit.callbacks._triggers import firing_kinds, trainer_event
 from towerkit.callbacks._writers import require_logdir
 from towerkit.towers.compat import tf1
 
@@ -204,6 +205,7 @@ class ScheduledHyperParamSetter(HyperParamSetter):
         )
         self._rule = OnSchedule(schedule=record, set_at_beginning=bool(set_at_beginning))
         self._kinds = firing_kinds(self._rule)
+        self._points_kind = points_kind(record)
         super().__init__(param)
 
     @property
@@ -245,8 +247,9 @@ class ScheduledHyperParamSetter(HyperParamSetter):
             raise ValueError(msg)
 
     def _get_value_to_set(self) -> float | None:
-        schedule = self._rule.schedule
-        return value_at(schedule, schedule_point(schedule, trainer_position(self.trainer)))
+        # trigger() (a PeriodicTrigger around the setter, a user) asks at the current
+        # position: the same decision as at the event where the schedule's points are reached.
+        return scheduled_value(self._rule, trainer_event(self.trainer, self._points_kind))
 
     def has_hook(self, method: str) -> bool:
         if method in ("_trigger_step", "_trigger_epoch"):
