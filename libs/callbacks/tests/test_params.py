@@ -23,6 +23,7 @@ from towerkit.callbacks import (
     PiecewiseSchedule,
     ScheduledHyperParamSetter,
     StatMonitorParamSetter,
+    StatMonitorRule,
 )
 from towerkit.towers.compat import tf1
 
@@ -564,4 +565,6 @@ class TestStatMonitorParamSetter:
             StatMonitorParamSetter("lr", "s", lambda x: x, -1, 2)
         with pytest.raises(TypeError, match="'value_func' must be a callable"):
             StatMonitorParamSetter("lr", "s", 0.5, 0.0, 2)
-        assert StatMonitorParamSetter("lr", "s", lambda x: x, 0, 2).state.history == ()
+        setter = StatMonitorParamSetter("lr", "s", lambda x: x, 0, 2, reverse=True)
+        assert setter.state.history == ()
+        assert setter.rule == StatMonitorRule(threshold=0.0, last_k=2, reverse=True)

@@ -1,13 +1,23 @@
 """Pure statistics: the time-left estimate and the stat-monitor decision."""
 
+import math
+import re
 import statistics
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import stat_series
 
-from towerkit.callbacks import StatMonitorState, advance, estimate_time_left, should_change
+from towerkit.callbacks import (
+    StatMonitorRule,
+    StatMonitorState,
+    advance,
+    estimate_time_left,
+    should_change,
+)
+from towerkit.callbacks._stats import advance_rule
 
 
 class TestEstimateTimeLeft:
@@ -123,3 +133,55 @@ class TestAdvance:
             s, change = advance(s, 7, 1.0, threshold=0.0, last_k=1)
             assert not change
         assert s.history == (1.0,)
+
+
+class TestStatMonitorRule:
+    """The stat monitor's rule validates itself; `advance_rule` is `advance` under it."""
+
+    @given(
+        st.one_of(st.integers(-3, 8), st.booleans(), st.floats(-2, 5), st.just("2")),
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.integers(-5, 5),
+            st.booleans(),
+            st.just("0.1"),
+        ),
+    )
+    def test_accepts_exactly_the_valid(self, last_k, threshold):
+        """A rule builds iff last_k is an int >= 1 and threshold a finite real >= 0; else the
+        error names the first argument at fault, in the setter's wording."""
+        k_ok = isinstance(last_k, int) and not isinstance(last_k, bool) and last_k >= 1
+        t_ok = (
+            isinstance(threshold, int | float)
+            and not isinstance(threshold, bool)
+            and math.isfinite(threshold)
+            and threshold >= 0
+        )
+        if k_ok and t_ok:
+            rule = StatMonitorRule(threshold=threshold, last_k=last_k)
+            assert (rule.last_k, rule.threshold, rule.reverse) == (last_k, float(threshold), False)
+            assert isinstance(rule.threshold, float)
+            return
+        want = (
+            rf"'last_k' must be an int >= 1; got {re.escape(repr(last_k))}$"
+            if not k_ok
+            else rf"'threshold' must be a finite number >= 0; got {re.escape(repr(threshold))}$"
+        )
+        with pytest.raises(ValueError, match=want):
+            StatMonitorRule(threshold=threshold, last_k=last_k)
+
+    @given(stat_series(), st.floats(0, 1), st.integers(1, 4), st.booleans())
+    def test_advance_rule_is_advance(self, series, threshold, last_k, reverse):
+        """Folding `advance_rule` gives the states and decisions of folding `advance`."""
+        rule = StatMonitorRule(threshold=threshold, last_k=last_k, reverse=reverse)
+        a = b = StatMonitorState()
+        for step, value in series:
+            a, change_a = advance_rule(a, step, value, rule)
+            b, change_b = advance(b, step, value, threshold=threshold, last_k=last_k, reverse=reverse)
+            assert (a, change_a) == (b, change_b)
+
+    def test_frozen(self):
+        """The rule cannot change after construction."""
+        rule = StatMonitorRule(threshold=0.5, last_k=2, reverse=True)
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            rule.last_k = 3  # type: ignore[misc]

@@ -69,6 +69,7 @@ from towerkit.callbacks._schedules import (
 from towerkit.callbacks._stats import (
     EARLY_STOPPING_MODES,
     EarlyStoppingState,
+    StatMonitorRule,
     StatMonitorState,
     advance,
     advance_early_stopping,
@@ -287,6 +288,7 @@ __all__ = [
     # statistics, pure
     "estimate_time_left",
     "should_change",
+    "StatMonitorRule",
     "StatMonitorState",
     "advance",
     "improves",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import numbers
 import os
 from collections.abc import Callable, Iterable
@@ -32,7 +31,7 @@ from towerkit.callbacks._schedules import (
     value_at,
     value_in_effect,
 )
-from towerkit.callbacks._stats import StatMonitorState, advance, is_real_number
+from towerkit.callbacks._stats import StatMonitorRule, StatMonitorState, advance_rule
 from towerkit.callbacks._triggers import firing_kinds, trainer_event
 from towerkit.callbacks._writers import require_logdir
 from towerkit.towers.compat import tf1
@@ -445,24 +444,21 @@ class StatMonitorParamSetter(HyperParamSetter):
         if not callable(value_func):
             msg = f"'value_func' must be a callable old_value -> new_value; got {type(value_func).__name__}"
             raise TypeError(msg)
-        if isinstance(last_k, bool) or not isinstance(last_k, int) or last_k < 1:
-            msg = f"'last_k' must be an int >= 1; got {last_k!r}"
-            raise ValueError(msg)
-        if not is_real_number(threshold) or not math.isfinite(threshold) or threshold < 0:
-            msg = f"'threshold' must be a finite number >= 0; got {threshold!r}"
-            raise ValueError(msg)
+        self._rule = StatMonitorRule(threshold=threshold, last_k=last_k, reverse=reverse)
         super().__init__(param)
         self._stat = stat_name
         self._func = value_func
-        self._threshold = float(threshold)
-        self._last_k = last_k
-        self._reverse = bool(reverse)
         self._state = StatMonitorState()
 
     @property
     def state(self) -> StatMonitorState:
         """The observations kept since the last change."""
         return self._state
+
+    @property
+    def rule(self) -> StatMonitorRule:
+        """When the parameter changes: threshold, last_k and reverse, validated."""
+        return self._rule
 
     def _get_value_to_set(self) -> Any:
         try:
@@ -475,14 +471,7 @@ class StatMonitorParamSetter(HyperParamSetter):
                 self.trainer.global_step,
             )
             return None
-        self._state, change = advance(
-            self._state,
-            step,
-            value,
-            threshold=self._threshold,
-            last_k=self._last_k,
-            reverse=self._reverse,
-        )
+        self._state, change = advance_rule(self._state, step, value, self._rule)
         if not change:
             return None
         old = self.get_current_value()
@@ -492,7 +481,7 @@ class StatMonitorParamSetter(HyperParamSetter):
             "%s: %r has not improved over the last %d observations; %s: %s -> %s",
             self,
             self._stat,
-            self._last_k,
+            self._rule.last_k,
             self._param.readable_name,
             _show(old, dtype),
             _show(new, dtype),

@@ -13,6 +13,7 @@ from attrs.validators import instance_of
 __all__ = [
     "EARLY_STOPPING_MODES",
     "EarlyStoppingState",
+    "StatMonitorRule",
     "StatMonitorState",
     "advance",
     "advance_early_stopping",
@@ -156,6 +157,62 @@ class StatMonitorState:
     history: tuple[float, ...] = attrs.field(default=(), converter=_to_floats)
     last_step: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(instance_of(int))
+    )
+
+
+def _check_last_k(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    del instance, attribute
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"'last_k' must be an int >= 1; got {value!r}"
+        raise ValueError(msg)
+
+
+def _check_threshold(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    del instance, attribute
+    if not is_real_number(value) or not math.isfinite(value) or value < 0:  # type: ignore[arg-type, operator]
+        msg = f"'threshold' must be a finite number >= 0; got {value!r}"
+        raise ValueError(msg)
+
+
+@attrs.frozen(kw_only=True)
+class StatMonitorRule:
+    """When ``StatMonitorParamSetter`` changes its parameter: the arguments of :func:`advance`.
+
+    Validated at construction, so a setter with a bad rule fails before training.
+
+    Attributes:
+        threshold: the least improvement that counts (a finite number >= 0).
+        last_k: observations after the reference that must fail to improve (an int >= 1).
+        reverse: the statistic should increase (an accuracy) rather than decrease.
+
+    Examples:
+        >>> StatMonitorRule(threshold=0, last_k=2)
+        StatMonitorRule(last_k=2, threshold=0.0, reverse=False)
+        >>> StatMonitorRule(threshold=-1, last_k=2)
+        Traceback (most recent call last):
+        ...
+        ValueError: 'threshold' must be a finite number >= 0; got -1
+    """
+
+    last_k: int = attrs.field(validator=_check_last_k)
+    threshold: float = attrs.field(validator=_check_threshold)
+    reverse: bool = attrs.field(default=False, converter=bool)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "threshold", float(self.threshold))
+
+
+def advance_rule(
+    state: StatMonitorState, step: int, value: float, rule: StatMonitorRule
+) -> tuple[StatMonitorState, bool]:
+    """:func:`advance` under a validated :class:`StatMonitorRule`.
+
+    Examples:
+        >>> advance_rule(StatMonitorState(history=[1.0]), 3, 1.0, StatMonitorRule(threshold=0, last_k=1))
+        (StatMonitorState(history=(), last_step=3), True)
+    """
+    return advance(
+        state, step, value, threshold=rule.threshold, last_k=rule.last_k, reverse=rule.reverse
     )
 
 
