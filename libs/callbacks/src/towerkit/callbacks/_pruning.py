@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
-__all__ = ["EPOCH_ENDS_KEPT", "InheritedCheckpoints", "PrunePlan", "plan_inherited", "plan_pruning"]
+__all__ = [
+    "EPOCH_ENDS_KEPT",
+    "InheritedCheckpoints",
+    "PrunePlan",
+    "SaverState",
+    "after_save",
+    "plan_inherited",
+    "plan_pruning",
+    "start_saver_state",
+]
 
 EPOCH_ENDS_KEPT = 2
 """How many of the newest epoch-end checkpoints `ModelSaver` never prunes."""
@@ -109,6 +118,102 @@ def plan_pruning(
         preserve=tuple(preserve),
         next_preserve_time=next_preserve_time,
     )
+
+
+def _saved_pairs(value: Iterable[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    return tuple(sorted((int(step), float(written)) for step, written in dict(value).items()))
+
+
+@attrs.frozen(kw_only=True)
+class SaverState:
+    """What `ModelSaver` tracks between saves, as one record.
+
+    Attributes:
+        saved: ``(global step, time written)`` of each tracked checkpoint, by step:
+            the inherited ones and this run's, those pruned or kept for good left out.
+        own: the tracked steps this run saved, in the order it saved them.
+        epoch_ends: the tracked steps saved at the end of an epoch.
+        next_preserve_time: when the next checkpoint to keep for good may have been written.
+    """
+
+    saved: tuple[tuple[int, float], ...] = attrs.field(default=(), converter=_saved_pairs)
+    own: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    epoch_ends: frozenset[int] = attrs.field(default=frozenset(), converter=frozenset)
+    next_preserve_time: float = attrs.field(default=0.0, converter=float)
+
+    @property
+    def written(self) -> dict[int, float]:
+        """The time each tracked checkpoint was written, by step."""
+        return dict(self.saved)
+
+
+def start_saver_state(
+    kept: Mapping[int, float],
+    *,
+    start_step: int,
+    steps_per_epoch: int,
+    next_preserve_time: float,
+) -> SaverState:
+    """The state of a saver at the start of a run, over the inherited checkpoints it keeps.
+
+    The run starts at an epoch end, so an inherited checkpoint lies at an epoch end
+    when it lies a whole number of epochs before the starting step.
+
+    Examples:
+        >>> start_saver_state({10: 1.0, 15: 2.0, 20: 3.0}, start_step=20, steps_per_epoch=10,
+        ...                   next_preserve_time=9.0)
+        SaverState(saved=((10, 1.0), (15, 2.0), (20, 3.0)), own=(), epoch_ends=frozenset({10, 20}), next_preserve_time=9.0)
+    """
+    spe = max(1, int(steps_per_epoch))
+    return SaverState(
+        saved=kept.items(),
+        epoch_ends={s for s in kept if (s - start_step) % spe == 0},
+        next_preserve_time=next_preserve_time,
+    )
+
+
+def after_save(
+    state: SaverState,
+    step: int,
+    written: float,
+    *,
+    at_epoch_end: bool,
+    max_to_keep: int,
+    preserve_every_s: float,
+) -> tuple[SaverState, PrunePlan]:
+    """Track a checkpoint just saved and decide what to prune (`plan_pruning`).
+
+    Returns the state after the pruning (the deleted and the preserved checkpoints no
+    longer tracked) and the plan to carry out. Saving a step again moves it to the
+    newest of this run's.
+
+    Examples:
+        >>> s = SaverState(next_preserve_time=1e9)
+        >>> for step in (1, 2, 3, 4):
+        ...     s, plan = after_save(s, step, float(step), at_epoch_end=step % 2 == 0,
+        ...                          max_to_keep=1, preserve_every_s=3600.0)
+        >>> s.own, sorted(s.epoch_ends), plan.delete
+        ((2, 4), [2, 4], (3,))
+    """
+    written_at = {**state.written, step: float(written)}
+    own = (*(s for s in state.own if s != step), step)
+    ends = state.epoch_ends | {step} if at_epoch_end else state.epoch_ends - {step}
+    plan = plan_pruning(
+        list(written_at.items()),
+        max_to_keep=max_to_keep,
+        epoch_ends=ends,
+        preserve_every_s=preserve_every_s,
+        next_preserve_time=state.next_preserve_time,
+        own=own,
+    )
+    gone = {*plan.delete, *plan.preserve}
+    new = SaverState(
+        saved=[(s, w) for s, w in written_at.items() if s not in gone],
+        own=[s for s in own if s not in gone],
+        epoch_ends=ends - gone,
+        next_preserve_time=plan.next_preserve_time,
+    )
+    return new, plan
 
 
 def _named_steps(value: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:

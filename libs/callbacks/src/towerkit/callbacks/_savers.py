@@ -15,7 +15,12 @@ from typing import Any
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError, StatsFileError
 from towerkit.callbacks._paths import check_file_name
-from towerkit.callbacks._pruning import plan_inherited, plan_pruning
+from towerkit.callbacks._pruning import (
+    SaverState,
+    after_save,
+    plan_inherited,
+    start_saver_state,
+)
 from towerkit.callbacks._stats import improves, is_real_number
 from towerkit.callbacks._stats_file import read_stats_file
 from towerkit.callbacks._writers import require_logdir
@@ -137,10 +142,7 @@ class ModelSaver(Callback):
         self._last_saved: int | None = None
         self._start_step: int | None = None
         self._announced = False
-        self._saved: dict[int, float] = {}
-        self._own: list[int] = []
-        self._epoch_ends: set[int] = set()
-        self._next_preserve = 0.0
+        self._state = SaverState()
 
     @property
     def checkpoint_dir(self) -> str | None:
@@ -180,10 +182,6 @@ class ModelSaver(Callback):
         remove_stale_temporaries(directory, _is_saver_file, what="checkpoint")
         self._start_step = self.trainer.global_step
         self._announced = False
-        self._next_preserve = time.time() + self._hours * 3600
-        self._saved = {}
-        self._own = []
-        spe = max(1, int(self.trainer.steps_per_epoch))
         listed = self._listed_checkpoints(directory)
         on_disk = {
             _MODEL_STEM.sub("", n) for n in os.listdir(directory) if _MODEL_FILE.fullmatch(n)
@@ -202,17 +200,23 @@ class ModelSaver(Callback):
                 names,
                 aside,
             )
+        kept: dict[int, float] = {}
         for name, step in inherited.kept:
             index = os.path.join(directory, name + ".index")
             if name in listed and os.path.isfile(index):
-                self._saved[step] = os.path.getmtime(index)
+                kept[step] = os.path.getmtime(index)
+        self._state = start_saver_state(
+            kept,
+            start_step=self._start_step,
+            steps_per_epoch=self.trainer.steps_per_epoch,
+            next_preserve_time=time.time() + self._hours * 3600,
+        )
         self._rewrite_state(directory, listed)
-        # this run starts at an epoch end, so earlier epoch ends lie whole epochs before it
-        self._epoch_ends = {s for s in self._saved if (s - self._start_step) % spe == 0}
 
     def _rewrite_state(self, directory: str, listed: list[str]) -> None:
         """Make the state file name only the complete checkpoints kept (none: no state file)."""
-        kept = sorted(self._saved)
+        written = self._state.written
+        kept = sorted(written)
         if [checkpoint_step(n) for n in listed] == kept:
             return
         state = os.path.join(directory, "checkpoint")
@@ -222,7 +226,7 @@ class ModelSaver(Callback):
             return
         paths = [os.path.join(directory, f"model-{s}") for s in kept]
         write_checkpoint_state(
-            directory, paths[-1], paths, timestamps=[self._saved[s] for s in kept]
+            directory, paths[-1], paths, timestamps=[written[s] for s in kept]
         )
 
     @staticmethod
@@ -276,33 +280,18 @@ class ModelSaver(Callback):
             write_meta_graph=False,
             write_state=False,
         )
-        self._saved[step] = os.path.getmtime(path + ".index")
-        if step in self._own:
-            self._own.remove(step)
-        self._own.append(step)
         t = self.trainer
-        if t.local_step in (-1, t.steps_per_epoch - 1):
-            self._epoch_ends.add(step)
-        else:
-            self._epoch_ends.discard(step)
-        plan = plan_pruning(
-            list(self._saved.items()),
+        self._state, plan = after_save(
+            self._state,
+            step,
+            os.path.getmtime(path + ".index"),
+            at_epoch_end=t.local_step in (-1, t.steps_per_epoch - 1),
             max_to_keep=self._max_to_keep,
-            epoch_ends=self._epoch_ends,
             preserve_every_s=self._hours * 3600,
-            next_preserve_time=self._next_preserve,
-            own=self._own,
         )
-        self._next_preserve = plan.next_preserve_time
+        written = self._state.written
         kept = [os.path.join(directory, f"model-{s}") for s in plan.keep]
-        write_checkpoint_state(
-            directory, path, kept, timestamps=[self._saved[s] for s in plan.keep]
-        )
-        for gone in (*plan.delete, *plan.preserve):
-            del self._saved[gone]
-            self._epoch_ends.discard(gone)
-            if gone in self._own:
-                self._own.remove(gone)
+        write_checkpoint_state(directory, path, kept, timestamps=[written[s] for s in plan.keep])
         for gone in plan.delete:
             _delete_checkpoint(directory, f"model-{gone}")
         self._last_saved = step
