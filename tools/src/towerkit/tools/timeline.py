@@ -42,6 +42,7 @@ from attrs.validators import ge, instance_of
 
 import towerkit.callbacks as cb
 from towerkit.callbacks import EventKind, OnSchedule, TimelineEntry
+from towerkit.callbacks.plumbing import GATE_KINDS
 from towerkit.tools._files import ToolError, fail, read_toml
 from towerkit.tools._timeline_output import render_json, render_text, summarize
 
@@ -70,8 +71,9 @@ CALLBACK_TYPES = (
 )
 """The ``type`` values a table entry may name."""
 
-GATED_METHODS = ("before_epoch", "after_epoch", "before_run", "trigger_step", "trigger_epoch")
-"""The methods of a wrapped callback that ``PeriodicCallback`` may gate (``methods``)."""
+GATED_METHODS = tuple(kind.value for kind in GATE_KINDS)
+"""The methods of a wrapped callback that ``PeriodicCallback`` may gate (``methods``): the
+callbacks lib's gated kinds (``after_run`` follows ``before_run``)."""
 
 _TABLE_KEYS = {
     "Callback": {"name", "type"},

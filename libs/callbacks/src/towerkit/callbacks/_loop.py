@@ -28,6 +28,30 @@ class EventKind(str, enum.Enum):
 STEP_KINDS = frozenset({EventKind.BEFORE_RUN, EventKind.AFTER_RUN, EventKind.TRIGGER_STEP})
 """The kinds of event that happen at every step (the others happen per epoch or per run)."""
 
+TRIGGER_KINDS = (EventKind.BEFORE_TRAIN, EventKind.TRIGGER_STEP, EventKind.TRIGGER_EPOCH)
+"""Where trigger records act, in loop order: before training, after each step, after each epoch.
+
+The one list: ``PeriodicTrigger`` evaluates its record at these kinds, a timeline entry
+does by default (``DEFAULT_KINDS``), and the timeline tool reads it from here.
+"""
+
+GATED_KINDS = (
+    EventKind.BEFORE_EPOCH,
+    EventKind.AFTER_EPOCH,
+    EventKind.BEFORE_RUN,
+    EventKind.AFTER_RUN,
+    EventKind.TRIGGER_STEP,
+    EventKind.TRIGGER_EPOCH,
+)
+"""The methods ``EnableCallbackIf`` and ``PeriodicCallback`` gate, as event kinds, in loop order.
+
+The one list: the shells derive their method names from it, the timeline tool the
+``methods`` a ``PeriodicCallback`` entry may name.
+"""
+
+GATE_KINDS = tuple(kind for kind in GATED_KINDS if kind is not EventKind.AFTER_RUN)
+"""The gated kinds where a gate is evaluated: ``after_run`` follows its ``before_run``'s decision."""
+
 
 def bounds_faults(starting_epoch: object, max_epoch: object, steps_per_epoch: object) -> list[str]:
     """Every fault of a run's loop bounds, one message each; empty when they are good.

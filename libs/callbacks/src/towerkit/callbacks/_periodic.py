@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from towerkit.callbacks._base import Callback, ProxyCallback
-from towerkit.callbacks._loop import EventKind
+from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS, EventKind
 from towerkit.callbacks._multistep import coarse_step_faults
 from towerkit.callbacks._triggers import (
     AnyOf,
@@ -18,8 +18,8 @@ from towerkit.callbacks._triggers import (
     trainer_event,
 )
 
-_TRIGGER_KINDS = (EventKind.BEFORE_TRAIN, EventKind.TRIGGER_STEP, EventKind.TRIGGER_EPOCH)
-_TRIGGER_METHODS = tuple(f"_{kind.value}" for kind in _TRIGGER_KINDS)
+_TRIGGER_METHODS = tuple(f"_{kind.value}" for kind in TRIGGER_KINDS)
+_GATED = tuple(f"_{kind.value}" for kind in GATED_KINDS)
 
 
 class PeriodicTrigger(ProxyCallback):
@@ -64,7 +64,7 @@ class PeriodicTrigger(ProxyCallback):
     @property
     def trigger_kinds(self) -> tuple[EventKind, ...]:
         """The event kinds at which the record is evaluated."""
-        return _TRIGGER_KINDS
+        return TRIGGER_KINDS
 
     def has_hook(self, method: str) -> bool:
         if method in _TRIGGER_METHODS:
@@ -101,16 +101,6 @@ class PeriodicTrigger(ProxyCallback):
         return f"PeriodicTrigger({self.cb}, steps={r.steps}, epochs={r.epochs}, before_train={r.before_train})"
 
 
-_GATED = (
-    "_before_epoch",
-    "_after_epoch",
-    "_before_run",
-    "_after_run",
-    "_trigger_step",
-    "_trigger_epoch",
-)
-
-
 class EnableCallbackIf(ProxyCallback):
     """Run some methods of a callback only when a predicate holds.
 
@@ -145,7 +135,7 @@ class EnableCallbackIf(ProxyCallback):
     @property
     def trigger_kinds(self) -> tuple[EventKind, ...]:
         """The gated event kinds the wrapped callback acts in (``after_run`` follows ``before_run``)."""
-        return tuple(EventKind(m[1:]) for m in _GATED if m != "_after_run" and self.cb.has_hook(m))
+        return tuple(kind for kind in GATE_KINDS if self.cb.has_hook(f"_{kind.value}"))
 
     def _enabled(self, kind: EventKind) -> bool:
         pred = self._pred

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
-from towerkit.callbacks._loop import EventKind, LoopEvent, check_bounds, loop_events
+from towerkit.callbacks._loop import TRIGGER_KINDS, EventKind, LoopEvent, check_bounds, loop_events
 from towerkit.callbacks._schedules import OnSchedule, scheduled_value
 from towerkit.callbacks._triggers import EveryK, Trigger, fires
 
@@ -22,8 +22,9 @@ __all__ = [
     "timeline_firings",
 ]
 
-DEFAULT_KINDS = (EventKind.BEFORE_TRAIN, EventKind.TRIGGER_STEP, EventKind.TRIGGER_EPOCH)
-"""The events where triggers act: before training, after each step, after each epoch."""
+DEFAULT_KINDS = TRIGGER_KINDS
+"""The events where triggers act: before training, after each step, after each epoch
+(the loop's ``TRIGGER_KINDS``)."""
 
 
 def _kinds(value: Iterable[Any]) -> tuple[EventKind, ...]:
