@@ -30,6 +30,7 @@ records and their combinators (``EveryK``, ``GlobalStepMultiple``, ``EpochMultip
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import re
 import runpy
@@ -42,7 +43,7 @@ from attrs.validators import ge, instance_of
 
 import towerkit.callbacks as cb
 from towerkit.callbacks import EventKind, OnSchedule, TimelineEntry
-from towerkit.callbacks.plumbing import GATE_KINDS
+from towerkit.callbacks.plumbing import GATE_KINDS, SHELL_RECORDS
 from towerkit.tools._files import ToolError, fail, read_toml
 from towerkit.tools._timeline_output import render_json, render_text, summarize
 
@@ -63,31 +64,18 @@ __all__ = [
     "summarize",
 ]
 
-CALLBACK_TYPES = (
-    "Callback",
-    "PeriodicTrigger",
-    "PeriodicCallback",
-    "ScheduledHyperParamSetter",
-)
-"""The ``type`` values a table entry may name."""
+CALLBACK_TYPES = tuple(SHELL_RECORDS)
+"""The ``type`` values a table entry may name: every trigger shell of the callbacks lib."""
 
 GATED_METHODS = tuple(kind.value for kind in GATE_KINDS)
 """The methods of a wrapped callback that ``PeriodicCallback`` may gate (``methods``): the
 callbacks lib's gated kinds (``after_run`` follows ``before_run``)."""
 
-_TABLE_KEYS = {
-    "Callback": {"name", "type"},
-    "PeriodicTrigger": {"name", "type", "every_k_steps", "every_k_epochs", "before_train"},
-    "PeriodicCallback": {"name", "type", "every_k_steps", "every_k_epochs", "methods"},
-    "ScheduledHyperParamSetter": {
-        "name",
-        "type",
-        "schedule",
-        "interp",
-        "step_based",
-        "set_at_beginning",
-    },
-}
+
+def _table_keys(kind: str) -> set[str]:
+    """The keys a table of `kind` may hold: its name and type, and its builder's arguments."""
+    return {"name", "type", *inspect.signature(SHELL_RECORDS[kind]).parameters}
+
 
 _LOOP_KEYS = (
     "steps_per_epoch",
@@ -224,12 +212,13 @@ def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
             kind = "PeriodicTrigger"
         else:
             kind = "Callback"
-    if kind not in _TABLE_KEYS:
+    if kind not in SHELL_RECORDS:
         msg = f"callback {name!r}: unknown type {kind!r}; expected one of {list(CALLBACK_TYPES)}"
         raise ValueError(msg)
-    unknown = sorted(set(table) - _TABLE_KEYS[kind])
+    allowed = _table_keys(kind)
+    unknown = sorted(set(table) - allowed)
     if unknown:
-        msg = f"callback {name!r} ({kind}): unknown keys {unknown}; expected some of {sorted(_TABLE_KEYS[kind])}"
+        msg = f"callback {name!r} ({kind}): unknown keys {unknown}; expected some of {sorted(allowed)}"
         raise ValueError(msg)
     try:
         return _build_entry(name, kind, table), kind
@@ -238,41 +227,10 @@ def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
 
 
 def _build_entry(name: str, kind: str, table: Mapping[str, Any]) -> Any:
-    if kind == "Callback":
-        return TimelineEntry(
-            name=name, trigger=cb.EveryK(epochs=1), kinds=[EventKind.TRIGGER_EPOCH]
-        )
-    if kind == "PeriodicTrigger":
-        rule: cb.Trigger = cb.EveryK(
-            steps=table.get("every_k_steps"),
-            epochs=table.get("every_k_epochs"),
-            before_train=table.get("before_train", False),
-        )
-        return TimelineEntry(name=name, trigger=rule)
-    if kind == "PeriodicCallback":
-        methods = table.get("methods", ["trigger_epoch"])
-        if isinstance(methods, str):
-            methods = [methods]
-        bad = [m for m in methods if m not in GATED_METHODS]
-        if bad or not methods:
-            msg = (
-                f"'methods' must be a non-empty list of {list(GATED_METHODS)}; wrong entries: {bad}"
-            )
-            raise ValueError(msg)
-        rule = periodic_callback_rule(table.get("every_k_steps"), table.get("every_k_epochs"))
-        return TimelineEntry(name=name, trigger=rule, kinds=methods)
-    step_based = table.get("step_based", False)
-    if not isinstance(step_based, bool):
-        msg = f"'step_based' must be a bool; got {step_based!r}"
-        raise TypeError(msg)
-    points = table["schedule"]
-    if isinstance(points, list):
-        points = [tuple(p) if isinstance(p, list) else p for p in points]
-    schedule = cb.PiecewiseSchedule(
-        points=points, interp=table.get("interp"), unit="step" if step_based else "epoch"
-    )
-    rule = OnSchedule(schedule=schedule, set_at_beginning=table.get("set_at_beginning", True))
-    return TimelineEntry(name=name, trigger=rule)
+    """The entry of a table, built by the shell's own builder from the callbacks lib."""
+    args = {k: v for k, v in table.items() if k not in ("name", "type")}
+    built = SHELL_RECORDS[kind](**args)
+    return TimelineEntry(name=name, trigger=built.trigger, kinds=built.kinds)
 
 
 def _entry(item: Any, index: int) -> tuple[Any, str]:

@@ -43,7 +43,7 @@ GATED_KINDS = (
     EventKind.TRIGGER_STEP,
     EventKind.TRIGGER_EPOCH,
 )
-"""The methods ``EnableCallbackIf`` and ``PeriodicCallback`` gate, as event kinds, in loop order.
+"""The methods ``EnableCallbackIf`` and ``PeriodicCallback`` gate, as event kinds.
 
 The one list: the shells derive their method names from it, the timeline tool the
 ``methods`` a ``PeriodicCallback`` entry may name.

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from towerkit.callbacks._base import Callback, ProxyCallback
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS, EventKind
 from towerkit.callbacks._multistep import coarse_step_faults
+from towerkit.callbacks._shell_records import gate_kinds, periodic_trigger_record
 from towerkit.callbacks._triggers import (
     AnyOf,
     EveryK,
@@ -50,10 +51,11 @@ class PeriodicTrigger(ProxyCallback):
         every_k_epochs: int | None = None,
         before_train: bool = False,
     ) -> None:
-        record = EveryK(steps=every_k_steps, epochs=every_k_epochs, before_train=before_train)
+        built = periodic_trigger_record(every_k_steps, every_k_epochs, before_train)
         super().__init__(triggerable)
-        self._record = record
-        self._kinds = firing_kinds(record)
+        self._record = cast(EveryK, built.trigger)
+        self._trigger_kinds = built.kinds
+        self._kinds = firing_kinds(self._record)
         self._at_step = EventKind.TRIGGER_STEP in self._kinds
 
     @property
@@ -64,7 +66,7 @@ class PeriodicTrigger(ProxyCallback):
     @property
     def trigger_kinds(self) -> tuple[EventKind, ...]:
         """The event kinds at which the record is evaluated."""
-        return TRIGGER_KINDS
+        return self._trigger_kinds
 
     def has_hook(self, method: str) -> bool:
         if method in _TRIGGER_METHODS:
@@ -135,7 +137,8 @@ class EnableCallbackIf(ProxyCallback):
     @property
     def trigger_kinds(self) -> tuple[EventKind, ...]:
         """The gated event kinds the wrapped callback acts in (``after_run`` follows ``before_run``)."""
-        return tuple(kind for kind in GATE_KINDS if self.cb.has_hook(f"_{kind.value}"))
+        acts = [kind for kind in GATE_KINDS if self.cb.has_hook(f"_{kind.value}")]
+        return gate_kinds(acts) if acts else ()
 
     def _enabled(self, kind: EventKind) -> bool:
         pred = self._pred

@@ -31,6 +31,7 @@ from towerkit.callbacks._schedules import (
     value_at,
     value_in_effect,
 )
+from towerkit.callbacks._shell_records import scheduled_setter_record
 from towerkit.callbacks._stats import StatMonitorRule, StatMonitorState, advance_rule
 from towerkit.callbacks._triggers import firing_kinds, trainer_event
 from towerkit.callbacks._writers import require_logdir
@@ -186,25 +187,11 @@ class ScheduledHyperParamSetter(HyperParamSetter):
         step_based: bool = False,
         set_at_beginning: bool = True,
     ) -> None:
-        if isinstance(schedule, PiecewiseSchedule):
-            given = schedule
-            schedule = given.points
-            if interp is None:
-                interp = given.interp
-            if not step_based:
-                step_based = given.step_based
-            if (interp, step_based) != (given.interp, given.step_based):
-                msg = (
-                    f"ScheduledHyperParamSetter: the schedule record says interp={given.interp!r}, "
-                    f"unit={given.unit!r}; the arguments say interp={interp!r}, step_based={step_based}"
-                )
-                raise ValueError(msg)
-        record = PiecewiseSchedule(
-            points=schedule, interp=cast(Any, interp), unit="step" if step_based else "epoch"
-        )
-        self._rule = OnSchedule(schedule=record, set_at_beginning=bool(set_at_beginning))
+        built = scheduled_setter_record(schedule, interp, step_based, set_at_beginning)
+        self._rule = cast(OnSchedule, built.trigger)
+        self._trigger_kinds = built.kinds
         self._kinds = firing_kinds(self._rule)
-        self._points_kind = points_kind(record)
+        self._points_kind = points_kind(self._rule.schedule)
         super().__init__(param)
 
     @property
@@ -220,7 +207,7 @@ class ScheduledHyperParamSetter(HyperParamSetter):
     @property
     def trigger_kinds(self) -> tuple[EventKind, ...]:
         """The event kinds at which the record is evaluated, in loop order."""
-        return tuple(kind for kind in EventKind if kind in self._kinds)
+        return self._trigger_kinds
 
     @property
     def step_based(self) -> bool:

@@ -9,7 +9,8 @@ import attrs
 
 from towerkit.callbacks._loop import TRIGGER_KINDS, EventKind, LoopEvent, check_bounds, loop_events
 from towerkit.callbacks._schedules import OnSchedule, scheduled_value
-from towerkit.callbacks._triggers import EveryK, Trigger, fires
+from towerkit.callbacks._shell_records import callback_record
+from towerkit.callbacks._triggers import EveryK, Trigger, fires  # noqa: F401 - EveryK: the examples use it
 
 __all__ = [
     "DEFAULT_KINDS",
@@ -105,9 +106,8 @@ def timeline_entry(item: Any) -> TimelineEntry | None:
         return TimelineEntry(name=str(item), trigger=record, kinds=kinds)
     if callable(getattr(item, "has_hook", None)):
         if item.has_hook("_trigger_epoch"):
-            return TimelineEntry(
-                name=str(item), trigger=EveryK(epochs=1), kinds=(EventKind.TRIGGER_EPOCH,)
-            )
+            built = callback_record()
+            return TimelineEntry(name=str(item), trigger=built.trigger, kinds=built.kinds)
         return None
     msg = f"a timeline takes callbacks, trigger records or (name, trigger) pairs; got {type(item).__name__} {item!r:.80}"
     raise TypeError(msg)

@@ -8,9 +8,27 @@ Importing this module never loads TensorFlow.
 """
 
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS
+from towerkit.callbacks._shell_records import (
+    SHELL_RECORDS,
+    ShellRecord,
+    callback_record,
+    gate_kinds,
+    gated_record,
+    periodic_callback_record,
+    periodic_trigger_record,
+    scheduled_setter_record,
+)
 
 __all__ = [
     "GATED_KINDS",
     "GATE_KINDS",
+    "SHELL_RECORDS",
     "TRIGGER_KINDS",
+    "ShellRecord",
+    "callback_record",
+    "gate_kinds",
+    "gated_record",
+    "periodic_callback_record",
+    "periodic_trigger_record",
+    "scheduled_setter_record",
 ]
