@@ -124,6 +124,14 @@ def _saved_pairs(value: Iterable[tuple[int, float]]) -> tuple[tuple[int, float],
     return tuple(sorted((int(step), float(written)) for step, written in dict(value).items()))
 
 
+def _step_tuple(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(s) for s in value)
+
+
+def _step_set(value: Iterable[int]) -> frozenset[int]:
+    return frozenset(int(s) for s in value)
+
+
 @attrs.frozen(kw_only=True)
 class SaverState:
     """What `ModelSaver` tracks between saves, as one record.
@@ -137,8 +145,8 @@ class SaverState:
     """
 
     saved: tuple[tuple[int, float], ...] = attrs.field(default=(), converter=_saved_pairs)
-    own: tuple[int, ...] = attrs.field(default=(), converter=tuple)
-    epoch_ends: frozenset[int] = attrs.field(default=frozenset(), converter=frozenset)
+    own: tuple[int, ...] = attrs.field(default=(), converter=_step_tuple)
+    epoch_ends: frozenset[int] = attrs.field(default=frozenset(), converter=_step_set)
     next_preserve_time: float = attrs.field(default=0.0, converter=float)
 
     @property

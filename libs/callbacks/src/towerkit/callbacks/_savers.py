@@ -297,13 +297,13 @@ class ModelSaver(Callback):
         self._last_saved = step
         if not self._announced:
             self._announced = True
-            kept = "all kept" if self._max_to_keep == 0 else f"the newest {self._max_to_keep} kept"
+            policy = "all kept" if self._max_to_keep == 0 else f"the newest {self._max_to_keep} kept"
             logger.info(
                 "model saved to %s; this run's checkpoints go to %s as model-<global step> "
                 "(%s; each later save is logged at DEBUG)",
                 path,
                 directory,
-                kept,
+                policy,
             )
         else:
             logger.debug("model saved to %s", path)

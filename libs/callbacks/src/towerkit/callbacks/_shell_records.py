@@ -35,6 +35,12 @@ def _kind_tuple(value: Iterable[Any]) -> tuple[EventKind, ...]:
     return tuple(EventKind(v) for v in value)
 
 
+def _check_trigger(value: Any) -> None:
+    if not isinstance(value, Trigger):
+        msg = f"'trigger' must be a trigger record; got {type(value).__name__} {value!r:.80}"
+        raise TypeError(msg)
+
+
 @attrs.frozen(kw_only=True)
 class ShellRecord:
     """A trigger shell's record and the event kinds at which it evaluates it.
@@ -44,7 +50,7 @@ class ShellRecord:
         kinds: the event kinds the record is evaluated at.
     """
 
-    trigger: Trigger = attrs.field(validator=attrs.validators.instance_of(Trigger))
+    trigger: Trigger = attrs.field(validator=lambda _i, _a, v: _check_trigger(v))
     kinds: tuple[EventKind, ...] = attrs.field(converter=_kind_tuple)
 
 
