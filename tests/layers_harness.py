@@ -57,7 +57,7 @@ def _cluster_run(kind: str, base: Path, job_args: Sequence[str] = ()) -> list[di
     pipe nobody reads). Every process is stopped, and the test fails, past JOB_TIMEOUT
     or once a worker fails.
     """
-    from towerkit.callbacks import stop_process_group
+    from towerkit.callbacks.plumbing import stop_process_group
 
     ports = ",".join(map(str, _free_ports(3)))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}

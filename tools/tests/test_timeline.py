@@ -174,7 +174,7 @@ class TestEntryFromTable:
 
     def test_periodic_callback_rule_matches_callbacks_lib(self):
         """The PeriodicCallback rule is the record PeriodicCallback itself follows."""
-        from towerkit.callbacks import periodic_record
+        from towerkit.callbacks.plumbing import periodic_record
 
         for steps, epochs in ((None, 2), (5, None), (5, 3)):
             assert periodic_callback_rule(steps, epochs) == periodic_record(steps, epochs)

@@ -107,7 +107,7 @@ def _samples():
 def test_every_trigger_shell_is_described_by_the_tool():
     """Each shell of the lib with a trigger record is a type of the tool, and the tool's
     entry equals what the lib reads from the shell itself (record and event kinds)."""
-    from towerkit.callbacks import timeline_entry
+    from towerkit.callbacks.plumbing import timeline_entry
 
     shells = _shell_classes()
     assert {"PeriodicTrigger", "PeriodicCallback", "ScheduledHyperParamSetter"} <= set(shells)

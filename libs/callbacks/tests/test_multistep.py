@@ -16,14 +16,13 @@ from towerkit.callbacks import (
     PeriodicTrigger,
     ProgressBar,
     any_of,
-    check_steps_per_execution,
-    coarse_step_faults,
     execution_ends,
     execution_faults,
     fires,
     loop_events,
     negate,
 )
+from towerkit.callbacks.plumbing import check_steps_per_execution, coarse_step_faults
 
 
 @st.composite

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from towerkit.callbacks import stop_process_group
+from towerkit.callbacks.plumbing import stop_process_group
 
 LAUNCHER = textwrap.dedent(
     """

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import every_k, schedule_points
 
-from towerkit.callbacks import EventKind, EveryK, OnSchedule, PiecewiseSchedule, periodic_record
+from towerkit.callbacks import EventKind, EveryK, OnSchedule, PiecewiseSchedule
 from towerkit.callbacks.plumbing import (
     GATE_KINDS,
     SHELL_RECORDS,
@@ -15,6 +15,7 @@ from towerkit.callbacks.plumbing import (
     gate_kinds,
     gated_record,
     periodic_callback_record,
+    periodic_record,
     periodic_trigger_record,
     scheduled_setter_record,
 )

@@ -28,9 +28,9 @@ from towerkit.callbacks import (
     iter_timeline,
     loop_events,
     timeline,
-    timeline_entry,
     timeline_firings,
 )
+from towerkit.callbacks.plumbing import timeline_entry
 from towerkit.towers.compat import tf1
 
 kinds = st.sets(st.sampled_from(list(EventKind)), min_size=1)

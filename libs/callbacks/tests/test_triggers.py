@@ -190,7 +190,7 @@ class TestTrainerEvent:
         """An object holding an event's position gives back the same event."""
         from types import SimpleNamespace
 
-        from towerkit.callbacks import trainer_event
+        from towerkit.callbacks.plumbing import trainer_event
 
         for e in loop_events(*params[:3], start_global_step=params[3]):
             p = e.position

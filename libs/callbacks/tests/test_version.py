@@ -78,3 +78,74 @@ class TestLazyShells:
             AttributeError, match=r"module 'towerkit.callbacks' has no attribute 'Nope'"
         ):
             mod.Nope  # noqa: B018
+
+
+_BEFORE_TEXT = """
+    AllOf AnyOf AtLastStep BinaryClassificationStats Callback CallbackError
+    CallbackFactory CallbackToHook Callbacks CheckNumerics ClassificationError
+    CometMLMonitor Confusion DataParallelInferenceRunner DumpTensorAsImage DumpTensors
+    EARLY_STOPPING_MODES EPOCH_ENDS_KEPT EarlyStopping EarlyStoppingState
+    EnableCallbackIf EpochMultiple EstimatedTimeLeft EventKind EveryK Firing
+    GPUMemoryTracker GPUUtilizationTracker GlobalStepMultiple GraphProfiler
+    GraphVarParam HookToCallback HookedSession HostMemoryTracker HumanHyperParamSetter
+    HyperParam HyperParamSetter HyperParamSetterWithFunc InferenceRunner
+    InferenceRunnerBase Inferencer InheritedCheckpoints InjectShell JSONWriter
+    LoopBounds LoopEvent LoopPosition MaxSaver MeanState MergeAllSummaries MinSaver
+    MissingStatError ModelSaver MonitorBase Monitors MovingAverageSummary
+    NON_FINITE_TOKENS Not ObjAttrParam OnKinds OnSchedule PeriodicCallback
+    PeriodicTrigger PiecewiseSchedule ProcessTensors ProgressBar ProxyCallback PrunePlan
+    RunOp RunUpdateOps ScalarPrinter ScalarStats Schedule ScheduledHyperParamSetter
+    SendMonitorData SendStat SessionRunTimeout SimpleMovingAverage StartProcOrThread
+    StatMonitorParamSetter StatMonitorState StatsFileError StopTraining TFEventWriter
+    TFLocalCLIDebugHook Tally TensorPrinter ThroughputTracker TimelineEntry TrainerView
+    Trigger VariableRow __version__ advance advance_early_stopping all_of any_of
+    check_file_name check_steps_per_execution coarse_step_faults confusion_add
+    count_steps decode_stat dumps_stats encode_stat epoch_line estimate_time_left
+    execution_ends execution_faults file_name_problem fires firing_kinds format_stat
+    format_timeline improves iter_timeline loads_stats loop_events mean_add mean_values
+    negate periodic_record piecewise_schedule plan_inherited plan_pruning
+    precision_recall read_stats_file schedule_point scheduled_value should_change
+    should_stop stop_process_group tally_add tally_ratio timeline timeline_entry
+    timeline_firings trainer_event value_at value_in_effect variable_table
+"""
+BEFORE = frozenset(_BEFORE_TEXT.split())
+"""The public names before plumbing moved out of them (the lib's ``__all__`` before this change)."""
+
+
+def unreleased_changelog() -> str:
+    """The Unreleased section of the lib's CHANGELOG.md."""
+    text = (Path(__file__).parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
+    section = text.split("## Unreleased", 1)[1]
+    return section.split("\n## ", 1)[0]
+
+
+class TestPublicNames:
+    """The public names change only as the changelog says; moved plumbing still resolves."""
+
+    def test_same_as_before_but_the_changelog(self):
+        """Every name added to or removed from ``__all__`` is listed in the Unreleased changes."""
+        changed = set(lib.__all__) ^ BEFORE
+        section = unreleased_changelog()
+        unlisted = sorted(n for n in changed if f"`{n}`" not in section)
+        assert unlisted == []
+        assert set(lib._MOVED) <= BEFORE - set(lib.__all__)
+
+    def test_moved_plumbing(self):
+        """A moved name is plumbing's object, found at the old place with a DeprecationWarning."""
+        import towerkit.callbacks.plumbing as plumbing
+
+        for name in lib._MOVED:
+            assert name in plumbing.__all__
+            with pytest.warns(DeprecationWarning, match=f"towerkit.callbacks.{name} moved to "):
+                old = getattr(lib, name)
+            assert old is getattr(plumbing, name)
+            assert name not in dir(lib)
+
+    def test_plumbing_is_documented_as_such(self):
+        """The module says whom it is for and that it promises no stability."""
+        import towerkit.callbacks.plumbing as plumbing
+
+        assert "for towerkit's own libs" in plumbing.__doc__
+        assert "no stability promise" in plumbing.__doc__
+        missing = [n for n in plumbing.__all__ if not hasattr(plumbing, n)]
+        assert missing == []

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import attrs
 from attrs.validators import ge, instance_of, optional
 
-from towerkit.callbacks import LoopBounds, check_steps_per_execution
+from towerkit.callbacks import LoopBounds
+from towerkit.callbacks.plumbing import check_steps_per_execution
 from towerkit.conformance._entries import one_of
 from towerkit.conformance._trace import event_kind
 

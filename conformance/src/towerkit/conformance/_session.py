@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from towerkit.callbacks import stop_process_group
+from towerkit.callbacks.plumbing import stop_process_group
 from towerkit.conformance._entries import TrainerEntry
 from towerkit.conformance._errors import LaunchError
 from towerkit.conformance._result import RunResult

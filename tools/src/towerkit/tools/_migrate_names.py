@@ -47,17 +47,16 @@ _LIB_NAMES = {
     PeriodicTrigger PiecewiseSchedule ProcessTensors ProgressBar ProxyCallback PrunePlan
     RunOp RunUpdateOps ScalarPrinter ScalarStats Schedule ScheduledHyperParamSetter
     SendMonitorData SendStat SessionRunTimeout SimpleMovingAverage StartProcOrThread
-    StatMonitorParamSetter StatMonitorState StatsFileError StopTraining TFEventWriter
-    TFLocalCLIDebugHook Tally TensorPrinter ThroughputTracker TimelineEntry TrainerView
-    Trigger VariableRow advance advance_early_stopping all_of any_of check_file_name
-    check_steps_per_execution coarse_step_faults confusion_add count_steps decode_stat
-    dumps_stats encode_stat epoch_line estimate_time_left execution_ends
-    execution_faults file_name_problem fires firing_kinds format_stat format_timeline
-    improves iter_timeline loads_stats loop_events mean_add mean_values negate
-    periodic_record piecewise_schedule plan_inherited plan_pruning precision_recall
-    read_stats_file schedule_point scheduled_value should_change should_stop
-    stop_process_group tally_add tally_ratio timeline timeline_entry timeline_firings
-    trainer_event value_at value_in_effect variable_table
+    StatMonitorParamSetter StatMonitorRule StatMonitorState StatsFileError StopTraining
+    TFEventWriter TFLocalCLIDebugHook Tally TensorPrinter ThroughputTracker
+    TimelineEntry TrainerView Trigger VariableRow advance advance_early_stopping all_of
+    any_of check_file_name confusion_add count_steps decode_stat dumps_stats encode_stat
+    epoch_line estimate_time_left execution_ends execution_faults file_name_problem
+    fires firing_kinds format_stat format_timeline improves iter_timeline loads_stats
+    loop_events mean_add mean_values negate piecewise_schedule plan_inherited
+    plan_pruning precision_recall read_stats_file schedule_point scheduled_value
+    should_change should_stop tally_add tally_ratio timeline timeline_firings value_at
+    value_in_effect variable_table
     """,
     "trainers": """
     ALLREDUCE_MODES AccumGradOptimizer AllReduceChoice AsyncMultiGPUTrainer

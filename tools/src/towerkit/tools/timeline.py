@@ -43,7 +43,14 @@ from attrs.validators import ge, instance_of
 
 import towerkit.callbacks as cb
 from towerkit.callbacks import EventKind, OnSchedule, TimelineEntry
-from towerkit.callbacks.plumbing import GATE_KINDS, SHELL_RECORDS
+from towerkit.callbacks.plumbing import (
+    GATE_KINDS,
+    SHELL_RECORDS,
+    check_steps_per_execution,
+    periodic_record,
+    timeline_entry,
+    trainer_event,
+)
 from towerkit.tools._files import ToolError, fail, read_toml
 from towerkit.tools._timeline_output import render_json, render_text, summarize
 
@@ -114,7 +121,7 @@ class LoopSpec:
     @bounds.default
     def _bounds(self) -> cb.LoopBounds:
         if self.steps_per_execution != 1:
-            cb.check_steps_per_execution(self.steps_per_epoch, self.steps_per_execution)
+            check_steps_per_execution(self.steps_per_epoch, self.steps_per_execution)
         return cb.LoopBounds(
             starting_epoch=self.starting_epoch,
             max_epoch=self.max_epoch,
@@ -166,7 +173,7 @@ def periodic_callback_rule(every_k_steps: int | None, every_k_epochs: int | None
         >>> periodic_callback_rule(None, 2)
         AnyOf(triggers=(EpochMultiple(k=2), AtLastStep()))
     """
-    return cb.periodic_record(every_k_steps, every_k_epochs)
+    return periodic_record(every_k_steps, every_k_epochs)
 
 
 def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
@@ -241,7 +248,7 @@ def _entry(item: Any, index: int) -> tuple[Any, str]:
         entry = TimelineEntry(name=name, trigger=rule, kinds=kinds)
     else:
         try:
-            found = cb.timeline_entry(item)
+            found = timeline_entry(item)
         except TypeError:
             msg = (
                 f"callbacks #{index}: expected a table, a (name, trigger) or (name, trigger, "
@@ -351,7 +358,7 @@ def iter_firings(description: Description) -> Iterator[Any]:
 
 _NAMESPACE = (
     *("AllOf", "AnyOf", "AtLastStep", "EpochMultiple", "EveryK", "GlobalStepMultiple", "Not"),
-    *("OnKinds", "Trigger", "all_of", "any_of", "fires", "negate", "trainer_event"),
+    *("OnKinds", "Trigger", "all_of", "any_of", "fires", "negate"),
     *("OnSchedule", "PiecewiseSchedule", "Schedule", "piecewise_schedule", "scheduled_value"),
     *("value_at", "value_in_effect"),
 )
@@ -364,6 +371,7 @@ def _python_namespace() -> dict[str, Any]:
         EventKind=EventKind,
         TimelineEntry=TimelineEntry,
         periodic_callback_rule=periodic_callback_rule,
+        trainer_event=trainer_event,
     )
     return names
 

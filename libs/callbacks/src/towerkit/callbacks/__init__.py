@@ -12,6 +12,7 @@ and type checkers.
 """
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
 # The functional core: no TensorFlow.
@@ -42,13 +43,10 @@ from towerkit.callbacks._loop import (
     loop_events,
 )
 from towerkit.callbacks._multistep import (
-    check_steps_per_execution,
-    coarse_step_faults,
     execution_ends,
     execution_faults,
 )
 from towerkit.callbacks._paths import check_file_name, file_name_problem
-from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._pruning import (
     EPOCH_ENDS_KEPT,
     InheritedCheckpoints,
@@ -92,7 +90,6 @@ from towerkit.callbacks._timeline import (
     format_timeline,
     iter_timeline,
     timeline,
-    timeline_entry,
     timeline_firings,
 )
 from towerkit.callbacks._triggers import (
@@ -110,8 +107,6 @@ from towerkit.callbacks._triggers import (
     fires,
     firing_kinds,
     negate,
-    periodic_record,
-    trainer_event,
 )
 from towerkit.callbacks._types import TrainerView
 from towerkit.callbacks._version import __version__
@@ -237,8 +232,28 @@ _SHELLS = {
 """Each public name that needs TensorFlow, and the private module that defines it."""
 
 
+_MOVED = (
+    "check_steps_per_execution",
+    "coarse_step_faults",
+    "periodic_record",
+    "stop_process_group",
+    "timeline_entry",
+    "trainer_event",
+)
+"""Plumbing moved to `towerkit.callbacks.plumbing`: still found here, with a
+DeprecationWarning, for one release (see CHANGELOG.md)."""
+
+
 def __getattr__(name: str) -> object:
     """Import the shell `name` from its module on first use (PEP 562)."""
+    if name in _MOVED:
+        warnings.warn(
+            f"towerkit.callbacks.{name} moved to towerkit.callbacks.plumbing (plumbing for "
+            "towerkit's own libs, no stability promise); the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(f"{__name__}.plumbing"), name)
     module = _SHELLS.get(name)
     if module is None:
         msg = f"module {__name__!r} has no attribute {name!r}"
@@ -261,8 +276,6 @@ __all__ = [
     "LoopPosition",
     "loop_events",
     "count_steps",
-    "check_steps_per_execution",
-    "coarse_step_faults",
     "execution_ends",
     "execution_faults",
     # base
@@ -314,7 +327,6 @@ __all__ = [
     "PeriodicTrigger",
     "PeriodicCallback",
     "EnableCallbackIf",
-    "periodic_record",
     "Trigger",
     "EveryK",
     "GlobalStepMultiple",
@@ -329,7 +341,6 @@ __all__ = [
     "negate",
     "fires",
     "firing_kinds",
-    "trainer_event",
     # hyper-parameters and schedules
     "HyperParam",
     "GraphVarParam",
@@ -356,7 +367,6 @@ __all__ = [
     "timeline",
     "iter_timeline",
     "timeline_firings",
-    "timeline_entry",
     "format_timeline",
     "Firing",
     "TimelineEntry",
@@ -394,7 +404,6 @@ __all__ = [
     "MergeAllSummaries",
     "SimpleMovingAverage",
     # steps and misc
-    "stop_process_group",
     "EPOCH_ENDS_KEPT",
     "PrunePlan",
     "plan_pruning",

@@ -1,13 +1,18 @@
 """Plumbing of the callbacks lib for towerkit's own libs and tools; no stability promise.
 
 What sibling libs (the trainers, the conformance suite) and the command-line tools
-(``timeline``) share with this lib's shells, so that each list and each builder has
-one definition. Names here may change or go between any two releases without
-deprecation: programs should use the names of ``towerkit.callbacks`` instead.
+(``timeline``, ``install_horovod``) share with this lib's shells, so that each list and
+each builder has one definition: the trigger kinds and gated methods, the builders of
+the trigger shells' records, the loop event of a trainer (``trainer_event``), the checks
+of several steps per session call, and ``stop_process_group``. Names here may change or
+go between any two releases without deprecation: programs should use the names of
+``towerkit.callbacks`` instead.
 Importing this module never loads TensorFlow.
 """
 
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS
+from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
+from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._shell_records import (
     SHELL_RECORDS,
     ShellRecord,
@@ -18,6 +23,8 @@ from towerkit.callbacks._shell_records import (
     periodic_trigger_record,
     scheduled_setter_record,
 )
+from towerkit.callbacks._timeline import timeline_entry
+from towerkit.callbacks._triggers import periodic_record, trainer_event
 
 __all__ = [
     "GATED_KINDS",
@@ -26,9 +33,15 @@ __all__ = [
     "TRIGGER_KINDS",
     "ShellRecord",
     "callback_record",
+    "check_steps_per_execution",
+    "coarse_step_faults",
     "gate_kinds",
     "gated_record",
     "periodic_callback_record",
+    "periodic_record",
     "periodic_trigger_record",
     "scheduled_setter_record",
+    "stop_process_group",
+    "timeline_entry",
+    "trainer_event",
 ]

@@ -7,7 +7,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from towerkit.callbacks import Callback, LoopBounds, check_steps_per_execution
+from towerkit.callbacks import Callback, LoopBounds
+from towerkit.callbacks.plumbing import check_steps_per_execution
 from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._multistep import check_k

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from towerkit.callbacks import stop_process_group
+from towerkit.callbacks.plumbing import stop_process_group
 
 SSH_FAILURE = 255
 """The status ``ssh`` exits with when the remote process was killed by a signal or the

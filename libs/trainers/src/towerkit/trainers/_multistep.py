@@ -7,7 +7,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.callbacks import Callback, check_steps_per_execution
+from towerkit.callbacks import Callback
+from towerkit.callbacks.plumbing import check_steps_per_execution
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY
 from towerkit.towers.compat import tf1
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from towerkit.callbacks import stop_process_group
+from towerkit.callbacks.plumbing import stop_process_group
 from towerkit.sessinit import atomic_write_text
 from towerkit.tools.install_horovod._cache import (
     _entry_lock,
