@@ -33,7 +33,7 @@ from towerkit.callbacks._schedules import (
 )
 from towerkit.callbacks._shell_records import scheduled_setter_record
 from towerkit.callbacks._stats import StatMonitorRule, StatMonitorState, advance_rule
-from towerkit.callbacks._triggers import firing_kinds, trainer_event
+from towerkit.callbacks._triggers import trainer_event
 from towerkit.callbacks._writers import require_logdir
 from towerkit.towers.compat import tf1
 
@@ -190,7 +190,7 @@ class ScheduledHyperParamSetter(HyperParamSetter):
         built = scheduled_setter_record(schedule, interp, step_based, set_at_beginning)
         self._rule = cast(OnSchedule, built.trigger)
         self._trigger_kinds = built.kinds
-        self._kinds = firing_kinds(self._rule)
+        self._kinds = frozenset(built.kinds)
         self._points_kind = points_kind(self._rule.schedule)
         super().__init__(param)
 
