@@ -226,13 +226,9 @@ class StageInputCallback(_InputCallback):
         self._put = put
         self._nr_stage = nr_stage
         self._per_run = per_run
+        self.accepts_coarse_steps = not per_run  # inside a loop of steps: nothing per step
         self._depends = _FetchDependency(list(gets))
         self._args = tf1.train.SessionRunArgs(fetches=put)
-
-    @property  # type: ignore[override]
-    def accepts_coarse_steps(self) -> bool:
-        """Without ``per_run`` (inside a loop of steps) nothing happens per step."""
-        return not self._per_run
 
     def has_hook(self, method: str) -> bool:
         if method == "_before_run":
