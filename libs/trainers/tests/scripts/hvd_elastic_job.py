@@ -25,7 +25,13 @@ from dp_model import SIG, cost_fn, data
 from towerkit.callbacks import Callback, ModelSaver, ScheduledHyperParamSetter
 from towerkit.towers import add_moving_summary
 from towerkit.towers.compat import tf1
-from towerkit.trainers import HorovodTrainer, ModelDesc, NumpyInput, TrainConfig, launch_train_with_config
+from towerkit.trainers import (
+    HorovodTrainer,
+    ModelDesc,
+    NumpyInput,
+    TrainConfig,
+    launch_train_with_config,
+)
 
 STEPS_PER_EPOCH = 4
 MODEL_VARS = ("fc0/W", "fc0/b", "fc1/W", "fc1/b", "learning_rate", "global_step")
@@ -71,10 +77,10 @@ class Watch(Callback):
             Path(tmp).write_text(str(t.global_step))
             os.replace(tmp, a.progress)
         mark = Path(a.logdir).parent / "killed"
-        if a.kill_at is not None and t.rank == a.kill_rank and t.global_step >= a.kill_at:
-            if not mark.exists():
-                mark.write_text(f"{os.getpid()} {t.global_step} {t.epoch_num} {t.local_step}")
-                os.kill(os.getpid(), signal.SIGKILL)
+        killing = a.kill_at is not None and t.rank == a.kill_rank and t.global_step >= a.kill_at
+        if killing and not mark.exists():
+            mark.write_text(f"{os.getpid()} {t.global_step} {t.epoch_num} {t.local_step}")
+            os.kill(os.getpid(), signal.SIGKILL)
         if a.step_sleep:
             time.sleep(a.step_sleep)
 
