@@ -10,11 +10,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -81,11 +83,12 @@ def epochs_in_stats(logdir: Path) -> list[int]:
 def check_checkpoint(logdir: Path, global_step: int, model: dict) -> None:
     """The latest checkpoint loads and holds the final step and rank 0's final variables."""
     path = tf.train.latest_checkpoint(str(logdir))
-    assert path is not None and path.endswith(f"-{global_step}")
+    assert path is not None
+    assert path.endswith(f"-{global_step}")
     reader = tf.train.load_checkpoint(path)
     assert int(reader.get_tensor("global_step")) == global_step
     for name in ("fc0/W", "fc1/b"):
-        assert reader.get_tensor(name).tolist() == pytest.approx(model[name])
+        np.testing.assert_allclose(reader.get_tensor(name), np.asarray(model[name]))
 
 
 def test_rank_killed_mid_epoch(tmp_path):
@@ -119,8 +122,12 @@ def test_rank_killed_mid_epoch(tmp_path):
         assert [s[3] for s in r["steps"]] == [3] * 6 + [2] * (final - 4)
         assert r["epochs_begun"] == list(range(1, epochs + 1))
         assert r["end"]["learning_rate"] == pytest.approx(0.02)
+        # averaging divides by the current ring's size: 1.0 averaged is 1.0 with 2 ranks too
+        assert len(r["average_probes"]) == len(r["steps"])
+        assert set(r["average_probes"]) == {1.0}
     chief, other = sorted(found, key=lambda r: r["rank"])
-    assert chief["is_chief"] and not other["is_chief"]
+    assert chief["is_chief"]
+    assert not other["is_chief"]
     assert chief["end"] == other["end"]  # one model: the survivors stayed in step
     logdir = tmp_path / "log"
     assert epochs_in_stats(logdir) == list(range(1, epochs + 1))
@@ -181,3 +188,63 @@ def test_host_added_joins(tmp_path):
     assert epochs_in_stats(logdir) == list(range(1, epochs + 1))
     chief = next(r for r in found if r["is_chief"])
     check_checkpoint(logdir, final, chief["end"])
+
+
+REFUSALS = """
+import os
+from towerkit.trainers import HorovodTrainer
+cases = [
+    ("0", dict(elastic=True)),
+    ("0", dict(commit_every_k_steps=2)),
+    ("0", dict(elastic=1)),
+    ("1", dict(elastic=True, commit_every_k_steps=0)),
+]
+for flag, kw in cases:
+    os.environ["HOROVOD_ELASTIC"] = flag
+    try:
+        HorovodTrainer(**kw)
+    except (ValueError, TypeError) as err:
+        print("REFUSED", type(err).__name__, err)
+    else:
+        print("ACCEPTED", kw)
+"""
+
+
+def test_refusals(tmp_path):
+    """Outside an elastic launch, with a bad commit interval or a commit interval alone."""
+    out = subprocess.run(
+        [sys.executable, "-c", REFUSALS],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith(("REFUSED", "ACCEPTED"))]
+    assert len(lines) == 4, out.stdout + out.stderr
+    assert "runs only in an elastic horovod job" in lines[0]
+    assert "--host-discovery-script" in lines[0]
+    assert "'commit_every_k_steps' is for elastic training" in lines[1]
+    assert lines[2].startswith("REFUSED TypeError 'elastic' must be a bool")
+    assert "'commit_every_k_steps' must be an int >= 1; got 0" in lines[3]
+
+
+def test_chief_lost_ends_the_job(tmp_path):
+    """The first rank 0 (alone on 127.0.0.1) SIGKILLed: the others end with a clear error.
+
+    The chief-only callbacks and the logdir cannot move to another process, so the
+    survivors refuse to go on after re-forming; the job fails within the bound, and
+    the logdir keeps whole checkpoints and each finished epoch once.
+    """
+    discovery(tmp_path / "discover.sh", "127.0.0.1:1", "localhost:2")
+    job = run_elastic(
+        tmp_path, 3, 2, 3, "4", "--commit-every", "3", "--kill-rank", "0", "--kill-at", "6"
+    )
+    assert not job.ok
+    assert job.seconds < JOB_TIMEOUT
+    assert (tmp_path / "killed").read_text().split()[1] == "6"
+    assert reports(job.output) == []
+    assert "the process that owned the logdir and ran the chief-only callbacks" in job.output
+    logdir = tmp_path / "log"
+    assert epochs_in_stats(logdir) == [1]
+    path = tf.train.latest_checkpoint(str(logdir))
+    assert path is not None
+    assert path.endswith("-4")
+    assert int(tf.train.load_checkpoint(path).get_tensor("global_step")) == 4

@@ -63,7 +63,14 @@ class Watch(Callback):
         self.end: dict[str, object] = {}
 
     def _setup_graph(self):
+        import horovod.tensorflow as hvd
+
         self._vars = [v for v in tf1.global_variables() if v.op.name in MODEL_VARS]
+        # an averaging all-reduce of 1.0 from every rank: 1.0 if it divides by the size
+        # of the current ring, not of the first one (run after each step, in a session
+        # call of its own)
+        self._probe = hvd.allreduce(tf.constant(1.0), op=hvd.Average, name="average_probe")
+        self.probes: list[float] = []
 
     def _before_epoch(self):
         self.epochs_begun.append(self.trainer.epoch_num)
@@ -71,6 +78,7 @@ class Watch(Callback):
     def _trigger_step(self):
         t = self.trainer
         self.steps.append([t.global_step, t.epoch_num, t.local_step, t.size])
+        self.probes.append(float(t.sess.run(self._probe)))
         a = self.args
         if a.progress and t.rank == 0:
             tmp = a.progress + ".tmp"
@@ -130,6 +138,7 @@ def main(argv: list[str]) -> int:
         "steps": watch.steps,
         "epochs_begun": watch.epochs_begun,
         "end": watch.end,
+        "average_probes": watch.probes,
     }
     print("ELASTIC-REPORT " + json.dumps(report), flush=True)
     return 0

@@ -161,7 +161,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             or ``hvd.Compression.none``/None.
         elastic: train in horovod's elastic mode (see above).
         commit_every_k_steps: with ``elastic``, steps between commits inside an
-            epoch (an epoch's end always commits).
+            epoch (default 1; an epoch's end always commits).
 
     Attributes:
         BROADCAST_EVERY_EPOCH: broadcast rank 0's variables after every epoch.
@@ -191,7 +191,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         compression: Any = None,
         *,
         elastic: bool = False,
-        commit_every_k_steps: int = 1,
+        commit_every_k_steps: int | None = None,
     ) -> None:
         if not isinstance(average, (bool, np.bool_)):
             msg = f"'average' must be a bool; got {type(average).__name__}"
@@ -199,7 +199,10 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         if not isinstance(elastic, (bool, np.bool_)):
             msg = f"'elastic' must be a bool; got {type(elastic).__name__}"
             raise TypeError(msg)
-        self._commit_every = check_commit_every(commit_every_k_steps)
+        if commit_every_k_steps is not None and not elastic:
+            msg = "'commit_every_k_steps' is for elastic training: give it with elastic=True"
+            raise ValueError(msg)
+        self._commit_every = check_commit_every(1 if commit_every_k_steps is None else commit_every_k_steps)
         hvd = import_horovod()
         if elastic:
             from towerkit.trainers._elastic import check_elastic_launch
