@@ -195,7 +195,7 @@ class GraphState(_host_messages_state()):  # type: ignore[misc]
         from horovod.common.exceptions import HostsUpdatedInterrupt
         from horovod.runner.elastic.worker import HostUpdateResult
 
-        prev = last = self._last_updated_timestamp
+        prev = last = float(self._last_updated_timestamp)  # type: ignore[has-type]
         update = HostUpdateResult.no_update
         while not self._host_messages.empty():
             timestamp, res = self._host_messages.get()
