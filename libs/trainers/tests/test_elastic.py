@@ -36,6 +36,9 @@ JOB_TIMEOUT = 420.0
 """Seconds a job may take at most: three TensorFlow imports, one gloo timeout, a re-form."""
 GLOO_TIMEOUT = 30.0
 """Seconds a rank waits in a collective for a peer that is gone (the roll back's trigger)."""
+JOIN_GLOO_TIMEOUT = 240.0
+"""The same when a host joins: it also bounds how long the others wait in the new ring's
+rendezvous for the newcomer, which must import TensorFlow and build its graph first."""
 
 
 def discovery(path: Path, *hosts: str) -> None:
@@ -46,13 +49,15 @@ def discovery(path: Path, *hosts: str) -> None:
     os.replace(tmp, path)
 
 
-def run_elastic(tmp_path: Path, processes: int, lo: int, hi: int, *args: str):
+def run_elastic(
+    tmp_path: Path, processes: int, lo: int, hi: int, *args: str, gloo_timeout=GLOO_TIMEOUT
+):
     job = launch_horovod_job(
         [sys.executable, str(SCRIPT), str(tmp_path / "log"), *args],
         processes,
         timeout=JOB_TIMEOUT,
         cwd=tmp_path,
-        gloo_timeout=GLOO_TIMEOUT,
+        gloo_timeout=gloo_timeout,
         # with one host at the start, horovod needs the interface named
         network_interface="lo",
         env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
@@ -162,7 +167,7 @@ def test_host_added_joins(tmp_path):
     epochs = 6
     job = run_elastic(
         tmp_path, 2, 2, 3, str(epochs), "--commit-every", "2", "--step-sleep", "0.5",
-        "--progress", str(progress),
+        "--progress", str(progress), gloo_timeout=JOIN_GLOO_TIMEOUT,
     )
     adder.join(5)
     assert added.is_set()

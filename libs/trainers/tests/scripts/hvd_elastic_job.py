@@ -68,8 +68,10 @@ class Watch(Callback):
         self._vars = [v for v in tf1.global_variables() if v.op.name in MODEL_VARS]
         # an averaging all-reduce of 1.0 from every rank: 1.0 if it divides by the size
         # of the current ring, not of the first one (run after each step, in a session
-        # call of its own)
-        self._probe = hvd.allreduce(tf.constant(1.0), op=hvd.Average, name="average_probe")
+        # call of its own). Fed, not a constant: grappler would fold a constant's
+        # all-reduce when a session call is first prepared, out of step with the others.
+        self._one = tf1.placeholder(tf.float32, [], name="probe_one")
+        self._probe = hvd.allreduce(self._one, op=hvd.Average, name="average_probe")
         self.probes: list[float] = []
 
     def _before_epoch(self):
@@ -78,7 +80,7 @@ class Watch(Callback):
     def _trigger_step(self):
         t = self.trainer
         self.steps.append([t.global_step, t.epoch_num, t.local_step, t.size])
-        self.probes.append(float(t.sess.run(self._probe)))
+        self.probes.append(float(t.sess.run(self._probe, {self._one: 1.0})))
         a = self.args
         if a.progress and t.rank == 0:
             tmp = a.progress + ".tmp"
