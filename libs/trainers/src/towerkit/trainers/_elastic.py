@@ -166,7 +166,9 @@ class GraphState(_host_messages_state()):  # type: ignore[misc]
         trainer = self._trainer
         sess = trainer.sess
         sess.run(self._sync_op)
-        mine = np.concatenate([self.position.to_array(), np.asarray(self.bounds, np.int64)])
+        # the flag says whether the rank sending it owns the logdir: this process's own
+        here = attrs.evolve(self.position, chief=trainer.is_chief)
+        mine = np.concatenate([here.to_array(), np.asarray(self.bounds, np.int64)])
         got = sess.run(self._pos_value, {self._pos_feed: mine})
         commit = LoopCommit.from_array(got[:4])
         if not commit.chief:
