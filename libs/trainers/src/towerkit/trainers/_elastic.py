@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 from typing import Any
 
 import attrs
@@ -65,25 +66,22 @@ class Snapshot:
     setter_values: tuple[Any, ...] = ()
 
 
-def _host_messages_state() -> Any:
-    from horovod.common.elastic import State
+class GraphState:
+    """The elastic state of a graph-mode trainer, as horovod's elastic loop drives it.
 
-    return State
-
-
-class GraphState(_host_messages_state()):  # type: ignore[misc]
-    """horovod's elastic `State` for a graph-mode trainer (see the module's docstring).
-
-    Build it in ``setup_graph`` (`build_sync`, with the variables every rank has) and
-    before the graph is finalized (`build_restore`, with all of this process's global
-    variables); afterwards no op is created.
+    It answers what ``horovod.common.elastic.run_fn`` and its host notifications call
+    (``sync``, ``restore``, ``commit``, ``on_reset``, ``on_hosts_updated``), without
+    horovod's ``State`` base, so this module imports without horovod. Build it in
+    ``setup_graph`` (`build_sync`, with the variables every rank has) and before the
+    graph is finalized (`build_restore`, with all of this process's global variables);
+    afterwards no op is created.
     """
 
     def __init__(self, trainer: Any) -> None:
-        hvd = trainer.hvd
-        super().__init__(bcast_object=None, get_rank=hvd.rank)
         self._trainer = trainer
-        self._hvd = hvd
+        self._hvd = trainer.hvd
+        self._host_messages: queue.Queue[tuple[float, int]] = queue.Queue()
+        self._last_updated_timestamp = 0.0
         self._sync_op: Any = None
         self._pos_feed: Any = None
         self._pos_value: Any = None
@@ -124,7 +122,21 @@ class GraphState(_host_messages_state()):  # type: ignore[misc]
             assigns = [tf1.assign(v, f) for v, f in zip(self._vars, self._feeds)]
             self._restore_op = tf.group(*assigns, name="restore")
 
-    # -- horovod's State --------------------------------------------------------------
+    # -- what horovod's elastic loop calls ------------------------------------------------
+
+    def on_hosts_updated(self, timestamp: float, update_res: int) -> None:
+        """A notification from horovod's driver: hosts were added or removed."""
+        self._host_messages.put((timestamp, update_res))
+
+    def on_reset(self) -> None:
+        """After horovod re-formed: old notifications dropped, the trainer's rank facts."""
+        self._host_messages = queue.Queue()
+        self.reset()
+
+    def commit(self) -> None:
+        """Save the state in memory, then stop here if hosts changed (all ranks agree)."""
+        self.save()
+        self.check_host_updates()
 
     def _setters(self) -> list[Any]:
         from towerkit.callbacks import HyperParamSetter
@@ -197,18 +209,18 @@ class GraphState(_host_messages_state()):  # type: ignore[misc]
         from horovod.common.exceptions import HostsUpdatedInterrupt
         from horovod.runner.elastic.worker import HostUpdateResult
 
-        prev = last = float(self._last_updated_timestamp)  # type: ignore[has-type]
-        update = HostUpdateResult.no_update
+        prev = last = self._last_updated_timestamp
+        update = int(HostUpdateResult.no_update)
         while not self._host_messages.empty():
             timestamp, res = self._host_messages.get()
             if timestamp > last:
                 last = timestamp
-                update |= res
+                update |= int(res)
         feed = np.asarray([prev, last, int(update)], np.float64)
         got = self._trainer.sess.run(self._host_value, {self._host_feed: feed})
         prev, self._last_updated_timestamp, agreed = float(got[0]), float(got[1]), int(got[2])
         if self._last_updated_timestamp > prev:
-            raise HostsUpdatedInterrupt(agreed == HostUpdateResult.removed)
+            raise HostsUpdatedInterrupt(agreed == int(HostUpdateResult.removed))
 
     def reset(self) -> None:
         """After horovod was re-initialized: the trainer's rank facts."""
