@@ -13,7 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.trainers import HorovodJob, RankFailure, launch_horovod_job
-from towerkit.trainers._hvdrun import first_failure, horovod_launch_argv, parse_hosts, rank_hosts
+from towerkit.trainers._hvdrun import (
+    ElasticLaunch,
+    first_failure,
+    horovod_launch_argv,
+    parse_hosts,
+    rank_hosts,
+)
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 needs_horovod = [
@@ -242,3 +248,51 @@ class TestRealJobs:
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not any(_alive(p) for p in pids), f"ranks still alive: {pids}"
+
+
+class TestElasticLaunch:
+    """The elastic options of the launcher: bounds, the discovery script, no fixed hosts."""
+
+    @given(st.integers(1, 8), st.integers(0, 8), st.integers(0, 8))
+    def test_argv(self, lo, above, extra):
+        """--min-np, --max-np and the discovery script follow -np and --gloo, before the command."""
+        processes, hi = lo + above, lo + above + extra
+        argv = horovod_launch_argv(
+            ["t.py"], processes, python="py", elastic=ElasticLaunch(lo, hi, "/d.sh")
+        )
+        assert argv[argv.index("-np") + 1] == str(processes)
+        assert argv[argv.index("--min-np") + 1] == str(lo)
+        assert argv[argv.index("--max-np") + 1] == str(hi)
+        assert argv[argv.index("--host-discovery-script") + 1] == "/d.sh"
+        assert "-H" not in argv
+        assert argv[-1] == "t.py"
+
+    @given(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8))
+    def test_bounds_must_hold_processes(self, lo, processes, hi):
+        elastic = ElasticLaunch(lo, hi, "/d.sh")
+        if lo <= processes <= hi:
+            assert horovod_launch_argv(["t.py"], processes, elastic=elastic)
+        else:
+            with pytest.raises(ValueError, match="min_processes <= processes <= max_processes"):
+                horovod_launch_argv(["t.py"], processes, elastic=elastic)
+
+    def test_no_hosts_with_elastic(self):
+        with pytest.raises(ValueError, match="discovery script; give no 'hosts'"):
+            horovod_launch_argv(["t.py"], 2, hosts=["a:2"], elastic=ElasticLaunch(1, 2, "d"))
+
+    def test_partial_or_missing(self, tmp_path):
+        """The three elastic arguments come together, and the script must be executable."""
+        with pytest.raises(ValueError, match="'min_processes', 'max_processes' and"):
+            launch_horovod_job(["x.py"], 2, timeout=5, cwd=tmp_path, min_processes=1)
+        script = tmp_path / "d.sh"
+        with pytest.raises(FileNotFoundError, match="not an executable file"):
+            launch_horovod_job(
+                ["x.py"], 2, timeout=5, min_processes=1, max_processes=2,
+                host_discovery_script=script,
+            )
+        script.write_text("#!/bin/sh\necho localhost:2\n")
+        with pytest.raises(FileNotFoundError, match="not an executable file"):
+            launch_horovod_job(
+                ["x.py"], 2, timeout=5, min_processes=1, max_processes=2,
+                host_discovery_script=script,
+            )

@@ -12,6 +12,7 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.towers import TowerContext, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
+from towerkit.trainers._elastic_core import LoopCommit, check_commit_every
 from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
@@ -141,10 +142,26 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     to bound how long ranks wait for one that hangs. Processes that fork (e.g. a
     multiprocess data flow) may misbehave under MPI.
 
+    Elastic (``elastic=True``, in a job launched in horovod's elastic mode: ``horovodrun
+    --min-np A --max-np B --host-discovery-script SCRIPT``, or `launch_horovod_job`
+    with ``min_processes``): the trainer commits its state in memory (the global
+    variables, the loop position, the hyper-parameter setters' values) every
+    ``commit_every_k_steps`` steps and at the end of every epoch, after its callbacks.
+    When a rank dies, the others roll back to their last commit, horovod re-forms with
+    the ranks left, rank 0's state is broadcast, and the loop goes on; hosts that the
+    discovery script adds join at the next commit. The run ends at the global step of
+    an uninterrupted run and every epoch ends once. The process that was rank 0 at the
+    start keeps the logdir and the chief-only callbacks: when it is lost, the others
+    end with `CollectiveError` (resume with `AutoResumeTrainConfig`). Variables are
+    rolled back, the input pipelines are not (the steps re-run draw new batches).
+
     Args:
         average: average (True) or sum (False) the gradients across ranks.
         compression: ``hvd.Compression.fp16`` to send float gradients as float16,
             or ``hvd.Compression.none``/None.
+        elastic: train in horovod's elastic mode (see above).
+        commit_every_k_steps: with ``elastic``, steps between commits inside an
+            epoch (default 1; an epoch's end always commits).
 
     Attributes:
         BROADCAST_EVERY_EPOCH: broadcast rank 0's variables after every epoch.
@@ -152,7 +169,8 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     Raises:
         ImportError: horovod is not installed (the message says how to get it).
         TypeError: bad `average` or `compression`.
-        ValueError: more processes on this machine than GPUs.
+        ValueError: more processes on this machine than GPUs; ``elastic`` outside an
+            elastic launch; a bad ``commit_every_k_steps``.
     """
 
     SUPPORTS_STEPS_PER_EXECUTION = False
@@ -167,11 +185,29 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
 
     BROADCAST_EVERY_EPOCH: bool = True
 
-    def __init__(self, average: bool = True, compression: Any = None) -> None:
+    def __init__(
+        self,
+        average: bool = True,
+        compression: Any = None,
+        *,
+        elastic: bool = False,
+        commit_every_k_steps: int | None = None,
+    ) -> None:
         if not isinstance(average, (bool, np.bool_)):
             msg = f"'average' must be a bool; got {type(average).__name__}"
             raise TypeError(msg)
+        if not isinstance(elastic, (bool, np.bool_)):
+            msg = f"'elastic' must be a bool; got {type(elastic).__name__}"
+            raise TypeError(msg)
+        if commit_every_k_steps is not None and not elastic:
+            msg = "'commit_every_k_steps' is for elastic training: give it with elastic=True"
+            raise ValueError(msg)
+        self._commit_every = check_commit_every(1 if commit_every_k_steps is None else commit_every_k_steps)
         hvd = import_horovod()
+        if elastic:
+            from towerkit.trainers._elastic import check_elastic_launch
+
+            check_elastic_launch()
         hvd.init()
         super().__init__()
         self._hvd = hvd
@@ -186,6 +222,11 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         self._broadcast_op: Any = None
         self._loop_feed: Any = None
         self._loop_value: Any = None
+        self._elastic_state: Any = None
+        if elastic:
+            from towerkit.trainers._elastic import GraphState
+
+            self._elastic_state = GraphState(self)
         logger.info(
             "HorovodTrainer: rank %d of %d (local rank %d of %d)%s",
             self._rank,
@@ -221,6 +262,11 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     def local_size(self) -> int:
         """How many processes run on this machine."""
         return self._local_size
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the trainer runs in horovod's elastic mode."""
+        return self._elastic_state is not None
 
     @property
     def average(self) -> bool:
@@ -266,6 +312,12 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             list(zip(reduced, [v for _, v in grads])), name="train_op"
         )
         self._build_broadcasts()
+        if self._elastic_state is not None:
+            # every commit's sync does it, and an epoch's end must not run a collective
+            # after the monitors wrote the epoch
+            with self._graph.as_default():
+                self._elastic_state.build_sync(tf1.global_variables())
+            return []
         if self.BROADCAST_EVERY_EPOCH:
             return [RunOpEachEpoch(lambda: self._broadcast_op, "broadcast rank 0's variables")]
         return []
@@ -301,6 +353,15 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             if not config.gpu_options.visible_device_list:
                 config.gpu_options.visible_device_list = self._gpu
             session_creator = NewSessionCreator(target=session_creator.target, config=config)
+        if self._elastic_state is not None:
+            # no collective before the elastic loop: a joining rank meets the others in
+            # its first sync
+            with self._graph.as_default():
+                if self._elastic_state.sync_op is None:  # a train_op set without setup_graph
+                    self._elastic_state.build_sync(tf1.global_variables())
+                self._elastic_state.build_restore(tf1.global_variables())
+            super().initialize(session_creator, session_init)
+            return
         wrapped = SessionInitThenRun(
             session_init,
             [self._broadcast_op],
@@ -317,6 +378,13 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         """
         self._require_phase("main_loop", "initialized")
         mine = (steps_per_epoch, starting_epoch, max_epoch)
+        if self._elastic_state is not None:
+            self._elastic_state.bounds = mine
+            self._elastic_state.position = LoopCommit(
+                self._start_global_step, starting_epoch, 0, chief=self.is_chief
+            )
+            super().main_loop(*mine)
+            return
         try:
             agreed = self.sess.run(self._loop_value, {self._loop_feed: np.asarray(mine)})
         except tf.errors.OpError as err:
@@ -338,6 +406,44 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
                 raise
             raise self._collective_error("training", err) from err
 
+    def _loop(
+        self, steps_per_epoch: int, starting_epoch: int, max_epoch: int, interrupt: Any
+    ) -> None:
+        if self._elastic_state is None:
+            super()._loop(steps_per_epoch, starting_epoch, max_epoch, interrupt)
+            return
+        from towerkit.trainers._elastic import run_elastic_loop
+
+        try:
+            run_elastic_loop(self, self._elastic_state, self._commit_every, interrupt)
+        except tf.errors.OpError as err:
+            if not is_collective_failure(err):
+                raise
+            raise self._collective_error("elastic training", err) from err
+
+    def _elastic_moved_to(
+        self, commit: LoopCommit, bounds: tuple[int, int, int] | None = None
+    ) -> None:
+        """The loop's counters at `commit` (and rank 0's loop bounds), after a sync or restore."""
+        runs = self.hooked_sess.run_calls if self.hooked_sess is not None else 0
+        self._start_global_step = commit.global_step - runs * self._steps_per_execution
+        if bounds is not None:
+            self._steps_per_epoch, self._starting_epoch, self._max_epoch = bounds
+
+    def _elastic_reset(self) -> None:
+        """The rank facts again, once horovod re-formed with the ranks there are now."""
+        hvd = self._hvd
+        old = (self._rank, self._size)
+        self._rank, self._size = int(hvd.rank()), int(hvd.size())
+        self._local_rank, self._local_size = int(hvd.local_rank()), int(hvd.local_size())
+        logger.warning(
+            "elastic reset: rank %d of %d is now rank %d of %d%s",
+            *old,
+            self._rank,
+            self._size,
+            " (owns the logdir)" if self.is_chief else "",
+        )
+
     def _collective_error(self, during: str, err: Exception) -> CollectiveError:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         msg = (
@@ -349,7 +455,8 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         return CollectiveError(msg)
 
     def __repr__(self) -> str:
+        elastic = f", elastic=True, commit_every_k_steps={self._commit_every}" if self.elastic else ""
         return (
-            f"HorovodTrainer(rank={self._rank}, size={self._size}, average={self._average}, "
-            f"phase={self._phase!r})"
+            f"HorovodTrainer(rank={self._rank}, size={self._size}, average={self._average}"
+            f"{elastic}, phase={self._phase!r})"
         )

@@ -143,6 +143,50 @@ def rank_hosts(hosts: Sequence[str], processes: int) -> tuple[str, ...]:
     return tuple(h for h, s in parsed for _ in range(s))[:processes]
 
 
+@attrs.frozen
+class ElasticLaunch:
+    """The elastic part of a horovod job's command line.
+
+    Attributes:
+        min_processes: the fewest ranks the job goes on with (``--min-np``).
+        max_processes: the most ranks it grows to (``--max-np``).
+        host_discovery_script: an executable that prints the available hosts, one
+            ``host:slots`` a line (``--host-discovery-script``); horovod runs it every
+            second, so rewriting it adds or removes hosts.
+    """
+
+    min_processes: int
+    max_processes: int
+    host_discovery_script: str
+
+    def argv(self, processes: int) -> list[str]:
+        """The launcher's elastic options for a job starting with `processes` ranks.
+
+        >>> ElasticLaunch(2, 4, "/d.sh").argv(3)
+        ['--min-np', '2', '--max-np', '4', '--host-discovery-script', '/d.sh']
+
+        Raises:
+            ValueError: not ``1 <= min_processes <= processes <= max_processes``.
+        """
+        lo, hi = self.min_processes, self.max_processes
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)) or not (
+            1 <= lo <= processes <= hi
+        ):
+            msg = (
+                "an elastic job needs 1 <= min_processes <= processes <= max_processes; got "
+                f"min_processes={lo!r}, processes={processes}, max_processes={hi!r}"
+            )
+            raise ValueError(msg)
+        return [
+            "--min-np",
+            str(lo),
+            "--max-np",
+            str(hi),
+            "--host-discovery-script",
+            str(self.host_discovery_script),
+        ]
+
+
 def horovod_launch_argv(
     command: Sequence[str],
     processes: int,
@@ -152,6 +196,7 @@ def horovod_launch_argv(
     network_interface: str | None = None,
     ssh_port: int | None = None,
     ssh_identity_file: str | None = None,
+    elastic: ElasticLaunch | None = None,
 ) -> list[str]:
     """The ``horovodrun`` command line for `processes` ranks over gloo.
 
@@ -165,9 +210,16 @@ def horovod_launch_argv(
     ...                            network_interface="eth0"))
     py -m horovod.runner.launch -np 2 --gloo -H h1:1,h2:1 --disable-cache --network-interface eth0 t.py
 
+    With `elastic` the hosts come from its discovery script (no `hosts`):
+
+    >>> print(*horovod_launch_argv(["t.py"], 2, python="py",
+    ...                            elastic=ElasticLaunch(1, 3, "d.sh")))
+    py -m horovod.runner.launch -np 2 --gloo --min-np 1 --max-np 3 --host-discovery-script d.sh t.py
+
     Raises:
-        ValueError: `processes` is not a positive int, `command` is empty, or `hosts`
-            is malformed or has fewer slots than `processes`.
+        ValueError: `processes` is not a positive int, `command` is empty, `hosts`
+            is malformed or has fewer slots than `processes`, or `elastic` is given
+            with `hosts` or bounds that do not hold `processes`.
     """
     if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
         msg = f"'processes' must be an int >= 1; got {processes!r}"
@@ -178,6 +230,18 @@ def horovod_launch_argv(
         raise ValueError(msg)
     exe = python or sys.executable
     head = [exe, "-m", "horovod.runner.launch", "-np", str(processes), "--gloo"]
+    if elastic is not None:
+        if hosts is not None:
+            msg = "an elastic job takes its hosts from the discovery script; give no 'hosts'"
+            raise ValueError(msg)
+        head += elastic.argv(processes)
+        if network_interface is not None:
+            head += ["--network-interface", network_interface]
+        if ssh_port is not None:
+            head += ["--ssh-port", str(ssh_port)]
+        if ssh_identity_file:
+            head += ["--ssh-identity-file", str(ssh_identity_file)]
+        return [*head, *command]
     if hosts is None:
         if network_interface is not None or ssh_port is not None or ssh_identity_file:
             msg = "'network_interface', 'ssh_port' and 'ssh_identity_file' need 'hosts'"
@@ -239,6 +303,9 @@ def launch_horovod_job(
     ssh_port: int | None = None,
     ssh_identity_file: str | None = None,
     launcher_prefix: Sequence[str] = (),
+    min_processes: int | None = None,
+    max_processes: int | None = None,
+    host_discovery_script: str | os.PathLike[str] | None = None,
 ) -> HorovodJob:
     """Run `command` as `processes` horovod ranks over gloo, within `timeout`.
 
@@ -273,14 +340,22 @@ def launch_horovod_job(
         ssh_identity_file: the ssh key the launcher logs in with.
         launcher_prefix: a command the launcher runs under (``["ip", "netns", "exec",
             "h0"]``, ``["nice"]``); empty to run it directly.
+        min_processes: with `max_processes` and `host_discovery_script`, an elastic
+            job (for ``HorovodTrainer(elastic=True)``): it starts with `processes`
+            ranks, goes on while at least `min_processes` are left, and grows to
+            `max_processes` on the hosts the script lists (see `ElasticLaunch`).
+        max_processes: the most ranks of an elastic job.
+        host_discovery_script: the executable listing an elastic job's hosts.
 
     Returns:
         A `HorovodJob`.
 
     Raises:
-        ValueError: bad `processes`, `timeout`, `command` or `hosts`.
-        FileNotFoundError: `cwd` does not exist.
+        ValueError: bad `processes`, `timeout`, `command` or `hosts`; elastic bounds
+            given in part, or not holding `processes`.
+        FileNotFoundError: `cwd` does not exist, or the discovery script.
     """
+    elastic = _elastic_launch(min_processes, max_processes, host_discovery_script)
     argv = horovod_launch_argv(
         command,
         processes,
@@ -288,9 +363,13 @@ def launch_horovod_job(
         network_interface=network_interface,
         ssh_port=ssh_port,
         ssh_identity_file=ssh_identity_file,
+        elastic=elastic,
     )
     argv = [*map(str, launcher_prefix), *argv]
-    placement = rank_hosts(hosts, processes) if hosts is not None else ("localhost",) * processes
+    if hosts is not None:
+        placement = rank_hosts(hosts, processes)
+    else:
+        placement = ("?" if elastic else "localhost",) * processes
     if not timeout > 0:
         msg = f"'timeout' must be > 0 seconds; got {timeout!r}"
         raise ValueError(msg)
@@ -326,3 +405,26 @@ def launch_horovod_job(
     if failure is not None:
         out += "\n" + failure.line()
     return HorovodJob(proc.returncode, out, time.monotonic() - started, False, failure)
+
+
+def _elastic_launch(
+    min_processes: int | None,
+    max_processes: int | None,
+    script: str | os.PathLike[str] | None,
+) -> ElasticLaunch | None:
+    given = [v is not None for v in (min_processes, max_processes, script)]
+    if not any(given):
+        return None
+    if not all(given):
+        msg = (
+            "an elastic job needs 'min_processes', 'max_processes' and "
+            "'host_discovery_script' together; got "
+            f"min_processes={min_processes!r}, max_processes={max_processes!r}, "
+            f"host_discovery_script={script!r}"
+        )
+        raise ValueError(msg)
+    path = os.path.abspath(os.fspath(script))  # type: ignore[arg-type]
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        msg = f"'host_discovery_script' {path!r} is not an executable file"
+        raise FileNotFoundError(msg)
+    return ElasticLaunch(int(min_processes), int(max_processes), path)  # type: ignore[arg-type]

@@ -1,0 +1,150 @@
+"""One process of an elastic horovod training job; prints a JSON report when it ends.
+
+Usage: ``hvd_elastic_job.py LOGDIR MAX_EPOCH [--commit-every K] [--kill-rank R
+--kill-at STEP] [--step-sleep S] [--progress FILE]``. A process that is rank R when
+the global step reaches STEP sends itself SIGKILL (once in the job: it leaves a mark in
+LOGDIR's parent). Rank 0 writes the global step to FILE after each step. Each process
+that ends prints one line ``ELASTIC-REPORT {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf
+from dp_model import SIG, cost_fn, data
+
+from towerkit.callbacks import Callback, ModelSaver, ScheduledHyperParamSetter
+from towerkit.towers import add_moving_summary
+from towerkit.towers.compat import tf1
+from towerkit.trainers import (
+    HorovodTrainer,
+    ModelDesc,
+    NumpyInput,
+    TrainConfig,
+    launch_train_with_config,
+)
+
+STEPS_PER_EPOCH = 4
+MODEL_VARS = ("fc0/W", "fc0/b", "fc1/W", "fc1/b", "learning_rate", "global_step")
+
+
+class Model(ModelDesc):
+    def inputs(self):
+        return SIG
+
+    def build_graph(self, x, y):
+        cost = cost_fn(x, y)
+        add_moving_summary(cost)
+        return cost
+
+    def optimizer(self):
+        lr = tf1.get_variable("learning_rate", initializer=0.05, trainable=False)
+        return tf1.train.MomentumOptimizer(lr, 0.9)
+
+
+class Watch(Callback):
+    """Every process: the steps it ran (global step, epoch, local step, ring size), its end."""
+
+    _chief_only = False
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.steps: list[list[int]] = []
+        self.epochs_begun: list[int] = []
+        self.end: dict[str, object] = {}
+
+    def _setup_graph(self):
+        import horovod.tensorflow as hvd
+
+        self._vars = [v for v in tf1.global_variables() if v.op.name in MODEL_VARS]
+        # an averaging all-reduce of 1.0 from every rank: 1.0 if it divides by the size
+        # of the current ring, not of the first one (run after each step, in a session
+        # call of its own). Fed, not a constant: grappler would fold a constant's
+        # all-reduce when a session call is first prepared, out of step with the others.
+        self._one = tf1.placeholder(tf.float32, [], name="probe_one")
+        self._probe = hvd.allreduce(self._one, op=hvd.Average, name="average_probe")
+        self.probes: list[float] = []
+
+    def _before_epoch(self):
+        self.epochs_begun.append(self.trainer.epoch_num)
+
+    def _trigger_step(self):
+        t = self.trainer
+        self.steps.append([t.global_step, t.epoch_num, t.local_step, t.size])
+        self.probes.append(float(t.sess.run(self._probe, {self._one: 1.0})))
+        a = self.args
+        if a.progress and t.rank == 0:
+            tmp = a.progress + ".tmp"
+            Path(tmp).write_text(str(t.global_step))
+            os.replace(tmp, a.progress)
+        mark = Path(a.logdir).parent / "killed"
+        killing = a.kill_at is not None and t.rank == a.kill_rank and t.global_step >= a.kill_at
+        if killing and not mark.exists():
+            mark.write_text(f"{os.getpid()} {t.global_step} {t.epoch_num} {t.local_step}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        if a.step_sleep:
+            time.sleep(a.step_sleep)
+
+    def _after_train(self):
+        values = self.trainer.sess.run(self._vars)
+        self.end = {v.op.name: val.tolist() for v, val in zip(self._vars, values)}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("logdir")
+    parser.add_argument("max_epoch", type=int)
+    parser.add_argument("--commit-every", type=int, default=1)
+    parser.add_argument("--kill-rank", type=int, default=None)
+    parser.add_argument("--kill-at", type=int, default=None)
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--progress", default=None)
+    args = parser.parse_args(argv)
+
+    graph = tf.Graph()
+    graph.seed = 1234
+    with graph.as_default():
+        trainer = HorovodTrainer(elastic=True, commit_every_k_steps=args.commit_every)
+        first_rank, first_size = trainer.rank, trainer.size
+        watch = Watch(args)
+        config = TrainConfig(
+            logdir=args.logdir,
+            data=NumpyInput(data(256, seed=10), batch_size=16, shuffle=True),
+            model=Model(),
+            callbacks=[
+                watch,
+                ModelSaver(max_to_keep=20),
+                ScheduledHyperParamSetter("learning_rate", [(1, 0.05), (3, 0.02)]),
+            ],
+            steps_per_epoch=STEPS_PER_EPOCH,
+            max_epoch=args.max_epoch,
+        )
+        launch_train_with_config(config, trainer)
+    report = {
+        "pid": os.getpid(),
+        "first_rank": first_rank,
+        "first_size": first_size,
+        "rank": trainer.rank,
+        "size": trainer.size,
+        "is_chief": trainer.is_chief,
+        "global_step": trainer.global_step,
+        "steps": watch.steps,
+        "epochs_begun": watch.epochs_begun,
+        "end": watch.end,
+        "average_probes": watch.probes,
+    }
+    print("ELASTIC-REPORT " + json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
