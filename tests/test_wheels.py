@@ -85,6 +85,22 @@ def run(*args: str | Path, **kwargs) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_script(bin_dir: Path, script: str, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+    """Run a console script that a venv's install wrote, through that venv's interpreter.
+
+    The script's first line must name the venv's own Python; the script itself is then
+    handed to that interpreter rather than executed, so that a temporary folder mounted
+    without exec rights, or a script the installer's file handles still hold, cannot
+    fail the run for a reason that is not ours.
+    """
+    path = bin_dir / script
+    shebang = path.read_text().splitlines()[0]
+    assert shebang.startswith("#!"), (script, shebang)
+    interpreter = Path(shebang[2:].strip().split()[0])
+    assert interpreter.parent == bin_dir, (script, shebang)
+    return run(interpreter, path, *args, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     """The folder of built distributions: ``TOWERKIT_DIST``, or a fresh build."""
@@ -183,7 +199,7 @@ def test_wheel_installs_alone(dist, name, tmp_path):
     assert done.stdout.strip() == version_of(name)
     if name == "towerkit-tools":
         for script in project(name)["scripts"]:
-            shown = run(bin_dir / script, "--help", cwd=tmp_path)
+            shown = run_script(bin_dir, script, "--help", cwd=tmp_path)
             assert shown.returncode == 0, (script, shown.stderr[-2000:])
             assert shown.stdout.startswith(f"usage: {script}"), script
 
@@ -192,9 +208,9 @@ def test_tools_without_tensorflow(dist, tmp_path):
     """Installed without a TensorFlow extra, a tool that needs it says so in one line, status 2."""
     bin_dir = venv_with(tmp_path, dist, "towerkit-tools")
     assert run(bin_dir / "python", "-c", "import tensorflow").returncode != 0
-    done = run(bin_dir / "ls-checkpoint", "model-1", cwd=tmp_path)
+    done = run_script(bin_dir, "ls-checkpoint", "model-1", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("ls-checkpoint: error: TensorFlow cannot be imported: ")
-    timeline = run(bin_dir / "timeline", "--help", cwd=tmp_path)
+    timeline = run_script(bin_dir, "timeline", "--help", cwd=tmp_path)
     assert timeline.returncode == 0, timeline.stderr
