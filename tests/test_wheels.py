@@ -85,7 +85,9 @@ def run(*args: str | Path, **kwargs) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_script(bin_dir: Path, script: str, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+def run_script(
+    bin_dir: Path, script: str, *args: str, **kwargs
+) -> subprocess.CompletedProcess[str]:
     """Run a console script that a venv's install wrote, through that venv's interpreter.
 
     The script's first line must name the venv's own Python; the script itself is then
