@@ -36,11 +36,15 @@ def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def foreign_private(source: str, own: str | None) -> list[tuple[int, str]]:
-    """The imports in `source` of a private module (``towerkit.<lib>._x``) of a lib other than `own`."""
+    """The imports in `source` of a private module of a lib other than `own`.
+
+    A module is private when any part of its path below the lib starts with one
+    underscore: ``towerkit.<lib>._x`` and ``towerkit.<lib>.<package>._x`` alike.
+    """
     bad = []
     for line, module in imported_modules(ast.parse(source)):
         parts = module.split(".")
-        private = len(parts) >= 3 and parts[2].startswith("_") and not parts[2].startswith("__")
+        private = any(p.startswith("_") and not p.startswith("__") for p in parts[2:])
         repeated = bool(bad) and bad[-1][0] == line  # one report per import statement
         if parts[0] == "towerkit" and private and parts[1] != own and not repeated:
             bad.append((line, module))
@@ -76,11 +80,15 @@ class TestPrivateImports:
             "from towerkit.trainers import _tfutils\n"
             "from towerkit.callbacks._loop import loop_events\n"
             "from towerkit.trainers import Trainer, __version__\n"
+            "from towerkit.trainers.inputs._feed import QueueFeeder\n"
+            "from towerkit.trainers.parallel import _horovod\n"
         )
         assert foreign_private(source, "callbacks") == [
             (2, "towerkit.trainers._base"),
             (3, "towerkit.towers._scope"),
             (4, "towerkit.trainers._tfutils"),
+            (7, "towerkit.trainers.inputs._feed"),
+            (8, "towerkit.trainers.parallel._horovod"),
         ]
 
     def test_none_across_libs(self):

@@ -46,9 +46,7 @@ def run_elastic(hosts: SimulatedHosts, cwd: Path, args: list[str]):
     env = {
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH")) if p
-        ),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH")) if p),
     }
     return launch_horovod_job(
         [sys.executable, str(SCRIPT), str(cwd / "log"), *args],

@@ -274,9 +274,29 @@ class TestInferenceRunner:
         runner = InferenceRunner([(x, y), (x,)], ClassificationError())
         with pytest.raises(
             ValueError,
-            match=r"datapoint #1 \(0-based\) must be a list or tuple of 2 arrays, one per input \['x', 'label'\]; got 1 component",
+            match=r"datapoint #1 \(0-based\) does not fit the input signature \(x: .*, label: .*\): "
+            r"datapoint has 1 component\(s\); the input signature \('x', 'label'\) needs 2",
         ):
             build_trainer(graph, runner).train()
+
+    def test_float_for_an_integer_input(self, graph):
+        """Inference follows the trainers' datapoint rule: a float for an integer input is
+        refused (never silently truncated), naming the input and both dtypes."""
+        x, y = data(4)
+        runner = InferenceRunner([(x, y), (x, y + 0.5)], ClassificationError())
+        with pytest.raises(
+            ValueError,
+            match=r"datapoint #1 \(0-based\) does not fit .*#1 'label': expected int32.*got float64",
+        ):
+            build_trainer(graph, runner).train()
+
+    def test_cast_within_kind(self, graph):
+        """float64 for a float32 input, int64 for an int32 one: cast, as in training."""
+        x, y = data(4)
+        runner = InferenceRunner(
+            [(x.astype(np.float64), y.astype(np.int64))], ClassificationError()
+        )
+        build_trainer(graph, runner).train()
 
     def test_no_tower_func(self, graph):
         """Without any tower function there is nothing to build."""

@@ -109,9 +109,7 @@ def test_shell_values_are_the_pure_function(
     ``get_value_to_set`` (the ``trigger()`` path) answers what it says at the schedule's points."""
     schedule = PiecewiseSchedule(points=points, interp=interp, unit=unit)
     rule = OnSchedule(schedule=schedule, set_at_beginning=set_at_beginning)
-    setter = ScheduledHyperParamSetter(
-        "learning_rate", schedule, set_at_beginning=set_at_beginning
-    )
+    setter = ScheduledHyperParamSetter("learning_rate", schedule, set_at_beginning=set_at_beginning)
     assert setter.trigger_record == rule
     bounds = {"starting": starting, "max_epoch": starting + epochs - 1, "steps": steps}
     seen = run(setter, start_gs=start_gs, **bounds)

@@ -177,7 +177,9 @@ class TestStatMonitorRule:
         a = b = StatMonitorState()
         for step, value in series:
             a, change_a = advance_rule(a, step, value, rule)
-            b, change_b = advance(b, step, value, threshold=threshold, last_k=last_k, reverse=reverse)
+            b, change_b = advance(
+                b, step, value, threshold=threshold, last_k=last_k, reverse=reverse
+            )
             assert (a, change_a) == (b, change_b)
 
     def test_frozen(self):

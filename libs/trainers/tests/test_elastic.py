@@ -166,8 +166,18 @@ def test_host_added_joins(tmp_path):
     adder.start()
     epochs = 6
     job = run_elastic(
-        tmp_path, 2, 2, 3, str(epochs), "--commit-every", "2", "--step-sleep", "0.5",
-        "--progress", str(progress), gloo_timeout=JOIN_GLOO_TIMEOUT,
+        tmp_path,
+        2,
+        2,
+        3,
+        str(epochs),
+        "--commit-every",
+        "2",
+        "--step-sleep",
+        "0.5",
+        "--progress",
+        str(progress),
+        gloo_timeout=JOIN_GLOO_TIMEOUT,
     )
     adder.join(5)
     assert added.is_set()
@@ -219,7 +229,10 @@ def test_refusals(tmp_path):
     """Outside an elastic launch, with a bad commit interval or a commit interval alone."""
     out = subprocess.run(
         [sys.executable, "-c", REFUSALS],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith(("REFUSED", "ACCEPTED"))]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.trainers._elastic_core import (
+from towerkit.trainers.parallel._elastic_core import (
     LoopCommit,
     check_commit_every,
     commit_after_step,

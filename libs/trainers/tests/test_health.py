@@ -21,7 +21,7 @@ from towerkit.trainers import (
     TaskLostError,
     serve_parameters,
 )
-from towerkit.trainers._health import (
+from towerkit.trainers.parallel._health import (
     ClusterWatch,
     LivenessState,
     dead_tasks,

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.trainers import launch_horovod_job
-from towerkit.trainers._horovod import rank_gpu
+from towerkit.trainers.parallel._horovod import rank_gpu
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.trainers import HorovodJob, RankFailure, launch_horovod_job
-from towerkit.trainers._hvdrun import (
+from towerkit.trainers.parallel._hvdrun import (
     ElasticLaunch,
     first_failure,
     horovod_launch_argv,
@@ -287,12 +287,20 @@ class TestElasticLaunch:
         script = tmp_path / "d.sh"
         with pytest.raises(FileNotFoundError, match="not an executable file"):
             launch_horovod_job(
-                ["x.py"], 2, timeout=5, min_processes=1, max_processes=2,
+                ["x.py"],
+                2,
+                timeout=5,
+                min_processes=1,
+                max_processes=2,
                 host_discovery_script=script,
             )
         script.write_text("#!/bin/sh\necho localhost:2\n")
         with pytest.raises(FileNotFoundError, match="not an executable file"):
             launch_horovod_job(
-                ["x.py"], 2, timeout=5, min_processes=1, max_processes=2,
+                ["x.py"],
+                2,
+                timeout=5,
+                min_processes=1,
+                max_processes=2,
                 host_discovery_script=script,
             )

@@ -46,12 +46,11 @@ from towerkit.trainers import (
     apply_default_prefetch,
     launch_train_with_config,
 )
-from towerkit.trainers._input import check_input_tensors, iterable_size
-from towerkit.trainers._input_base import spec_mismatches
-from towerkit.trainers._input_feed import QueueFeeder, SwitchInterval
-from towerkit.trainers._input_sources import datapoint_tuple, num_batches
-from towerkit.trainers._input_staging import wants_staging
 from towerkit.trainers._interrupt import sigint_step
+from towerkit.trainers.inputs._base import check_input_tensors, spec_mismatches
+from towerkit.trainers.inputs._feed import QueueFeeder, SwitchInterval
+from towerkit.trainers.inputs._sources import datapoint_tuple, iterable_size, num_batches
+from towerkit.trainers.inputs._staging import wants_staging
 
 SIG = [tf.TensorSpec([None, 2], tf.float32, "x"), tf.TensorSpec([None], tf.int32, "y")]
 
@@ -227,6 +226,51 @@ class LinearTrainer(TowerTrainer):
         self.train_op = tf1.train.GradientDescentOptimizer(0.01).minimize(cost)
 
 
+class AfterTrain(Callback):
+    """Appends its name to `ended` after training; with `fail`, then raises."""
+
+    _chief_only = False
+
+    def __init__(self, name, ended, fail=False):
+        self.name, self.ended, self.fail = name, ended, fail
+
+    def _after_train(self):
+        self.ended.append(self.name)
+        if self.fail:
+            raise RuntimeError(f"after_train of {self.name} failed")
+
+
+class Explains(Callback):
+    """An input callback of a custom source that explains any failed step."""
+
+    _chief_only = False
+
+    def explain_failure(self, err):
+        return InputDataError(f"explained: {type(err).__name__}")
+
+
+class WithExtraCallbacks(FeedInput):
+    """A FeedInput whose callbacks are `extra`'s first, its own, then the rest of `extra`."""
+
+    def __init__(self, flow, extra):
+        super().__init__(flow)
+        self.extra = extra
+
+    def get_callbacks(self):
+        return [*self.extra[:1], *super().get_callbacks(), *self.extra[1:]]
+
+
+class FailsAtThirdStep(LinearTrainer):
+    """LinearTrainer whose third step fails in the graph (an ``Assert`` of the model)."""
+
+    def __init__(self, input):
+        super().__init__(input)
+        count = tf1.Variable(0, name="count")
+        check = tf1.Assert(count.assign_add(1) < 3, ["the model check"])
+        with tf.control_dependencies([check]):
+            self.train_op = tf.group(self.train_op)
+
+
 class TestSetupReturnsCallbacks:
     """``InputSource.setup`` returns the callbacks to register, as custom trainers expect."""
 
@@ -281,6 +325,45 @@ class TestSetupReturnsCallbacks:
         cbs.before_train()
         hooked = HookedSession(sess, [stand_in])
         assert ids(hooked, [y], 4) == [[0], [1], [2], [0]]
+
+    def test_stand_in_is_a_group(self, graph, sess):
+        """The stand-in is a `Callbacks`: one source callback's failing ``after_train`` does
+        not skip the others', and the first error is raised once all have run."""
+        ended = []
+        source = WithExtraCallbacks(
+            CountingFlow(3), [AfterTrain("first", ended, fail=True), AfterTrain("last", ended)]
+        )
+        (stand_in,) = source.setup(SIG)
+        source.get_input_tensors()
+        assert isinstance(stand_in, Callbacks)
+        assert stand_in, "a stand-in is never an empty group"
+        stand_in.setup_graph(View(sess))
+        assert len(stand_in) == 3
+        stand_in.before_train()
+        with pytest.raises(RuntimeError, match="after_train of first failed"):
+            stand_in.after_train()
+        assert ended == ["first", "last"]
+
+    def test_any_input_callback_explains_a_failed_step(self, graph):
+        """The loop asks every registered callback's ``explain_failure`` about a failed step,
+        whatever the input's kind: the first explanation is raised, located, the step's
+        own error its cause."""
+        source = WithExtraCallbacks(CountingFlow(3), [Explains()])
+        with pytest.raises(InputDataError) as info:
+            FailsAtThirdStep(source).train_with_defaults(
+                callbacks=[], monitors=[], extra_callbacks=[], steps_per_epoch=2, max_epoch=2
+            )
+        assert str(info.value).startswith(
+            "explained: InvalidArgumentError [at epoch 2, step 0 of 2 (0-based), global step 2]"
+        )
+        assert isinstance(info.value.__cause__, tf.errors.InvalidArgumentError)
+
+    def test_unexplained_failed_step_raised_as_is(self, graph):
+        """With no explanation from any callback, the step's own error is raised."""
+        with pytest.raises(tf.errors.InvalidArgumentError, match="the model check"):
+            FailsAtThirdStep(FeedInput(CountingFlow(3))).train_with_defaults(
+                callbacks=[], monitors=[], extra_callbacks=[], steps_per_epoch=2, max_epoch=2
+            )
 
     def test_forgotten(self, graph):
         """A trainer that never registers the input's callbacks fails before the first step."""

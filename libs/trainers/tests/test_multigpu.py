@@ -51,9 +51,9 @@ from towerkit.trainers import (
     launch_train_with_config,
     match_tower_variables,
 )
-from towerkit.trainers._allreduce import nccl_available
-from towerkit.trainers._builder import session_creator_for_devices
-from towerkit.trainers._dataparallel import (
+from towerkit.trainers.parallel._allreduce import nccl_available
+from towerkit.trainers.parallel._builder import session_creator_for_devices
+from towerkit.trainers.parallel._dataparallel import (
     device_key,
     hierarchical_groups,
     least_loaded,
@@ -539,7 +539,7 @@ class TestGradientKinds:
 
     def test_nccl_graph(self, graph):
         """The NCCL all-reduce builds one NcclAllReduce per variable and device, scaled by 1/n."""
-        from towerkit.trainers._allreduce import allreduce
+        from towerkit.trainers.parallel._allreduce import allreduce
 
         grads = [[tf.ones([3]) * (k + 1)] for k in range(2)]
         columns = [[grads[0][0], grads[1][0]]]

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks._base import Callback
+from towerkit.callbacks._datapoints import DatapointLayout, conform_datapoint
 from towerkit.callbacks._errors import StopTraining
 from towerkit.callbacks._hooked import HookedSession
 from towerkit.callbacks._inferencers import Inferencer
@@ -208,15 +209,11 @@ def _dataset_inputs(element: Any, signature: Sequence[tf.TensorSpec]) -> list[An
     return flat
 
 
-def _datapoint_values(dp: Any, index: int, signature: Sequence[tf.TensorSpec]) -> list[Any]:
-    """The arrays of a Python datapoint, checked against ``signature``."""
-    if isinstance(dp, dict):
-        return _dataset_inputs(dp, signature)
-    if not isinstance(dp, (list, tuple)) or len(dp) != len(signature):
-        got = f"{len(dp)} component(s)" if isinstance(dp, (list, tuple)) else type(dp).__name__
-        msg = (
-            f"datapoint #{index} (0-based) must be a list or tuple of {len(signature)} arrays, "
-            f"one per input {[s.name for s in signature]}; got {got}"
-        )
-        raise ValueError(msg)
-    return [np.asarray(v, dtype=s.dtype.as_numpy_dtype) for v, s in zip(dp, signature)]
+def _datapoint_values(dp: Any, index: int, layout: DatapointLayout) -> list[Any]:
+    """The arrays of a Python datapoint, checked against ``layout`` by the one datapoint rule
+    the trainers' inputs also follow (`conform_datapoint`)."""
+    try:
+        return list(conform_datapoint(dp, layout))
+    except ValueError as err:
+        msg = f"datapoint #{index} (0-based) does not fit the input signature ({layout}): {err}"
+        raise ValueError(msg) from None

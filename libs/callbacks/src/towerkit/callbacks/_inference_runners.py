@@ -12,6 +12,7 @@ import tensorflow as tf
 import tqdm
 
 from towerkit.callbacks._base import Callback
+from towerkit.callbacks._datapoints import DatapointLayout
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._inference_inputs import (
     _check_infs,
@@ -304,8 +305,9 @@ class InferenceRunner(InferenceRunnerBase):
             self.trainer.sess.run(self._iterator.initializer)
             yield from self._rounds(self._dataset_batches())
         else:
+            layout = DatapointLayout.from_specs(self._signature)
             for i, dp in self._rounds(enumerate(self._input)):
-                yield self._call(*_datapoint_values(dp, i, self._signature))
+                yield self._call(*_datapoint_values(dp, i, layout))
 
     def _dataset_batches(self) -> Iterator[Sequence[Any]]:
         while True:
@@ -415,8 +417,9 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
             self.trainer.sess.run(self._iterator.initializer)
             yield from self._rounds(self._pulled())
         else:
+            layout = DatapointLayout.from_specs(self._signature)
             for i, dp in self._rounds(enumerate(self._input)):
-                yield _datapoint_values(dp, i, self._signature)
+                yield _datapoint_values(dp, i, layout)
 
     def _pulled(self) -> Iterator[list[Any]]:
         while True:

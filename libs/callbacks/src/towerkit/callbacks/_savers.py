@@ -225,9 +225,7 @@ class ModelSaver(Callback):
                 os.remove(state)
             return
         paths = [os.path.join(directory, f"model-{s}") for s in kept]
-        write_checkpoint_state(
-            directory, paths[-1], paths, timestamps=[written[s] for s in kept]
-        )
+        write_checkpoint_state(directory, paths[-1], paths, timestamps=[written[s] for s in kept])
 
     @staticmethod
     def _listed_checkpoints(directory: str) -> list[str]:
@@ -297,7 +295,9 @@ class ModelSaver(Callback):
         self._last_saved = step
         if not self._announced:
             self._announced = True
-            policy = "all kept" if self._max_to_keep == 0 else f"the newest {self._max_to_keep} kept"
+            policy = (
+                "all kept" if self._max_to_keep == 0 else f"the newest {self._max_to_keep} kept"
+            )
             logger.info(
                 "model saved to %s; this run's checkpoints go to %s as model-<global step> "
                 "(%s; each later save is logged at DEBUG)",

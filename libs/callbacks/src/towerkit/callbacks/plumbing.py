@@ -4,12 +4,19 @@ What sibling libs (the trainers, the conformance suite) and the command-line too
 (``timeline``, ``install_horovod``) share with this lib's shells, so that each list and
 each builder has one definition: the trigger kinds and gated methods, the builders of
 the trigger shells' records, the loop event of a trainer (``trainer_event``), the checks
-of several steps per session call, and ``stop_process_group``. Names here may change or
+of several steps per session call, ``stop_process_group``, and the datapoint rule
+(``DatapointLayout``, ``conform_datapoint``) that training and inference inputs share. Names here may change or
 go between any two releases without deprecation: programs should use the names of
 ``towerkit.callbacks`` instead.
 Importing this module never loads TensorFlow.
 """
 
+from towerkit.callbacks._datapoints import (
+    DatapointLayout,
+    conform_datapoint,
+    datapoint_tuple,
+    describe_value,
+)
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS
 from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
 from towerkit.callbacks._procs import stop_process_group
@@ -31,10 +38,14 @@ __all__ = [
     "GATE_KINDS",
     "SHELL_RECORDS",
     "TRIGGER_KINDS",
+    "DatapointLayout",
     "ShellRecord",
     "callback_record",
     "check_steps_per_execution",
     "coarse_step_faults",
+    "conform_datapoint",
+    "datapoint_tuple",
+    "describe_value",
     "gate_kinds",
     "gated_record",
     "periodic_callback_record",

@@ -48,6 +48,7 @@ from towerkit.trainers._trainers import NoOpTrainer, SimpleTrainer
 # -- end of trainers, configs, the loop, resuming --
 # isort: split
 # -- inputs, gradient processors, optimizers, sessions, utilities --
+from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
 from towerkit.trainers._gradproc import (
     Chain,
     CheckGradient,
@@ -59,21 +60,6 @@ from towerkit.trainers._gradproc import (
     ScaleGradient,
     SummaryGradient,
     chain,
-)
-from towerkit.trainers._input import (
-    DummyConstantInput,
-    FeedInput,
-    InputDataError,
-    InputProducerError,
-    InputSignatureError,
-    InputSizeUnknownError,
-    InputSource,
-    InputTimeoutError,
-    IterableInput,
-    NumpyInput,
-    StagingInput,
-    TFDatasetInput,
-    apply_default_prefetch,
 )
 from towerkit.trainers._optimizer import (
     AccumGradOptimizer,
@@ -93,38 +79,42 @@ from towerkit.trainers._tfutils import (
     get_global_step_var,
     get_tf_version_tuple,
 )
+from towerkit.trainers.inputs._base import InputSignatureError, InputSizeUnknownError, InputSource
+from towerkit.trainers.inputs._python import DummyConstantInput, FeedInput, IterableInput
+from towerkit.trainers.inputs._sources import NumpyInput, TFDatasetInput
+from towerkit.trainers.inputs._staging import StagingInput, apply_default_prefetch
 
 # -- end of inputs, gradient processors, optimizers, sessions, utilities --
 # isort: split
 # -- data-parallel trainers: multi-device, distributed, horovod --
-from towerkit.trainers._builder import (
+from towerkit.trainers._errors import CollectiveError, TaskLostError, TowerVariableMismatchError
+from towerkit.trainers.parallel._builder import (
     DataParallelBuilder,
     LeastLoadedDeviceSetter,
     session_creator_for_devices,
 )
-from towerkit.trainers._dataparallel import (
+from towerkit.trainers.parallel._dataparallel import (
     ALLREDUCE_MODES,
     AllReduceChoice,
     choose_allreduce_mode,
     match_tower_variables,
 )
-from towerkit.trainers._distributed import (
+from towerkit.trainers.parallel._distributed import (
     DistributedTrainerBase,
     DistributedTrainerParameterServer,
     DistributedTrainerReplicated,
     serve_parameters,
 )
-from towerkit.trainers._errors import CollectiveError, TaskLostError, TowerVariableMismatchError
-from towerkit.trainers._grad_sync import (
+from towerkit.trainers.parallel._grad_sync import (
     aggregate_grads,
     allreduce_grads,
     make_replicas_local,
     sync_replicas_op,
 )
-from towerkit.trainers._health import ClusterTimeouts, TaskAddress
-from towerkit.trainers._horovod import HorovodTrainer
-from towerkit.trainers._hvdrun import HorovodJob, RankFailure, launch_horovod_job
-from towerkit.trainers._multigpu import (
+from towerkit.trainers.parallel._health import ClusterTimeouts, TaskAddress
+from towerkit.trainers.parallel._horovod import HorovodTrainer
+from towerkit.trainers.parallel._hvdrun import HorovodJob, RankFailure, launch_horovod_job
+from towerkit.trainers.parallel._multigpu import (
     AsyncMultiGPUTrainer,
     SyncMultiGPUTrainer,
     SyncMultiGPUTrainerParameterServer,
@@ -132,6 +122,7 @@ from towerkit.trainers._multigpu import (
 )
 
 # -- end of data-parallel trainers: multi-device, distributed, horovod --
+# isort: split
 from towerkit.trainers._version import __version__
 
 __all__ = [

@@ -22,12 +22,12 @@ from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._heap import frozen_heap
-from towerkit.trainers._input_feed import feeder_failure
 from towerkit.trainers._interrupt import deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
+from towerkit.trainers.inputs._callbacks import input_failure
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -402,7 +402,7 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
                 logger.warning("training interrupted at global step %d", self.global_step)
             except BaseException as err:
                 if not interrupt.aborted:  # else: a blocked step cancelled by the second Ctrl-C
-                    failed = feeder_failure(err, self._registered, self)
+                    failed = input_failure(err, self._registered, self)
                     if failed is err:
                         raise
                     raise failed from failed.__cause__

@@ -30,7 +30,7 @@ def _as_callback_list(what: str, value: Any) -> list[Callback]:
 
 def _expand_input_callbacks(cbs: list[Callback]) -> list[Callback]:
     """`cbs` with each input source's stand-in (from ``InputSource.setup``) replaced by its callbacks."""
-    from towerkit.trainers._input_callbacks import InputSourceCallbacks
+    from towerkit.trainers.inputs._callbacks import InputSourceCallbacks
 
     if not any(isinstance(cb, InputSourceCallbacks) for cb in cbs):
         return cbs
@@ -44,7 +44,7 @@ def _expand_input_callbacks(cbs: list[Callback]) -> list[Callback]:
 
 def _check_inputs_registered(graph: Any) -> None:
     """Raise `UnregisteredInputError` naming each source of `graph` whose callbacks nobody drives."""
-    from towerkit.trainers._input_base import unregistered_inputs
+    from towerkit.trainers.inputs._base import unregistered_inputs
 
     missing = unregistered_inputs(graph)
     if missing:

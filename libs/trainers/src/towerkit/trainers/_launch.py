@@ -36,7 +36,7 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         ValueError: the config has no model or no data.
         InputSizeUnknownError: no ``steps_per_epoch`` and an input of unknown size.
     """
-    from towerkit.trainers._input import apply_default_prefetch
+    from towerkit.trainers.inputs._staging import apply_default_prefetch
 
     if not isinstance(config, TrainConfig):
         msg = f"'config' must be a TrainConfig; got {type(config).__name__}"

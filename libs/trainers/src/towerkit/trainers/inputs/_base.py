@@ -190,7 +190,7 @@ class InputSource(abc.ABC):
         return [self._deferred_callbacks()]
 
     def _deferred_callbacks(self) -> Callback:
-        from towerkit.trainers._input_callbacks import InputSourceCallbacks
+        from towerkit.trainers.inputs._callbacks import InputSourceCallbacks
 
         found = self.__dict__.get("_deferred")
         if found is None:

@@ -9,7 +9,7 @@ from typing import Any
 import tensorflow as tf
 
 from towerkit.towers.compat import tf1
-from towerkit.trainers._dataparallel import hierarchical_groups
+from towerkit.trainers.parallel._dataparallel import hierarchical_groups
 
 __all__ = [
     "allreduce",

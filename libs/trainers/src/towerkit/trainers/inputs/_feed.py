@@ -12,11 +12,10 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from towerkit.callbacks import Callback
-from towerkit.trainers._datapoints import DatapointLayout, conform_datapoint
+from towerkit.callbacks.plumbing import DatapointLayout, conform_datapoint
 from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
-from towerkit.trainers._input_callbacks import InitializeInput
 from towerkit.trainers._interrupt import aborting, on_abort, remove_on_abort
+from towerkit.trainers.inputs._callbacks import _InputCallback
 
 __all__ = ["InputFeeder", "QueueFeeder", "SwitchInterval"]
 
@@ -239,7 +238,7 @@ class QueueFeeder:
                     if timed:
                         self._waiting_since = None
                     try:
-                        values = conform_datapoint(dp, layout)
+                        values = conform_datapoint(dp, layout, InputDataError)
                     except InputDataError as err:
                         msg = (
                             f"{self._name}: datapoint #{count} of pass {passes} does not fit "
@@ -345,7 +344,7 @@ class _Ended(Exception):
     """Raised inside the feeding thread: the queue was closed by ``stop`` or the session."""
 
 
-class InputFeeder(Callback):
+class InputFeeder(_InputCallback):
     """Before training: reset the source's Python state, then start its feeding thread.
 
     After training (also after an error or Ctrl-C) the thread is stopped and joined,
@@ -356,8 +355,6 @@ class InputFeeder(Callback):
         reset: the source's ``reset_state``.
         feeder: the thread's owner.
     """
-
-    _chief_only = False
 
     def __init__(self, name: str, reset: Callable[[], None], feeder: QueueFeeder) -> None:
         self._name = name
@@ -373,6 +370,12 @@ class InputFeeder(Callback):
         """The error that stopped the feeding thread, or None."""
         return self._feeder.failure
 
+    def explain_failure(self, err: BaseException) -> BaseException | None:
+        """The feeding thread's error when it stopped: bad data, the iterable's own
+        error or a timeout closes the queue, so the step fails with TensorFlow's
+        end-of-queue error, which says nothing of the cause."""
+        return self._feeder.failure
+
     def _before_train(self) -> None:
         self._reset()
         self._feeder.start(self.trainer.sess)
@@ -382,43 +385,3 @@ class InputFeeder(Callback):
 
     def __str__(self) -> str:
         return f"InputFeeder({self._name})"
-
-
-def feeder_failure(
-    err: BaseException, callbacks: Iterable[Any], trainer: Any = None
-) -> BaseException:
-    """The error to raise for `err`: an input's own error when its failure caused `err`.
-
-    A Python-fed input whose feeding thread found bad data (or whose iterable
-    raised, or timed out) closes its queue, so the step fails with TensorFlow's
-    end-of-queue error; the input's error (from its `InputFeeder` among `callbacks`)
-    says what really went wrong. A dataset input that ran out of data (a pass with
-    no element: the dataset is repeated, so only an empty one ends) becomes an
-    `InputDataError` naming it. With `trainer`, the message says where the loop was.
-    """
-    if not isinstance(err, tf.errors.OpError):
-        return err
-    failure: BaseException | None = None
-    for cb in callbacks:
-        if isinstance(cb, InputFeeder) and cb.input_failure() is not None:
-            failure = cb.input_failure()
-            break
-        if isinstance(cb, InitializeInput) and cb.ran_out(err):
-            failure = InputDataError(
-                f"{cb.name}: the dataset ran out of data: a whole pass over it gave no "
-                "element (the dataset is repeated after each pass, so only an empty pass "
-                "ends it: an empty dataset, or a filter that keeps nothing)"
-            )
-            failure.__cause__ = err
-            break
-    if failure is None:
-        return err
-    if trainer is None:
-        return failure
-    where = (
-        f" [at epoch {trainer.epoch_num}, step {trainer.local_step} of "
-        f"{trainer.steps_per_epoch} (0-based), global step {trainer.global_step}]"
-    )
-    located = type(failure)(f"{failure}{where}")
-    located.__cause__ = failure.__cause__
-    return located

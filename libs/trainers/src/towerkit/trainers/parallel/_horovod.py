@@ -12,11 +12,15 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.towers import TowerContext, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
-from towerkit.trainers._elastic_core import LoopCommit, check_commit_every
 from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
-from towerkit.trainers._trainer_parts import ChiefOwnsLogdir, RunOpEachEpoch, SessionInitThenRun
+from towerkit.trainers.parallel._elastic_core import LoopCommit, check_commit_every
+from towerkit.trainers.parallel._trainer_parts import (
+    ChiefOwnsLogdir,
+    RunOpEachEpoch,
+    SessionInitThenRun,
+)
 
 __all__ = ["HorovodTrainer", "import_horovod", "is_collective_failure", "rank_gpu"]
 
@@ -202,10 +206,12 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         if commit_every_k_steps is not None and not elastic:
             msg = "'commit_every_k_steps' is for elastic training: give it with elastic=True"
             raise ValueError(msg)
-        self._commit_every = check_commit_every(1 if commit_every_k_steps is None else commit_every_k_steps)
+        self._commit_every = check_commit_every(
+            1 if commit_every_k_steps is None else commit_every_k_steps
+        )
         hvd = import_horovod()
         if elastic:
-            from towerkit.trainers._elastic import check_elastic_launch
+            from towerkit.trainers.parallel._elastic import check_elastic_launch
 
             check_elastic_launch()
         hvd.init()
@@ -224,7 +230,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         self._loop_value: Any = None
         self._elastic_state: Any = None
         if elastic:
-            from towerkit.trainers._elastic import GraphState
+            from towerkit.trainers.parallel._elastic import GraphState
 
             self._elastic_state = GraphState(self)
         logger.info(
@@ -412,7 +418,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         if self._elastic_state is None:
             super()._loop(steps_per_epoch, starting_epoch, max_epoch, interrupt)
             return
-        from towerkit.trainers._elastic import run_elastic_loop
+        from towerkit.trainers.parallel._elastic import run_elastic_loop
 
         try:
             run_elastic_loop(self, self._elastic_state, self._commit_every, interrupt)
@@ -455,7 +461,9 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         return CollectiveError(msg)
 
     def __repr__(self) -> str:
-        elastic = f", elastic=True, commit_every_k_steps={self._commit_every}" if self.elastic else ""
+        elastic = (
+            f", elastic=True, commit_every_k_steps={self._commit_every}" if self.elastic else ""
+        )
         return (
             f"HorovodTrainer(rank={self._rank}, size={self._size}, average={self._average}"
             f"{elastic}, phase={self._phase!r})"

@@ -25,8 +25,8 @@ import tensorflow as tf
 
 from towerkit.callbacks import StopTraining
 from towerkit.towers.compat import tf1
-from towerkit.trainers._elastic_core import LoopCommit, commit_after_step, remaining_epochs
 from towerkit.trainers._errors import CollectiveError
+from towerkit.trainers.parallel._elastic_core import LoopCommit, commit_after_step, remaining_epochs
 
 __all__ = ["GraphState", "Snapshot", "check_elastic_launch", "run_elastic_loop"]
 
@@ -230,7 +230,7 @@ class GraphState:
 def _as_internal_error(err: tf.errors.OpError) -> Exception:
     from horovod.common.exceptions import HorovodInternalError
 
-    from towerkit.trainers._horovod import is_collective_failure
+    from towerkit.trainers.parallel._horovod import is_collective_failure
 
     return HorovodInternalError(err) if is_collective_failure(err) else err
 

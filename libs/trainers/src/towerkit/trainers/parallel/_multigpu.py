@@ -12,23 +12,27 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.towers import TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
-from towerkit.trainers._allreduce import nccl_available, scale_gradient
-from towerkit.trainers._builder import (
+from towerkit.trainers._tower import SingleCostTrainer
+from towerkit.trainers.parallel._allreduce import nccl_available, scale_gradient
+from towerkit.trainers.parallel._builder import (
     LeastLoadedDeviceSetter,
     build_towers,
     session_creator_for_devices,
     warn_missing_devices,
 )
-from towerkit.trainers._dataparallel import check_allreduce_mode, choose_allreduce_mode, device_key
-from towerkit.trainers._grad_sync import (
+from towerkit.trainers.parallel._dataparallel import (
+    check_allreduce_mode,
+    choose_allreduce_mode,
+    device_key,
+)
+from towerkit.trainers.parallel._grad_sync import (
     aggregate_grads,
     align_tower_grads,
     allreduce_grads,
     copy_masters_op,
     make_replicas_local,
 )
-from towerkit.trainers._tower import SingleCostTrainer
-from towerkit.trainers._trainer_parts import RunOpEachEpoch, SessionInitThenRun
+from towerkit.trainers.parallel._trainer_parts import RunOpEachEpoch, SessionInitThenRun
 
 __all__ = [
     "AsyncMultiGPUTrainer",

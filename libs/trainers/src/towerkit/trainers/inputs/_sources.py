@@ -11,10 +11,10 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks import Callback
+from towerkit.callbacks.plumbing import datapoint_tuple
 from towerkit.towers.compat import tf1
-from towerkit.trainers._datapoints import datapoint_tuple
-from towerkit.trainers._input_base import InputSignatureError, InputSource, spec_mismatches
-from towerkit.trainers._input_callbacks import (
+from towerkit.trainers.inputs._base import InputSignatureError, InputSource, spec_mismatches
+from towerkit.trainers.inputs._callbacks import (
     InitializeInput,
 )
 

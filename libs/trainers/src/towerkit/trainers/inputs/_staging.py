@@ -13,16 +13,16 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.towers import visible_gpu_count
 from towerkit.towers.compat import tf1
-from towerkit.trainers._input_base import InputSource
-from towerkit.trainers._input_callbacks import (
+from towerkit.trainers._multistep import STAGING_PUT_OPS_KEY
+from towerkit.trainers.inputs._base import InputSource
+from towerkit.trainers.inputs._callbacks import (
     StageInputCallback,
 )
-from towerkit.trainers._input_python import DummyConstantInput, FeedInput, IterableInput
-from towerkit.trainers._input_sources import (
+from towerkit.trainers.inputs._python import DummyConstantInput, FeedInput, IterableInput
+from towerkit.trainers.inputs._sources import (
     _INPUT_DEVICE,
     TFDatasetInput,
 )
-from towerkit.trainers._multistep import STAGING_PUT_OPS_KEY
 
 logger = logging.getLogger("towerkit.trainers")
 

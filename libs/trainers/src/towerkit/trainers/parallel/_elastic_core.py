@@ -79,7 +79,9 @@ class LoopCommit:
         """
         done = self.steps_done + 1
         if done >= steps_per_epoch:
-            return attrs.evolve(self, global_step=self.global_step + 1, epoch=self.epoch + 1, steps_done=0)
+            return attrs.evolve(
+                self, global_step=self.global_step + 1, epoch=self.epoch + 1, steps_done=0
+            )
         return attrs.evolve(self, global_step=self.global_step + 1, steps_done=done)
 
 

@@ -9,8 +9,13 @@ from typing import Any
 import tensorflow as tf
 
 from towerkit.towers.compat import tf1
-from towerkit.trainers._allreduce import allreduce, nccl_available, scale_gradient, sum_gradients
-from towerkit.trainers._dataparallel import (
+from towerkit.trainers.parallel._allreduce import (
+    allreduce,
+    nccl_available,
+    scale_gradient,
+    sum_gradients,
+)
+from towerkit.trainers.parallel._dataparallel import (
     choose_allreduce_mode,
     device_key,
     match_tower_variables,

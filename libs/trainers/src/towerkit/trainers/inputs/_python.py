@@ -10,15 +10,15 @@ from typing import Any
 import tensorflow as tf
 
 from towerkit.callbacks import Callback
+from towerkit.callbacks.plumbing import DatapointLayout, datapoint_tuple
 from towerkit.towers.compat import tf1
-from towerkit.trainers._datapoints import DatapointLayout, datapoint_tuple
-from towerkit.trainers._input_base import InputSignatureError, InputSource, spec_mismatches
-from towerkit.trainers._input_callbacks import (
+from towerkit.trainers.inputs._base import InputSignatureError, InputSource, spec_mismatches
+from towerkit.trainers.inputs._callbacks import (
     FeedInputCallback,
     InitializeInput,
 )
-from towerkit.trainers._input_feed import InputFeeder, QueueFeeder
-from towerkit.trainers._input_sources import (
+from towerkit.trainers.inputs._feed import InputFeeder, QueueFeeder
+from towerkit.trainers.inputs._sources import (
     _INPUT_DEVICE,
     _check_prefetch,
     _check_reiterable,

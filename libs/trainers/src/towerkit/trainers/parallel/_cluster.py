@@ -10,7 +10,8 @@ from typing import Any
 import tensorflow as tf
 
 from towerkit.towers.compat import tf1
-from towerkit.trainers._health import (
+from towerkit.trainers._sesscreate import NewSessionCreator
+from towerkit.trainers.parallel._health import (
     ClusterTimeouts,
     ClusterWatch,
     LivenessState,
@@ -21,7 +22,6 @@ from towerkit.trainers._health import (
     observe,
     task_addresses,
 )
-from towerkit.trainers._sesscreate import NewSessionCreator
 
 __all__ = ["DONE_QUEUE", "serve_parameters"]
 

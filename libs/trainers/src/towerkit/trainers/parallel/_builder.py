@@ -16,8 +16,8 @@ import tensorflow as tf
 
 from towerkit.towers import TowerContext, resolve_devices, session_config_for_devices
 from towerkit.towers.compat import tf1
-from towerkit.trainers._dataparallel import least_loaded, missing_devices
 from towerkit.trainers._sesscreate import NewSessionCreator
+from towerkit.trainers.parallel._dataparallel import least_loaded, missing_devices
 
 __all__ = [
     "VARIABLE_OP_TYPES",

@@ -12,9 +12,12 @@ import tensorflow as tf
 from towerkit.callbacks import Callback, HookedSession
 from towerkit.towers import TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
-from towerkit.trainers._allreduce import scale_gradient, sum_gradients
-from towerkit.trainers._builder import build_towers, warn_missing_devices
-from towerkit.trainers._cluster import (
+from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._sesscreate import NewSessionCreator
+from towerkit.trainers._tower import SingleCostTrainer
+from towerkit.trainers.parallel._allreduce import scale_gradient, sum_gradients
+from towerkit.trainers.parallel._builder import build_towers, warn_missing_devices
+from towerkit.trainers.parallel._cluster import (
     DONE_QUEUE,
     _DistributedSessionCreator,
     _done_queue,
@@ -22,19 +25,16 @@ from towerkit.trainers._cluster import (
     _target,
     serve_parameters,
 )
-from towerkit.trainers._dataparallel import tower_variable_key
-from towerkit.trainers._errors import TrainerStateError
-from towerkit.trainers._grad_sync import align_tower_grads, make_replicas_local
-from towerkit.trainers._health import (
+from towerkit.trainers.parallel._dataparallel import tower_variable_key
+from towerkit.trainers.parallel._grad_sync import align_tower_grads, make_replicas_local
+from towerkit.trainers.parallel._health import (
     ClusterTimeouts,
     ClusterWatch,
     TaskAddress,
     TaskLostError,
     task_addresses,
 )
-from towerkit.trainers._sesscreate import NewSessionCreator
-from towerkit.trainers._tower import SingleCostTrainer
-from towerkit.trainers._trainer_parts import ChiefOwnsLogdir, SessionInitThenRun
+from towerkit.trainers.parallel._trainer_parts import ChiefOwnsLogdir, SessionInitThenRun
 
 __all__ = [
     "DONE_QUEUE",

@@ -8,7 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.callbacks import Callback, StopTraining
+from towerkit.callbacks import Callback, Callbacks, StopTraining
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import InputDataError
 
@@ -79,9 +79,51 @@ class _FetchDependency:
 
 
 class _InputCallback(Callback):
-    """Base of input callbacks: they run on every worker, chief or not."""
+    """Base of input callbacks: they run on every worker, chief or not.
+
+    When a training step fails, the loop asks each input callback to explain the error
+    (`explain_failure`, through `input_failure`): that is the one way the loop learns
+    of an input's own faults, whatever its kind.
+    """
 
     _chief_only = False
+
+    def explain_failure(self, err: BaseException) -> BaseException | None:
+        """The input's own error behind `err` (a failed step), or None when it did not cause it."""
+        return None
+
+
+def input_failure(
+    err: BaseException, callbacks: Iterable[Any], trainer: Any = None
+) -> BaseException:
+    """The error to raise for a failed step's `err`: the first input callback's explanation.
+
+    Each callback of `callbacks` with an ``explain_failure`` method is asked in order;
+    the first error it gives stands for `err` (which becomes its cause when it has
+    none). Errors that are not TensorFlow's op errors are never an input's doing.
+    With `trainer`, the message says where the loop was.
+    """
+    if not isinstance(err, tf.errors.OpError):
+        return err
+    failure: BaseException | None = None
+    for cb in callbacks:
+        explain = getattr(cb, "explain_failure", None)
+        failure = explain(err) if explain is not None else None
+        if failure is not None:
+            break
+    if failure is None:
+        return err
+    if failure.__cause__ is None:
+        failure.__cause__ = err
+    if trainer is None:
+        return failure
+    where = (
+        f" [at epoch {trainer.epoch_num}, step {trainer.local_step} of "
+        f"{trainer.steps_per_epoch} (0-based), global step {trainer.global_step}]"
+    )
+    located = type(failure)(f"{failure}{where}")
+    located.__cause__ = failure.__cause__
+    return located
 
 
 class InitializeInput(_InputCallback):
@@ -114,6 +156,21 @@ class InitializeInput(_InputCallback):
     def name(self) -> str:
         """The source's description."""
         return self._name
+
+    def explain_failure(self, err: BaseException) -> BaseException | None:
+        """An `InputDataError` naming this source when `err` is its dataset running out.
+
+        The dataset is repeated after each pass, so only a pass with no element ends it.
+        """
+        if not self.ran_out(err):
+            return None
+        failure = InputDataError(
+            f"{self.name}: the dataset ran out of data: a whole pass over it gave no "
+            "element (the dataset is repeated after each pass, so only an empty pass "
+            "ends it: an empty dataset, or a filter that keeps nothing)"
+        )
+        failure.__cause__ = err
+        return failure
 
     def ran_out(self, err: BaseException) -> bool:
         """Whether `err` is the end of this source's data (an ``OutOfRangeError`` of its reads)."""
@@ -248,21 +305,24 @@ class StageInputCallback(_InputCallback):
         return f"StageInputCallback({self._name})"
 
 
-class InputSourceCallbacks(_InputCallback):
-    """The callbacks of an input source, as ``InputSource.setup`` returns them.
+class InputSourceCallbacks(Callbacks, _InputCallback):
+    """The callbacks of an input source, as ``InputSource.setup`` returns them: a `Callbacks`.
 
     It stands for ``source.get_callbacks()``, which it calls only when the trainer sets
     up its callbacks, after the towers took their tensors. A towerkit trainer puts
     the source's own callbacks in its place then (so each step calls them directly);
-    driven by anything else, it forwards every method to them.
+    driven by anything else, it is the group of them, with a group's guarantees (an
+    error in one's ``after_train`` does not skip the others') and one session-run
+    request for all of them.
 
     Args:
         source: the input source.
     """
 
     def __init__(self, source: Any) -> None:
+        super().__init__(())
         self._source = source
-        self._inner: tuple[Callback, ...] | None = None
+        self._set_up = False
         self._run_args: list[tuple[Callback, Any]] = []
 
     @property
@@ -275,48 +335,23 @@ class InputSourceCallbacks(_InputCallback):
         return self._source.get_callbacks()
 
     def has_hook(self, method: str) -> bool:
-        if self._inner is None:
-            return True
-        return any(cb.has_hook(method) for cb in self._inner)
+        return True if not self._set_up else super().has_hook(method)
 
     def setup_graph(self, trainer: Any) -> None:
-        self.trainer = trainer
-        self.graph = trainer.graph
-        self._inner = tuple(self.callbacks())
-        with self.graph.as_default():
-            for cb in self._inner:
-                cb.setup_graph(trainer)
+        self.cbs = Callbacks(self.callbacks()).cbs
+        self._set_up = True
+        super().setup_graph(trainer)
 
-    def _each(self, method: str) -> tuple[Callback, ...]:
-        return tuple(cb for cb in self._inner or () if cb.has_hook(f"_{method}"))
+    def __bool__(self) -> bool:
+        return True  # a stand-in, never an empty group: its callbacks are not known yet
 
-    def _before_train(self) -> None:
-        for cb in self._each("before_train"):
-            cb.before_train()
-
-    def _after_train(self) -> None:
-        for cb in self._each("after_train"):
-            cb.after_train()
-
-    def _before_epoch(self) -> None:
-        for cb in self._each("before_epoch"):
-            cb.before_epoch()
-
-    def _after_epoch(self) -> None:
-        for cb in self._each("after_epoch"):
-            cb.after_epoch()
-
-    def _trigger_step(self) -> None:
-        for cb in self._each("trigger_step"):
-            cb.trigger_step()
-
-    def _trigger_epoch(self) -> None:
-        for cb in self._each("trigger_epoch"):
-            cb.trigger_epoch()
+    def explain_failure(self, err: BaseException) -> BaseException | None:
+        """The first of the source's callbacks' explanations of `err` (see `input_failure`)."""
+        return input_failure(err, self.cbs) if self.cbs else None
 
     def _before_run(self, run_context: Any) -> Any:
         wanted = []
-        for cb in self._each("before_run"):
+        for cb in self.with_hook("_before_run"):
             args = cb.before_run(run_context)
             if args is not None:
                 if not isinstance(args, tf1.train.SessionRunArgs):
@@ -351,7 +386,7 @@ class InputSourceCallbacks(_InputCallback):
                         run_metadata=run_values.run_metadata,
                     ),
                 )
-        for cb in self._each("after_run"):
+        for cb in self.with_hook("_after_run"):
             if id(cb) not in done:
                 cb.after_run(run_context, run_values._replace(results=None))
 

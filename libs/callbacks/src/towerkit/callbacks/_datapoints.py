@@ -1,4 +1,9 @@
-"""Python datapoints against an input signature: arity, dtype and shape, checked and converted."""
+"""Python datapoints against an input signature: arity, dtype and shape, checked and converted.
+
+The one rule for training inputs (the trainers' Python-fed sources) and inference
+inputs (the inference runners' datapoints) alike: a component may be cast within its
+kind, never across (a float is refused for an integer input, in both places).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,6 @@ from typing import Any
 
 import attrs
 import numpy as np
-
-from towerkit.trainers._errors import InputDataError
 
 __all__ = ["DatapointLayout", "conform_datapoint", "datapoint_tuple", "describe_value"]
 
@@ -158,7 +161,9 @@ def _castable(got: np.dtype, want: np.dtype) -> bool:
     return bool(np.can_cast(got, want, casting="same_kind"))
 
 
-def conform_datapoint(datapoint: Any, layout: DatapointLayout) -> tuple[np.ndarray, ...]:
+def conform_datapoint(
+    datapoint: Any, layout: DatapointLayout, error: type[Exception] = ValueError
+) -> tuple[np.ndarray, ...]:
     """`datapoint` as one array per input, in signature order, with the layout's dtypes.
 
     A component may have another dtype when numpy casts it within its kind
@@ -170,12 +175,13 @@ def conform_datapoint(datapoint: Any, layout: DatapointLayout) -> tuple[np.ndarr
         datapoint: a list/tuple with one component per input, or a dict keyed by the
             input names.
         layout: what each component must be.
+        error: the exception class to raise (the trainers raise their `InputDataError`).
 
     Returns:
         The components as numpy arrays of the layout's dtypes.
 
     Raises:
-        InputDataError: the datapoint has the wrong arity or kind, or components of the
+        ValueError: (or `error`) the datapoint has the wrong arity or kind, or components of the
             wrong dtype or shape; the message lists every component at fault with what
             was expected and what came.
 
@@ -188,13 +194,13 @@ def conform_datapoint(datapoint: Any, layout: DatapointLayout) -> tuple[np.ndarr
         >>> conform_datapoint(([[1.5, 2.0, 3.0]], [0.5]), layout)
         Traceback (most recent call last):
         ...
-        towerkit.trainers._errors.InputDataError: #0 'x': expected float32(None, 2), got float64(1, 3); #1 'y': expected int32(None,), got float64(1,)
+        ValueError: #0 'x': expected float32(None, 2), got float64(1, 3); #1 'y': expected int32(None,), got float64(1,)
     """
     names = layout.names
     try:
         parts = datapoint_tuple(datapoint, names)
     except (TypeError, ValueError) as err:
-        raise InputDataError(str(err)) from None
+        raise error(str(err)) from None
     out = []
     wrong = []
     for i, (value, want, shape) in enumerate(zip(parts, layout.dtypes, layout.shapes)):
@@ -213,5 +219,5 @@ def conform_datapoint(datapoint: Any, layout: DatapointLayout) -> tuple[np.ndarr
             continue
         out.append(arr)
     if wrong:
-        raise InputDataError("; ".join(wrong))
+        raise error("; ".join(wrong))
     return tuple(out)
