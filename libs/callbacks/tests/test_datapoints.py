@@ -6,7 +6,13 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.callbacks._datapoints import DatapointLayout, conform_datapoint, describe_value
+from towerkit.callbacks._datapoints import (
+    INPUT_KINDS,
+    DatapointLayout,
+    conform_datapoint,
+    describe_value,
+    input_kind,
+)
 
 DTYPES = ["float32", "float64", "int32", "int64", "uint8", "bool"]
 
@@ -167,3 +173,58 @@ def test_error_class_is_the_callers():
         with pytest.raises(Refused) as own:
             conform_datapoint(broken, layout, Refused)
         assert str(own.value) == str(plain.value)
+
+
+class DuckSource:
+    """Follows the input-source protocol without any towerkit base class; also iterable."""
+
+    def setup(self, specs):
+        return []
+
+    def get_input_tensors(self):
+        return []
+
+    def get_callbacks(self):
+        return []
+
+    def size(self):
+        return 1
+
+    def __iter__(self):
+        return iter(())
+
+
+class TestInputKind:
+    """`input_kind`: one answer to "what is this input?" for training and inference."""
+
+    @given(st.lists(st.tuples(st.floats(allow_nan=False), st.integers()), max_size=5))
+    def test_lists_of_datapoints(self, datapoints):
+        assert input_kind(datapoints) == "iterable"
+        assert input_kind(tuple(datapoints)) == "iterable"
+
+    @given(st.one_of(st.text(), st.binary()))
+    def test_strings_are_no_input(self, value):
+        assert input_kind(value) is None
+
+    @given(st.one_of(st.integers(), st.floats(), st.none(), st.booleans()))
+    def test_scalars_are_no_input(self, value):
+        assert input_kind(value) is None
+        assert input_kind(np.asarray(value)) is None
+
+    @given(st.lists(st.integers(), min_size=1, max_size=4))
+    def test_arrays_are_one_value(self, shape):
+        assert input_kind(np.zeros([s % 3 for s in shape])) is None
+
+    def test_the_protocol_wins(self):
+        """An object with the protocol's methods is a source, iterable or not."""
+        assert input_kind(DuckSource()) == "source"
+
+    def test_functions_build_datasets(self):
+        assert input_kind(lambda: None) == "builder"
+        assert input_kind(DuckSource.size) == "builder"
+
+    def test_dataset(self):
+        assert input_kind(tf.data.Dataset.range(3)) == "dataset"
+
+    def test_kinds_listed(self):
+        assert INPUT_KINDS == ("source", "dataset", "builder", "iterable")

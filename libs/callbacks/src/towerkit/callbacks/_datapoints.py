@@ -1,19 +1,74 @@
-"""Python datapoints against an input signature: arity, dtype and shape, checked and converted.
+"""The input vocabulary: what kind an input is, and whether a Python datapoint fits a signature.
 
 The one rule for training inputs (the trainers' Python-fed sources) and inference
 inputs (the inference runners' datapoints) alike: a component may be cast within its
-kind, never across (a float is refused for an integer input, in both places).
+kind, never across (a float is refused for an integer input, in both places). And one
+answer to "what is this input?" (`input_kind`) for `TrainConfig`, a trainer's default
+input and the inference runners.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 
-__all__ = ["DatapointLayout", "conform_datapoint", "datapoint_tuple", "describe_value"]
+__all__ = [
+    "INPUT_KINDS",
+    "INPUT_SOURCE_METHODS",
+    "DatapointLayout",
+    "conform_datapoint",
+    "datapoint_tuple",
+    "describe_value",
+    "input_kind",
+]
+
+INPUT_SOURCE_METHODS = ("setup", "get_input_tensors", "get_callbacks", "size")
+"""The methods of the input-source protocol (`towerkit.trainers.InputSource`)."""
+
+INPUT_KINDS = ("source", "dataset", "builder", "iterable")
+"""The kinds of input `input_kind` tells apart, in the order it tries them."""
+
+
+def _is_dataset(value: Any) -> bool:
+    tf = sys.modules.get("tensorflow")  # not loaded: nothing is a dataset, and none is loaded here
+    return tf is not None and isinstance(value, tf.data.Dataset)
+
+
+def input_kind(value: Any) -> str | None:
+    """What kind of input `value` is, or None when it is none of `INPUT_KINDS`.
+
+    - ``source``: it follows the input-source protocol (``INPUT_SOURCE_METHODS``);
+    - ``dataset``: a ``tf.data.Dataset``;
+    - ``builder``: a function (a callable that is not iterable), taken to build a dataset;
+    - ``iterable``: any other iterable of datapoints (a DataFlow, a list) except a
+      string, bytes or a numpy array (which are one value, not datapoints).
+
+    Whether an iterable can be iterated more than once is each reader's own check.
+
+    Examples:
+        >>> input_kind([([1.0], [0]), ([2.0], [1])])
+        'iterable'
+        >>> input_kind(lambda: None)
+        'builder'
+        >>> input_kind("data.npz") is None
+        True
+    """
+    if all(callable(getattr(value, m, None)) for m in INPUT_SOURCE_METHODS):
+        return "source"
+    if _is_dataset(value):
+        return "dataset"
+    if isinstance(value, (str, bytes)) or type(value).__module__ == "numpy":
+        return None
+    if isinstance(value, Iterable):
+        return "iterable"
+    if callable(value):
+        return "builder"
+    return None
+
 
 _TEXT_KINDS = frozenset("USO")
 """numpy dtype kinds a string input (object dtype) accepts: str, bytes, object."""

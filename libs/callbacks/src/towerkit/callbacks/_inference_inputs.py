@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks._base import Callback
-from towerkit.callbacks._datapoints import DatapointLayout, conform_datapoint
+from towerkit.callbacks._datapoints import DatapointLayout, conform_datapoint, input_kind
 from towerkit.callbacks._errors import StopTraining
 from towerkit.callbacks._hooked import HookedSession
 from towerkit.callbacks._inferencers import Inferencer
@@ -72,33 +72,22 @@ def _check_infs(infs: Any) -> tuple[Inferencer, ...]:
     return tuple(items)
 
 
-def _is_input_source(input: Any) -> bool:
-    """Whether `input` follows the input-source protocol (``setup``, tensors, callbacks)."""
-    return all(
-        callable(getattr(input, m, None))
-        for m in ("setup", "get_input_tensors", "get_callbacks", "size")
-    )
-
-
 def _input_kind(input: Any) -> str:
     """What `input` of a runner is: ``dataset``, ``builder``, ``source`` or ``python``.
 
     Raises:
         TypeError: none of these, or a one-pass iterator.
     """
-    if isinstance(input, tf.data.Dataset):
-        return "dataset"
-    if _is_input_source(input):
-        return "source"
-    if callable(input) and not hasattr(input, "__iter__"):
-        return "builder"
-    if not hasattr(input, "__iter__"):
+    kind = input_kind(input)
+    if kind is None:
         msg = (
             "'input' must be a tf.data.Dataset, a function of no argument building one, an "
             "InputSource (e.g. FeedInput), or a re-iterable of datapoints (a list, or an "
             f"object with __iter__ and __len__); got {type(input).__name__}"
         )
         raise TypeError(msg)
+    if kind != "iterable":
+        return kind
     if iter(input) is input:
         msg = (
             f"'input' is an iterator ({type(input).__name__}): it could run only one round of "

@@ -4,18 +4,22 @@ What sibling libs (the trainers, the conformance suite) and the command-line too
 (``timeline``, ``install_horovod``) share with this lib's shells, so that each list and
 each builder has one definition: the trigger kinds and gated methods, the builders of
 the trigger shells' records, the loop event of a trainer (``trainer_event``), the checks
-of several steps per session call, ``stop_process_group``, and the datapoint rule
-(``DatapointLayout``, ``conform_datapoint``) that training and inference inputs share. Names here may change or
+of several steps per session call, ``stop_process_group``, and the input vocabulary
+(``input_kind``, ``DatapointLayout``, ``conform_datapoint``) that training and inference
+inputs share. Names here may change or
 go between any two releases without deprecation: programs should use the names of
 ``towerkit.callbacks`` instead.
 Importing this module never loads TensorFlow.
 """
 
 from towerkit.callbacks._datapoints import (
+    INPUT_KINDS,
+    INPUT_SOURCE_METHODS,
     DatapointLayout,
     conform_datapoint,
     datapoint_tuple,
     describe_value,
+    input_kind,
 )
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS
 from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
@@ -35,6 +39,8 @@ from towerkit.callbacks._triggers import periodic_record, trainer_event
 
 __all__ = [
     "GATED_KINDS",
+    "INPUT_KINDS",
+    "INPUT_SOURCE_METHODS",
     "GATE_KINDS",
     "SHELL_RECORDS",
     "TRIGGER_KINDS",
@@ -48,6 +54,7 @@ __all__ = [
     "describe_value",
     "gate_kinds",
     "gated_record",
+    "input_kind",
     "periodic_callback_record",
     "periodic_record",
     "periodic_trigger_record",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from towerkit.callbacks import Callback, LoopBounds
-from towerkit.callbacks.plumbing import check_steps_per_execution
+from towerkit.callbacks.plumbing import check_steps_per_execution, input_kind
 from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._multistep import check_k
@@ -25,11 +25,7 @@ logger = logging.getLogger("towerkit.trainers")
 
 def _is_data(data: Any) -> bool:
     """Whether `data` is what ``TrainConfig(data=...)`` takes: a source, a dataset, a builder."""
-    import tensorflow as tf
-
-    if callable(getattr(data, "get_input_tensors", None)) or isinstance(data, tf.data.Dataset):
-        return True
-    return callable(data) and not isinstance(data, Iterable)
+    return input_kind(data) in ("source", "dataset", "builder")
 
 
 class TrainConfig:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks import Callback
+from towerkit.callbacks.plumbing import input_kind
 from towerkit.towers import visible_gpu_count
 from towerkit.towers.compat import tf1
 from towerkit.trainers._multistep import STAGING_PUT_OPS_KEY
@@ -210,15 +211,13 @@ def apply_default_prefetch(input_or_data: Any, trainer: Any = None) -> InputSour
     Raises:
         TypeError: `input_or_data` is none of these.
     """
-    if isinstance(input_or_data, InputSource):
+    kind = input_kind(input_or_data)
+    source: InputSource
+    if kind == "source":
         source = input_or_data
-    elif isinstance(input_or_data, tf.data.Dataset) or (
-        callable(input_or_data) and not isinstance(input_or_data, Iterable)
-    ):
+    elif kind in ("dataset", "builder"):
         source = TFDatasetInput(input_or_data, prefetch=tf.data.AUTOTUNE)
-    elif isinstance(input_or_data, Iterable) and not isinstance(
-        input_or_data, (str, bytes, np.ndarray)
-    ):
+    elif kind == "iterable":
         source = IterableInput(input_or_data)
     else:
         msg = (
