@@ -125,7 +125,9 @@ class TestLoopBounds:
     def test_position_checks_the_same_way(self):
         """`LoopPosition` and `loop_events` refuse bad bounds with the record's message."""
         with pytest.raises(ValueError, match=r"^'steps_per_epoch' must be an int > 0; got 0$"):
-            LoopPosition(max_epoch=1, steps_per_epoch=0, epoch_num=0)
+            LoopPosition(bounds=LoopBounds(max_epoch=1, steps_per_epoch=0), epoch_num=0)
+        with pytest.raises(TypeError, match="'bounds' must be <class"):
+            LoopPosition(bounds=(1, 1, 1), epoch_num=0)
         with pytest.raises(ValueError, match=r"^'steps_per_epoch' must be an int > 0; got 0$"):
             next(loop_events(1, 1, 0))
 
@@ -147,17 +149,19 @@ class TestLoopPosition:
 
     def test_repr(self):
         """The repr names every field."""
-        pos = LoopPosition(max_epoch=3, steps_per_epoch=2, epoch_num=1)
+        pos = LoopPosition(bounds=LoopBounds(max_epoch=3, steps_per_epoch=2), epoch_num=1)
         assert repr(pos) == (
-            "LoopPosition(starting_epoch=1, max_epoch=3, steps_per_epoch=2, epoch_num=1, local_step=-1, global_step=0)"
+            "LoopPosition(bounds=LoopBounds(starting_epoch=1, max_epoch=3, steps_per_epoch=2), "
+            "epoch_num=1, local_step=-1, global_step=0)"
         )
+        assert (pos.starting_epoch, pos.max_epoch, pos.steps_per_epoch) == (1, 3, 2)
         assert repr(LoopEvent(EventKind.BEFORE_TRAIN, pos)).startswith(
             "LoopEvent(kind=EventKind.BEFORE_TRAIN"
         )
 
     def test_frozen(self):
         """Positions change only through `attrs.evolve`, which validates."""
-        pos = LoopPosition(max_epoch=3, steps_per_epoch=2, epoch_num=1)
+        pos = LoopPosition(bounds=LoopBounds(max_epoch=3, steps_per_epoch=2), epoch_num=1)
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             pos.epoch_num = 2
         with pytest.raises(ValueError, match="'global_step' must be >= 0"):

@@ -10,6 +10,7 @@ from strategies import loop_params, reference_in_effect, reference_value_at, sch
 
 from towerkit.callbacks import (
     EventKind,
+    LoopBounds,
     LoopPosition,
     OnSchedule,
     PiecewiseSchedule,
@@ -170,7 +171,12 @@ class TestSchedulePoint:
 
     def test_example(self):
         """A position in the middle of a run."""
-        pos = LoopPosition(max_epoch=3, steps_per_epoch=4, epoch_num=2, local_step=1, global_step=6)
+        pos = LoopPosition(
+            bounds=LoopBounds(max_epoch=3, steps_per_epoch=4),
+            epoch_num=2,
+            local_step=1,
+            global_step=6,
+        )
         assert schedule_point(piecewise_schedule([(0, 1.0)]), pos) == 2
         assert schedule_point(piecewise_schedule([(0, 1.0)], unit="step"), pos) == 6
 

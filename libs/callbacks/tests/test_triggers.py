@@ -13,6 +13,7 @@ from towerkit.callbacks import (
     EventKind,
     EveryK,
     GlobalStepMultiple,
+    LoopBounds,
     LoopEvent,
     Not,
     OnKinds,
@@ -271,8 +272,47 @@ class TestTrainerPosition:
             "global_step": 12,
         }
         got = trainer_position(SimpleNamespace(**counters))
-        assert got == LoopPosition(**counters)
-        assert hash(got) == hash(LoopPosition(**counters))
-        assert repr(got) == repr(LoopPosition(**counters))
+        bounds = LoopBounds(starting_epoch=2, max_epoch=4, steps_per_epoch=5)
+        validated = LoopPosition(bounds=bounds, epoch_num=3, local_step=1, global_step=12)
+        assert got == validated
+        assert hash(got) == hash(validated)
+        assert repr(got) == repr(validated)
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             got.global_step = 13
+        again = trainer_position(SimpleNamespace(**{**counters, "global_step": 13}))
+        assert again.bounds is got.bounds, "the bounds record is built once while they stay"
+
+    def test_the_trainers_own_bounds(self):
+        """A trainer that keeps its `LoopBounds` (``loop_bounds``) lends that very record."""
+        from types import SimpleNamespace
+
+        from towerkit.callbacks._triggers import trainer_position
+
+        bounds = LoopBounds(max_epoch=2, steps_per_epoch=3)
+        trainer = SimpleNamespace(
+            loop_bounds=bounds,
+            starting_epoch=1,
+            max_epoch=2,
+            steps_per_epoch=3,
+            epoch_num=1,
+            local_step=0,
+            global_step=1,
+        )
+        assert trainer_position(trainer).bounds is bounds
+
+    def test_bad_bounds_named(self):
+        """Counters that are no run's bounds fail with the record's message."""
+        from types import SimpleNamespace
+
+        from towerkit.callbacks._triggers import trainer_position
+
+        broken = SimpleNamespace(
+            starting_epoch=1,
+            max_epoch=2,
+            steps_per_epoch=0,
+            epoch_num=1,
+            local_step=0,
+            global_step=0,
+        )
+        with pytest.raises(ValueError, match=r"'steps_per_epoch' must be an int > 0; got 0"):
+            trainer_position(broken)

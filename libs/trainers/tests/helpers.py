@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from towerkit.callbacks import Callback, EventKind, LoopEvent, LoopPosition, StopTraining
+from towerkit.callbacks import (
+    Callback,
+    EventKind,
+    LoopBounds,
+    LoopEvent,
+    LoopPosition,
+    StopTraining,
+)
 from towerkit.towers.compat import tf1
 from towerkit.trainers import Trainer
 from towerkit.trainers._sesscreate import NewSessionCreator
@@ -103,9 +110,10 @@ def creator():
 
 def position(starting_epoch, max_epoch, steps_per_epoch, **kw):
     """A `LoopPosition` (shorthand)."""
-    return LoopPosition(
-        starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch, **kw
+    bounds = LoopBounds(
+        starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
     )
+    return LoopPosition(bounds=bounds, **kw)
 
 
 def blobs(n=512, dim=32, classes=10, seed=0):

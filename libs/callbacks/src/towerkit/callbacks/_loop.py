@@ -157,12 +157,11 @@ class LoopBounds:
 
 @attrs.frozen(kw_only=True)
 class LoopPosition:
-    """Where the loop is.
+    """Where the loop is: the run's bounds and the counters within them.
 
     Attributes:
-        starting_epoch: the first epoch of this run (1-based).
-        max_epoch: the last epoch of this run, inclusive.
-        steps_per_epoch: steps (``run_step`` calls) in each epoch.
+        bounds: the run's `LoopBounds` (validated once, when it was built; a position
+            holds it, never copies of its fields).
         epoch_num: the running epoch (1-based); ``starting_epoch - 1`` before the
             first ``before_epoch``, ``max_epoch`` after the last ``trigger_epoch``.
         local_step: 0-based index of the current step in its epoch; ``-1`` before the
@@ -170,31 +169,39 @@ class LoopPosition:
         global_step: ``hooked_sess.run`` calls so far, counting restored ones: the
             count before the call about to run in ``before_run``, after the call that
             just returned in ``after_run`` and ``trigger_step``.
+
+    Examples:
+        >>> pos = LoopPosition(bounds=LoopBounds(max_epoch=2, steps_per_epoch=3), epoch_num=2,
+        ...                    local_step=2, global_step=6)
+        >>> (pos.starting_epoch, pos.max_epoch, pos.steps_per_epoch, pos.is_last_step)
+        (1, 2, 3, True)
     """
 
-    starting_epoch: int = 1
-    max_epoch: int
-    steps_per_epoch: int
+    bounds: LoopBounds = attrs.field(validator=instance_of(LoopBounds))
     epoch_num: int = attrs.field(validator=instance_of(int))
     local_step: int = attrs.field(default=-1, validator=[instance_of(int), ge(-1)])
     global_step: int = attrs.field(default=0, validator=[instance_of(int), ge(0)])
 
-    def __attrs_post_init__(self) -> None:
-        check_bounds(self.starting_epoch, self.max_epoch, self.steps_per_epoch)
+    @property
+    def starting_epoch(self) -> int:
+        """The first epoch of this run (1-based): ``bounds.starting_epoch``."""
+        return self.bounds.starting_epoch
 
     @property
-    def bounds(self) -> LoopBounds:
-        """The run's bounds, as a `LoopBounds`."""
-        return LoopBounds(
-            starting_epoch=self.starting_epoch,
-            max_epoch=self.max_epoch,
-            steps_per_epoch=self.steps_per_epoch,
-        )
+    def max_epoch(self) -> int:
+        """The last epoch of this run, inclusive: ``bounds.max_epoch``."""
+        return self.bounds.max_epoch
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps (``run_step`` calls) in each epoch: ``bounds.steps_per_epoch``."""
+        return self.bounds.steps_per_epoch
 
     @property
     def is_last_step(self) -> bool:
         """Whether this is the last step of the last epoch."""
-        return self.epoch_num == self.max_epoch and self.local_step == self.steps_per_epoch - 1
+        bounds = self.bounds
+        return self.epoch_num == bounds.max_epoch and self.local_step == bounds.steps_per_epoch - 1
 
 
 @attrs.frozen
@@ -202,7 +209,8 @@ class LoopEvent:
     """One callback method call of the loop: its kind and the loop's position then.
 
     Examples:
-        >>> pos = LoopPosition(max_epoch=2, steps_per_epoch=3, epoch_num=1, local_step=2, global_step=3)
+        >>> pos = LoopPosition(bounds=LoopBounds(max_epoch=2, steps_per_epoch=3), epoch_num=1,
+        ...                    local_step=2, global_step=3)
         >>> ev = LoopEvent(EventKind.TRIGGER_STEP, pos)
         >>> (ev.epoch_num, ev.local_step, ev.global_step)
         (1, 2, 3)
@@ -281,9 +289,9 @@ def loop_events(
         msg = f"'runs_per_step' must be >= 0; got {runs_per_step}"
         raise ValueError(msg)
     pos = LoopPosition(
-        starting_epoch=starting_epoch,
-        max_epoch=max_epoch,
-        steps_per_epoch=steps_per_epoch,
+        bounds=LoopBounds(
+            starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
+        ),
         epoch_num=starting_epoch - 1,
         global_step=start_global_step,
     )

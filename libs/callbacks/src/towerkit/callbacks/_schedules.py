@@ -292,7 +292,9 @@ def schedule_point(schedule: PiecewiseSchedule, position: LoopPosition) -> int:
     ``trigger_epoch``; ``starting_epoch - 1`` before training) for epoch schedules.
 
     Examples:
-        >>> pos = LoopPosition(max_epoch=3, steps_per_epoch=10, epoch_num=2, local_step=9, global_step=20)
+        >>> from towerkit.callbacks import LoopBounds
+        >>> pos = LoopPosition(bounds=LoopBounds(max_epoch=3, steps_per_epoch=10), epoch_num=2,
+        ...                    local_step=9, global_step=20)
         >>> schedule_point(piecewise_schedule([(1, 0.1)]), pos)
         2
         >>> schedule_point(piecewise_schedule([(1, 0.1)], unit="step"), pos)

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from towerkit.callbacks._loop import EventKind, LoopEvent, LoopPosition
+from towerkit.callbacks._loop import EventKind, LoopBounds, LoopEvent, LoopPosition
 
 __all__ = [
     "AllOf",
@@ -342,28 +342,52 @@ def firing_kinds(trigger: Trigger) -> frozenset[EventKind]:
 
 
 _SLOTS = LoopPosition.__dict__
-_SET_STARTING_EPOCH = _SLOTS["starting_epoch"].__set__
-_SET_MAX_EPOCH = _SLOTS["max_epoch"].__set__
-_SET_STEPS_PER_EPOCH = _SLOTS["steps_per_epoch"].__set__
+_SET_BOUNDS = _SLOTS["bounds"].__set__
 _SET_EPOCH_NUM = _SLOTS["epoch_num"].__set__
 _SET_LOCAL_STEP = _SLOTS["local_step"].__set__
 _SET_GLOBAL_STEP = _SLOTS["global_step"].__set__
 _SET_KIND = LoopEvent.__dict__["kind"].__set__
 _SET_POSITION = LoopEvent.__dict__["position"].__set__
+_LAST_BOUNDS: list[LoopBounds] = [LoopBounds(max_epoch=1, steps_per_epoch=1)]
+"""The bounds `trainer_position` built last, reused while a trainer's bounds stay the same."""
+
+
+def trainer_bounds(trainer: Any) -> LoopBounds:
+    """A trainer's `LoopBounds`: its own ``loop_bounds`` record when it keeps one, else
+    one built (and validated) from its ``starting_epoch``, ``max_epoch`` and
+    ``steps_per_epoch``, once for as long as those stay the same.
+
+    Raises:
+        ValueError: the trainer's bounds are not a run's (see `LoopBounds`).
+    """
+    own = getattr(trainer, "loop_bounds", None)
+    if own is not None:
+        return own
+    last = _LAST_BOUNDS[0]
+    starting, most, per_epoch = trainer.starting_epoch, trainer.max_epoch, trainer.steps_per_epoch
+    if (
+        last.starting_epoch == starting
+        and last.max_epoch == most
+        and last.steps_per_epoch == per_epoch
+    ):
+        return last
+    made = LoopBounds(starting_epoch=starting, max_epoch=most, steps_per_epoch=per_epoch)
+    _LAST_BOUNDS[0] = made
+    return made
 
 
 def trainer_position(trainer: Any) -> LoopPosition:
-    """Where a trainer is in its loop, read from its counters.
+    """Where a trainer is in its loop: its `LoopBounds` and its counters.
 
     Shells call it at every event they act at, after each step too, so it is cheap:
-    the counters are taken as the trainer keeps them (a trainer validates its bounds
-    once, before training, and then only counts), without running the validators of
-    :class:`LoopPosition` again.
+    the bounds are a validated `LoopBounds` (`trainer_bounds`: the trainer's own, or
+    one built once), and the three counters are taken as the trainer keeps them (it
+    only ever counts them up), without running the position's validators again.
 
     Args:
         trainer: anything with the counters of a ``TrainerView`` (``epoch_num``,
             ``local_step``, ``global_step``, ``steps_per_epoch``, ``starting_epoch``,
-            ``max_epoch``), ints.
+            ``max_epoch``), ints, and optionally its ``loop_bounds``.
 
     Examples:
         >>> from types import SimpleNamespace
@@ -373,9 +397,7 @@ def trainer_position(trainer: Any) -> LoopPosition:
         True
     """
     position = object.__new__(LoopPosition)
-    _SET_STARTING_EPOCH(position, trainer.starting_epoch)
-    _SET_MAX_EPOCH(position, trainer.max_epoch)
-    _SET_STEPS_PER_EPOCH(position, trainer.steps_per_epoch)
+    _SET_BOUNDS(position, trainer_bounds(trainer))
     _SET_EPOCH_NUM(position, trainer.epoch_num)
     _SET_LOCAL_STEP(position, trainer.local_step)
     _SET_GLOBAL_STEP(position, trainer.global_step)

@@ -89,9 +89,7 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         self._phase = "new"
         self._epoch_num = 0
         self._local_step = -1
-        self._starting_epoch = 1
-        self._max_epoch = 0
-        self._steps_per_epoch = 0
+        self._bounds: LoopBounds | None = None
         self._start_global_step = 0
         self._global_step_var: Any = None
         self._step_op: Any = None
@@ -126,19 +124,27 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         return self._start_global_step + runs * self._steps_per_execution
 
     @property
+    def loop_bounds(self) -> LoopBounds | None:
+        """The run's `LoopBounds`, validated once by ``main_loop``; None before it."""
+        return self._bounds
+
+    @property
     def steps_per_epoch(self) -> int:
-        """Steps (``run_step`` calls) in each epoch; set by ``main_loop``."""
-        return self._steps_per_epoch
+        """Steps (``run_step`` calls) in each epoch (``loop_bounds``); 0 before ``main_loop``."""
+        bounds = self._bounds
+        return 0 if bounds is None else bounds.steps_per_epoch
 
     @property
     def starting_epoch(self) -> int:
-        """The first epoch of this run (1-based); set by ``main_loop``."""
-        return self._starting_epoch
+        """The first epoch of this run, 1-based (``loop_bounds``); 1 before ``main_loop``."""
+        bounds = self._bounds
+        return 1 if bounds is None else bounds.starting_epoch
 
     @property
     def max_epoch(self) -> int:
-        """The last epoch of this run, inclusive; set by ``main_loop``."""
-        return self._max_epoch
+        """The last epoch of this run, inclusive (``loop_bounds``); 0 before ``main_loop``."""
+        bounds = self._bounds
+        return 0 if bounds is None else bounds.max_epoch
 
     @property
     def monitors(self) -> Any:
@@ -360,19 +366,17 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         )
         if self._steps_per_execution != 1:
             check_loop_for_k(steps_per_epoch, self._steps_per_execution)
-        self._steps_per_epoch = bounds.steps_per_epoch
-        self._starting_epoch = bounds.starting_epoch
-        self._max_epoch = bounds.max_epoch
-        self._epoch_num = starting_epoch - 1
+        self._bounds = bounds
+        self._epoch_num = bounds.starting_epoch - 1
         self._local_step = -1
         self._phase = "running"
         try:
             with self._failed_start_cleanup():
-                self._run_loop(steps_per_epoch, starting_epoch, max_epoch)
+                self._run_loop(bounds)
         finally:
             release_logdir(self._logdir_taken)
 
-    def _run_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+    def _run_loop(self, bounds: LoopBounds) -> None:
         """``main_loop`` once the counters are set: the callbacks around `_loop`, then cleanup."""
         cbs = self._callbacks
         interrupted = False
@@ -382,14 +386,14 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
             try:
                 logger.info(
                     "training epochs %d..%d, %d steps each, from global step %d",
-                    starting_epoch,
-                    max_epoch,
-                    steps_per_epoch,
+                    bounds.starting_epoch,
+                    bounds.max_epoch,
+                    bounds.steps_per_epoch,
                     self.global_step,
                 )
                 cbs.before_train()
                 with frozen_heap():
-                    self._loop(steps_per_epoch, starting_epoch, max_epoch, interrupt)
+                    self._loop(bounds, interrupt)
             except StopTraining as err:
                 logger.info(
                     "training stopped at epoch %d, global step %d%s",
@@ -414,17 +418,16 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         if interrupted:
             raise KeyboardInterrupt
 
-    def _loop(
-        self, steps_per_epoch: int, starting_epoch: int, max_epoch: int, interrupt: Any
-    ) -> None:
-        """The loop proper; everything invariant in an epoch is looked up once."""
+    def _loop(self, bounds: LoopBounds, interrupt: Any) -> None:
+        """The loop proper over `bounds`; everything invariant in an epoch is looked up once."""
+        steps_per_epoch = bounds.steps_per_epoch
         cbs = self._callbacks
         run_step = self.run_step
         triggers = tuple(cb.trigger_step for cb in cbs.with_hook("_trigger_step"))
         should_stop = self.hooked_sess.should_stop
         k = self._steps_per_execution
         steps = range(k - 1, steps_per_epoch, k)  # each run_step makes k steps
-        for epoch in range(starting_epoch, max_epoch + 1):
+        for epoch in bounds.epochs:
             self._epoch_num = epoch
             self._local_step = -1
             start = time.perf_counter()
@@ -478,7 +481,7 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         if self.hooked_sess is not None and self.global_step != self._start_global_step:
             return True
         return self._phase in ("running", "done") and (
-            self._local_step > 0 or self._epoch_num > self._starting_epoch
+            self._local_step > 0 or self._epoch_num > self.starting_epoch
         )
 
     @contextlib.contextmanager

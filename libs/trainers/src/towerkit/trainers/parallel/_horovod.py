@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from towerkit.callbacks import Callback
+from towerkit.callbacks import Callback, LoopBounds
 from towerkit.towers import TowerContext, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import CollectiveError
@@ -412,11 +412,9 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
                 raise
             raise self._collective_error("training", err) from err
 
-    def _loop(
-        self, steps_per_epoch: int, starting_epoch: int, max_epoch: int, interrupt: Any
-    ) -> None:
+    def _loop(self, bounds: LoopBounds, interrupt: Any) -> None:
         if self._elastic_state is None:
-            super()._loop(steps_per_epoch, starting_epoch, max_epoch, interrupt)
+            super()._loop(bounds, interrupt)
             return
         from towerkit.trainers.parallel._elastic import run_elastic_loop
 
@@ -434,7 +432,10 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         runs = self.hooked_sess.run_calls if self.hooked_sess is not None else 0
         self._start_global_step = commit.global_step - runs * self._steps_per_execution
         if bounds is not None:
-            self._steps_per_epoch, self._starting_epoch, self._max_epoch = bounds
+            steps_per_epoch, starting_epoch, max_epoch = bounds
+            self._bounds = LoopBounds(
+                starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
+            )
 
     def _elastic_reset(self) -> None:
         """The rank facts again, once horovod re-formed with the ranks there are now."""

@@ -1,0 +1,170 @@
+"""`TrainSpec`: the validated, frozen record behind `TrainConfig`'s tensorpack signature."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from towerkit.callbacks import Callback, LoopBounds
+from towerkit.callbacks.plumbing import check_steps_per_execution, input_kind
+from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
+from towerkit.trainers._model import ModelDescBase
+from towerkit.trainers._multistep import check_k
+from towerkit.trainers._resume import LOGDIR_ACTIONS
+
+__all__ = ["TrainSpec"]
+
+
+def _data(_: Any, __: Any, data: Any) -> None:
+    if data is not None and input_kind(data) not in ("source", "dataset", "builder"):
+        msg = (
+            "'data' must be an InputSource, a tf.data.Dataset or a function of no "
+            f"argument building one; got {type(data).__name__} (give an iterable of "
+            "datapoints as 'dataflow')"
+        )
+        raise TypeError(msg)
+
+
+def _model(_: Any, __: Any, model: Any) -> None:
+    if model is not None and not isinstance(model, ModelDescBase):
+        msg = f"'model' must be a ModelDesc; got {type(model).__name__}"
+        raise TypeError(msg)
+
+
+def _has_method(name: str, what: str) -> Any:
+    def check(_: Any, attribute: Any, value: Any) -> None:
+        if value is not None and not callable(getattr(value, name, None)):
+            msg = f"{attribute.name!r} must have {what}; got {type(value).__name__}"
+            raise TypeError(msg)
+
+    return check
+
+
+def _callbacks(what: str) -> Any:
+    def convert(value: Sequence[Callback] | None) -> tuple[Callback, ...] | None:
+        if value is None:
+            return None
+        items = tuple(_as_callback_list(what, value))
+        if what != "monitors":
+            _reject_monitors(what, items)
+        return items
+
+    return convert
+
+
+def _logdir(value: str | os.PathLike[str] | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        msg = f"'logdir' must be a path or None; got {type(value).__name__}"
+        raise TypeError(msg)
+    return os.path.abspath(os.fspath(value))
+
+
+def _logdir_action(_: Any, __: Any, action: str) -> None:
+    if action not in LOGDIR_ACTIONS:
+        msg = f"'logdir_action' must be one of {LOGDIR_ACTIONS}; got {action!r}"
+        raise ValueError(msg)
+
+
+@attrs.frozen(kw_only=True)
+class TrainSpec:
+    """Every option of a single-cost training run, validated once, when it is built.
+
+    `TrainConfig` keeps tensorpack's signature and builds this record; its attributes
+    read the record. Each option is checked by its own field (its kind, its values);
+    the options that exclude or bound each other are checked together after them.
+
+    Attributes:
+        dataflow: a data flow to read from, or None.
+        data: an input source, a dataset or a function building one, or None.
+        model: the `ModelDesc`, or None.
+        callbacks: the callbacks, a tuple (empty when none were given).
+        extra_callbacks: the callbacks after them; None for the defaults.
+        monitors: the monitors; None for the defaults.
+        session_creator: makes the session (has ``create_session``), or None.
+        session_config: the ``ConfigProto`` of the default session creator, or None.
+        session_init: loads values into the session (has ``init``), or None.
+        starting_epoch: the first epoch (1-based).
+        max_epoch: the last epoch, inclusive.
+        steps_per_epoch: steps in each epoch; None: the input's size, when it is known.
+        logdir: the run's directory, absolute, or None.
+        logdir_action: ``"error"``, ``"overwrite"`` or ``"keep"``.
+        steps_per_execution: steps per session call (K).
+
+    Examples:
+        >>> spec = TrainSpec(max_epoch=3, steps_per_epoch=10)
+        >>> spec.loop_bounds()
+        LoopBounds(starting_epoch=1, max_epoch=3, steps_per_epoch=10)
+        >>> TrainSpec(max_epoch=3).loop_bounds(input_size=4).steps_per_epoch
+        4
+        >>> TrainSpec(max_epoch=3, steps_per_epoch=10, steps_per_execution=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: 'steps_per_execution' 4 must divide 'steps_per_epoch' 10 (an epoch is a whole number of session calls); divisors near 4: 2, 5
+    """
+
+    dataflow: Any = None
+    data: Any = attrs.field(default=None, validator=_data)
+    model: ModelDescBase | None = attrs.field(default=None, validator=_model)
+    callbacks: tuple[Callback, ...] = attrs.field(
+        default=(), converter=lambda v: _callbacks("callbacks")(v) or ()
+    )
+    extra_callbacks: tuple[Callback, ...] | None = attrs.field(
+        default=None, converter=_callbacks("extra_callbacks")
+    )
+    monitors: tuple[Callback, ...] | None = attrs.field(
+        default=None, converter=_callbacks("monitors")
+    )
+    session_creator: Any = attrs.field(
+        default=None, validator=_has_method("create_session", "a create_session() method")
+    )
+    session_config: Any = None
+    session_init: Any = attrs.field(
+        default=None, validator=_has_method("init", "an init(sess) method or be None")
+    )
+    starting_epoch: int = 1
+    max_epoch: int = 99999
+    steps_per_epoch: int | None = None
+    logdir: str | None = attrs.field(default=None, converter=_logdir)
+    logdir_action: str = attrs.field(default="error", validator=_logdir_action)
+    steps_per_execution: int = attrs.field(default=1, converter=check_k)
+
+    def __attrs_post_init__(self) -> None:
+        if self.dataflow is not None and self.data is not None:
+            msg = "TrainConfig takes 'dataflow' or 'data', not both"
+            raise ValueError(msg)
+        if self.session_creator is not None and self.session_config is not None:
+            msg = "TrainConfig takes 'session_creator' or 'session_config', not both"
+            raise ValueError(msg)
+        # the loop's bounds, by the loop's own record (steps_per_epoch may wait for the input)
+        LoopBounds(
+            starting_epoch=self.starting_epoch,
+            max_epoch=self.max_epoch,
+            steps_per_epoch=1 if self.steps_per_epoch is None else self.steps_per_epoch,
+        )
+        if self.steps_per_epoch is not None:
+            check_steps_per_execution(self.steps_per_epoch, self.steps_per_execution)
+
+    def loop_bounds(self, input_size: int | None = None) -> LoopBounds:
+        """The run's `LoopBounds`: ``steps_per_epoch``, or `input_size` when it is None.
+
+        The one place the loop's bounds are made from the options; the steps per call
+        (K) must divide the steps per epoch.
+
+        Raises:
+            ValueError: bad bounds, a K that does not divide the steps per epoch, or
+                neither ``steps_per_epoch`` nor `input_size`.
+        """
+        steps = self.steps_per_epoch if self.steps_per_epoch is not None else input_size
+        if steps is None:
+            msg = "'steps_per_epoch' is needed: it was not given and the input's size is unknown"
+            raise ValueError(msg)
+        bounds = LoopBounds(
+            starting_epoch=self.starting_epoch, max_epoch=self.max_epoch, steps_per_epoch=steps
+        )
+        check_steps_per_execution(bounds.steps_per_epoch, self.steps_per_execution)
+        return bounds
