@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -212,7 +212,9 @@ class _Reporter:
             return
         self.outcomes.setdefault(trainer, defaultdict(list))[group].append(outcome)
 
-    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+    def pytest_terminal_summary(
+        self, terminalreporter: pytest.TerminalReporter, config: pytest.Config
+    ) -> None:
         if not self.outcomes:
             return
         from towerkit.conformance._report import render_table
