@@ -142,7 +142,7 @@ FIELDS = ("epoch_num", "local_step", "global_step")
 """The loop counters a trace event holds."""
 
 
-def _key(event: TraceEvent, fields: Sequence[str]) -> tuple:
+def _key(event: TraceEvent, fields: Sequence[str]) -> tuple[object, ...]:
     return (event.kind, *(getattr(event, f) for f in fields))
 
 

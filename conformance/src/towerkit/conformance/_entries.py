@@ -20,7 +20,7 @@ ranks, or as a TensorFlow cluster (one parameter server, `processes` workers) on
 _TARGET = re.compile(r"^(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
 
 
-def _int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _int(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"{type(instance).__name__}: {attribute.name!r} must be an int; got {type(value).__name__} {value!r}"
         raise TypeError(msg)
@@ -39,7 +39,7 @@ def one_of(*choices: Any) -> Any:
         ValueError: R: 'mode' must be one of ('a', 'b'); got 'c'
     """
 
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value not in choices:
             msg = f"{type(instance).__name__}: {attribute.name!r} must be one of {choices}; got {value!r}"
             raise ValueError(msg)
@@ -120,7 +120,7 @@ CAPABILITY_NAMES = tuple(f.name for f in attrs.fields(Capabilities))
 """The attributes a factory may carry to declare its capabilities."""
 
 
-def _factory(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _factory(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     del instance, attribute
     if isinstance(value, str):
         parse_target(value)

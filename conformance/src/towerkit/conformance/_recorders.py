@@ -142,7 +142,8 @@ class Clock(Probe):
         n = self._counts.get(kind, 0)
         self._counts[kind] = n + 1
         if self._stop_at == (kind, n):
-            raise StopTraining(f"the conformance suite stops training at {kind.value} #{n}")
+            msg = f"the conformance suite stops training at {kind.value} #{n}"
+            raise StopTraining(msg)
         return event
 
 
@@ -174,7 +175,8 @@ def recording_predicate(
         t = wrapper.trainer
         current = recording.current
         calls.append(position(t, current.kind if current else EventKind.BEFORE_TRAIN))
-        return t.global_step % modulus == remainder
+        step: int = t.global_step
+        return step % modulus == remainder
 
     return pred
 

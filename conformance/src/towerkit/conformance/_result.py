@@ -41,6 +41,10 @@ def _arrays(value: Any) -> tuple[tuple[str, str, tuple[float, ...]], ...]:
     return tuple((str(w), str(n), tuple(float(x) for x in vals)) for w, n, vals in value)
 
 
+def _named_arrays(value: Iterable[Any]) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    return tuple((str(n), tuple(map(float, x))) for n, x in value)
+
+
 def _strs(value: Iterable[Any]) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
@@ -87,7 +91,7 @@ class RunResult:
     tower_calls: int = 0
     towers: tuple[tuple[str, bool], ...] = attrs.field(default=(), converter=_pairs)
     predictor: tuple[tuple[str, tuple[float, ...]], ...] = attrs.field(
-        default=(), converter=lambda v: tuple((str(n), tuple(map(float, x))) for n, x in v)
+        default=(), converter=_named_arrays
     )
 
     def trace(self, name: str) -> tuple[TraceEvent, ...]:

@@ -25,13 +25,13 @@ CLOCK = "loop"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
-def _int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _int(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"{type(instance).__name__}: {attribute.name!r} must be an int; got {type(value).__name__} {value!r}"
         raise TypeError(msg)
 
 
-def _opt_period(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _opt_period(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     _int(instance, attribute, value)
@@ -40,7 +40,7 @@ def _opt_period(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ValueError(msg)
 
 
-def _name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _name(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str) or not _NAME.match(value):
         msg = (
             f"{type(instance).__name__}: {attribute.name!r} must be a name of letters, digits "
@@ -49,7 +49,7 @@ def _name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ValueError(msg)
 
 
-def _real(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _real(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         msg = (
             f"{type(instance).__name__}: {attribute.name!r} must be a finite number; got {value!r}"
@@ -366,7 +366,7 @@ def _stop_at(value: Any) -> tuple[EventKind, int] | None:
     return (event_kind(kind), nth)
 
 
-def _check_stop_at(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_stop_at(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     del attribute
     if value is not None and (
         isinstance(value[1], bool) or not isinstance(value[1], int) or value[1] < 0
@@ -518,7 +518,8 @@ def scenario_to_data(scenario: Scenario) -> dict[str, Any]:
         >>> scenario_to_data(Scenario(name="s", loop=LoopSpec()))["loop"]["max_epoch"]
         2
     """
-    return _to_data(scenario)
+    data: dict[str, Any] = _to_data(scenario)
+    return data
 
 
 def scenario_from_data(data: Mapping[str, Any]) -> Scenario:

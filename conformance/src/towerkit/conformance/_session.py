@@ -229,7 +229,7 @@ def run_cluster_job(
     command = [sys.executable, "-m", "towerkit.conformance._cluster", str(job_file)]
     logs = job_file.parent
     started = time.monotonic()
-    procs: list[tuple[str, subprocess.Popen, Any]] = []
+    procs: list[tuple[str, subprocess.Popen[bytes], Any]] = []
     try:
         for role, index in [("ps", 0), *(("worker", i) for i in range(workers))]:
             log = open(logs / f"{role}{index}.log", "w", encoding="utf-8")  # noqa: SIM115

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -12,19 +12,23 @@ from towerkit.conformance._catalog import named_scenarios
 from towerkit.conformance._entries import TrainerEntry
 from towerkit.conformance._result import RunResult
 from towerkit.conformance._scenario import Scenario
-from towerkit.conformance._session import ClusterRunner, HorovodRunner, InProcessRunner
+from towerkit.conformance._session import ClusterRunner, HorovodRunner, InProcessRunner, JobRunner
+
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
+    from hypothesis.strategies import SearchStrategy
 
 DEFAULT_EXAMPLES = 5
 """Hypothesis examples per property check and trainer."""
 
 
-def _strategies() -> dict[str, Callable[[], Any]]:
+def _strategies() -> dict[str, Callable[[], SearchStrategy[Scenario]]]:
     from towerkit.conformance.strategies import loop_scenarios, trigger_scenarios
 
     return {"loop": loop_scenarios, "triggers": trigger_scenarios}
 
 
-def _settings(examples: int, *, generate_only: bool = False) -> Any:
+def _settings(examples: int, *, generate_only: bool = False) -> Settings:
     from hypothesis import HealthCheck, Phase, settings
 
     phases = (Phase.generate,) if generate_only else (Phase.explicit, Phase.generate, Phase.shrink)
@@ -83,10 +87,10 @@ class ConformanceSession:
     def __init__(self, workdir: Path, examples: int = DEFAULT_EXAMPLES) -> None:
         self.workdir = Path(workdir)
         self.examples = examples
-        self._runners: dict[str, Any] = {}
+        self._runners: dict[str, InProcessRunner | JobRunner] = {}
         self._drawn: dict[str, list[Scenario]] = {}
 
-    def runner(self, entry: TrainerEntry) -> Any:
+    def runner(self, entry: TrainerEntry) -> InProcessRunner | JobRunner:
         """The runner of `entry` (made once per session)."""
         found = self._runners.get(entry.name)
         if found is None:

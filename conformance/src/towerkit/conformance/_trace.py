@@ -26,7 +26,7 @@ def event_kind(value: Any) -> EventKind:
     return EventKind(value)
 
 
-def _int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _int(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"TraceEvent: {attribute.name!r} must be an int; got {type(value).__name__} {value!r}"
         raise TypeError(msg)

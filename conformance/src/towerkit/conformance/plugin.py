@@ -17,9 +17,16 @@ from __future__ import annotations
 import os
 import sys
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from towerkit.conformance._entries import TrainerEntry
+    from towerkit.conformance._result import RunResult
+    from towerkit.conformance._scenario import Scenario
+    from towerkit.conformance._session import InProcessRunner, JobRunner
+    from towerkit.conformance._suite import ConformanceSession
 
 _STATE = pytest.StashKey["_State"]()
 
@@ -32,11 +39,11 @@ class _State:
         self.examples: int | None = config.getoption("conformance_examples")
         self.report: str | None = config.getoption("conformance_report")
         self.invocation_dir = config.invocation_params.dir
-        self._entries: list[Any] | None = None
+        self._entries: list[TrainerEntry] | None = None
         self.missing: list[str] = []
         self.outcomes: dict[str, dict[str, list[str]]] = {}
 
-    def entries(self) -> list[Any]:
+    def entries(self) -> list[TrainerEntry]:
         if self._entries is None:
             # MODULE:ATTR resolves as with `python -m`: from the directory pytest runs in too
             here = str(self.invocation_dir)
@@ -58,6 +65,7 @@ class _State:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the suite's options (``--trainer``, ``--conformance-report``, ``--conformance-examples``)."""
     group = parser.getgroup("towerkit-conformance", "towerkit conformance suite")
     group.addoption(
         "--trainer",
@@ -90,6 +98,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker, read the options, install the summary; --conformance-report sets --junitxml."""
     config.addinivalue_line(
         "markers", "conformance_group(name): the group of a conformance check in the summary"
     )
@@ -105,6 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``trainer_entry`` with the selected rows of the trainer table."""
     if "trainer_entry" not in metafunc.fixturenames:
         return
     entries = metafunc.config.stash[_STATE].entries()
@@ -121,6 +131,7 @@ def _group(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each check the ``trainer``, ``group`` and ``spec`` properties of the report."""
     del config
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -137,7 +148,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def conformance_session(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Any:
+) -> ConformanceSession:
     """The suite's shared state: a runner per trainer, drawn examples (see `ConformanceSession`)."""
     from towerkit.conformance._suite import DEFAULT_EXAMPLES, ConformanceSession
 
@@ -151,7 +162,7 @@ class _Runner:
     A scenario that does not apply to the trainer skips the check, with the reason.
     """
 
-    def __init__(self, entry: Any, runner: Any) -> None:
+    def __init__(self, entry: TrainerEntry, runner: InProcessRunner | JobRunner) -> None:
         self.entry = entry
         self._runner = runner
 
@@ -160,7 +171,7 @@ class _Runner:
         """Whether the trainer runs in this process (else in a multi-process job)."""
         return bool(self._runner.in_process)
 
-    def run(self, scenario: Any) -> Any:
+    def run(self, scenario: Scenario) -> list[RunResult]:
         from towerkit.conformance._suite import not_applicable
 
         reason = not_applicable(self.entry, scenario)
@@ -170,7 +181,9 @@ class _Runner:
 
 
 @pytest.fixture
-def conformance_runner(trainer_entry: Any, conformance_session: Any) -> Any:
+def conformance_runner(
+    trainer_entry: TrainerEntry, conformance_session: ConformanceSession
+) -> _Runner:
     """The runner of the test's trainer; skips horovod rows when horovod is not installed."""
     from towerkit.conformance._session import HOROVOD_SKIP, horovod_available
 
@@ -199,7 +212,9 @@ class _Reporter:
             return
         self.outcomes.setdefault(trainer, defaultdict(list))[group].append(outcome)
 
-    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+    def pytest_terminal_summary(
+        self, terminalreporter: pytest.TerminalReporter, config: pytest.Config
+    ) -> None:
         if not self.outcomes:
             return
         from towerkit.conformance._report import render_table

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from towerkit.callbacks import EventKind
 from towerkit.conformance._scenario import (
+    CallbackSpec,
     EnableIfSpec,
     FuncSpec,
     LoopSpec,
@@ -54,6 +55,7 @@ def loop_specs(
     """Loop parameters: a starting epoch (1-3), a few epochs of a few steps each.
 
     Args:
+        draw: the draw function `st.composite` passes in.
         max_epochs: epochs at most.
         max_steps: steps per epoch at most.
         empty: allow runs of no epoch (``max_epoch == starting_epoch - 1``).
@@ -104,7 +106,7 @@ def schedule_points(draw: st.DrawFn, *, max_point: int = 6) -> list[tuple[int, f
 def trigger_scenarios(draw: st.DrawFn, *, name: str = "triggers-property") -> Scenario:
     """A run with a drawn set of triggers and hyper-parameter setters (at least one)."""
     loop = draw(loop_specs(max_epochs=4))
-    specs: list = []
+    specs: list[CallbackSpec] = []
     if draw(st.booleans()):
         steps, epochs = draw(st.none() | periods), draw(st.none() | periods)
         before = draw(st.booleans()) or (steps is None and epochs is None)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import pytest
@@ -17,16 +19,22 @@ from towerkit.conformance._reference import (
 )
 from towerkit.conformance._scenario import CLOCK, BestSaverSpec, LoopSpec, SaverSpec, StatSpec
 
+if TYPE_CHECKING:
+    from towerkit.conformance._entries import TrainerEntry
+    from towerkit.conformance._result import RunResult
+    from towerkit.conformance._scenario import Scenario
+    from towerkit.conformance.plugin import _Runner
+
 pytestmark = pytest.mark.conformance_group("checkpoints")
 
 _MODEL_FILE = re.compile(r"^model-(\d+)\.(index|data-\d{5}-of-\d{5}|meta)$")
 
 
-def _chief(results):
+def _chief(results: Sequence[RunResult]) -> RunResult:
     return next(r for r in results if r.rank == 0)
 
 
-def _check_saver(entry, runner, scenario):
+def _check_saver(entry: TrainerEntry, runner: _Runner, scenario: Scenario) -> None:
     __tracebackhide__ = True
     results = runner.run(scenario)
     check_run(entry, scenario, results, recorders=[CLOCK])
@@ -60,17 +68,21 @@ def _check_saver(entry, runner, scenario):
     )
 
 
-def test_model_saver_saves_model_global_step_every_epoch(trainer_entry, conformance_runner):
+def test_model_saver_saves_model_global_step_every_epoch(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner
+) -> None:
     """Spec 003 (ModelSaver): the model is saved each time the saver is triggered (every epoch), as model-<global_step>."""
     _check_saver(trainer_entry, conformance_runner, SAVER)
 
 
-def test_model_saver_max_to_keep(trainer_entry, conformance_runner):
+def test_model_saver_max_to_keep(trainer_entry: TrainerEntry, conformance_runner: _Runner) -> None:
     """Spec 003 (ModelSaver.max_to_keep): only the max_to_keep most recent checkpoints are kept, as with tf.train.Saver."""
     _check_saver(trainer_entry, conformance_runner, SAVER_KEEP)
 
 
-def test_min_saver_and_max_saver_files(trainer_entry, conformance_runner):
+def test_min_saver_and_max_saver_files(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner
+) -> None:
     """Spec 003 (MinSaver, MaxSaver): the checkpoint with the lowest (highest) statistic is kept as min-<stat>.tfmodel (max-<stat>.tfmodel)."""
     scenario = BEST_SAVERS
     results = conformance_runner.run(scenario)
@@ -108,7 +120,7 @@ _RESUME_RULE = (
 
 
 @pytest.mark.parametrize("case", list(RESUME), ids=list(RESUME))
-def test_auto_resume(trainer_entry, conformance_runner, case):
+def test_auto_resume(trainer_entry: TrainerEntry, conformance_runner: _Runner, case: str) -> None:
     """Spec 000 (AutoResumeTrainConfig): a checkpoint and a JSON history in the log directory make the next run continue the epoch, global step and stats.json; always_resume decides whether the user's session_init/starting_epoch win."""
     first, second = RESUME[case]
     auto = second.auto_resume
@@ -143,7 +155,7 @@ def test_auto_resume(trainer_entry, conformance_runner, case):
         reads = result.value_trace("conformance_marker")
         got = reads[0][1] if reads else None
         require(
-            got is not None and abs(got - marker_want) < 1e-6,
+            got is not None and marker_want is not None and abs(got - marker_want) < 1e-6,
             f"{what} (rank {result.rank}): the variable set by the user's session_init reads "
             f"{got} in before_train, expected {marker_want} ("
             f"{'the user session_init wins' if user_wins else 'the checkpoint is restored'})"
@@ -152,9 +164,9 @@ def test_auto_resume(trainer_entry, conformance_runner, case):
     stat = next(s for s in second.callbacks if isinstance(s, StatSpec))
     want = [(e, e * steps * runs, stat.value_in(e)) for e in range(1, second.loop.max_epoch + 1)]
     records = _chief(results).stats_records() or []
-    got = [(r.get("epoch_num"), r.get("global_step"), r.get(stat.name)) for r in records]
+    got_records = [(r.get("epoch_num"), r.get("global_step"), r.get(stat.name)) for r in records]
     require(
-        got == want,
+        got_records == want,
         f"{what}: stats.json after the second run holds (epoch_num, global_step, "
-        f"{stat.name}) {got}, expected {want}\n  rule: {_RESUME_RULE}",
+        f"{stat.name}) {got_records}, expected {want}\n  rule: {_RESUME_RULE}",
     )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
@@ -18,6 +21,10 @@ from towerkit.conformance._layers_model import (
 )
 from towerkit.conformance._model import first_batches, step_batches
 
+if TYPE_CHECKING:
+    from towerkit.conformance._entries import Capabilities, TrainerEntry
+    from towerkit.conformance.plugin import _Runner
+
 pytestmark = pytest.mark.conformance_group("layers")
 
 
@@ -25,7 +32,9 @@ def _model_name(name: str) -> str | None:
     return next((m for m in LAYER_VARIABLES if name == m or name.endswith("/" + m)), None)
 
 
-def reference(entry, before, steps):
+def reference(
+    entry: TrainerEntry, before: Mapping[str, Sequence[float]], steps: int
+) -> dict[str, np.ndarray]:
     """The trainable variables after `steps` steps: every tower of every process on its batch."""
     caps = entry.capabilities
     params = {n: np.asarray(before[n], np.float64).reshape(LAYER_SHAPES[n]) for n in TRAINABLE}
@@ -37,7 +46,9 @@ def reference(entry, before, steps):
     return params
 
 
-def statistics(entry, before, steps, rank):
+def statistics(
+    entry: TrainerEntry, before: Mapping[str, Sequence[float]], steps: int, rank: int
+) -> list[dict[str, np.ndarray]]:
     """Every value the plain-named moving averages read by process `rank` may hold after `steps`.
 
     ``RunUpdateOps`` runs the main tower's update with every ``hooked_sess.run``
@@ -56,7 +67,7 @@ def statistics(entry, before, steps, rank):
         return [start]
     n = caps.num_towers
 
-    def options(shard):
+    def options(shard: int) -> list[list[np.ndarray]]:
         batches = first_batches(shard, steps * n)
         return [[batches[s * n + t][0] for t in range(n)] for s in range(steps)]
 
@@ -72,7 +83,9 @@ def statistics(entry, before, steps, rank):
 
 
 @pytest.mark.parametrize("steps", [1, 3], ids=["1-step", "3-steps"])
-def test_layers_model_steps_equal_the_reference(trainer_entry, conformance_runner, steps):
+def test_layers_model_steps_equal_the_reference(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner, steps: int
+) -> None:
     """Spec 004 (TowerContext: is_training, is_main_training_tower; tensorpack's BatchNorm, FullyConnected, as towerkit.layers keeps them) and spec 000 (the data-parallel trainers): a model built with towerkit.layers has tensorpack's variable names in every trainer; each training tower's BatchNorm normalizes its own batch, so with plain SGD every copy of the trainable variables after each step equals the NumPy reference on the towers' batches; the main training tower of each process updates the moving averages once per step from its own batch."""
     caps = trainer_entry.capabilities
     if not caps.towers:
@@ -136,7 +149,14 @@ def test_layers_model_steps_equal_the_reference(trainer_entry, conformance_runne
             )
 
 
-def _check_statistic(who, name, vals, candidates, steps, caps):
+def _check_statistic(
+    who: str,
+    name: str,
+    vals: Sequence[float],
+    candidates: Sequence[np.ndarray],
+    steps: int,
+    caps: Capabilities,
+) -> None:
     if any(np.allclose(vals, c.ravel(), rtol=1e-4, atol=1e-5) for c in candidates):
         return
     rule = (

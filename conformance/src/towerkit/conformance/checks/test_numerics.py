@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
@@ -9,10 +12,16 @@ from towerkit.conformance._catalog import NUMERICS
 from towerkit.conformance._checks import check_no_error, require
 from towerkit.conformance._model import SHAPES, VARIABLES, sgd_step, step_batches
 
+if TYPE_CHECKING:
+    from towerkit.conformance._entries import TrainerEntry
+    from towerkit.conformance.plugin import _Runner
+
 pytestmark = pytest.mark.conformance_group("numerics")
 
 
-def reference(entry, before, steps, kind):
+def reference(
+    entry: TrainerEntry, before: Mapping[str, Sequence[float]], steps: int, kind: str
+) -> dict[str, np.ndarray]:
     """The variables after `steps` steps: towers of every process on their own batches."""
     caps = entry.capabilities
     params = {n: np.asarray(before[n], np.float64).reshape(SHAPES[n]) for n in VARIABLES}
@@ -25,7 +34,9 @@ def reference(entry, before, steps, kind):
 
 
 @pytest.mark.parametrize("steps", [1, 3], ids=["1-step", "3-steps"])
-def test_steps_equal_the_single_tower_reference(trainer_entry, conformance_runner, steps):
+def test_steps_equal_the_single_tower_reference(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner, steps: int
+) -> None:
     """Spec 000 (SyncMultiGPUTrainer*, AsyncMultiGPUTrainer, HorovodTrainer; NoOpTrainer) and the data-parallel design: with plain SGD, each step equals one step of a single tower on the concatenation of every tower's batch (averaged or summed gradients); a NoOpTrainer changes nothing."""
     caps = trainer_entry.capabilities
     kind = "quadratic" if caps.synchronous else "linear"
@@ -33,9 +44,9 @@ def test_steps_equal_the_single_tower_reference(trainer_entry, conformance_runne
     results = conformance_runner.run(scenario)
     check_no_error(trainer_entry, results)
     start = results[0].variable_values("before_train")
-    base = {m: start.get(m) for m in VARIABLES}
+    base = {m: start[m] for m in VARIABLES if m in start}
     require(
-        all(v is not None for v in base.values()),
+        len(base) == len(VARIABLES),
         f"{trainer_entry.name}: the model's variables {list(VARIABLES)} were not found under "
         f"their plain names; found {sorted(start)}",
     )

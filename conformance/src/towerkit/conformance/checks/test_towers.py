@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
@@ -9,17 +12,21 @@ from towerkit.conformance._catalog import TOWERS
 from towerkit.conformance._checks import check_no_error, require
 from towerkit.conformance._model import PROBE_INPUTS, VARIABLES, SuiteModel, predict
 
+if TYPE_CHECKING:
+    from towerkit.conformance._entries import TrainerEntry
+    from towerkit.conformance.plugin import _Runner
+
 pytestmark = pytest.mark.conformance_group("towers")
 
 
-def _needs_towers(entry):
+def _needs_towers(entry: TrainerEntry) -> None:
     if not entry.capabilities.towers:
         pytest.skip(f"{entry.name} declares no tower function (capabilities.towers=False)")
 
 
-def copies(values):
+def copies(values: Mapping[str, tuple[float, ...]]) -> dict[str, dict[str, tuple[float, ...]]]:
     """``{model variable: {copy name: values}}`` for every copy of each model variable."""
-    out: dict[str, dict[str, object]] = {m: {} for m in VARIABLES}
+    out: dict[str, dict[str, tuple[float, ...]]] = {m: {} for m in VARIABLES}
     for name, vals in values.items():
         for m in VARIABLES:
             if name == m or name.endswith("/" + m):
@@ -27,7 +34,9 @@ def copies(values):
     return out
 
 
-def test_tower_function_called_once_per_tower(trainer_entry, conformance_runner):
+def test_tower_function_called_once_per_tower(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner
+) -> None:
     """Spec 001 (tower functions) and 000 (TowerTrainer.towers, get_predictor): the tower function is called once per training tower, plus once per inference tower; trainer.towers has a handle for each."""
     _needs_towers(trainer_entry)
     n = trainer_entry.capabilities.num_towers
@@ -49,7 +58,9 @@ def test_tower_function_called_once_per_tower(trainer_entry, conformance_runner)
         )
 
 
-def test_variables_shared_or_replicated(trainer_entry, conformance_runner):
+def test_variables_shared_or_replicated(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner
+) -> None:
     """Spec 000 (SyncMultiGPUTrainerReplicated, SyncMultiGPUTrainerParameterServer, DistributedTrainerReplicated) and 001: replicated trainers keep one equal copy of the variables per tower, the others one shared copy; in a cluster, a worker's local copies are equal to each other (the global copy on the parameter server moves with the other workers' steps)."""
     _needs_towers(trainer_entry)
     caps = trainer_entry.capabilities
@@ -91,7 +102,9 @@ def test_variables_shared_or_replicated(trainer_entry, conformance_runner):
                 )
 
 
-def test_tower_rules_hold_for_the_suite_model(trainer_entry, conformance_runner):
+def test_tower_rules_hold_for_the_suite_model(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner
+) -> None:
     """Spec 001 (rules of tower functions): the tower function a trainer builds from the suite's model passes the tower-rule checker."""
     _needs_towers(trainer_entry)
     import tensorflow as tf
@@ -120,7 +133,9 @@ def test_tower_rules_hold_for_the_suite_model(trainer_entry, conformance_runner)
         )
 
 
-def test_get_predictor_uses_the_trained_variables(trainer_entry, conformance_runner):
+def test_get_predictor_uses_the_trained_variables(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner
+) -> None:
     """Spec 000 (TowerTrainer.get_predictor): the predictor runs the tower function under an inference tower context with the trained variables."""
     _needs_towers(trainer_entry)
     results = conformance_runner.run(TOWERS)
