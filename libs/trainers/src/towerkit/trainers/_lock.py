@@ -36,7 +36,7 @@ class LockOwner:
 
 
 def format_lock(owner: LockOwner) -> str:
-    """The text of a lock file for `owner` (one JSON object).
+    r"""The text of a lock file for `owner` (one JSON object).
 
     Examples:
         >>> format_lock(LockOwner(pid=42, host="node1", since=1.5))

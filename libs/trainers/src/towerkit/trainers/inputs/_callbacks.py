@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, Callbacks, StopTraining
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import InputDataError
+
+if TYPE_CHECKING:
+    from towerkit.trainers.inputs._base import InputSource
 
 __all__ = ["InputSourceCallbacks", "depends_on", "fetched_ops"]
 
@@ -51,7 +54,7 @@ def depends_on(roots: Iterable[Any], targets: Iterable[Any]) -> bool:
 
 
 def _failed_nodes(message: str) -> list[str]:
-    """The node names TensorFlow's error `message` names as failing (``{{node NAME}}``).
+    r"""The node names TensorFlow's error `message` names as failing (``{{node NAME}}``).
 
     Examples:
         >>> _failed_nodes("End of sequence\\n\\t [[{{node IteratorGetNext}}]]")
@@ -103,7 +106,8 @@ def input_failure(
     none). Errors that are not TensorFlow's op errors are never an input's doing.
     With `trainer`, the message says where the loop was.
     """
-    if not isinstance(err, tf.errors.OpError):
+    op_error: type[BaseException] = tf.errors.OpError  # so `err` stays a BaseException
+    if not isinstance(err, op_error):
         return err
     failure: BaseException | None = None
     for cb in callbacks:
@@ -319,14 +323,14 @@ class InputSourceCallbacks(Callbacks, _InputCallback):
         source: the input source.
     """
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: InputSource) -> None:
         super().__init__(())
         self._source = source
         self._set_up = False
         self._run_args: list[tuple[Callback, Any]] = []
 
     @property
-    def source(self) -> Any:
+    def source(self) -> InputSource:
         """The input source."""
         return self._source
 

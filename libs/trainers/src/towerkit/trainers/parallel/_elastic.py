@@ -232,7 +232,8 @@ def _as_internal_error(err: tf.errors.OpError) -> Exception:
 
     from towerkit.trainers.parallel._horovod import is_collective_failure
 
-    return HorovodInternalError(err) if is_collective_failure(err) else err
+    error: Exception = HorovodInternalError(err) if is_collective_failure(err) else err
+    return error
 
 
 def run_elastic_loop(trainer: Any, state: GraphState, every_k: int, interrupt: Any) -> None:
@@ -253,7 +254,8 @@ def run_elastic_loop(trainer: Any, state: GraphState, every_k: int, interrupt: A
 
     def stop_check() -> None:
         if should_stop() or interrupt.requested:
-            raise StopTraining("stop requested")
+            msg = "stop requested"
+            raise StopTraining(msg)
 
     def body(state: GraphState) -> None:
         spe, starting, max_epoch = state.bounds
