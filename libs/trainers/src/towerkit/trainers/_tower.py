@@ -15,6 +15,7 @@ from towerkit.towers import (
     OnlinePredictor,
     TowerContext,
     TowerFunc,
+    TowerTensorHandle,
     TowerTensorHandles,
     build_placeholders,
     get_current_tower_context,
@@ -87,7 +88,7 @@ class TowerTrainer(Trainer):
         super().__init__()
         self._tower_func: TowerFunc | None = None
         self._predictors: dict[tuple[str, tuple[str, ...], tuple[str, ...]], OnlinePredictor] = {}
-        self._inference_towers: dict[str, Any] = {}
+        self._inference_towers: dict[str, TowerTensorHandle] = {}
 
     @property
     def tower_func(self) -> TowerFunc | None:

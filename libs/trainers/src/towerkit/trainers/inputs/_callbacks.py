@@ -13,6 +13,8 @@ from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import InputDataError
 
 if TYPE_CHECKING:
+    from towerkit.callbacks import TrainerView
+    from towerkit.trainers._base import Trainer
     from towerkit.trainers.inputs._base import InputSource
 
 __all__ = ["InputSourceCallbacks", "depends_on", "fetched_ops"]
@@ -97,7 +99,7 @@ class _InputCallback(Callback):
 
 
 def input_failure(
-    err: BaseException, callbacks: Iterable[Any], trainer: Any = None
+    err: BaseException, callbacks: Iterable[Callback], trainer: Trainer | None = None
 ) -> BaseException:
     """The error to raise for a failed step's `err`: the first input callback's explanation.
 
@@ -341,7 +343,7 @@ class InputSourceCallbacks(Callbacks, _InputCallback):
     def has_hook(self, method: str) -> bool:
         return True if not self._set_up else super().has_hook(method)
 
-    def setup_graph(self, trainer: Any) -> None:
+    def setup_graph(self, trainer: TrainerView) -> None:
         self.cbs = Callbacks(self.callbacks()).cbs
         self._set_up = True
         super().setup_graph(trainer)

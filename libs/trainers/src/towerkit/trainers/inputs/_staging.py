@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +23,9 @@ from towerkit.trainers.inputs._sources import (
     _INPUT_DEVICE,
     TFDatasetInput,
 )
+
+if TYPE_CHECKING:
+    from towerkit.trainers._base import Trainer
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -188,7 +191,10 @@ class StagingInput(InputSource):
 # -- the default heuristics ------------------------------------------------------------------
 
 
-def apply_default_prefetch(input_or_data: Any, trainer: Any = None) -> InputSource:
+def apply_default_prefetch(
+    input_or_data: InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | Iterable[Any],
+    trainer: Trainer | None = None,
+) -> InputSource:
     """The input source a trainer uses for `input_or_data`, with automatic prefetching.
 
     * an :class:`InputSource` is used as it is;
