@@ -40,7 +40,7 @@ def format_lock(owner: LockOwner) -> str:
 
     Examples:
         >>> format_lock(LockOwner(pid=42, host="node1", since=1.5))
-        '{"pid": 42, "host": "node1", "since": 1.5}\\n'
+        '{"pid": 42, "host": "node1", "since": 1.5}\n'
     """
     return json.dumps({"pid": owner.pid, "host": owner.host, "since": owner.since}) + "\n"
 

@@ -59,7 +59,7 @@ def _failed_nodes(message: str) -> list[str]:
     r"""The node names TensorFlow's error `message` names as failing (``{{node NAME}}``).
 
     Examples:
-        >>> _failed_nodes("End of sequence\\n\\t [[{{node IteratorGetNext}}]]")
+        >>> _failed_nodes("End of sequence\n\t [[{{node IteratorGetNext}}]]")
         ['IteratorGetNext']
     """
     return re.findall(r"\{\{node ([^}]+)\}\}", message)
