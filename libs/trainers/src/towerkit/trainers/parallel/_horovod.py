@@ -24,6 +24,7 @@ from towerkit.trainers.parallel._trainer_parts import (
 
 if TYPE_CHECKING:
     from towerkit.sessinit import SessionInit
+    from towerkit.trainers._interrupt import InterruptState
     from towerkit.trainers._sesscreate import SessionCreatorLike
     from towerkit.trainers.inputs._base import InputSource
 
@@ -422,7 +423,11 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             raise self._collective_error(what, err) from err
 
     def _loop(
-        self, steps_per_epoch: int, starting_epoch: int, max_epoch: int, interrupt: Any
+        self,
+        steps_per_epoch: int,
+        starting_epoch: int,
+        max_epoch: int,
+        interrupt: InterruptState,
     ) -> None:
         if self._elastic_state is None:
             super()._loop(steps_per_epoch, starting_epoch, max_epoch, interrupt)
