@@ -7,7 +7,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
 from towerkit.towers.compat import tf1
@@ -22,12 +22,18 @@ from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._heap import frozen_heap
-from towerkit.trainers._interrupt import deferred_sigint
+from towerkit.trainers._interrupt import InterruptState, deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers.inputs._callbacks import input_failure
+
+if TYPE_CHECKING:
+    from towerkit.callbacks import MonitorBase, Monitors, TrainerView
+    from towerkit.sessinit import SessionInit
+    from towerkit.towers import TowerFunc, TowerTensorHandles
+    from towerkit.trainers._sesscreate import SessionCreatorLike
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -83,7 +89,7 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         self.hooked_sess: Any = None
         self._registered: list[Callback] = []
         self._callbacks: Callbacks = Callbacks(())
-        self._monitors: Any = None
+        self._monitors: Monitors | None = None
         self._logdir: str | None = None
         self._logdir_taken: _LogdirTaken | None = None
         self._phase = "new"
@@ -93,7 +99,7 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         self._start_global_step = 0
         self._global_step_var: Any = None
         self._step_op: Any = None
-        self._interrupt: Any = None
+        self._interrupt: InterruptState | None = None
 
     # -- the view callbacks have (TrainerView) ------------------------------------------
 
@@ -147,7 +153,7 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         return 0 if bounds is None else bounds.max_epoch
 
     @property
-    def monitors(self) -> Any:
+    def monitors(self) -> Monitors | None:
         """The `Monitors` group statistics go to; set by ``setup_callbacks``."""
         return self._monitors
 
@@ -157,12 +163,12 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         return self._logdir
 
     @property
-    def tower_func(self) -> Any:
+    def tower_func(self) -> TowerFunc | None:
         """The tower function; None for a trainer without one."""
         return None
 
     @property
-    def towers(self) -> Any:
+    def towers(self) -> TowerTensorHandles | None:
         """The tower handles; None for a trainer without a tower function."""
         return None
 
@@ -241,7 +247,9 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         return ok
 
     def setup_callbacks(
-        self, callbacks: Sequence[Callback] | None, monitors: Sequence[Any] | Any | None
+        self,
+        callbacks: Sequence[Callback] | None,
+        monitors: Sequence[MonitorBase] | Monitors | None,
     ) -> None:
         """Register `callbacks`, then `monitors`, and call every callback's ``setup_graph``.
 
@@ -266,7 +274,11 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
             self._setup_callbacks(callbacks, monitors)
         self._phase = "callbacks"
 
-    def _setup_callbacks(self, callbacks: Any, monitors: Any) -> None:
+    def _setup_callbacks(
+        self,
+        callbacks: Sequence[Callback] | None,
+        monitors: Sequence[MonitorBase] | Monitors | None,
+    ) -> None:
         from towerkit.callbacks import Monitors
 
         self.register_callback(_as_callback_list("callbacks", callbacks))
@@ -283,7 +295,8 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         self._registered = _expand_input_callbacks(self._registered)
         self._callbacks = Callbacks(self._registered)
         with self._graph.as_default():
-            self._callbacks.setup_graph(self)
+            # a TrainerView: `monitors` is set just above
+            self._callbacks.setup_graph(cast("TrainerView", self))
         _check_inputs_registered(self._graph)
         _check_file_claims(self._registered)
         if self._steps_per_execution != 1:
@@ -292,7 +305,9 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
 
     # -- phase 2: session ----------------------------------------------------------------
 
-    def initialize(self, session_creator: Any, session_init: Any) -> None:
+    def initialize(
+        self, session_creator: SessionCreatorLike, session_init: SessionInit | None
+    ) -> None:
         """Create the session, load values, finalize the graph and hook the callbacks on.
 
         ``session_init.setup_graph`` (if any) runs before the graph is finalized,
@@ -418,7 +433,7 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         if interrupted:
             raise KeyboardInterrupt
 
-    def _loop(self, bounds: LoopBounds, interrupt: Any) -> None:
+    def _loop(self, bounds: LoopBounds, interrupt: InterruptState) -> None:
         """The loop proper over `bounds`; everything invariant in an epoch is looked up once."""
         steps_per_epoch = bounds.steps_per_epoch
         cbs = self._callbacks
@@ -438,7 +453,8 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
                 for trigger in triggers:
                     trigger()
                 if should_stop() or interrupt.requested:
-                    raise StopTraining("stop requested")
+                    msg = "stop requested"
+                    raise StopTraining(msg)
             elapsed = time.perf_counter() - start
             # after after_epoch, which ends the progress bar's line; ScalarPrinter's
             # epoch line says the same at INFO
@@ -452,7 +468,8 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
             )
             cbs.trigger_epoch()
             if should_stop() or interrupt.requested:
-                raise StopTraining("stop requested")
+                msg = "stop requested"
+                raise StopTraining(msg)
 
     def _finish(self, failed: BaseException | None) -> None:
         """``after_train`` on every callback, then close the session; never hides `failed`."""
@@ -501,9 +518,9 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
     def train(
         self,
         callbacks: Sequence[Callback] | None,
-        monitors: Sequence[Any] | None,
-        session_creator: Any,
-        session_init: Any,
+        monitors: Sequence[MonitorBase] | Monitors | None,
+        session_creator: SessionCreatorLike,
+        session_init: SessionInit | None,
         steps_per_epoch: int,
         starting_epoch: int = 1,
         max_epoch: int = 9999999,
@@ -533,9 +550,9 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         self,
         _sentinel: Any = None,
         callbacks: Sequence[Callback] | None = None,
-        monitors: Sequence[Any] | None = None,
-        session_creator: Any = None,
-        session_init: Any = None,
+        monitors: Sequence[MonitorBase] | Monitors | None = None,
+        session_creator: SessionCreatorLike | None = None,
+        session_init: SessionInit | None = None,
         steps_per_epoch: int | None = None,
         starting_epoch: int = 1,
         max_epoch: int = 9999999,

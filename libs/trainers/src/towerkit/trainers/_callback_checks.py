@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from towerkit.callbacks import Callback, Callbacks
 from towerkit.trainers._errors import UnregisteredInputError
 
+_C = TypeVar("_C", bound=Callback)
 
-def _as_callback_list(what: str, value: Any) -> list[Callback]:
+
+def _as_callback_list(what: str, value: _C | Iterable[_C] | None) -> list[_C]:
     """`value` (a callback, a list of them, or None) as a list; TypeError listing bad entries."""
     if value is None:
         return []
-    items = [value] if isinstance(value, Callback) else value
+    items: object = [value] if isinstance(value, Callback) else value
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         msg = f"{what!r} must be a Callback or a list of Callbacks; got {type(value).__name__}"
         raise TypeError(msg)

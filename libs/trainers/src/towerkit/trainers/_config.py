@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from towerkit.callbacks import Callback, LoopBounds
 from towerkit.callbacks.plumbing import check_steps_per_execution, input_kind
@@ -19,6 +19,14 @@ from towerkit.trainers._resume import (
     resume_plan,
     take_snapshot,
 )
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from towerkit.callbacks import MonitorBase
+    from towerkit.sessinit import SessionInit
+    from towerkit.trainers._sesscreate import SessionCreatorLike
+    from towerkit.trainers.inputs._base import InputSource
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -68,15 +76,15 @@ class TrainConfig:
 
     def __init__(
         self,
-        dataflow: Any = None,
-        data: Any = None,
+        dataflow: Iterable[Any] | None = None,
+        data: InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | None = None,
         model: ModelDescBase | None = None,
         callbacks: Sequence[Callback] | None = None,
         extra_callbacks: Sequence[Callback] | None = None,
-        monitors: Sequence[Callback] | None = None,
-        session_creator: Any = None,
+        monitors: Sequence[MonitorBase] | None = None,
+        session_creator: SessionCreatorLike | None = None,
         session_config: Any = None,
-        session_init: Any = None,
+        session_init: SessionInit | None = None,
         starting_epoch: int = 1,
         steps_per_epoch: int | None = None,
         max_epoch: int = 99999,

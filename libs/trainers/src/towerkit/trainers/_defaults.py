@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from towerkit.callbacks import Callback
 from towerkit.trainers._callback_checks import _as_callback_list
+
+if TYPE_CHECKING:
+    from towerkit.callbacks import MonitorBase, Monitors
 
 
 def DEFAULT_CALLBACKS() -> list[Callback]:
@@ -26,7 +29,7 @@ def DEFAULT_CALLBACKS() -> list[Callback]:
     return [MovingAverageSummary(), ProgressBar(), MergeAllSummaries(), RunUpdateOps()]
 
 
-def DEFAULT_MONITORS() -> list[Callback]:
+def DEFAULT_MONITORS() -> list[MonitorBase]:
     """New instances of the default monitors, in order.
 
     ``TFEventWriter()``, ``JSONWriter()``, ``ScalarPrinter()``. The first two write
@@ -39,10 +42,10 @@ def DEFAULT_MONITORS() -> list[Callback]:
 
 def callbacks_with_defaults(
     callbacks: Sequence[Callback] | None,
-    monitors: Sequence[Any] | None,
+    monitors: Sequence[MonitorBase] | Monitors | None,
     extra_callbacks: Sequence[Callback] | None,
     logdir: str | os.PathLike[str] | None,
-) -> tuple[list[Callback], Sequence[Any]]:
+) -> tuple[list[Callback], Sequence[MonitorBase] | Monitors]:
     """The callbacks and monitors of ``Trainer.train_with_defaults``, defaults filled in.
 
     The callbacks are ``callbacks + extra_callbacks``, ``extra_callbacks`` defaulting

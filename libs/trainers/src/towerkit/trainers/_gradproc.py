@@ -179,7 +179,8 @@ def _var_name(var: Any) -> str:
     """The variable's op name (no ``:0``)."""
     op = getattr(var, "op", None)
     if op is not None:
-        return op.name
+        name: str = op.name
+        return name
     return str(getattr(var, "name", var)).split(":")[0]
 
 
@@ -530,16 +531,16 @@ class ScaleGradient(GradientProcessor):
 
 
 def _check_procs(procs: Any) -> tuple[GradientProcessor, ...]:
-    procs = tuple(procs)
+    checked = tuple(procs)
     wrong = [
         f"#{i}: {type(p).__name__}"
-        for i, p in enumerate(procs)
+        for i, p in enumerate(checked)
         if not isinstance(p, GradientProcessor)
     ]
     if wrong:
         msg = f"gradient processors must be GradientProcessor instances; entries at fault: {', '.join(wrong)}"
         raise TypeError(msg)
-    return procs
+    return checked
 
 
 @attrs.frozen

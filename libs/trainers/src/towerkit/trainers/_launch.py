@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from towerkit.trainers._config import TrainConfig
 from towerkit.trainers._lock import LogdirLock
@@ -12,6 +12,10 @@ from towerkit.trainers._model import ModelDesc
 from towerkit.trainers._resume import truncate_stats
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._tower import SingleCostTrainer
+
+if TYPE_CHECKING:
+    from towerkit.sessinit import SessionInit
+    from towerkit.trainers.inputs._base import InputSource
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -92,9 +96,9 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
 def _launch(
     config: TrainConfig,
     trainer: SingleCostTrainer,
-    source: Any,
+    source: InputSource,
     steps_per_epoch: int,
-    session_init: Any,
+    session_init: SessionInit | None,
     starting_epoch: int,
 ) -> None:
     plan = config.plan_resume(steps_per_epoch)

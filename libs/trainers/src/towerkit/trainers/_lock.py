@@ -36,11 +36,11 @@ class LockOwner:
 
 
 def format_lock(owner: LockOwner) -> str:
-    """The text of a lock file for `owner` (one JSON object).
+    r"""The text of a lock file for `owner` (one JSON object).
 
     Examples:
         >>> format_lock(LockOwner(pid=42, host="node1", since=1.5))
-        '{"pid": 42, "host": "node1", "since": 1.5}\\n'
+        '{"pid": 42, "host": "node1", "since": 1.5}\n'
     """
     return json.dumps({"pid": owner.pid, "host": owner.host, "since": owner.since}) + "\n"
 

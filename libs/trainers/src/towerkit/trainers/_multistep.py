@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -11,6 +11,9 @@ from towerkit.callbacks import Callback
 from towerkit.callbacks.plumbing import check_steps_per_execution
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY
 from towerkit.towers.compat import tf1
+
+if TYPE_CHECKING:
+    from towerkit.trainers.inputs._base import InputSource
 
 STAGING_PUT_OPS_KEY = "towerkit_staging_put_ops"
 """The collection of the ops an input source runs beside every step inside the loop (the
@@ -133,7 +136,7 @@ def check_loop_for_k(steps_per_epoch: int, k: int) -> None:
     check_steps_per_execution(steps_per_epoch, k)
 
 
-def refuse_per_step_feeds(input: Any, k: int) -> None:
+def refuse_per_step_feeds(input: InputSource, k: int) -> None:
     """Raise when `input` is fed from Python with every step: such an input cannot run K steps."""
     if k == 1:
         return

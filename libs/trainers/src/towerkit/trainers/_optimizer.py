@@ -33,7 +33,7 @@ def _check_optimizer(opt: Any) -> None:
         raise TypeError(msg)
 
 
-class ProxyOptimizer(_Optimizer):
+class ProxyOptimizer(_Optimizer):  # type: ignore[misc]  # TensorFlow has no types
     """An optimizer that forwards everything to another one; the base of optimizer wrappers.
 
     ``compute_gradients``, ``apply_gradients``, ``get_slot``, ``get_slot_names`` and
@@ -71,7 +71,8 @@ class ProxyOptimizer(_Optimizer):
         return self._opt.get_slot_names(*args, **kwargs)
 
     def variables(self) -> list[Any]:
-        return self._opt.variables()
+        variables: list[Any] = self._opt.variables()
+        return variables
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._opt!r})"
@@ -254,7 +255,8 @@ class AccumGradOptimizer(ProxyOptimizer):
         return [self.SLOT, *self._opt.get_slot_names()]
 
     def variables(self) -> list[Any]:
-        return _Optimizer.variables(self) + self._opt.variables()
+        variables: list[Any] = _Optimizer.variables(self) + self._opt.variables()
+        return variables
 
     def counter(self, graph: Any = None) -> Any:
         """The counter variable of `graph` (the default graph when None), or None."""

@@ -89,14 +89,22 @@ def _pairs(value: Iterable[Sequence[Any]]) -> tuple[tuple[Any, Any], ...]:
     return tuple((a, b) for a, b in value)
 
 
-def _check_checkpoints(_inst: object, _attr: attrs.Attribute, value: tuple) -> None:
+def _check_checkpoints(
+    _inst: object,
+    _attr: attrs.Attribute[tuple[tuple[str, int], ...]],
+    value: tuple[tuple[str, int], ...],
+) -> None:
     bad = [f"{p!r}" for p, s in value if not isinstance(p, str) or not isinstance(s, int) or s < 0]
     if bad:
         msg = f"'checkpoints' must hold (path, step >= 0) pairs; entries at fault: {', '.join(bad)}"
         raise ValueError(msg)
 
 
-def _check_epochs(_inst: object, _attr: attrs.Attribute, value: tuple) -> None:
+def _check_epochs(
+    _inst: object,
+    _attr: attrs.Attribute[tuple[tuple[int, int], ...]],
+    value: tuple[tuple[int, int], ...],
+) -> None:
     bad = [
         f"({e!r}, {s!r})"
         for e, s in value

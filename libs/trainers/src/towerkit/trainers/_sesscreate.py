@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from towerkit.towers.compat import tf1
 from towerkit.trainers._tfutils import get_default_sess_config
@@ -13,7 +13,23 @@ __all__ = ["NewSessionCreator", "ReuseSessionCreator", "SessionCreatorAdapter"]
 
 logger = logging.getLogger("towerkit.trainers")
 
-_SessionCreator: Any = tf1.train.SessionCreator
+if TYPE_CHECKING:
+    _SessionCreator = object
+else:
+    _SessionCreator = tf1.train.SessionCreator
+"""``tf.compat.v1.train.SessionCreator``: the base of the creators (TensorFlow has no types)."""
+
+
+class SessionCreatorLike(Protocol):
+    """What trainers take as a ``session_creator``: anything with ``create_session()``.
+
+    The creators here, ``tf.compat.v1.train.SessionCreator`` subclasses and any object
+    with that method.
+    """
+
+    def create_session(self) -> Any:
+        """A ``tf.compat.v1.Session`` on the default graph."""
+        ...
 
 
 def _initializer_ops(graph: Any) -> list[Any]:
@@ -121,7 +137,7 @@ class SessionCreatorAdapter(_SessionCreator):
         TypeError: `session_creator` has no ``create_session`` or `func` is not callable.
     """
 
-    def __init__(self, session_creator: Any, func: Callable[[Any], Any]) -> None:
+    def __init__(self, session_creator: SessionCreatorLike, func: Callable[[Any], Any]) -> None:
         if not callable(getattr(session_creator, "create_session", None)):
             msg = (
                 f"'session_creator' must have a create_session() method; "
@@ -142,7 +158,7 @@ class SessionCreatorAdapter(_SessionCreator):
         return f"SessionCreatorAdapter({self._creator!r}, {self._func!r})"
 
 
-def default_session_creator(session_config: Any = None) -> Any:
+def default_session_creator(session_config: Any = None) -> NewSessionCreator:
     """A ``NewSessionCreator`` with `session_config`, else the default session config."""
     return NewSessionCreator(
         config=session_config if session_config is not None else get_default_sess_config()

@@ -6,7 +6,7 @@ import abc
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -15,6 +15,7 @@ from towerkit.towers import (
     OnlinePredictor,
     TowerContext,
     TowerFunc,
+    TowerTensorHandle,
     TowerTensorHandles,
     build_placeholders,
     get_current_tower_context,
@@ -24,6 +25,9 @@ from towerkit.towers.compat import tf1
 from towerkit.trainers._base import Trainer
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._multistep import build_steps_loop, refuse_per_step_feeds
+
+if TYPE_CHECKING:
+    from towerkit.trainers.inputs._base import InputSource
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -84,7 +88,7 @@ class TowerTrainer(Trainer):
         super().__init__()
         self._tower_func: TowerFunc | None = None
         self._predictors: dict[tuple[str, tuple[str, ...], tuple[str, ...]], OnlinePredictor] = {}
-        self._inference_towers: dict[str, Any] = {}
+        self._inference_towers: dict[str, TowerTensorHandle] = {}
 
     @property
     def tower_func(self) -> TowerFunc | None:
@@ -221,17 +225,17 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
 
     def __init__(self) -> None:
         super().__init__()
-        self._input: Any = None
+        self._input: InputSource | None = None
 
     @property
-    def input_source(self) -> Any:
+    def input_source(self) -> InputSource | None:
         """The input source given to ``setup_graph``, or None before."""
         return self._input
 
     def setup_graph(
         self,
         inputs_desc: Sequence[tf.TensorSpec],
-        input: Any,
+        input: InputSource,
         get_cost_fn: Callable[..., Any],
         get_opt_fn: Callable[[], Any],
         *,
@@ -332,7 +336,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def _setup_graph(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
         """Build the towers and the train op; return the trainer's own callbacks."""
 
@@ -342,7 +346,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         return self._input.size()
 
     def _make_get_grad_fn(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> Callable[[], list[tuple[Any, Any]]]:
         """A function that builds one tower from `input` and returns its (gradient, variable) pairs.
 

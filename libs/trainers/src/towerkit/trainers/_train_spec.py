@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -18,7 +18,7 @@ from towerkit.trainers._resume import LOGDIR_ACTIONS
 __all__ = ["TrainSpec"]
 
 
-def _data(_: Any, __: Any, data: Any) -> None:
+def _data(_: Any, __: attrs.Attribute[Any], data: Any) -> None:
     if data is not None and input_kind(data) not in ("source", "dataset", "builder"):
         msg = (
             "'data' must be an InputSource, a tf.data.Dataset or a function of no "
@@ -28,14 +28,14 @@ def _data(_: Any, __: Any, data: Any) -> None:
         raise TypeError(msg)
 
 
-def _model(_: Any, __: Any, model: Any) -> None:
+def _model(_: Any, __: attrs.Attribute[Any], model: Any) -> None:
     if model is not None and not isinstance(model, ModelDescBase):
         msg = f"'model' must be a ModelDesc; got {type(model).__name__}"
         raise TypeError(msg)
 
 
-def _has_method(name: str, what: str) -> Any:
-    def check(_: Any, attribute: Any, value: Any) -> None:
+def _has_method(name: str, what: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is not None and not callable(getattr(value, name, None)):
             msg = f"{attribute.name!r} must have {what}; got {type(value).__name__}"
             raise TypeError(msg)
@@ -43,16 +43,25 @@ def _has_method(name: str, what: str) -> Any:
     return check
 
 
-def _callbacks(what: str) -> Any:
-    def convert(value: Sequence[Callback] | None) -> tuple[Callback, ...] | None:
-        if value is None:
-            return None
-        items = tuple(_as_callback_list(what, value))
-        if what != "monitors":
-            _reject_monitors(what, items)
-        return items
+def _callback_tuple(what: str, value: Sequence[Callback] | None) -> tuple[Callback, ...] | None:
+    if value is None:
+        return None
+    items = tuple(_as_callback_list(what, value))
+    if what != "monitors":
+        _reject_monitors(what, items)
+    return items
 
-    return convert
+
+def _callbacks(value: Sequence[Callback] | None) -> tuple[Callback, ...]:
+    return _callback_tuple("callbacks", value) or ()
+
+
+def _extra_callbacks(value: Sequence[Callback] | None) -> tuple[Callback, ...] | None:
+    return _callback_tuple("extra_callbacks", value)
+
+
+def _monitors(value: Sequence[Callback] | None) -> tuple[Callback, ...] | None:
+    return _callback_tuple("monitors", value)
 
 
 def _logdir(value: str | os.PathLike[str] | None) -> str | None:
@@ -64,7 +73,7 @@ def _logdir(value: str | os.PathLike[str] | None) -> str | None:
     return os.path.abspath(os.fspath(value))
 
 
-def _logdir_action(_: Any, __: Any, action: str) -> None:
+def _logdir_action(_: Any, __: attrs.Attribute[Any], action: str) -> None:
     if action not in LOGDIR_ACTIONS:
         msg = f"'logdir_action' must be one of {LOGDIR_ACTIONS}; got {action!r}"
         raise ValueError(msg)
@@ -110,15 +119,11 @@ class TrainSpec:
     dataflow: Any = None
     data: Any = attrs.field(default=None, validator=_data)
     model: ModelDescBase | None = attrs.field(default=None, validator=_model)
-    callbacks: tuple[Callback, ...] = attrs.field(
-        default=(), converter=lambda v: _callbacks("callbacks")(v) or ()
-    )
+    callbacks: tuple[Callback, ...] = attrs.field(default=(), converter=_callbacks)
     extra_callbacks: tuple[Callback, ...] | None = attrs.field(
-        default=None, converter=_callbacks("extra_callbacks")
+        default=None, converter=_extra_callbacks
     )
-    monitors: tuple[Callback, ...] | None = attrs.field(
-        default=None, converter=_callbacks("monitors")
-    )
+    monitors: tuple[Callback, ...] | None = attrs.field(default=None, converter=_monitors)
     session_creator: Any = attrs.field(
         default=None, validator=_has_method("create_session", "a create_session() method")
     )

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from towerkit.callbacks import Callback
 from towerkit.towers import TowerContext, TowerFunc
 from towerkit.trainers._tower import SingleCostTrainer
+
+if TYPE_CHECKING:
+    from towerkit.trainers.inputs._base import InputSource
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -23,7 +26,7 @@ class SimpleTrainer(SingleCostTrainer):
 
     def _setup_graph(
         self,
-        input: Any,
+        input: InputSource,
         get_cost_fn: TowerFunc,
         get_opt_fn: Callable[[], Any],
     ) -> list[Callback]:
@@ -42,7 +45,7 @@ class NoOpTrainer(SimpleTrainer):
     for), and ``steps_per_epoch``/``max_epoch`` mean what they mean for other trainers.
     """
 
-    _NOTHING: tuple = ()
+    _NOTHING: tuple[()] = ()
     SUPPORTS_STEPS_PER_EXECUTION = False
 
     def _k_refusal(self) -> str:
@@ -50,7 +53,7 @@ class NoOpTrainer(SimpleTrainer):
 
     def _setup_graph(
         self,
-        input: Any,
+        input: InputSource,
         get_cost_fn: TowerFunc,
         get_opt_fn: Callable[[], Any],
     ) -> list[Callback]:

@@ -110,8 +110,11 @@ def check_input_tensors(
 
 
 def _building_in(graph: Any) -> Any:
-    """Where to read a batch: the default graph when it is a body inside `graph` (a loop
-    running several steps per call, where each iteration takes its own batch), else `graph`."""
+    """Where to read a batch: the default graph when it is a loop body inside `graph`, else `graph`.
+
+    A body inside `graph` is a loop running several steps per call, where each iteration
+    takes its own batch.
+    """
     current = tf1.get_default_graph()
     inner = current
     while inner is not graph and inner is not None:

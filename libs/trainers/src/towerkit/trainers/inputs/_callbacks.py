@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, Callbacks, StopTraining
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import InputDataError
+
+if TYPE_CHECKING:
+    from towerkit.callbacks import TrainerView
+    from towerkit.trainers._base import Trainer
+    from towerkit.trainers.inputs._base import InputSource
 
 __all__ = ["InputSourceCallbacks", "depends_on", "fetched_ops"]
 
@@ -51,10 +56,10 @@ def depends_on(roots: Iterable[Any], targets: Iterable[Any]) -> bool:
 
 
 def _failed_nodes(message: str) -> list[str]:
-    """The node names TensorFlow's error `message` names as failing (``{{node NAME}}``).
+    r"""The node names TensorFlow's error `message` names as failing (``{{node NAME}}``).
 
     Examples:
-        >>> _failed_nodes("End of sequence\\n\\t [[{{node IteratorGetNext}}]]")
+        >>> _failed_nodes("End of sequence\n\t [[{{node IteratorGetNext}}]]")
         ['IteratorGetNext']
     """
     return re.findall(r"\{\{node ([^}]+)\}\}", message)
@@ -94,7 +99,7 @@ class _InputCallback(Callback):
 
 
 def input_failure(
-    err: BaseException, callbacks: Iterable[Any], trainer: Any = None
+    err: BaseException, callbacks: Iterable[Callback], trainer: Trainer | None = None
 ) -> BaseException:
     """The error to raise for a failed step's `err`: the first input callback's explanation.
 
@@ -103,7 +108,8 @@ def input_failure(
     none). Errors that are not TensorFlow's op errors are never an input's doing.
     With `trainer`, the message says where the loop was.
     """
-    if not isinstance(err, tf.errors.OpError):
+    op_error: type[BaseException] = tf.errors.OpError  # so `err` stays a BaseException
+    if not isinstance(err, op_error):
         return err
     failure: BaseException | None = None
     for cb in callbacks:
@@ -319,14 +325,14 @@ class InputSourceCallbacks(Callbacks, _InputCallback):
         source: the input source.
     """
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: InputSource) -> None:
         super().__init__(())
         self._source = source
         self._set_up = False
         self._run_args: list[tuple[Callback, Any]] = []
 
     @property
-    def source(self) -> Any:
+    def source(self) -> InputSource:
         """The input source."""
         return self._source
 
@@ -337,7 +343,7 @@ class InputSourceCallbacks(Callbacks, _InputCallback):
     def has_hook(self, method: str) -> bool:
         return True if not self._set_up else super().has_hook(method)
 
-    def setup_graph(self, trainer: Any) -> None:
+    def setup_graph(self, trainer: TrainerView) -> None:
         self.cbs = Callbacks(self.callbacks()).cbs
         self._set_up = True
         super().setup_graph(trainer)

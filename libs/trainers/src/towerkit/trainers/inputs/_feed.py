@@ -371,9 +371,11 @@ class InputFeeder(_InputCallback):
         return self._feeder.failure
 
     def explain_failure(self, err: BaseException) -> BaseException | None:
-        """The feeding thread's error when it stopped: bad data, the iterable's own
-        error or a timeout closes the queue, so the step fails with TensorFlow's
-        end-of-queue error, which says nothing of the cause."""
+        """The feeding thread's error when it stopped, which the failed step does not tell.
+
+        Bad data, the iterable's own error or a timeout closes the queue, so the step
+        fails with TensorFlow's end-of-queue error, which says nothing of the cause.
+        """
         return self._feeder.failure
 
     def _before_train(self) -> None:

@@ -307,7 +307,8 @@ class TFDatasetInput(_IteratorInput):
             raise ValueError(msg)
         self._card = n if n is not None and n >= 0 else None
         self._card_known = True
-        return n == tf.data.INFINITE_CARDINALITY
+        endless: bool = n == tf.data.INFINITE_CARDINALITY
+        return endless
 
     def _size(self) -> int | None:
         if not self._card_known:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -24,6 +24,9 @@ from towerkit.trainers.inputs._sources import (
     _INPUT_DEVICE,
     TFDatasetInput,
 )
+
+if TYPE_CHECKING:
+    from towerkit.trainers._base import Trainer
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -189,7 +192,10 @@ class StagingInput(InputSource):
 # -- the default heuristics ------------------------------------------------------------------
 
 
-def apply_default_prefetch(input_or_data: Any, trainer: Any = None) -> InputSource:
+def apply_default_prefetch(
+    input_or_data: InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | Iterable[Any],
+    trainer: Trainer | None = None,
+) -> InputSource:
     """The input source a trainer uses for `input_or_data`, with automatic prefetching.
 
     * an :class:`InputSource` is used as it is;
@@ -214,11 +220,11 @@ def apply_default_prefetch(input_or_data: Any, trainer: Any = None) -> InputSour
     kind = input_kind(input_or_data)
     source: InputSource
     if kind == "source":
-        source = input_or_data
+        source = cast("InputSource", input_or_data)  # the protocol's methods, checked
     elif kind in ("dataset", "builder"):
         source = TFDatasetInput(input_or_data, prefetch=tf.data.AUTOTUNE)
     elif kind == "iterable":
-        source = IterableInput(input_or_data)
+        source = IterableInput(cast("Iterable[Any]", input_or_data))
     else:
         msg = (
             "the input must be an InputSource, a tf.data.Dataset (or a function returning "

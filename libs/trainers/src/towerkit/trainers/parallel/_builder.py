@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -18,6 +18,9 @@ from towerkit.towers import TowerContext, resolve_devices, session_config_for_de
 from towerkit.towers.compat import tf1
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers.parallel._dataparallel import least_loaded, missing_devices
+
+if TYPE_CHECKING:
+    from towerkit.trainers._sesscreate import SessionCreatorLike
 
 __all__ = [
     "VARIABLE_OP_TYPES",
@@ -191,7 +194,8 @@ def _variable_bytes(op: Any) -> int:
     except (ValueError, TypeError):
         return 1
     n = shape.num_elements() if shape.is_fully_defined() else 1
-    return max(1, n * max(dtype.size, 1))
+    size: int = max(1, n * max(dtype.size, 1))
+    return size
 
 
 class LeastLoadedDeviceSetter:
@@ -234,7 +238,8 @@ class LeastLoadedDeviceSetter:
     def __call__(self, op: Any) -> str:
         """The device of `op`."""
         if op.device:
-            return op.device
+            device: str = op.device
+            return device
         if op.type not in VARIABLE_OP_TYPES:
             return self.worker_device
         i = least_loaded(self.loads) if len(self.ps_devices) > 1 else 0
@@ -251,7 +256,9 @@ class LeastLoadedDeviceSetter:
 # -- sessions on the towers' devices --------------------------------------------------------
 
 
-def session_creator_for_devices(session_creator: Any, devices: Sequence[str]) -> Any:
+def session_creator_for_devices(
+    session_creator: SessionCreatorLike, devices: Sequence[str]
+) -> SessionCreatorLike:
     """`session_creator`, or a copy whose session has every device of `devices`.
 
     A `NewSessionCreator` (the default one, or one made from a user's session config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -35,6 +35,12 @@ from towerkit.trainers.parallel._health import (
     task_addresses,
 )
 from towerkit.trainers.parallel._trainer_parts import ChiefOwnsLogdir, SessionInitThenRun
+
+if TYPE_CHECKING:
+    from towerkit.callbacks import MonitorBase, Monitors
+    from towerkit.sessinit import SessionInit
+    from towerkit.trainers._sesscreate import SessionCreatorLike
+    from towerkit.trainers.inputs._base import InputSource
 
 __all__ = [
     "DONE_QUEUE",
@@ -174,7 +180,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         self._server = server
         self._cluster = cluster
         self._task = task
-        self._num_workers = cluster.num_tasks("worker")
+        self._num_workers: int = cluster.num_tasks("worker")
         self._num_ps = cluster.num_tasks("ps")
         self.is_chief = task == 0
         self._worker = f"/job:worker/task:{task}"
@@ -209,7 +215,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     def setup_graph(
         self,
         inputs_desc: Sequence[tf.TensorSpec],
-        input: Any,
+        input: InputSource,
         get_cost_fn: Callable[..., Any],
         get_opt_fn: Callable[[], Any],
         *,
@@ -240,14 +246,20 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 )
         return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn)
 
-    def setup_callbacks(self, callbacks: Sequence[Callback] | None, monitors: Any) -> None:
+    def setup_callbacks(
+        self,
+        callbacks: Sequence[Callback] | None,
+        monitors: Sequence[MonitorBase] | Monitors | None,
+    ) -> None:
         """As `Trainer.setup_callbacks`, plus the check-in at the end, after the other callbacks."""
         cbs = list(callbacks or [])
         if self._check_in is not None:
             cbs.append(_CheckIn(self._check_in, self.CHECK_IN_TIMEOUT_MS, self._finishing))
         super().setup_callbacks(cbs, monitors)
 
-    def initialize(self, session_creator: Any, session_init: Any) -> None:
+    def initialize(
+        self, session_creator: SessionCreatorLike, session_init: SessionInit | None
+    ) -> None:
         """Create the session on the cluster (the chief initializes, others wait), hook callbacks.
 
         Raises:
@@ -472,7 +484,7 @@ class DistributedTrainerParameterServer(DistributedTrainerBase):
         return self._caching
 
     def _setup_graph(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
         cache = f"{self._worker}/cpu:0" if self._caching == "cpu" else self._devices[0]
         get_grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
@@ -523,7 +535,7 @@ class DistributedTrainerReplicated(DistributedTrainerBase):
         self._initial_sync: Any = None
 
     def _setup_graph(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
         n = len(self._devices)
         graph = self._graph

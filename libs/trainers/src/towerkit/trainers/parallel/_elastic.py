@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -27,6 +27,10 @@ from towerkit.callbacks import StopTraining
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers.parallel._elastic_core import LoopCommit, commit_after_step, remaining_epochs
+
+if TYPE_CHECKING:
+    from towerkit.trainers._interrupt import InterruptState
+    from towerkit.trainers.parallel._horovod import HorovodTrainer
 
 __all__ = ["GraphState", "Snapshot", "check_elastic_launch", "run_elastic_loop"]
 
@@ -77,7 +81,7 @@ class GraphState:
     afterwards no op is created.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: HorovodTrainer) -> None:
         self._trainer = trainer
         self._hvd = trainer.hvd
         self._host_messages: queue.Queue[tuple[float, int]] = queue.Queue()
@@ -232,10 +236,13 @@ def _as_internal_error(err: tf.errors.OpError) -> Exception:
 
     from towerkit.trainers.parallel._horovod import is_collective_failure
 
-    return HorovodInternalError(err) if is_collective_failure(err) else err
+    error: Exception = HorovodInternalError(err) if is_collective_failure(err) else err
+    return error
 
 
-def run_elastic_loop(trainer: Any, state: GraphState, every_k: int, interrupt: Any) -> None:
+def run_elastic_loop(
+    trainer: HorovodTrainer, state: GraphState, every_k: int, interrupt: InterruptState
+) -> None:
     """The loop under horovod's elastic protocol, from the synced commit to ``max_epoch``.
 
     ``before_epoch`` runs once per epoch in this process (not again after a roll
@@ -253,7 +260,8 @@ def run_elastic_loop(trainer: Any, state: GraphState, every_k: int, interrupt: A
 
     def stop_check() -> None:
         if should_stop() or interrupt.requested:
-            raise StopTraining("stop requested")
+            msg = "stop requested"
+            raise StopTraining(msg)
 
     def body(state: GraphState) -> None:
         spe, starting, max_epoch = state.bounds

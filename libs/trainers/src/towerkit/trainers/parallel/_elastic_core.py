@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-def _nonneg(_: object, attribute: attrs.Attribute, value: int) -> None:
+def _nonneg(_: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 0:
         msg = f"LoopCommit.{attribute.name} must be >= 0; got {value}"
         raise ValueError(msg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +21,12 @@ from towerkit.trainers.parallel._trainer_parts import (
     RunOpEachEpoch,
     SessionInitThenRun,
 )
+
+if TYPE_CHECKING:
+    from towerkit.sessinit import SessionInit
+    from towerkit.trainers._interrupt import InterruptState
+    from towerkit.trainers._sesscreate import SessionCreatorLike
+    from towerkit.trainers.inputs._base import InputSource
 
 __all__ = ["HorovodTrainer", "import_horovod", "is_collective_failure", "rank_gpu"]
 
@@ -284,7 +290,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     def setup_graph(
         self,
         inputs_desc: Sequence[tf.TensorSpec],
-        input: Any,
+        input: InputSource,
         get_cost_fn: Callable[..., Any],
         get_opt_fn: Callable[[], Any],
         *,
@@ -302,7 +308,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         return "/cpu:0" if self._gpu is None else "/gpu:0"
 
     def _setup_graph(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
         hvd = self._hvd
         with tf1.device(self._device()), TowerContext("", is_training=True):
@@ -343,7 +349,9 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
 
     # -- session and loop --------------------------------------------------------------------
 
-    def initialize(self, session_creator: Any, session_init: Any) -> None:
+    def initialize(
+        self, session_creator: SessionCreatorLike, session_init: SessionInit | None
+    ) -> None:
         """As `Trainer.initialize`, then rank 0's variables are broadcast to every rank.
 
         With GPUs, a `NewSessionCreator`'s config is given this rank's GPU.
@@ -395,7 +403,8 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             agreed = self.sess.run(self._loop_value, {self._loop_feed: np.asarray(mine)})
         except tf.errors.OpError as err:
             self.sess.close()
-            raise self._collective_error("agreeing on the loop parameters", err) from err
+            what = "agreeing on the loop parameters"
+            raise self._collective_error(what, err) from err
         agreed = tuple(int(x) for x in agreed)
         if agreed != mine:
             logger.warning(
@@ -410,9 +419,10 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         except tf.errors.OpError as err:
             if not is_collective_failure(err):
                 raise
-            raise self._collective_error("training", err) from err
+            what = "training"
+            raise self._collective_error(what, err) from err
 
-    def _loop(self, bounds: LoopBounds, interrupt: Any) -> None:
+    def _loop(self, bounds: LoopBounds, interrupt: InterruptState) -> None:
         if self._elastic_state is None:
             super()._loop(bounds, interrupt)
             return
@@ -423,7 +433,8 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         except tf.errors.OpError as err:
             if not is_collective_failure(err):
                 raise
-            raise self._collective_error("elastic training", err) from err
+            what = "elastic training"
+            raise self._collective_error(what, err) from err
 
     def _elastic_moved_to(
         self, commit: LoopCommit, bounds: tuple[int, int, int] | None = None

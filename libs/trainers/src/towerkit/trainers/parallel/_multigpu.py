@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -33,6 +33,11 @@ from towerkit.trainers.parallel._grad_sync import (
     make_replicas_local,
 )
 from towerkit.trainers.parallel._trainer_parts import RunOpEachEpoch, SessionInitThenRun
+
+if TYPE_CHECKING:
+    from towerkit.sessinit import SessionInit
+    from towerkit.trainers._sesscreate import SessionCreatorLike
+    from towerkit.trainers.inputs._base import InputSource
 
 __all__ = [
     "AsyncMultiGPUTrainer",
@@ -75,7 +80,9 @@ class _DataParallelTrainer(SingleCostTrainer):
         """How many training towers the trainer builds."""
         return len(self._devices)
 
-    def initialize(self, session_creator: Any, session_init: Any) -> None:
+    def initialize(
+        self, session_creator: SessionCreatorLike, session_init: SessionInit | None
+    ) -> None:
         """As `Trainer.initialize`, with a session that has every tower's device."""
         super().initialize(
             session_creator_for_devices(session_creator, self._devices),
@@ -83,7 +90,7 @@ class _DataParallelTrainer(SingleCostTrainer):
         )
         warn_missing_devices(self.sess, self._devices)
 
-    def _wrap_session_init(self, session_init: Any) -> Any:
+    def _wrap_session_init(self, session_init: SessionInit | None) -> SessionInit | None:
         return session_init
 
     def _gpu_towers(self) -> int:
@@ -180,7 +187,7 @@ class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
         return tuple(self._replicas)
 
     def _setup_graph(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
         n = self.num_towers
         choice = choose_allreduce_mode(self._mode_arg, n, self._gpu_towers(), nccl_available())
@@ -205,7 +212,7 @@ class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
             cbs.append(RunOpEachEpoch(self._sync_op, "copy tower 0's variables to the others"))
         return cbs
 
-    def _wrap_session_init(self, session_init: Any) -> Any:
+    def _wrap_session_init(self, session_init: SessionInit | None) -> SessionInit | None:
         if self._sync_op is None or not self._replicas:
             return session_init
         return SessionInitThenRun(
@@ -253,14 +260,14 @@ class SyncMultiGPUTrainerParameterServer(_DataParallelTrainer):
         return [LeastLoadedDeviceSetter(d, ps, loads) for d in self._devices]
 
     def _shared_tower_grads(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[list[tuple[Any, Any]]]:
         get_grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
         tower_grads = build_towers(self._setters(), get_grads, [""] * self.num_towers)
         return align_tower_grads(tower_grads)
 
     def _setup_graph(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
         get_grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
         tower_grads = build_towers(self._setters(), get_grads, [""] * self.num_towers)
@@ -296,7 +303,7 @@ class AsyncMultiGPUTrainer(SyncMultiGPUTrainerParameterServer):
         return self._scale
 
     def _setup_graph(
-        self, input: Any, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
     ) -> list[Callback]:
         rows = self._shared_tower_grads(input, get_cost_fn, get_opt_fn)
         n = self.num_towers

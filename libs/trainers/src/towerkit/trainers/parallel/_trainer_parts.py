@@ -10,6 +10,7 @@ from typing import Any
 import tensorflow as tf
 
 from towerkit.callbacks import Callback
+from towerkit.sessinit import SessionInit
 from towerkit.trainers._resume import plan_logdir
 
 __all__ = [
@@ -21,7 +22,7 @@ __all__ = [
 logger = logging.getLogger("towerkit.trainers")
 
 
-class SessionInitThenRun:
+class SessionInitThenRun(SessionInit):
     """A session initializer that runs another one (when given), then some ops.
 
     Data-parallel trainers wrap the user's ``session_init`` in it, so the copies of
@@ -38,7 +39,7 @@ class SessionInitThenRun:
 
     def __init__(
         self,
-        session_init: Any,
+        session_init: SessionInit | None,
         ops: Sequence[Any],
         what: str,
         on_error: Callable[[Exception], Exception] | None = None,
