@@ -10,6 +10,7 @@ from helpers import blobs, mlp_cost
 
 from towerkit.callbacks import (
     Callback,
+    LoopBounds,
     MergeAllSummaries,
     ModelSaver,
     MovingAverageSummary,
@@ -115,11 +116,23 @@ class TestTrainConfig:
         """The documented defaults."""
         c = TrainConfig()
         assert (c.starting_epoch, c.max_epoch, c.steps_per_epoch) == (1, 99999, None)
-        assert c.callbacks == []
+        assert c.callbacks == ()
         assert c.extra_callbacks is None
         assert c.monitors is None
         assert c.logdir is None
         assert c.logdir_action == "error"
+
+    def test_a_validated_record(self):
+        """The options live in one frozen `TrainSpec`; the config reads them and never changes."""
+        c = TrainConfig(max_epoch=4, steps_per_epoch=6, steps_per_execution=3)
+        assert c.spec.max_epoch == 4
+        assert c.loop_bounds() == LoopBounds(max_epoch=4, steps_per_epoch=6)
+        with pytest.raises(AttributeError):
+            c.max_epoch = 5
+        sized = TrainConfig(max_epoch=2, steps_per_execution=3)
+        assert sized.loop_bounds(input_size=9).steps_per_epoch == 9
+        with pytest.raises(ValueError, match="must divide 'steps_per_epoch' 10"):
+            sized.loop_bounds(input_size=10)
 
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),

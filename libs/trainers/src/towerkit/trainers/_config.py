@@ -8,17 +8,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from towerkit.callbacks import Callback, LoopBounds
-from towerkit.callbacks.plumbing import check_steps_per_execution, input_kind
-from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
-from towerkit.trainers._multistep import check_k
 from towerkit.trainers._resume import (
-    LOGDIR_ACTIONS,
     LogdirSnapshot,
     ResumePlan,
     resume_plan,
     take_snapshot,
 )
+from towerkit.trainers._train_spec import TrainSpec
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -29,11 +26,6 @@ if TYPE_CHECKING:
     from towerkit.trainers.inputs._base import InputSource
 
 logger = logging.getLogger("towerkit.trainers")
-
-
-def _is_data(data: Any) -> bool:
-    """Whether `data` is what ``TrainConfig(data=...)`` takes: a source, a dataset, a builder."""
-    return input_kind(data) in ("source", "dataset", "builder")
 
 
 class TrainConfig:
@@ -97,66 +89,109 @@ class TrainConfig:
         if kwargs:
             msg = f"TrainConfig got unknown options {sorted(kwargs)}"
             raise TypeError(msg)
-        if dataflow is not None and data is not None:
-            msg = "TrainConfig takes 'dataflow' or 'data', not both"
-            raise ValueError(msg)
-        if data is not None and not _is_data(data):
-            msg = (
-                "'data' must be an InputSource, a tf.data.Dataset or a function of no "
-                f"argument building one; got {type(data).__name__} (give an iterable of "
-                "datapoints as 'dataflow')"
-            )
-            raise TypeError(msg)
-        if model is not None and not isinstance(model, ModelDescBase):
-            msg = f"'model' must be a ModelDesc; got {type(model).__name__}"
-            raise TypeError(msg)
-        if session_creator is not None and session_config is not None:
-            msg = "TrainConfig takes 'session_creator' or 'session_config', not both"
-            raise ValueError(msg)
-        if session_creator is not None and not callable(
-            getattr(session_creator, "create_session", None)
-        ):
-            msg = f"'session_creator' must have a create_session() method; got {type(session_creator).__name__}"
-            raise TypeError(msg)
-        if session_init is not None and not callable(getattr(session_init, "init", None)):
-            msg = f"'session_init' must have an init(sess) method or be None; got {type(session_init).__name__}"
-            raise TypeError(msg)
-        # the loop's bounds, checked by the loop's own record (steps_per_epoch may wait for the input)
-        LoopBounds(
+        self._spec = TrainSpec(
+            dataflow=dataflow,
+            data=data,
+            model=model,
+            callbacks=callbacks,
+            extra_callbacks=extra_callbacks,
+            monitors=monitors,
+            session_creator=session_creator,
+            session_config=session_config,
+            session_init=session_init,
             starting_epoch=starting_epoch,
+            steps_per_epoch=steps_per_epoch,
             max_epoch=max_epoch,
-            steps_per_epoch=1 if steps_per_epoch is None else steps_per_epoch,
+            logdir=logdir,
+            logdir_action=logdir_action,
+            steps_per_execution=steps_per_execution,
         )
-        if logdir_action not in LOGDIR_ACTIONS:
-            msg = f"'logdir_action' must be one of {LOGDIR_ACTIONS}; got {logdir_action!r}"
-            raise ValueError(msg)
-        check_k(steps_per_execution)
-        if steps_per_epoch is not None:
-            check_steps_per_execution(steps_per_epoch, steps_per_execution)
-        if logdir is not None and not isinstance(logdir, (str, os.PathLike)):
-            msg = f"'logdir' must be a path or None; got {type(logdir).__name__}"
-            raise TypeError(msg)
-        self.dataflow = dataflow
-        self.data = data
-        self.model = model
-        self.callbacks = _as_callback_list("callbacks", callbacks)
-        _reject_monitors("callbacks", self.callbacks)
-        self.extra_callbacks = (
-            None
-            if extra_callbacks is None
-            else _as_callback_list("extra_callbacks", extra_callbacks)
-        )
-        _reject_monitors("extra_callbacks", self.extra_callbacks or [])
-        self.monitors = None if monitors is None else _as_callback_list("monitors", monitors)
-        self.session_creator = session_creator
-        self.session_config = session_config
-        self.session_init = session_init
-        self.starting_epoch = starting_epoch
-        self.steps_per_epoch = steps_per_epoch
-        self.max_epoch = max_epoch
-        self.logdir = None if logdir is None else os.path.abspath(os.fspath(logdir))
-        self.logdir_action = logdir_action
-        self.steps_per_execution = steps_per_execution
+
+    # -- the options, read from the record (a config never changes) ------------------------
+
+    @property
+    def spec(self) -> TrainSpec:
+        """The validated record of every option (`TrainSpec`)."""
+        return self._spec
+
+    def loop_bounds(self, input_size: int | None = None) -> LoopBounds:
+        """The run's `LoopBounds`: ``steps_per_epoch``, or `input_size` when it is None."""
+        return self._spec.loop_bounds(input_size)
+
+    @property
+    def dataflow(self) -> Iterable[Any] | None:
+        """The data flow to read from, or None."""
+        return self._spec.dataflow
+
+    @property
+    def data(self) -> InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | None:
+        """The input source, dataset or dataset function, or None."""
+        return self._spec.data
+
+    @property
+    def model(self) -> ModelDescBase | None:
+        """The model to train."""
+        return self._spec.model
+
+    @property
+    def callbacks(self) -> tuple[Callback, ...]:
+        """The callbacks (a tuple)."""
+        return self._spec.callbacks
+
+    @property
+    def extra_callbacks(self) -> tuple[Callback, ...] | None:
+        """The callbacks after `callbacks`; None for ``DEFAULT_CALLBACKS()``."""
+        return self._spec.extra_callbacks
+
+    @property
+    def monitors(self) -> tuple[MonitorBase, ...] | None:
+        """The monitors; None for ``DEFAULT_MONITORS()``."""
+        return self._spec.monitors
+
+    @property
+    def session_creator(self) -> SessionCreatorLike | None:
+        """What makes the session; None for the default creator."""
+        return self._spec.session_creator
+
+    @property
+    def session_config(self) -> Any:
+        """The ``ConfigProto`` of the default session creator, or None."""
+        return self._spec.session_config
+
+    @property
+    def session_init(self) -> SessionInit | None:
+        """What loads values into the session, or None."""
+        return self._spec.session_init
+
+    @property
+    def starting_epoch(self) -> int:
+        """The first epoch (1-based)."""
+        return self._spec.starting_epoch
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """Steps in each epoch; None: the input's size."""
+        return self._spec.steps_per_epoch
+
+    @property
+    def max_epoch(self) -> int:
+        """The last epoch, inclusive."""
+        return self._spec.max_epoch
+
+    @property
+    def logdir(self) -> str | None:
+        """The run's directory (absolute), or None."""
+        return self._spec.logdir
+
+    @property
+    def logdir_action(self) -> str:
+        """What to do with a non-empty `logdir`."""
+        return self._spec.logdir_action
+
+    @property
+    def steps_per_execution(self) -> int:
+        """Training steps per session call (K)."""
+        return self._spec.steps_per_execution
 
     def plan_resume(self, steps_per_epoch: int) -> ResumePlan | None:
         """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).

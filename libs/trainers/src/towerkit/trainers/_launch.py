@@ -6,6 +6,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+import attrs
+
 from towerkit.trainers._config import TrainConfig
 from towerkit.trainers._lock import LogdirLock
 from towerkit.trainers._model import ModelDesc
@@ -14,8 +16,7 @@ from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._tower import SingleCostTrainer
 
 if TYPE_CHECKING:
-    from towerkit.sessinit import SessionInit
-    from towerkit.trainers.inputs._base import InputSource
+    from towerkit.callbacks import LoopBounds
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -76,32 +77,27 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         model.get_optimizer,
         **_k_kwargs(config.steps_per_execution),
     )
-    steps_per_epoch = config.steps_per_epoch
-    if steps_per_epoch is None:
-        steps_per_epoch = source.size()
-        logger.info("steps_per_epoch not given: using the input's size, %d", steps_per_epoch)
-    session_init, starting_epoch = config.session_init, config.starting_epoch
+    if config.steps_per_epoch is None:
+        bounds = config.loop_bounds(input_size=source.size())
+        logger.info("steps_per_epoch not given: using the input's size, %d", bounds.steps_per_epoch)
+    else:
+        bounds = config.loop_bounds()
     lock = None
     if config.logdir is not None and trainer.is_chief and os.path.isdir(config.logdir):
         # the resume plan reads the directory and rewrites stats.json: not while another run writes it
         lock = LogdirLock(str(config.logdir))
         lock.acquire()
     try:
-        _launch(config, trainer, source, steps_per_epoch, session_init, starting_epoch)
+        _launch(config, trainer, bounds)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _launch(
-    config: TrainConfig,
-    trainer: SingleCostTrainer,
-    source: InputSource,
-    steps_per_epoch: int,
-    session_init: SessionInit | None,
-    starting_epoch: int,
-) -> None:
-    plan = config.plan_resume(steps_per_epoch)
+def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds) -> None:
+    """Train over `bounds` (the config's, moved to where a resumed run starts)."""
+    session_init = config.session_init
+    plan = config.plan_resume(bounds.steps_per_epoch)
     if plan is not None:
         level = logging.WARNING if plan.ignored else logging.INFO
         logger.log(level, "%s: %s", type(config).__name__, plan.reason)
@@ -109,7 +105,7 @@ def _launch(
             from towerkit.sessinit import SaverRestore
 
             session_init = SaverRestore(plan.checkpoint)
-        starting_epoch = plan.starting_epoch
+        bounds = attrs.evolve(bounds, starting_epoch=plan.starting_epoch)
         if plan.keep_stats_until_step is not None and trainer.is_chief:
             truncate_stats(str(config.logdir), plan.keep_stats_until_step)
     session_creator = config.session_creator
@@ -120,9 +116,9 @@ def _launch(
         monitors=config.monitors,
         session_creator=session_creator,
         session_init=session_init,
-        steps_per_epoch=steps_per_epoch,
-        starting_epoch=starting_epoch,
-        max_epoch=config.max_epoch,
+        steps_per_epoch=bounds.steps_per_epoch,
+        starting_epoch=bounds.starting_epoch,
+        max_epoch=bounds.max_epoch,
         extra_callbacks=config.extra_callbacks,
         logdir=config.logdir,
         logdir_action=config.logdir_action,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -15,10 +15,21 @@ from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._multistep import check_k
 from towerkit.trainers._resume import LOGDIR_ACTIONS
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from towerkit.callbacks import MonitorBase
+    from towerkit.sessinit import SessionInit
+    from towerkit.trainers._sesscreate import SessionCreatorLike
+    from towerkit.trainers.inputs._base import InputSource
+
 __all__ = ["TrainSpec"]
 
 
-def _data(_: Any, __: attrs.Attribute[Any], data: Any) -> None:
+def _data(spec: Any, __: attrs.Attribute[Any], data: Any) -> None:
+    if spec.dataflow is not None and data is not None:
+        msg = "TrainConfig takes 'dataflow' or 'data', not both"
+        raise ValueError(msg)
     if data is not None and input_kind(data) not in ("source", "dataset", "builder"):
         msg = (
             "'data' must be an InputSource, a tf.data.Dataset or a function of no "
@@ -26,6 +37,13 @@ def _data(_: Any, __: attrs.Attribute[Any], data: Any) -> None:
             "datapoints as 'dataflow')"
         )
         raise TypeError(msg)
+
+
+def _session_creator(spec: Any, attribute: attrs.Attribute[Any], creator: Any) -> None:
+    if creator is not None and spec.session_config is not None:
+        msg = "TrainConfig takes 'session_creator' or 'session_config', not both"
+        raise ValueError(msg)
+    _has_method("create_session", "a create_session() method")(spec, attribute, creator)
 
 
 def _model(_: Any, __: attrs.Attribute[Any], model: Any) -> None:
@@ -60,8 +78,8 @@ def _extra_callbacks(value: Sequence[Callback] | None) -> tuple[Callback, ...] |
     return _callback_tuple("extra_callbacks", value)
 
 
-def _monitors(value: Sequence[Callback] | None) -> tuple[Callback, ...] | None:
-    return _callback_tuple("monitors", value)
+def _monitors(value: Sequence[MonitorBase] | None) -> tuple[MonitorBase, ...] | None:
+    return cast("tuple[MonitorBase, ...] | None", _callback_tuple("monitors", value))
 
 
 def _logdir(value: str | os.PathLike[str] | None) -> str | None:
@@ -84,8 +102,9 @@ class TrainSpec:
     """Every option of a single-cost training run, validated once, when it is built.
 
     `TrainConfig` keeps tensorpack's signature and builds this record; its attributes
-    read the record. Each option is checked by its own field (its kind, its values);
-    the options that exclude or bound each other are checked together after them.
+    read the record. Each option is checked by its field's validator, which also
+    refuses the options it excludes (``data`` with ``dataflow``, ``session_creator``
+    with ``session_config``); the loop's bounds are checked together after them.
 
     Attributes:
         dataflow: a data flow to read from, or None.
@@ -116,19 +135,21 @@ class TrainSpec:
         ValueError: 'steps_per_execution' 4 must divide 'steps_per_epoch' 10 (an epoch is a whole number of session calls); divisors near 4: 2, 5
     """
 
-    dataflow: Any = None
-    data: Any = attrs.field(default=None, validator=_data)
+    dataflow: Iterable[Any] | None = None
+    data: InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | None = attrs.field(
+        default=None, validator=_data
+    )
     model: ModelDescBase | None = attrs.field(default=None, validator=_model)
     callbacks: tuple[Callback, ...] = attrs.field(default=(), converter=_callbacks)
     extra_callbacks: tuple[Callback, ...] | None = attrs.field(
         default=None, converter=_extra_callbacks
     )
-    monitors: tuple[Callback, ...] | None = attrs.field(default=None, converter=_monitors)
-    session_creator: Any = attrs.field(
-        default=None, validator=_has_method("create_session", "a create_session() method")
+    monitors: tuple[MonitorBase, ...] | None = attrs.field(default=None, converter=_monitors)
+    session_creator: SessionCreatorLike | None = attrs.field(
+        default=None, validator=_session_creator
     )
     session_config: Any = None
-    session_init: Any = attrs.field(
+    session_init: SessionInit | None = attrs.field(
         default=None, validator=_has_method("init", "an init(sess) method or be None")
     )
     starting_epoch: int = 1
@@ -139,12 +160,6 @@ class TrainSpec:
     steps_per_execution: int = attrs.field(default=1, converter=check_k)
 
     def __attrs_post_init__(self) -> None:
-        if self.dataflow is not None and self.data is not None:
-            msg = "TrainConfig takes 'dataflow' or 'data', not both"
-            raise ValueError(msg)
-        if self.session_creator is not None and self.session_config is not None:
-            msg = "TrainConfig takes 'session_creator' or 'session_config', not both"
-            raise ValueError(msg)
         # the loop's bounds, by the loop's own record (steps_per_epoch may wait for the input)
         LoopBounds(
             starting_epoch=self.starting_epoch,
