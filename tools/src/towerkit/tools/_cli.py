@@ -27,7 +27,7 @@ def add_verbose_arg(parser: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def stderr_captured() -> Iterator[list[str]]:
-    """Send what this process writes to file descriptor 2 into a list instead of the terminal.
+    r"""Send what this process writes to file descriptor 2 into a list instead of the terminal.
 
     TensorFlow's C++ libraries write their start-up lines (``All log messages before
     absl::InitializeLog()``, oneDNN notices) straight to descriptor 2 when they load,
@@ -36,7 +36,7 @@ def stderr_captured() -> Iterator[list[str]]:
 
     Examples:
         >>> with stderr_captured() as lines:
-        ...     os.write(2, b"hidden\\n")
+        ...     os.write(2, b"hidden\n")
         7
         >>> lines
         ['hidden']

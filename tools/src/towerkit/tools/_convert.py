@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from towerkit.tools._cli import add_verbose_arg, load_tensorflow
 from towerkit.tools._files import ToolError, fail
@@ -117,7 +118,7 @@ def _check_target(target: str, kind: str, *, overwrite: bool) -> None:
         raise ToolError(msg)
 
 
-def _write(values: dict, target: str, kind: str, set_latest: bool) -> None:
+def _write(values: Mapping[str, Any], target: str, kind: str, set_latest: bool) -> None:
     from towerkit.sessinit import (
         remove_stale_temporaries,
         save_checkpoint_vars,

@@ -41,7 +41,7 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def fail(tool: str, message: object) -> int:
-    """Print ``<tool>: error: <message>`` to stderr and return the exit status 2.
+    r"""Print ``<tool>: error: <message>`` to stderr and return the exit status 2.
 
     Examples:
         >>> import contextlib, io
@@ -49,7 +49,7 @@ def fail(tool: str, message: object) -> int:
         >>> with contextlib.redirect_stderr(err):
         ...     status = fail("ls-checkpoint", "'x' does not exist")
         >>> status, err.getvalue()
-        (2, "ls-checkpoint: error: 'x' does not exist\\n")
+        (2, "ls-checkpoint: error: 'x' does not exist\n")
     """
     print(f"{tool}: error: {message}", file=sys.stderr)
     return 2

@@ -130,7 +130,8 @@ def format_bytes(n: int | None) -> str:
         value /= 1024
         if round(value, 1) < 1024 or unit == "TiB":  # 1023.96 KiB shows as 1.0 MiB
             return f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")  # pragma: no cover
+    msg = "unreachable"  # pragma: no cover
+    raise AssertionError(msg)  # pragma: no cover
 
 
 def is_npz(path: str) -> bool:

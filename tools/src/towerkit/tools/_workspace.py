@@ -54,10 +54,10 @@ class Dist:
 
 
 def version_line(text: str) -> re.Match[str] | None:
-    """The ``__version__ = "..."`` line of a version file's text.
+    r"""The ``__version__ = "..."`` line of a version file's text.
 
     Examples:
-        >>> version_line('__version__ = "0.1.0"\\n').group(2)
+        >>> version_line('__version__ = "0.1.0"\n').group(2)
         '0.1.0'
     """
     return _VERSION_LINE.search(text)

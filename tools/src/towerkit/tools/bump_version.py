@@ -174,7 +174,7 @@ def requirement_spec(requirement: str, dist: str) -> str | None:
 
 
 def rewrite_requirements(text: str, dist: str, spec: str) -> tuple[str, int]:
-    """Replace the specifier of every requirement on `dist` in a pyproject's text.
+    r"""Replace the specifier of every requirement on `dist` in a pyproject's text.
 
     Only quoted strings that are elements of an array (after ``[`` or ``,``) count, so
     ``name = "towerkit-x"`` is left alone. Extras and environment markers are kept.
@@ -183,16 +183,15 @@ def rewrite_requirements(text: str, dist: str, spec: str) -> tuple[str, int]:
         The new text and the number of requirements rewritten.
 
     Examples:
-        >>> text = 'dependencies = [\\n  "towerkit-towers>=0.1,<0.2",\\n  "towerkit-towers-x>=1",\\n]'
+        >>> text = 'dependencies = [\n  "towerkit-towers>=0.1,<0.2",\n  "towerkit-towers-x>=1",\n]'
         >>> new, n = rewrite_requirements(text, "towerkit-towers", ">=0.2,<0.3")
         >>> n, new.splitlines()[1]
         (1, '  "towerkit-towers>=0.2,<0.3",')
-        >>> rewrite_requirements('x = ["towerkit-a[cpu] >=0.1,<0.2; python_version>\\'3\\'"]', "towerkit-a", ">=0.2,<0.3")[0]
-        'x = ["towerkit-a[cpu]>=0.2,<0.3; python_version>\\'3\\'"]'
+        >>> rewrite_requirements('x = ["towerkit-a[cpu] >=0.1,<0.2; python_version>\'3\'"]', "towerkit-a", ">=0.2,<0.3")[0]
+        'x = ["towerkit-a[cpu]>=0.2,<0.3; python_version>\'3\'"]'
         >>> rewrite_requirements('name = "towerkit-a"', "towerkit-a", ">=0.2,<0.3")
         ('name = "towerkit-a"', 0)
     """
-
     count = 0
 
     def repl(match: re.Match[str]) -> str:

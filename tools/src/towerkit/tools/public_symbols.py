@@ -22,7 +22,7 @@ __all__ = ["diff_names", "init_path", "main", "names_in_all"]
 
 
 def names_in_all(source: str, filename: str = "<source>") -> list[str]:
-    """The names a module's ``__all__`` lists, read from its source without running it.
+    r"""The names a module's ``__all__`` lists, read from its source without running it.
 
     Handles ``__all__ = [...]`` (or a tuple, or annotated) and ``__all__ += [...]``.
 
@@ -31,7 +31,7 @@ def names_in_all(source: str, filename: str = "<source>") -> list[str]:
             string literals.
 
     Examples:
-        >>> names_in_all('__all__ = ["b", "a"]\\n__all__ += ("c",)\\n')
+        >>> names_in_all('__all__ = ["b", "a"]\n__all__ += ("c",)\n')
         ['b', 'a', 'c']
         >>> names_in_all("x = 1")
         []

@@ -230,7 +230,8 @@ def entry_from_table(table: Mapping[str, Any]) -> tuple[Any, str]:
     try:
         return _build_entry(name, kind, table), kind
     except (TypeError, ValueError) as err:
-        raise type(err)(f"callback {name!r} ({kind}): {err}") from None
+        msg = f"callback {name!r} ({kind}): {err}"
+        raise type(err)(msg) from None
 
 
 def _build_entry(name: str, kind: str, table: Mapping[str, Any]) -> Any:

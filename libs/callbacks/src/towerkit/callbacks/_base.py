@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from towerkit.callbacks._types import TrainerView
@@ -468,7 +468,7 @@ class Callbacks(Callback):
         for cb in self.cbs:
             cb.trigger()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Callback]:
         return iter(self.cbs)
 
     def __len__(self) -> int:

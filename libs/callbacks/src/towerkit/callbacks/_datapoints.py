@@ -116,7 +116,12 @@ def datapoint_tuple(datapoint: Any, names: Sequence[str]) -> tuple[Any, ...]:
 
 
 def _to_dtype(value: Any) -> np.dtype:
-    return np.dtype(value)
+    dtype: np.dtype = np.dtype(value)
+    return dtype
+
+
+def _to_dtypes(value: Any) -> tuple[np.dtype, ...]:
+    return tuple(map(_to_dtype, value))
 
 
 def _to_shapes(value: Any) -> tuple[tuple[int | None, ...] | None, ...]:
@@ -148,7 +153,7 @@ class DatapointLayout:
     """
 
     names: tuple[str, ...] = attrs.field(converter=tuple)
-    dtypes: tuple[np.dtype, ...] = attrs.field(converter=lambda v: tuple(map(_to_dtype, v)))
+    dtypes: tuple[np.dtype, ...] = attrs.field(converter=_to_dtypes)
     shapes: tuple[tuple[int | None, ...] | None, ...] = attrs.field(converter=_to_shapes)
 
     @names.validator

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
@@ -17,6 +18,9 @@ SessionRunContext = tf1.train.SessionRunContext
 SessionRunValues = tf1.train.SessionRunValues
 
 _MAX_ID_ENTRIES = 512
+
+_Active = tuple[tuple[Callback, Any], ...]
+"""The hooks asking for something in one call: each callback with its ``SessionRunArgs``."""
 
 
 def _scalar(value: Any) -> Any:
@@ -52,7 +56,16 @@ class _Entry:
 
     __slots__ = ("call", "feed_dtypes", "feeds", "main", "pieces", "refs", "with_metadata")
 
-    def __init__(self, call, feeds, feed_dtypes, main, pieces, refs, with_metadata):
+    def __init__(
+        self,
+        call: Callable[..., Any],
+        feeds: tuple[Any, ...],
+        feed_dtypes: tuple[npt.DTypeLike, ...],
+        main: Callable[[Sequence[Any]], Any],
+        pieces: list[Callable[[Sequence[Any]], Any]],
+        refs: tuple[Any, ...],
+        with_metadata: bool,
+    ) -> None:
         self.call = call
         self.feeds = feeds
         self.feed_dtypes = feed_dtypes
@@ -90,10 +103,12 @@ class HookedSession:
         self._after = tuple(cb for cb in callbacks if cb.has_hook("_after_run"))
         self._hooked = bool(self._before or self._after)
         self._step = [] if step_op is None else [step_op]
-        self._by_id: dict[tuple, _Entry] = {}
-        self._by_structure: dict[tuple, Callable[..., Any]] = {}
+        self._by_id: dict[tuple[Any, ...], _Entry] = {}
+        self._by_structure: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self._stop = False
-        self._last = _Entry(None, (), (), None, [], (object(),), False)
+        # A placeholder no fetches can match (its reference is a fresh object), so its
+        # functions are never called: the first run looks up a real entry.
+        self._last = _Entry(_nothing_to_run, (), (), _nothing_to_run, [], (object(),), False)
         self.run_calls = 0
 
     @property
@@ -115,7 +130,7 @@ class HookedSession:
     def run(
         self,
         fetches: Any,
-        feed_dict: dict | None = None,
+        feed_dict: dict[Any, Any] | None = None,
         options: Any = None,
         run_metadata: Any = None,
     ) -> Any:
@@ -168,7 +183,9 @@ class HookedSession:
 
     # -- compiled calls ---------------------------------------------------------------
 
-    def _call(self, entry: _Entry, feed_dict, run_metadata, active) -> Any:
+    def _call(
+        self, entry: _Entry, feed_dict: dict[Any, Any] | None, run_metadata: Any, active: _Active
+    ) -> Any:
         values: Sequence[Any] = ()
         if entry.feeds:
             merged = dict(feed_dict or {})
@@ -183,7 +200,9 @@ class HookedSession:
             return entry.call(*values, run_metadata=run_metadata)
         return entry.call(*values)
 
-    def _lookup(self, fetches, feed_dict, options, active) -> _Entry:
+    def _lookup(
+        self, fetches: Any, feed_dict: dict[Any, Any] | None, options: Any, active: _Active
+    ) -> _Entry:
         key = (
             id(fetches),
             tuple(feed_dict) if feed_dict else (),
@@ -211,7 +230,9 @@ class HookedSession:
         self._by_id[key] = entry
         return entry
 
-    def _compile(self, fetches, feed_dict, options, active) -> _Entry:
+    def _compile(
+        self, fetches: Any, feed_dict: dict[Any, Any] | None, options: Any, active: _Active
+    ) -> _Entry:
         graph = self.sess.graph
         structures = [fetches, *(a.fetches for _, a in active)]
         flats = [[_resolve(graph, f) for f in _flatten(s)] for s in structures]

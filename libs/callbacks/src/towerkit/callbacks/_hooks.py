@@ -10,7 +10,7 @@ from towerkit.towers.compat import tf1
 _SessionRunHook: Any = tf1.train.SessionRunHook
 
 
-class CallbackToHook(_SessionRunHook):
+class CallbackToHook(_SessionRunHook):  # type: ignore[misc]  # TensorFlow's class is untyped
     """A ``SessionRunHook`` that calls a callback's ``before_run``/``after_run``.
 
     Hooks know less than callbacks, so only these two methods carry over: the
@@ -101,7 +101,8 @@ def _local_cli_debug_hook_class() -> type:
             f"{err}"
         )
         raise ImportError(msg) from err
-    return LocalCLIDebugHook
+    hook: type = LocalCLIDebugHook
+    return hook
 
 
 class TFLocalCLIDebugHook(HookToCallback):

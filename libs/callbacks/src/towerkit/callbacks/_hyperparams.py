@@ -93,7 +93,8 @@ class GraphVarParam(HyperParam):
         """The variable's dtype as a NumPy dtype (after ``setup_graph``; None before)."""
         if self._var is None:
             return None
-        return np.dtype(self._var.dtype.base_dtype.as_numpy_dtype)
+        dtype: np.dtype = np.dtype(self._var.dtype.base_dtype.as_numpy_dtype)
+        return dtype
 
     def setup_graph(self) -> None:
         graph = tf1.get_default_graph()

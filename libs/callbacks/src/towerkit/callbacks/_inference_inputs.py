@@ -199,8 +199,10 @@ def _dataset_inputs(element: Any, signature: Sequence[tf.TensorSpec]) -> list[An
 
 
 def _datapoint_values(dp: Any, index: int, layout: DatapointLayout) -> list[Any]:
-    """The arrays of a Python datapoint, checked against ``layout`` by the one datapoint rule
-    the trainers' inputs also follow (`conform_datapoint`)."""
+    """The arrays of a Python datapoint, checked against ``layout``.
+
+    The check is the one datapoint rule the trainers' inputs also follow (`conform_datapoint`).
+    """
     try:
         return list(conform_datapoint(dp, layout))
     except ValueError as err:

@@ -130,7 +130,7 @@ class InjectShell(Callback):
     """
 
     def __init__(
-        self, file: str | os.PathLike = "INJECT_SHELL.tmp", shell: str = "ipython"
+        self, file: str | os.PathLike[str] = "INJECT_SHELL.tmp", shell: str = "ipython"
     ) -> None:
         file = os.fspath(file)
         if not file:

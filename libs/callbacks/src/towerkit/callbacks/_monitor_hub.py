@@ -54,8 +54,10 @@ class MonitorBase(Callback):
         """Take a ``tf.compat.v1.Event``, its ``step`` and ``wall_time`` filled in."""
 
     def process(self, name: str, val: Any) -> None:
-        """Take a key-value pair: a number goes to :meth:`process_scalar`, an array to
-        :meth:`process_image`."""
+        """Take a key-value pair and pass it to the method for its kind.
+
+        A number goes to :meth:`process_scalar`, an array to :meth:`process_image`.
+        """
         if isinstance(val, np.ndarray) and val.ndim >= 2:
             self.process_image(name, val)
         else:

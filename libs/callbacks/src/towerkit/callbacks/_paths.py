@@ -10,10 +10,10 @@ __all__ = ["check_file_name", "file_name_problem"]
 
 
 def file_name_problem(name: str) -> str | None:
-    """Why `name` cannot name a file directly inside a directory, or None when it can.
+    r"""Why `name` cannot name a file directly inside a directory, or None when it can.
 
     A name is refused when it is empty, is ``.`` or ``..``, holds a path separator
-    (``/``, or ``\\`` on Windows), a drive (``C:``) or a NUL character: each would
+    (``/``, or ``\`` on Windows), a drive (``C:``) or a NUL character: each would
     write elsewhere than the directory, or nowhere.
 
     Examples:

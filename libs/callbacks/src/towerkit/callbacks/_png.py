@@ -9,12 +9,12 @@ import numpy as np
 
 
 def encode_png(image: np.ndarray) -> bytes:
-    """A PNG file holding ``image`` (HWC, 1 to 4 channels), values clipped to [0, 255].
+    r"""A PNG file holding ``image`` (HWC, 1 to 4 channels), values clipped to [0, 255].
 
     Examples:
         >>> png = encode_png(np.zeros((2, 3, 1)))
         >>> png[:8], png[16:24]
-        (b'\\x89PNG\\r\\n\\x1a\\n', b'\\x00\\x00\\x00\\x03\\x00\\x00\\x00\\x02')
+        (b'\x89PNG\r\n\x1a\n', b'\x00\x00\x00\x03\x00\x00\x00\x02')
     """
     h, w, c = image.shape
     pixels = np.clip(np.rint(image.astype(np.float64)), 0, 255).astype(np.uint8)

@@ -6,11 +6,12 @@ import contextlib
 import os
 import signal
 import subprocess
+from typing import Any
 
 __all__ = ["stop_process_group"]
 
 
-def stop_process_group(proc: subprocess.Popen, grace: float = 10.0) -> int:
+def stop_process_group(proc: subprocess.Popen[Any], grace: float = 10.0) -> int:
     """Stop `proc` and every process of its group: SIGTERM, then SIGKILL after `grace` seconds.
 
     `proc` must lead its own process group (started with ``start_new_session=True``),

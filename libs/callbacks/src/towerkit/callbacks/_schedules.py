@@ -58,7 +58,11 @@ def _points(value: Any) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def _check_points(instance: Any, attribute: attrs.Attribute, points: tuple) -> None:
+def _check_points(
+    instance: Any,
+    attribute: attrs.Attribute[tuple[tuple[int, float], ...]],
+    points: tuple[tuple[int, float], ...],
+) -> None:
     del instance, attribute
     if not points:
         msg = "'schedule' must hold at least one (point, value) pair; got none"
@@ -80,8 +84,8 @@ def _check_points(instance: Any, attribute: attrs.Attribute, points: tuple) -> N
         raise ValueError(msg)
 
 
-def _check_choice(choices: tuple) -> Callable[[Any, attrs.Attribute, Any], None]:
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_choice(choices: tuple[Any, ...]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         del instance
         if value not in choices:
             msg = f"{attribute.name!r} must be one of {choices}; got {value!r}"

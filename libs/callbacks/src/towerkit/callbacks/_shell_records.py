@@ -67,8 +67,9 @@ def callback_record() -> ShellRecord:
 def periodic_trigger_record(
     every_k_steps: int | None = None, every_k_epochs: int | None = None, before_train: bool = False
 ) -> ShellRecord:
-    """``PeriodicTrigger(cb, every_k_steps, every_k_epochs, before_train)``: an `EveryK`
-    evaluated at the trigger kinds.
+    """The record of ``PeriodicTrigger(cb, every_k_steps, every_k_epochs, before_train)``.
+
+    It is an `EveryK` evaluated at the trigger kinds.
 
     Examples:
         >>> periodic_trigger_record(every_k_epochs=2).trigger
@@ -123,8 +124,9 @@ def periodic_callback_record(
     every_k_epochs: int | None = None,
     methods: Iterable[Any] = ("trigger_epoch",),
 ) -> ShellRecord:
-    """``PeriodicCallback(cb, every_k_steps, every_k_epochs)``: `periodic_record` at the
-    gated methods `cb` acts in.
+    """The record of ``PeriodicCallback(cb, every_k_steps, every_k_epochs)``.
+
+    It is `periodic_record` at the gated methods `cb` acts in.
 
     Examples:
         >>> periodic_callback_record(None, 2).trigger
@@ -139,8 +141,10 @@ def scheduled_setter_record(
     step_based: bool = False,
     set_at_beginning: bool = True,
 ) -> ShellRecord:
-    """``ScheduledHyperParamSetter(param, schedule, interp, step_based, set_at_beginning)``:
-    its `OnSchedule` record, at ``before_train`` and where the schedule's points are reached.
+    """The `OnSchedule` record of a ``ScheduledHyperParamSetter``.
+
+    For ``ScheduledHyperParamSetter(param, schedule, interp, step_based, set_at_beginning)``:
+    it fires at ``before_train`` and where the schedule's points are reached.
 
     Raises:
         TypeError: a bad schedule entry.

@@ -160,14 +160,14 @@ class StatMonitorState:
     )
 
 
-def _check_last_k(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_last_k(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
     del instance, attribute
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         msg = f"'last_k' must be an int >= 1; got {value!r}"
         raise ValueError(msg)
 
 
-def _check_threshold(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_threshold(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
     del instance, attribute
     if not is_real_number(value) or not math.isfinite(value) or value < 0:  # type: ignore[arg-type, operator]
         msg = f"'threshold' must be a finite number >= 0; got {value!r}"

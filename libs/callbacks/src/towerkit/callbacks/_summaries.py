@@ -250,7 +250,8 @@ def window_mean(values: Sequence[Any], window: int) -> np.ndarray:
         [3.0]
     """
     arr = np.asarray(values, dtype=np.float64)
-    return arr[-window:].mean(axis=0)
+    mean: np.ndarray = arr[-window:].mean(axis=0)
+    return mean
 
 
 class SimpleMovingAverage(Callback):
@@ -313,7 +314,8 @@ class SimpleMovingAverage(Callback):
         """The current averages, one per tensor; None before the first step."""
         if self._count == 0:
             return None
-        return self._buffer[: min(self._count, self._window)].mean(axis=0)
+        mean: np.ndarray = self._buffer[: min(self._count, self._window)].mean(axis=0)
+        return mean
 
     def _trigger(self) -> None:
         means = self.averages()

@@ -94,10 +94,10 @@ class ThroughputTracker(Callback):
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
-    """The fields of ``/proc/meminfo``, in bytes (``kB`` values are multiplied by 1024).
+    r"""The fields of ``/proc/meminfo``, in bytes (``kB`` values are multiplied by 1024).
 
     Examples:
-        >>> parse_meminfo("MemTotal:       16318480 kB\\nMemAvailable:    8000 kB\\nHugePages_Total:       0\\n")
+        >>> parse_meminfo("MemTotal:       16318480 kB\nMemAvailable:    8000 kB\nHugePages_Total:       0\n")
         {'MemTotal': 16710123520, 'MemAvailable': 8192000, 'HugePages_Total': 0}
     """
     out = {}

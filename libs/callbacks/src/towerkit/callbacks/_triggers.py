@@ -52,7 +52,7 @@ ALL_KINDS = frozenset(EventKind)
 """Every event kind."""
 
 
-def _positive_int_or_none(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _positive_int_or_none(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
@@ -63,14 +63,14 @@ def _positive_int_or_none(instance: Any, attribute: attrs.Attribute, value: Any)
         raise ValueError(msg)
 
 
-def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _positive_int(instance: Any, attribute: attrs.Attribute[int], value: Any) -> None:
     if value is None:
         msg = f"{type(instance).__name__}: {attribute.name!r} must be an int > 0; got None"
         raise TypeError(msg)
     _positive_int_or_none(instance, attribute, value)
 
 
-def _bool(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _bool(instance: Any, attribute: attrs.Attribute[bool], value: Any) -> None:
     if not isinstance(value, bool):
         msg = f"{type(instance).__name__}: {attribute.name!r} must be a bool; got {type(value).__name__} {value!r}"
         raise TypeError(msg)

@@ -149,7 +149,8 @@ class _class_or_instance_method:
 def _stats_dir(writer: Any, dir: Any, what: str) -> str:
     """`dir` as a string; else the logdir of `writer`'s trainer; TypeError when neither."""
     if dir is not None:
-        return os.fspath(dir)
+        path: str = os.fspath(dir)
+        return path
     trainer = getattr(writer, "trainer", None)
     logdir = getattr(trainer, "logdir", None)
     if logdir is None:
@@ -163,7 +164,8 @@ def _stats_dir(writer: Any, dir: Any, what: str) -> str:
             "no global log directory to default to"
         )
         raise TypeError(msg)
-    return os.fspath(logdir)
+    logdir_path: str = os.fspath(logdir)
+    return logdir_path
 
 
 _RECORD_KEYS = ("epoch_num", "global_step")

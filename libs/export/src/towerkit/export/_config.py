@@ -21,7 +21,9 @@ def _input_names_tuple(value: Any) -> tuple[str, ...]:
     return as_names("input_names", value)
 
 
-def _check_input_names(spec: PredictSpec, _attr: attrs.Attribute, value: tuple[str, ...]) -> None:
+def _check_input_names(
+    spec: PredictSpec, _attr: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]
+) -> None:
     check_input_names(value, _all_input_names(spec))
 
 

@@ -238,8 +238,10 @@ def BatchNorm(
             ``is_training`` (alias ``use_local_stat``).
         momentum: of the moving averages (alias ``decay``).
         epsilon: added to the variance.
-        center, scale: learn ``beta`` / ``gamma`` (aliases ``use_bias`` / ``use_scale``).
-        beta_initializer, gamma_initializer: zeros / ones by default (alias ``gamma_init``).
+        center: learn ``beta`` (alias ``use_bias``).
+        scale: learn ``gamma`` (alias ``use_scale``).
+        beta_initializer: zeros by default.
+        gamma_initializer: ones by default (alias ``gamma_init``).
         virtual_batch_size: normalize groups of this many samples (training only); it
             must divide the batch.
         data_format: ``channels_last``/``NHWC`` or ``channels_first``/``NCHW``.
@@ -362,10 +364,12 @@ def BatchRenorm(
 
     Args:
         x: a 2-D (``NC``) or 4-D tensor.
-        rmax, dmax: the largest corrections (numbers or scalar tensors).
+        rmax: the largest ``r`` correction (a number or a scalar tensor).
+        dmax: the largest ``d`` correction (a number or a scalar tensor).
         momentum: of the moving averages (alias ``decay``).
         epsilon: added to the variance.
-        center, scale: learn ``beta`` / ``gamma`` (aliases ``use_bias``/``use_scale``).
+        center: learn ``beta`` (alias ``use_bias``).
+        scale: learn ``gamma`` (alias ``use_scale``).
         gamma_initializer: None gives TensorFlow's default for variables (Glorot
             uniform), as in tensorpack 0.11 (alias ``gamma_init``).
         data_format: ``channels_last``/``NHWC`` or ``channels_first``/``NCHW``.

@@ -21,7 +21,7 @@ _CONV_ALIASES = {"out_channel": "filters", "kernel_shape": "kernel_size", "strid
 
 
 def default_kernel_initializer() -> Any:
-    """tensorpack's default kernel initializer: variance scaling 2.0, fan-in, untruncated normal."""
+    """The default kernel initializer of tensorpack: variance scaling 2.0, fan-in, untruncated normal."""
     return tf1.variance_scaling_initializer(
         scale=2.0, mode="fan_in", distribution="untruncated_normal"
     )

@@ -17,7 +17,7 @@ _log = logging.getLogger("towerkit.layers")
 def _affine(
     channels: int, new_shape: list[int], center: bool, scale: bool, gamma_init: Any
 ) -> tuple[Any, Any, Any, Any]:
-    """beta and gamma shaped to broadcast (None when left out), and the variables.
+    """The ``beta`` and ``gamma`` shaped to broadcast (None when left out), and the variables.
 
     tensorpack multiplies by a constant one and adds a constant zero of shape
     ``[1, 1, 1, 1]`` instead of leaving them out; the result is the same, without
@@ -57,7 +57,8 @@ def LayerNorm(
     Args:
         x: a 2-D or 4-D tensor (4-D in `data_format`).
         epsilon: added to the variance.
-        center, scale: learn ``beta`` / ``gamma`` (aliases ``use_bias`` / ``use_scale``).
+        center: learn ``beta`` (alias ``use_bias``).
+        scale: learn ``gamma`` (alias ``use_scale``).
         gamma_initializer: ones by default (alias ``gamma_init``).
         data_format: ``channels_last``/``NHWC`` or ``channels_first``/``NCHW``.
 
@@ -97,7 +98,8 @@ def InstanceNorm(
     Args:
         x: a 4-D tensor in `data_format` with a known channel count.
         epsilon: added to the variance.
-        center, scale: learn ``beta`` / ``gamma``.
+        center: learn ``beta``.
+        scale: learn ``gamma``.
         gamma_initializer: ones by default (alias ``gamma_init``).
         data_format: ``channels_last``/``NHWC`` or ``channels_first``/``NCHW``.
         use_affine: deprecated; sets both `center` and `scale`.

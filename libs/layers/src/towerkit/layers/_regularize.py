@@ -16,7 +16,7 @@ from towerkit.towers.compat import tf1
 _log = logging.getLogger("towerkit.layers")
 
 
-def _non_negative(_inst: Any, attr: attrs.Attribute, value: float) -> None:
+def _non_negative(_inst: Any, attr: attrs.Attribute[float], value: float) -> None:
     if not value >= 0:
         msg = f"{attr.name!r} must be a non-negative number; got {value!r}"
         raise ValueError(msg)

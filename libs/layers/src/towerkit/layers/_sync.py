@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -15,6 +16,16 @@ from towerkit.towers.compat import tf1
 _log = logging.getLogger("towerkit.layers")
 
 _LOCK = threading.Lock()
+_Gradient = Callable[[Any], Any]
+"""A gradient function: the upstream gradient ``dy`` in, the gradient of the input out."""
+
+
+def _custom_gradient(f: Callable[[Any], tuple[Any, _Gradient]]) -> Callable[[Any], Any]:
+    """`tf.custom_gradient`, typed: `f` returns its output and its gradient function."""
+    wrapped: Callable[[Any], Any] = tf.custom_gradient(f)
+    return wrapped
+
+
 _REGISTRIES: weakref.WeakKeyDictionary[Any, _Registry] = weakref.WeakKeyDictionary()
 
 
@@ -94,8 +105,8 @@ def tower_all_mean(x: Any, name: str, index: int, total: int) -> Any:
     fwd, bwd = reg.instance_key(key), reg.instance_key(key + "/grad")
     scale = 1.0 / total
 
-    @tf.custom_gradient
-    def reduce(t: Any) -> Any:
+    @_custom_gradient
+    def reduce(t: Any) -> tuple[Any, _Gradient]:
         def grad(dy: Any) -> Any:
             with tf1.device(device):
                 return _all_sum(dy, total, group, bwd) * scale
@@ -114,7 +125,7 @@ def horovod_all_mean(x: Any) -> tuple[Any, int]:
         ImportError: horovod is not installed.
     """
     try:
-        import horovod.tensorflow as hvd  # type: ignore[import-not-found]
+        import horovod.tensorflow as hvd
     except ImportError as err:
         msg = (
             "BatchNorm(sync_statistics='horovod') needs horovod (horovod.tensorflow), "

@@ -27,7 +27,7 @@ class _GraphCache:
     """
 
     def __init__(self) -> None:
-        self.checkpoint_ops: dict[tuple, tuple[str, str]] = {}
+        self.checkpoint_ops: dict[tuple[Assignment, ...], tuple[str, str]] = {}
         self.assign_ops: dict[str, tuple[str, str]] = {}
         self.var_infos: tuple[tuple[str, ...], tuple[VarInfo, ...]] = ((), ())
 
@@ -76,7 +76,7 @@ def graph_var_infos(variables: Mapping[str, Any]) -> tuple[VarInfo, ...]:
 
 
 def _is_resource(var: Any) -> bool:
-    return var.op.type == "VarHandleOp"
+    return bool(var.op.type == "VarHandleOp")
 
 
 def _assign(var: Any, value: Any) -> Any:
@@ -85,7 +85,9 @@ def _assign(var: Any, value: Any) -> Any:
     return tf1.assign(var, value).op
 
 
-def _build_checkpoint_op(graph: Any, pairs: Sequence[Assignment], variables: Mapping[str, Any]):
+def _build_checkpoint_op(
+    graph: Any, pairs: Sequence[Assignment], variables: Mapping[str, Any]
+) -> tuple[Any, Any]:
     """RestoreV2 for all `pairs`, converted where needed, assigned, grouped: one op."""
     with graph.as_default(), tf1.name_scope(_SCOPE):
         with tf1.device("/device:CPU:0"):

@@ -151,28 +151,28 @@ def check_npy_header(
     """
     if not (isinstance(shape, tuple) and all(isinstance(d, int) for d in shape)):
         raise not_npz(path, f"member {member!r} declares shape {shape!r}: expected a tuple of ints")
-    shape = tuple(int(d) for d in shape)
-    declared = f"member {member!r} declares shape {shape}"
+    dims: tuple[int, ...] = tuple(int(d) for d in shape)
+    declared = f"member {member!r} declares shape {dims}"
     if dtype.hasobject:
         name = member.removesuffix(".npy")
         raise not_npz(path, f"entry {name!r} holds Python objects: expected numeric arrays")
-    if len(shape) > MAX_DIMS:
+    if len(dims) > MAX_DIMS:
         raise not_npz(path, f"{declared[:200]}...: more than {MAX_DIMS} dimensions")
-    negative = [d for d in shape if d < 0]
+    negative = [d for d in dims if d < 0]
     if negative:
         raise not_npz(path, f"{declared}: negative sizes {negative}")
-    if math.prod(d for d in shape if d) * max(dtype.itemsize, 1) > _MAX_BYTES:
+    if math.prod(d for d in dims if d) * max(dtype.itemsize, 1) > _MAX_BYTES:
         raise not_npz(path, f"{declared} of {dtype}: larger than any array can be")
-    nbytes = npy_nbytes(shape, dtype)
+    nbytes = npy_nbytes(dims, dtype)
     held = member_bytes - header_bytes
     if nbytes != held:
         why = f"{declared} of {dtype} ({nbytes} bytes of values) but holds {held} bytes after its header"
         raise not_npz(path, why)
-    return shape
+    return dims
 
 
 def read_npy_header(path: str, member: str, f: Any) -> tuple[Any, bool, np.dtype, int]:
-    """Read a ``.npy`` header from the file object `f`, positioned at the member's start.
+    r"""Read a ``.npy`` header from the file object `f`, positioned at the member's start.
 
     Returns:
         ``(shape, fortran_order, dtype, header_bytes)``; the shape is unchecked (see
@@ -191,7 +191,7 @@ def read_npy_header(path: str, member: str, f: Any) -> tuple[Any, bool, np.dtype
         >>> read_npy_header("p.npz", "w.npy", io.BytesIO(b"PK not npy"))
         Traceback (most recent call last):
         ...
-        towerkit.sessinit._errors.NotACheckpointError: 'p.npz' is not an npz file of arrays: member 'w.npy' is not a .npy array (the magic string is not correct; expected b'\\x93NUMPY', got b'PK not')
+        towerkit.sessinit._errors.NotACheckpointError: 'p.npz' is not an npz file of arrays: member 'w.npy' is not a .npy array (the magic string is not correct; expected b'\x93NUMPY', got b'PK not')
     """
     fmt = np.lib.format
     start = f.tell()

@@ -8,6 +8,7 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Mapping
+from typing import BinaryIO
 
 import attrs
 import numpy as np
@@ -69,7 +70,9 @@ def _read_members(path: str) -> list[_Member]:
         raise not_npz(path, "it is a directory") from None
 
 
-def _read_member(path: str, f, zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> _Member:
+def _read_member(
+    path: str, f: BinaryIO, zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int
+) -> _Member:
     """The member's header, checked against its size; no value is read."""
     name = normalize_name(info.filename.removesuffix(".npy"))
     start: int | None = None

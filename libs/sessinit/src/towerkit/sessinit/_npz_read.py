@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
@@ -212,7 +212,9 @@ def _read_compressed(path: str, zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
     return array
 
 
-def _inflate(path: str, zf: zipfile.ZipFile, m: _Member, into: memoryview | None = None):
+def _inflate(
+    path: str, zf: zipfile.ZipFile, m: _Member, into: memoryview | None = None
+) -> Iterator[memoryview]:
     """Inflate a member's values in pieces, into `into` or into a scratch buffer (yielded).
 
     The member is read to its end, so ``zipfile`` compares its CRC-32.

@@ -37,7 +37,7 @@ def glob_characters(path: str) -> str:
 
 
 def require_globless(path: str | os.PathLike[str], what: str, *, reading: bool = False) -> str:
-    """`path` as a string when TensorFlow can read checkpoints there; else `GlobPathError`.
+    r"""`path` as a string when TensorFlow can read checkpoints there; else `GlobPathError`.
 
     Args:
         path: the directory or checkpoint prefix.
@@ -55,7 +55,7 @@ def require_globless(path: str | os.PathLike[str], what: str, *, reading: bool =
         >>> require_globless("runs/lr[0.1]", "logdir")
         Traceback (most recent call last):
         ...
-        towerkit.sessinit._errors.GlobPathError: 'logdir' 'runs/lr[0.1]' holds '[', ']': TensorFlow reads checkpoint paths as glob patterns, so checkpoints there could be written but never read back; choose a path without any of '[', ']', '*', '?', '\\\\'
+        towerkit.sessinit._errors.GlobPathError: 'logdir' 'runs/lr[0.1]' holds '[', ']': TensorFlow reads checkpoint paths as glob patterns, so checkpoints there could be written but never read back; choose a path without any of '[', ']', '*', '?', '\\'
     """
     text = os.fspath(path)
     found = glob_characters(os.path.abspath(text))
@@ -155,11 +155,11 @@ def checkpoint_prefix_of(path: str) -> str:
 
 
 def parse_checkpoint_state(text: str) -> str | None:
-    """The latest checkpoint a ``checkpoint`` state file names, or None if it names none.
+    r"""The latest checkpoint a ``checkpoint`` state file names, or None if it names none.
 
     Examples:
-        >>> parse_checkpoint_state('model_checkpoint_path: "model-30"\\n'
-        ...                        'all_model_checkpoint_paths: "model-20"\\n')
+        >>> parse_checkpoint_state('model_checkpoint_path: "model-30"\n'
+        ...                        'all_model_checkpoint_paths: "model-20"\n')
         'model-30'
         >>> parse_checkpoint_state("") is None
         True

@@ -89,7 +89,7 @@ def dtype_name(dtype: Any) -> str:
     np_dtype = np.dtype(dtype)
     if np_dtype.kind in "SUO":
         return "string"
-    return np_dtype.name
+    return str(np_dtype.name)
 
 
 def _shape(value: Iterable[int | None]) -> tuple[int | None, ...]:
@@ -99,14 +99,16 @@ def _shape(value: Iterable[int | None]) -> tuple[int | None, ...]:
     return tuple(None if d is None else int(d) for d in value)
 
 
-def _check_dims(_inst: object, _attr: attrs.Attribute, value: tuple[int | None, ...]) -> None:
+def _check_dims(
+    _inst: object, _attr: attrs.Attribute[tuple[int | None, ...]], value: tuple[int | None, ...]
+) -> None:
     bad = [d for d in value if d is not None and d < 0]
     if bad:
         msg = f"shape {value} has negative dimensions {bad}: expected sizes >= 0 or None (unknown)"
         raise ValueError(msg)
 
 
-def _check_name(_inst: object, _attr: attrs.Attribute, value: str) -> None:
+def _check_name(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
     if not value:
         msg = "variable name '' is empty: expected a name such as 'fc/W'"
         raise ValueError(msg)
@@ -271,7 +273,9 @@ def _infos(value: Iterable[VarInfo]) -> tuple[VarInfo, ...]:
     return tuple(sorted(value, key=lambda v: v.name))
 
 
-def _all_exact(inst: RestorePlan, _attr: attrs.Attribute, value: tuple[Assignment, ...]) -> None:
+def _all_exact(
+    inst: RestorePlan, _attr: attrs.Attribute[tuple[Assignment, ...]], value: tuple[Assignment, ...]
+) -> None:
     del inst
     bad = [a.describe() for a in value if not a.exact]
     if bad:
@@ -279,7 +283,9 @@ def _all_exact(inst: RestorePlan, _attr: attrs.Attribute, value: tuple[Assignmen
         raise ValueError(msg)
 
 
-def _none_exact(inst: RestorePlan, _attr: attrs.Attribute, value: tuple[Assignment, ...]) -> None:
+def _none_exact(
+    inst: RestorePlan, _attr: attrs.Attribute[tuple[Assignment, ...]], value: tuple[Assignment, ...]
+) -> None:
     del inst
     bad = [a.describe() for a in value if a.exact]
     if bad:

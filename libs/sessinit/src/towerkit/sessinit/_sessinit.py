@@ -59,7 +59,7 @@ class SessionInit:
     Subclasses override ``_setup_graph(self)`` and ``_run_init(self, sess)``.
     """
 
-    def _ready_graphs(self) -> weakref.WeakSet:
+    def _ready_graphs(self) -> weakref.WeakSet[Any]:
         ready = self.__dict__.get("_ready")
         if ready is None:
             ready = self.__dict__["_ready"] = weakref.WeakSet()
@@ -199,7 +199,8 @@ class _PlannedRestore(SessionInit, abc.ABC):
         if plan.at_fault:
             message = render_mismatches(plan, self._label())
             if not self._ignore_mismatch:
-                raise RestoreMismatchError(f"{message}\n{self._hint}")
+                msg = f"{message}\n{self._hint}"
+                raise RestoreMismatchError(msg)
             if log:
                 logger.warning("%s\nThey are skipped; the rest is restored.", message)
         if log:

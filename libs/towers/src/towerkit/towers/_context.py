@@ -20,13 +20,13 @@ Reuse = Literal["inherit", "reuse", "auto"]
 _REUSE_ARGS: dict[Any, Reuse] = {None: "inherit", False: "inherit", True: "reuse", "auto": "auto"}
 
 
-def _check_reuse(_inst: object, _attr: attrs.Attribute, value: object) -> None:
+def _check_reuse(_inst: object, _attr: attrs.Attribute[bool | str | None], value: object) -> None:
     if not any(value is key or (isinstance(value, str) and value == key) for key in _REUSE_ARGS):
         msg = f"'reuse' must be None, False, True or 'auto'; got {value!r}"
         raise ValueError(msg)
 
 
-def _check_index(inst: TowerSpec, _attr: attrs.Attribute, value: int) -> None:
+def _check_index(inst: TowerSpec, _attr: attrs.Attribute[int], value: int) -> None:
     if isinstance(inst.total, int) and inst.total >= 1 and not 0 <= value < inst.total:
         msg = f"'index' must be in [0, total={inst.total}) (0-based); got {value}"
         raise ValueError(msg)
@@ -143,7 +143,7 @@ class BaseTowerContext:
         self._spec = TowerSpec(ns_name=ns_name, vs_name=vs_name, **spec_fields)
         self._graph: Any = None
         self._stack: contextlib.ExitStack | None = None
-        self._token: contextvars.Token | None = None
+        self._token: contextvars.Token[BaseTowerContext | None] | None = None
         self._start: dict[str, set[int]] = {}
         self._added: dict[str, list[Any]] | None = None
 

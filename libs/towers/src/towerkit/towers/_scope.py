@@ -78,7 +78,7 @@ def _name_is_taken(name: str) -> bool:
     graph = tf1.get_default_graph()
     current = graph.get_name_scope()
     full = f"{current}/{name}" if current else name
-    return graph.unique_name(full, mark_as_used=False) != full
+    return bool(graph.unique_name(full, mark_as_used=False) != full)
 
 
 def under_name_scope(name_scope: str | Callable[..., Any] | None = None) -> Any:

@@ -38,7 +38,7 @@ def _rule_name(self: Violation) -> str:
     return RULE_NAMES.get(self.rule, "")
 
 
-def _check_rule(_inst: object, _attr: attrs.Attribute, value: int) -> None:
+def _check_rule(_inst: object, _attr: attrs.Attribute[int], value: int) -> None:
     if value not in RULE_NAMES:
         msg = f"'rule' must be one of {sorted(RULE_NAMES)}; got {value!r}"
         raise ValueError(msg)

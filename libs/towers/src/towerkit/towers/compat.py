@@ -65,7 +65,8 @@ def import_tf() -> types.ModuleType:
         )
         raise ImportError(msg) from err
     check_tf_version(tf.__version__)
-    return tf.compat.v1
+    v1: types.ModuleType = tf.compat.v1
+    return v1
 
 
 tf1 = import_tf()

@@ -29,7 +29,7 @@ __all__ = [
 
 
 def parse_probe(text: str) -> Probe:
-    """Read the probe's report from the interpreter's output.
+    r"""Read the probe's report from the interpreter's output.
 
     Args:
         text: Everything the probe printed; only the tagged line counts.
@@ -41,7 +41,7 @@ def parse_probe(text: str) -> Probe:
         HorovodInstallError: No tagged line, or one that is not a JSON object.
 
     Examples:
-        >>> parse_probe('noise\\nTOWERKIT-HVD-PROBE {"tensorflow": "2.21.0"}\\n').tensorflow
+        >>> parse_probe('noise\nTOWERKIT-HVD-PROBE {"tensorflow": "2.21.0"}\n').tensorflow
         '2.21.0'
     """
     for line in reversed(text.splitlines()):
@@ -99,13 +99,13 @@ def rebuild_reason(probe: Probe, options: BuildOptions) -> str | None:
 
 
 def parse_cmake_version(text: str) -> tuple[int, ...]:
-    """The version in ``cmake --version`` output.
+    r"""The version in ``cmake --version`` output.
 
     Raises:
         HorovodInstallError: The text names no version.
 
     Examples:
-        >>> parse_cmake_version("cmake version 3.25.1\\n\\nCMake suite maintained by Kitware")
+        >>> parse_cmake_version("cmake version 3.25.1\n\nCMake suite maintained by Kitware")
         (3, 25, 1)
     """
     found = re.search(r"version\s+(\d+(?:\.\d+)*)", text)
@@ -160,7 +160,7 @@ def missing_build_tools(options: BuildOptions, *, path: str, env: Mapping[str, s
 
 
 def check_verify_output(text: str, *, np: int = 2) -> list[dict[str, object]]:
-    """Check what the ranks of the verification job reported.
+    r"""Check what the ranks of the verification job reported.
 
     Rank ``r`` contributes ``r + 1`` to each allreduce and starts its variable at
     ``10 * r + 7``; after broadcasting from rank 0 every rank must hold 7.
@@ -176,7 +176,7 @@ def check_verify_output(text: str, *, np: int = 2) -> list[dict[str, object]]:
         HorovodInstallError: A rank did not report, or reported a wrong value; lists each.
 
     Examples:
-        >>> out = "\\n".join(
+        >>> out = "\n".join(
         ...     f'[{r}]<stdout>:TOWERKIT-HVD-CHECK {{"rank": {r}, "size": 2, "sum": [3.0, 3.0],'
         ...     f' "average": [1.5, 1.5], "broadcast": 7.0}}' for r in (0, 1))
         >>> [report["rank"] for report in check_verify_output(out)]

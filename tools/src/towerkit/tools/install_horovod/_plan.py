@@ -32,7 +32,7 @@ __all__ = [
 
 
 def patch_cmakelists(text: str) -> str:
-    """Leave the XLA op source out of horovod's TensorFlow ``CMakeLists.txt``.
+    r"""Leave the XLA op source out of horovod's TensorFlow ``CMakeLists.txt``.
 
     Every ``list(APPEND ...)`` line naming ``xla_mpi_ops.cc`` becomes a marker comment. Text
     already patched comes back unchanged.
@@ -48,7 +48,7 @@ def patch_cmakelists(text: str) -> str:
             from a horovod version this patch does not know.
 
     Examples:
-        >>> src = 'list(APPEND TF_SOURCES "a.cc")\\nlist(APPEND TF_SOURCES "xla_mpi_ops.cc")\\n'
+        >>> src = 'list(APPEND TF_SOURCES "a.cc")\nlist(APPEND TF_SOURCES "xla_mpi_ops.cc")\n'
         >>> print(patch_cmakelists(src), end="")
         list(APPEND TF_SOURCES "a.cc")
         # towerkit: xla_mpi_ops.cc left out (it does not compile against current TensorFlow)

@@ -89,7 +89,7 @@ class HorovodPatchError(ValueError):
     """The horovod sources do not have the shape the build patch expects."""
 
 
-def _positive(_instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _positive(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"'{attribute.name}' must be an int, got {type(value).__name__} {value!r}"
         raise TypeError(msg)
@@ -101,7 +101,7 @@ def _positive(_instance: object, attribute: attrs.Attribute, value: int) -> None
 _VERSION_RE = re.compile(r"^\d+(\.\d+)*([a-z0-9.+-]*)$")
 
 
-def _version_string(_instance: object, attribute: attrs.Attribute, value: str) -> None:
+def _version_string(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str):
         msg = f"'{attribute.name}' must be a str, got {type(value).__name__} {value!r}"
         raise TypeError(msg)
