@@ -241,7 +241,7 @@ def lint(session: nox.Session, target: str) -> None:
 
 
 TYPED = [*LIBS, "conformance", "tools"]
-"""What `typecheck` runs mypy on (``check_untyped_defs`` on, from the root pyproject)."""
+"""What `typecheck` runs mypy on (``strict``, from the root pyproject)."""
 
 
 @nox.session(tags=["lint", "ci"])

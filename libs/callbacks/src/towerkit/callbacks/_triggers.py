@@ -353,14 +353,15 @@ _LAST_BOUNDS: list[LoopBounds] = [LoopBounds(max_epoch=1, steps_per_epoch=1)]
 
 
 def trainer_bounds(trainer: Any) -> LoopBounds:
-    """A trainer's `LoopBounds`: its own ``loop_bounds`` record when it keeps one, else
-    one built (and validated) from its ``starting_epoch``, ``max_epoch`` and
-    ``steps_per_epoch``, once for as long as those stay the same.
+    """A trainer's `LoopBounds`, its own or one built once for as long as its bounds stay.
+
+    The trainer's own ``loop_bounds`` record when it keeps one; else one built (and
+    validated) from its ``starting_epoch``, ``max_epoch`` and ``steps_per_epoch``.
 
     Raises:
         ValueError: the trainer's bounds are not a run's (see `LoopBounds`).
     """
-    own = getattr(trainer, "loop_bounds", None)
+    own: LoopBounds | None = getattr(trainer, "loop_bounds", None)
     if own is not None:
         return own
     last = _LAST_BOUNDS[0]
