@@ -9,7 +9,7 @@ import attrs
 
 from towerkit.callbacks._loop import TRIGGER_KINDS, EventKind, LoopEvent, check_bounds, loop_events
 from towerkit.callbacks._schedules import OnSchedule, scheduled_value
-from towerkit.callbacks._shell_records import callback_record
+from towerkit.callbacks._shell_records import _check_trigger, _kind_tuple, callback_record
 from towerkit.callbacks._triggers import EveryK, Trigger, fires  # noqa: F401 - EveryK: the examples use it
 
 __all__ = [
@@ -28,16 +28,6 @@ DEFAULT_KINDS = TRIGGER_KINDS
 (the loop's ``TRIGGER_KINDS``)."""
 
 
-def _kinds(value: Iterable[Any]) -> tuple[EventKind, ...]:
-    return tuple(EventKind(v) for v in value)
-
-
-def _check_trigger(value: Any) -> None:
-    if not isinstance(value, Trigger):
-        msg = f"'trigger' must be a trigger record; got {type(value).__name__} {value!r:.80}"
-        raise TypeError(msg)
-
-
 @attrs.frozen(kw_only=True)
 class TimelineEntry:
     """One line of a timeline's input: a name, its trigger, the event kinds it acts at.
@@ -50,7 +40,7 @@ class TimelineEntry:
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     trigger: Trigger = attrs.field(validator=lambda _i, _a, v: _check_trigger(v))
-    kinds: tuple[EventKind, ...] = attrs.field(default=DEFAULT_KINDS, converter=_kinds)
+    kinds: tuple[EventKind, ...] = attrs.field(default=DEFAULT_KINDS, converter=_kind_tuple)
 
 
 @attrs.frozen(kw_only=True)
