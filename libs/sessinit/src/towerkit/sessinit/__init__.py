@@ -48,11 +48,10 @@ from towerkit.sessinit._plan import (
     Assignment,
     RestorePlan,
     VarInfo,
-    describe_unused,
     plan_restore,
     restores_nothing,
-    unused_kinds,
 )
+from towerkit.sessinit._unused import describe_unused, unused_kinds
 from towerkit.sessinit._version import __version__
 
 if TYPE_CHECKING:
