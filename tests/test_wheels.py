@@ -103,6 +103,33 @@ def run_script(
     return run(interpreter, path, *args, **kwargs)
 
 
+ENTRY_POINT = """
+import sys
+from importlib.metadata import entry_points
+
+name, target, *args = sys.argv[1:]
+found = entry_points(group="console_scripts", name=name)
+values = sorted(ep.value for ep in found)
+if values != [target]:
+    sys.exit(f"console script {name!r}: installed entry points {values}, declared {target!r}")
+sys.argv = [name, *args]
+sys.exit(next(iter(found)).load()())
+"""
+"""Run a console script's installed entry point, after checking it is the declared one."""
+
+
+def run_entry_point(
+    bin_dir: Path, script: str, target: str, *args: str, **kwargs
+) -> subprocess.CompletedProcess[str]:
+    """Run console script `script` as its installed entry point says, in the venv's Python.
+
+    The entry point is read from the installed distribution's metadata and must be
+    `target` (the pyproject's ``[project.scripts]`` value); ``sys.argv[0]`` is the
+    script's name, as when the script itself runs.
+    """
+    return run(bin_dir / "python", "-c", ENTRY_POINT, script, target, *args, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     """The folder of built distributions: ``TOWERKIT_DIST``, or a fresh build."""
@@ -200,10 +227,11 @@ def test_wheel_installs_alone(dist, name, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == version_of(name)
     if name == "towerkit-tools":
-        for script in project(name)["scripts"]:
-            shown = run_script(bin_dir, script, "--help", cwd=tmp_path)
-            assert shown.returncode == 0, (script, shown.stderr[-2000:])
-            assert shown.stdout.startswith(f"usage: {script}"), script
+        for script, target in project(name)["scripts"].items():
+            assert os.access(bin_dir / script, os.X_OK), f"{script} is not installed in {bin_dir}"
+            shown = run_entry_point(bin_dir, script, target, "--help", cwd=tmp_path)
+            assert shown.returncode == 0, (script, shown.stdout[-1000:], shown.stderr[-2000:])
+            assert shown.stdout.startswith(f"usage: {script}"), (script, shown.stdout[:500])
 
 
 def test_tools_without_tensorflow(dist, tmp_path):

@@ -624,13 +624,28 @@ class TestScalarPrinter:
             ScalarPrinter(enable_epoch=False)
 
 
-def _alive(pid):
-    """Whether process `pid` exists and is not a zombie."""
+def _alive(pid, name="sleep"):
+    """Whether process `pid` exists, runs program `name` and is not a zombie.
+
+    Checking the name keeps a pid that the system has already handed to another
+    process from counting as the killed one.
+    """
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+            comm, rest = f.read().split(" (", 1)[1].rsplit(")", 1)
+    except (FileNotFoundError, ProcessLookupError):
         return False
+    return comm == name and rest.split()[0] != "Z"
+
+
+def _dead_within(pids, seconds):
+    """Whether every process of `pids` is gone (or a zombie) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 class TestSendMonitorData:
@@ -674,7 +689,8 @@ class TestSendMonitorData:
         )
         pids = [int(p.read_text()) for p in sorted(tmp_path.glob("*.pid"))]
         assert len(pids) == 2
-        assert not any(_alive(pid) for pid in pids)
+        # SIGKILL is delivered asynchronously: a killed process can take a moment to die.
+        assert _dead_within(pids, seconds=10), [p for p in pids if _alive(p)]
 
     @pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf")])
     def test_bad_timeout(self, timeout):
