@@ -260,29 +260,70 @@ def third_local_name() -> str | None:
     return name if name not in ("localhost", "127.0.0.1") and address in ours else None
 
 
-def test_chief_lost_ends_the_job(tmp_path):
-    """The first rank 0 (one rank per host name) SIGKILLed: the others end with a clear error.
+def test_chief_lost_rank_0_takes_over(tmp_path):
+    """The first rank 0 (one rank per host name) SIGKILLed at the end of epoch 2: the job goes on.
 
-    The chief-only callbacks and the logdir cannot move to another process, so the
-    survivors refuse to go on after re-forming; the job fails within the bound, and
-    the logdir keeps whole checkpoints and each finished epoch once.
+    It dies once its monitors wrote epoch 2 (checkpoint 8 and the stats.json record
+    saved), while the two others commit the epoch's end: they keep that commit, re-form
+    in the collective the lost rank left, and the new rank 0 takes the logdir over at
+    epoch 3: its lock, the savers and writers, which start there as a run resumed at
+    epoch 3 would (keeping the lost owner's records and checkpoints). The job ends at
+    the global step of an uninterrupted run, with no step run twice; stats.json has each
+    epoch once, checkpoints load, and the lock is given back at the end.
     """
     third = third_local_name()
     if third is None:
         pytest.skip("this machine's host name does not resolve to one of its addresses")
     # one rank per host: the lost rank's host is blacklisted, two ranks are left
     discovery(tmp_path / "discover.sh", "localhost:1", "127.0.0.1:1", f"{third}:1")
+    epochs = 4
     job = run_elastic(
-        tmp_path, 3, 2, 3, "4", "--commit-every", "3", "--kill-rank", "0", "--kill-at", "6"
+        tmp_path,
+        3,
+        2,
+        3,
+        str(epochs),
+        "--commit-every",
+        "3",
+        "--kill-rank",
+        "0",
+        "--kill-at-epoch-end",
+        "2",
     )
-    assert not job.ok
+    assert job.ok, job.output
     assert job.seconds < JOB_TIMEOUT
-    assert (tmp_path / "killed").read_text().split()[1] == "6"
-    assert reports(job.output) == []
-    assert "the process that owned the logdir and ran the chief-only callbacks" in job.output
+    killed = (tmp_path / "killed").read_text().split()
+    assert killed[1:] == ["8", "2", "3"], killed  # global step 8, epoch 2, its last step
+    found = reports(job.output)
+    assert sorted(r["first_rank"] for r in found) == [1, 2], job.output
+    final = epochs * STEPS
+    for r in found:
+        assert r["global_step"] == r["end"]["global_step"] == final
+        assert (r["first_size"], r["size"]) == (3, 2)
+        assert [s[0] for s in r["steps"]] == list(range(1, final + 1))
+        assert [s[3] for s in r["steps"]] == [3] * 8 + [2] * 8
+        assert r["end"]["learning_rate"] == pytest.approx(0.02)
+    owner, other = sorted(found, key=lambda r: r["rank"])
+    assert owner["is_chief"]
+    assert not other["is_chief"]
+    assert owner["end"] == other["end"]
+    assert "rolled back to the last commit (epoch 3, 0 steps done, global step 8)" in job.output
+    assert job.output.count("takes it over at epoch 3, global step 8") == 1, job.output
+    assert f"pid {killed[0]} on " in job.output
     logdir = tmp_path / "log"
-    assert epochs_in_stats(logdir) == [1]
-    path = tf.train.latest_checkpoint(str(logdir))
-    assert path is not None
-    assert path.endswith("-4")
-    assert int(tf.train.load_checkpoint(path).get_tensor("global_step")) == 4
+    with open(logdir / "stats.json") as f:
+        records = json.load(f)
+    assert [(r["epoch_num"], r["global_step"]) for r in records] == [
+        (1, 4),
+        (2, 8),
+        (3, 12),
+        (4, 16),
+    ]
+    assert not (logdir / "stats.json.bak").exists()  # nothing of the lost owner's dropped
+    check_checkpoint(logdir, final, owner["end"])
+    state = tf.train.get_checkpoint_state(str(logdir))
+    steps = [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
+    assert steps == [4, 8, 12, 16], steps  # 4 and 8 from the lost owner
+    assert not (logdir / ".towerkit.lock").exists()
+    events = sorted(logdir.glob("events.out.tfevents.*"))
+    assert len(events) == 2, events  # one per process that owned the logdir

@@ -1,10 +1,12 @@
 """One process of an elastic horovod training job; prints a JSON report when it ends.
 
 Usage: ``hvd_elastic_job.py LOGDIR MAX_EPOCH [--commit-every K] [--kill-rank R
---kill-at STEP] [--step-sleep S] [--progress FILE]``. A process that is rank R when
-the global step reaches STEP sends itself SIGKILL (once in the job: it leaves a mark in
-LOGDIR's parent). Rank 0 writes the global step to FILE after each step. Each process
-that ends prints one line ``ELASTIC-REPORT {json}``.
+(--kill-at STEP | --kill-at-epoch-end EPOCH)] [--step-sleep S] [--progress FILE]``. A
+process that is rank R when the global step reaches STEP sends itself SIGKILL (once in
+the job: it leaves a mark in LOGDIR's parent); with ``--kill-at-epoch-end`` it does so
+at the end of EPOCH, once the monitors wrote it (after the checkpoint and stats.json,
+before the epoch's commit). Rank 0 writes the global step to FILE after each step.
+Each process that ends prints one line ``ELASTIC-REPORT {json}``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from dp_model import SIG, cost_fn, data
 
-from towerkit.callbacks import Callback, ModelSaver, ScheduledHyperParamSetter
+from towerkit.callbacks import (
+    Callback,
+    JSONWriter,
+    ModelSaver,
+    MonitorBase,
+    ScheduledHyperParamSetter,
+    TFEventWriter,
+)
 from towerkit.towers import add_moving_summary
 from towerkit.towers.compat import tf1
 from towerkit.trainers import (
@@ -86,17 +95,36 @@ class Watch(Callback):
             tmp = a.progress + ".tmp"
             Path(tmp).write_text(str(t.global_step))
             os.replace(tmp, a.progress)
-        mark = Path(a.logdir).parent / "killed"
-        killing = a.kill_at is not None and t.rank == a.kill_rank and t.global_step >= a.kill_at
-        if killing and not mark.exists():
-            mark.write_text(f"{os.getpid()} {t.global_step} {t.epoch_num} {t.local_step}")
-            os.kill(os.getpid(), signal.SIGKILL)
+        if a.kill_at is not None and t.rank == a.kill_rank and t.global_step >= a.kill_at:
+            kill_once(a, t)
         if a.step_sleep:
             time.sleep(a.step_sleep)
 
     def _after_train(self):
         values = self.trainer.sess.run(self._vars)
         self.end = {v.op.name: val.tolist() for v, val in zip(self._vars, values)}
+
+
+def kill_once(args: argparse.Namespace, t) -> None:
+    """SIGKILL this process, unless a process of the job was killed already."""
+    mark = Path(args.logdir).parent / "killed"
+    if not mark.exists():
+        mark.write_text(f"{os.getpid()} {t.global_step} {t.epoch_num} {t.local_step}")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillAtEpochEnd(MonitorBase):
+    """Every process, after the other monitors: rank R dies at the end of the given epoch."""
+
+    _chief_only = False
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    def _trigger_epoch(self):
+        t, a = self.trainer, self.args
+        if t.rank == a.kill_rank and t.epoch_num == a.kill_at_epoch_end:
+            kill_once(a, t)
 
 
 def main(argv: list[str]) -> int:
@@ -106,6 +134,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--commit-every", type=int, default=1)
     parser.add_argument("--kill-rank", type=int, default=None)
     parser.add_argument("--kill-at", type=int, default=None)
+    parser.add_argument("--kill-at-epoch-end", type=int, default=None)
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--progress", default=None)
     args = parser.parse_args(argv)
@@ -125,6 +154,7 @@ def main(argv: list[str]) -> int:
                 ModelSaver(max_to_keep=20),
                 ScheduledHyperParamSetter("learning_rate", [(1, 0.05), (3, 0.02)]),
             ],
+            monitors=[TFEventWriter(), JSONWriter(), KillAtEpochEnd(args)],
             steps_per_epoch=STEPS_PER_EPOCH,
             max_epoch=args.max_epoch,
         )

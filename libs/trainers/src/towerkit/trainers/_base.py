@@ -27,12 +27,12 @@ from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, 
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
+from towerkit.trainers._trainer_view import TrainerViewMixin
 from towerkit.trainers.inputs._callbacks import input_failure
 
 if TYPE_CHECKING:
     from towerkit.callbacks import MonitorBase, Monitors, TrainerView
     from towerkit.sessinit import SessionInit
-    from towerkit.towers import TowerFunc, TowerTensorHandles
     from towerkit.trainers._sesscreate import SessionCreatorLike
 
 logger = logging.getLogger("towerkit.trainers")
@@ -40,7 +40,7 @@ logger = logging.getLogger("towerkit.trainers")
 _PHASES = ("new", "callbacks", "initialized", "running", "done")
 
 
-class Trainer(StepsPerExecution, metaclass=TrainerMeta):
+class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
     """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
 
     A run has three phases, which ``train`` calls in order (call them yourself for
@@ -72,8 +72,9 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
     waiting for an input too (``deferred_sigint``).
 
     Attributes:
-        is_chief: whether this process is the chief worker; callbacks with
-            ``chief_only`` are not registered on other workers.
+        is_chief: whether this process is the chief worker (it owns the logdir);
+            callbacks with ``chief_only`` are not registered on other workers, or are
+            registered behind a gate where the logdir can move (elastic horovod).
         train_op: the op the default ``run_step`` runs.
         sess: the ``tf.compat.v1.Session``, from ``initialize`` on.
         hooked_sess: the `HookedSession` whose ``run`` calls the callbacks'
@@ -100,82 +101,6 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
         self._global_step_var: Any = None
         self._step_op: Any = None
         self._interrupt: InterruptState | None = None
-
-    # -- the view callbacks have (TrainerView) ------------------------------------------
-
-    @property
-    def graph(self) -> Any:
-        """The ``tf.Graph`` the trainer builds and runs."""
-        return self._graph
-
-    @property
-    def epoch_num(self) -> int:
-        """The running epoch (1-based); ``starting_epoch - 1`` before the first ``before_epoch``."""
-        return self._epoch_num
-
-    @property
-    def local_step(self) -> int:
-        """0-based index of the current step in its epoch; -1 before an epoch's first step."""
-        return self._local_step
-
-    @property
-    def global_step(self) -> int:
-        """``hooked_sess.run`` calls so far, counting those restored from a checkpoint.
-
-        It is the count after the call that just returned (in ``after_run`` and
-        ``trigger_step``) and before the call about to run (in ``before_run``).
-        """
-        hs = self.hooked_sess
-        runs = hs.run_calls if hs is not None else 0
-        return self._start_global_step + runs * self._steps_per_execution
-
-    @property
-    def loop_bounds(self) -> LoopBounds | None:
-        """The run's `LoopBounds`, validated once by ``main_loop``; None before it."""
-        return self._bounds
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """Steps (``run_step`` calls) in each epoch (``loop_bounds``); 0 before ``main_loop``."""
-        bounds = self._bounds
-        return 0 if bounds is None else bounds.steps_per_epoch
-
-    @property
-    def starting_epoch(self) -> int:
-        """The first epoch of this run, 1-based (``loop_bounds``); 1 before ``main_loop``."""
-        bounds = self._bounds
-        return 1 if bounds is None else bounds.starting_epoch
-
-    @property
-    def max_epoch(self) -> int:
-        """The last epoch of this run, inclusive (``loop_bounds``); 0 before ``main_loop``."""
-        bounds = self._bounds
-        return 0 if bounds is None else bounds.max_epoch
-
-    @property
-    def monitors(self) -> Monitors | None:
-        """The `Monitors` group statistics go to; set by ``setup_callbacks``."""
-        return self._monitors
-
-    @property
-    def logdir(self) -> str | None:
-        """The directory this run writes to, or None when it writes no files."""
-        return self._logdir
-
-    @property
-    def tower_func(self) -> TowerFunc | None:
-        """The tower function; None for a trainer without one."""
-        return None
-
-    @property
-    def towers(self) -> TowerTensorHandles | None:
-        """The tower handles; None for a trainer without a tower function."""
-        return None
-
-    @property
-    def callbacks(self) -> tuple[Callback, ...]:
-        """The callbacks registered so far, in the order they are called."""
-        return tuple(self._registered)
 
     # -- phase 0: the log directory ------------------------------------------------------
 
@@ -234,17 +159,26 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
             raise TrainerStateError(msg)
         ok = True
         for one in cbs:
-            if not self.is_chief and one.chief_only:
-                logger.info("callback %s is chief-only: skipped on this worker", one)
-                ok = False
-                continue
-            if any(one is seen for seen in self._registered):
+            if any(one is seen or getattr(seen, "gated", None) is one for seen in self._registered):
                 msg = f"callback {one} is registered twice: register each callback once"
                 raise ValueError(msg)
             _reject_monitors("callbacks", [one])
-            self._registered.append(one)
-            ok = True
+            kept = self._on_this_process(one)
+            ok = kept is not None
+            if kept is not None:
+                self._registered.append(kept)
         return ok
+
+    def _on_this_process(self, cb: Callback) -> Callback | None:
+        """`cb` as this process runs it: None for a chief-only one on a non-chief worker.
+
+        A trainer whose logdir can move between processes registers chief-only
+        callbacks everywhere, behind a gate (elastic `HorovodTrainer`).
+        """
+        if self.is_chief or not cb.chief_only:
+            return cb
+        logger.info("callback %s is chief-only: skipped on this worker", cb)
+        return None
 
     def setup_callbacks(
         self,
@@ -283,11 +217,12 @@ class Trainer(StepsPerExecution, metaclass=TrainerMeta):
 
         self.register_callback(_as_callback_list("callbacks", callbacks))
         given = monitors.monitors if isinstance(monitors, Monitors) else monitors
-        mons: list[Any] = [
-            m for m in _as_callback_list("monitors", given) if self.is_chief or not m.chief_only
-        ]
+        kept = [self._on_this_process(m) for m in _as_callback_list("monitors", given)]
+        mons: list[Any] = [m for m in kept if m is not None]
         self._ensure_global_step()
-        if isinstance(monitors, Monitors) and len(mons) == len(monitors.monitors):
+        if isinstance(monitors, Monitors) and mons == list(
+            monitors.monitors
+        ):  # none dropped or gated
             self._monitors = monitors
         else:
             self._monitors = Monitors(mons)

@@ -192,6 +192,25 @@ class LogdirLock:
         msg = f"could not take the lock {self._path!r}: other runs keep taking it"
         raise LogdirLockedError(msg)
 
+    def take_over(self) -> LockOwner | None:
+        """Take the lock from an owner known to be lost, whatever its file says.
+
+        For a process that another one's loss made the directory's writer (an elastic
+        job's new rank 0): the lock file is replaced in one step (written aside, then
+        renamed over it), so it always names one owner.
+
+        Returns:
+            The owner the lock file named before, or None when there was none.
+        """
+        me = LockOwner(pid=os.getpid(), host=socket.gethostname(), since=time.time())
+        before = _read(self._path)
+        tmp = f"{self._path}.{me.pid}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(format_lock(me))
+        os.replace(tmp, self._path)
+        self._held = True
+        return before
+
     def release(self) -> None:
         """Give the lock back (remove the lock file if it is still this process's)."""
         if not self._held:

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from towerkit.sessinit import is_aside_name, put_back_aside, require_globless
-from towerkit.trainers._lock import LOCK_FILENAME, LogdirLock
+from towerkit.trainers._lock import LOCK_FILENAME, LockOwner, LogdirLock
 from towerkit.trainers._resume import plan_logdir
 
 logger = logging.getLogger("towerkit.trainers")
@@ -128,6 +128,23 @@ def take_logdir(
         if held is not None:
             held.release()
         raise
+
+
+def take_over_logdir(logdir: str) -> tuple[_LogdirTaken, LockOwner | None]:
+    """Take an existing `logdir` over from a writer known to be lost, as it stands.
+
+    Nothing in the directory is moved or removed; its lock names this process from
+    here on. For an elastic job whose owner of the directory was lost.
+
+    Returns:
+        The directory as taken (a run failing later gives nothing of it back), and
+        the owner its lock file named before (None when there was no lock file).
+    """
+    path = os.path.abspath(logdir)
+    held = LogdirLock(path)
+    before = held.take_over()
+    taken = _LogdirTaken(path=path, before=frozenset(os.listdir(path)), made=False, lock=held)
+    return taken, before
 
 
 def _take(path: str, logdir_action: str, held: LogdirLock | None, lock: bool) -> _LogdirTaken:

@@ -25,7 +25,6 @@ import tensorflow as tf
 
 from towerkit.callbacks import StopTraining
 from towerkit.towers.compat import tf1
-from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers.parallel._elastic_core import LoopCommit, commit_after_step, remaining_epochs
 
 if TYPE_CHECKING:
@@ -91,6 +90,8 @@ class GraphState:
         self._pos_value: Any = None
         self._host_feed: Any = None
         self._host_value: Any = None
+        self._owner_feed: Any = None
+        self._owners: Any = None
         self._vars: list[Any] = []
         self._feeds: list[Any] = []
         self._restore_op: Any = None
@@ -110,10 +111,12 @@ class GraphState:
         hvd = self._hvd
         with tf1.name_scope("elastic_sync"):
             self._sync_op = hvd.broadcast_variables(variables, root_rank=0)
-            self._pos_feed = tf1.placeholder(tf.int64, [7], name="position")
+            self._pos_feed = tf1.placeholder(tf.int64, [6], name="position")
             self._pos_value = hvd.broadcast(self._pos_feed, 0, name="elastic_position")
             self._host_feed = tf1.placeholder(tf.float64, [3], name="host_update")
             self._host_value = hvd.broadcast(self._host_feed, 0, name="elastic_host_update")
+            self._owner_feed = tf1.placeholder(tf.float32, [1], name="owns_logdir")
+            self._owners = hvd.allreduce(self._owner_feed, op=hvd.Sum, name="elastic_logdir_owners")
 
     def build_restore(self, variables: list[Any]) -> None:
         """One placeholder and assign op per variable, grouped into the restore op."""
@@ -176,28 +179,28 @@ class GraphState:
     def sync(self) -> None:
         """Rank 0's variables and loop position on every rank, then commit them.
 
-        Raises:
-            CollectiveError: rank 0 is not the process that owns the logdir (it was lost).
+        The ranks then count the processes that own the logdir: none when its owner was
+        lost, and rank 0 takes it over (`HorovodTrainer._take_over_logdir`).
         """
         trainer = self._trainer
         sess = trainer.sess
         sess.run(self._sync_op)
-        # the flag says whether the rank sending it owns the logdir: this process's own
-        here = attrs.evolve(self.position, chief=trainer.is_chief)
-        mine = np.concatenate([here.to_array(), np.asarray(self.bounds, np.int64)])
+        mine = np.concatenate([self.position.to_array(), np.asarray(self.bounds, np.int64)])
         got = sess.run(self._pos_value, {self._pos_feed: mine})
-        commit = LoopCommit.from_array(got[:4])
-        if not commit.chief:
-            msg = (
-                f"HorovodTrainer rank {trainer.rank} of {trainer.size}: the process that "
-                "owned the logdir and ran the chief-only callbacks (the first rank 0) was "
-                "lost; an elastic job goes on only when other ranks are lost. Start the job "
-                "again: AutoResumeTrainConfig resumes from the last checkpoint"
-            )
-            raise CollectiveError(msg)
-        self.bounds = (int(got[4]), int(got[5]), int(got[6]))
+        commit = LoopCommit.from_array(got[:3])
+        owners = sess.run(self._owners, {self._owner_feed: [float(trainer.is_chief)]})
+        self.bounds = (int(got[3]), int(got[4]), int(got[5]))
         self.position = commit
         trainer._elastic_moved_to(commit, self.bounds)
+        if round(float(owners[0])) == 0:
+            if trainer.rank == 0:
+                trainer._take_over_logdir(commit)
+            else:
+                logger.warning(
+                    "rank %d of %d: the process that owned the logdir was lost; rank 0 takes it over",
+                    trainer.rank,
+                    trainer.size,
+                )
         self.save()
         logger.info(
             "rank %d of %d: state synced from rank 0 (epoch %d, %d steps done, global step %d)",

@@ -38,8 +38,6 @@ class LoopCommit:
         epoch: the epoch the next step belongs to; ``max_epoch + 1`` once training is done.
         steps_done: steps of `epoch` already finished (0 at an epoch's start), always
             below ``steps_per_epoch``: a finished epoch commits as the next one at 0.
-        chief: whether the rank that broadcast this commit is the process that owns the
-            logdir (the rank 0 the job started with).
 
     Examples:
         >>> c = LoopCommit(global_step=10, epoch=3, steps_done=2)
@@ -50,32 +48,29 @@ class LoopCommit:
     global_step: int = attrs.field(converter=int, validator=_nonneg)
     epoch: int = attrs.field(converter=int, validator=_nonneg)
     steps_done: int = attrs.field(converter=int, validator=_nonneg)
-    chief: bool = attrs.field(default=True, converter=bool)
 
     def to_array(self) -> np.ndarray:
         """The commit as the int64 vector that is broadcast between ranks."""
-        return np.asarray(
-            [self.global_step, self.epoch, self.steps_done, int(self.chief)], np.int64
-        )
+        return np.asarray([self.global_step, self.epoch, self.steps_done], np.int64)
 
     @classmethod
     def from_array(cls, values: Sequence[int] | np.ndarray) -> LoopCommit:
         """The commit a broadcast vector holds.
 
         Raises:
-            ValueError: not 4 values.
+            ValueError: not 3 values.
         """
         vals = [int(v) for v in np.asarray(values).reshape(-1)]
-        if len(vals) != 4:
-            msg = f"a LoopCommit vector has 4 values (global_step, epoch, steps_done, chief); got {vals}"
+        if len(vals) != 3:
+            msg = f"a LoopCommit vector has 3 values (global_step, epoch, steps_done); got {vals}"
             raise ValueError(msg)
-        return cls(vals[0], vals[1], vals[2], bool(vals[3]))
+        return cls(vals[0], vals[1], vals[2])
 
     def after_step(self, steps_per_epoch: int) -> LoopCommit:
         """The position once the next step has run (an epoch's last step: the next epoch's start).
 
         >>> LoopCommit(5, 2, 3).after_step(4)
-        LoopCommit(global_step=6, epoch=3, steps_done=0, chief=True)
+        LoopCommit(global_step=6, epoch=3, steps_done=0)
         """
         done = self.steps_done + 1
         if done >= steps_per_epoch:

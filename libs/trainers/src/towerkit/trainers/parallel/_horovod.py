@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 import tensorflow as tf
 
@@ -161,9 +162,12 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     the ranks left, rank 0's state is broadcast, and the loop goes on; hosts that the
     discovery script adds join at the next commit. The run ends at the global step of
     an uninterrupted run and every epoch ends once. The process that was rank 0 at the
-    start keeps the logdir and the chief-only callbacks: when it is lost, the others
-    end with `CollectiveError` (resume with `AutoResumeTrainConfig`). Variables are
-    rolled back, the input pipelines are not (the steps re-run draw new batches).
+    start keeps the logdir while it lives; when it is lost, the rank 0 of the re-formed
+    ring takes the logdir over. Every process builds the chief-only callbacks (behind a
+    gate), the owner alone runs them; a new owner's start as a run resumed at the
+    commit would (``stats.json`` keeps the epochs before it, later checkpoints are moved
+    aside). Variables are rolled back, the input pipelines are not (the steps re-run
+    draw new batches).
 
     Args:
         average: average (True) or sum (False) the gradients across ranks.
@@ -235,6 +239,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         self._loop_feed: Any = None
         self._loop_value: Any = None
         self._elastic_state: Any = None
+        self._took_over_at: int | None = None
         if elastic:
             from towerkit.trainers.parallel._elastic import GraphState
 
@@ -394,9 +399,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         mine = (steps_per_epoch, starting_epoch, max_epoch)
         if self._elastic_state is not None:
             self._elastic_state.bounds = mine
-            self._elastic_state.position = LoopCommit(
-                self._start_global_step, starting_epoch, 0, chief=self.is_chief
-            )
+            self._elastic_state.position = LoopCommit(self._start_global_step, starting_epoch, 0)
             super().main_loop(*mine)
             return
         try:
@@ -436,17 +439,61 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             what = "elastic training"
             raise self._collective_error(what, err) from err
 
+    def _on_this_process(self, cb: Callback) -> Callback | None:
+        if self._elastic_state is None:
+            return super()._on_this_process(cb)
+        # the logdir can move to another process: every one builds the chief-only
+        # callbacks, the one owning the logdir runs them
+        from towerkit.trainers.parallel._chief_gate import gate_chief_only
+
+        return gate_chief_only(cb, lambda: self.is_chief)
+
     def _elastic_moved_to(
         self, commit: LoopCommit, bounds: tuple[int, int, int] | None = None
     ) -> None:
-        """The loop's counters at `commit` (and rank 0's loop bounds), after a sync or restore."""
+        """The loop's counters at `commit` (and rank 0's loop bounds), after a sync or restore.
+
+        A process that took the logdir over counts its run from the epoch it took it at
+        (``starting_epoch``), as a resumed run would: its writers keep the records of the
+        epochs before, and write that epoch and the next ones.
+        """
         runs = self.hooked_sess.run_calls if self.hooked_sess is not None else 0
         self._start_global_step = commit.global_step - runs * self._steps_per_execution
         if bounds is not None:
             steps_per_epoch, starting_epoch, max_epoch = bounds
+            if self._took_over_at is not None:
+                starting_epoch = self._took_over_at
             self._bounds = LoopBounds(
                 starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
             )
+
+    def _take_over_logdir(self, commit: LoopCommit) -> None:
+        """Own the logdir from `commit` on: its owner was lost and this process is rank 0 now.
+
+        The lock is taken over; the chief-only callbacks start at their next phase, reading
+        the directory as a run resumed at `commit` would (``stats.json`` keeps the epochs
+        before ``commit.epoch``; checkpoints saved after its global step are moved aside).
+        """
+        from towerkit.trainers._logdir import take_over_logdir
+
+        if self._logdir is not None:
+            self._logdir_taken, before = take_over_logdir(self._logdir)
+            lost = "no lock file" if before is None else f"pid {before.pid} on {before.host!r}"
+            logger.warning(
+                "rank 0 of %d: the process that owned the logdir %s (%s) was lost; this "
+                "process takes it over at epoch %d, global step %d: checkpoints, stats.json "
+                "and event files are written from here on",
+                self._size,
+                self._logdir,
+                lost,
+                commit.epoch,
+                commit.global_step,
+            )
+        self.is_chief = True
+        b = self._bounds
+        assert b is not None, "a sync comes after main_loop set the bounds"
+        self._took_over_at = min(commit.epoch, b.max_epoch + 1)
+        self._bounds = attrs.evolve(b, starting_epoch=self._took_over_at)
 
     def _elastic_reset(self) -> None:
         """The rank facts again, once horovod re-formed with the ranks there are now."""
