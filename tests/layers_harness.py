@@ -2,7 +2,7 @@
 
 The cluster (1 parameter server, 2 workers) and horovod (2 ranks) runs of the
 layers tests: the processes are started, watched and stopped here, and each worker's
-or rank's ``LAYERS-REPORT`` is read back. `job_args` pick the example and its model
+``LAYERS-REPORT`` (each rank's ``report-RANK.json``) is read back. `job_args` pick the example and its model
 (``--example tp_style --kwargs '{"model": "gan"}'``); without them the job trains the
 layers example.
 """
@@ -99,15 +99,19 @@ def _horovod_run(base: Path, job_args: Sequence[str] = ()) -> list[dict]:
     """Two horovod ranks over gloo on localhost; their reports, by rank."""
     from towerkit.trainers import launch_horovod_job
 
+    reports = base / "reports"
+    reports.mkdir()
+    argv = [sys.executable, str(JOB), "horovod", "--logdir", str(base / "log")]
     job = launch_horovod_job(
-        [sys.executable, str(JOB), "horovod", "--logdir", str(base / "log"), *job_args],
+        [*argv, "--report-dir", str(reports), *job_args],
         2,
         timeout=JOB_TIMEOUT,
         cwd=base,
         env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
     )
     assert job.returncode == 0, job.output
-    return sorted(_reports(job.output), key=lambda r: r["rank"])
+    found = [json.loads(p.read_text()) for p in sorted(reports.glob("report-*.json"))]
+    return sorted(found, key=lambda r: r["rank"])
 
 
 def multi_process_run(name: str, base: Path, job_args: Sequence[str] = ()) -> dict:

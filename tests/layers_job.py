@@ -12,8 +12,9 @@ The example trained is ``examples/layers`` (first convolution frozen) unless
 ``--example NAME --kwargs JSON`` name another example and the keyword arguments of
 its ``train`` (e.g. ``--example tp_style --kwargs '{"model": "gan"}'``).
 
-Workers and ranks print ``LAYERS-REPORT {json}``: the `tower_facts` of their graph,
-the values of the variables at the end, and the last checkpoint (the chief's).
+Workers print ``LAYERS-REPORT {json}``, and ranks write it to ``--report-dir``'s
+``report-RANK.json``: the `tower_facts` of their graph, the values of the variables at
+the end, and the last checkpoint (the chief's).
 """
 
 from __future__ import annotations
@@ -113,6 +114,22 @@ def train(
     }
 
 
+def write_report(directory: str | None, report: dict[str, Any]) -> None:
+    """A horovod rank's report: into ``report-RANK.json`` of `directory`, or printed.
+
+    horovod's launcher forwards each rank's stdout and stderr through one pipe, where
+    a line larger than the pipe's buffer can be cut by another rank's output: a
+    report of a model's variables goes to a file of its own.
+    """
+    if directory is None:
+        print("LAYERS-REPORT " + json.dumps(report), flush=True)
+        return
+    path = os.path.join(directory, f"report-{report['rank']}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(report, f)
+    os.replace(path + ".tmp", path)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("trainer", choices=["dist-ps", "dist-replicated", "horovod"])
@@ -122,10 +139,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--example", default="layers", help="the example under examples/")
     parser.add_argument("--kwargs", default=DEFAULT_KWARGS, help="JSON: its train's arguments")
+    parser.add_argument("--report-dir", help="horovod: write report-RANK.json there")
     args = parser.parse_args(argv)
     if args.trainer == "horovod":
         report = train(HorovodTrainer, args.logdir, args.example, args.kwargs)
-        print("LAYERS-REPORT " + json.dumps(report), flush=True)
+        write_report(args.report_dir, report)
         return 0
     ps_port, *worker_ports = args.ports.split(",")
     cluster = tf1.train.ClusterSpec(
