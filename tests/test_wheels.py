@@ -156,7 +156,13 @@ def venv_with(tmp_path: Path, dist_dir: Path, *requirements: str) -> Path:
     done = run(UV, "venv", "-q", "-p", sys.executable, venv)
     assert done.returncode == 0, done.stderr
     python = venv / "bin" / "python"
-    done = run(UV, "pip", "install", "-q", "-p", python, "--find-links", dist_dir, *requirements)
+    # The wheels keep their version from one build to the next, and uv prefers a wheel
+    # of the same name and version from its cache to the one in --find-links: without
+    # a refresh, a folder built before (at the same path) can be installed instead.
+    refresh = [arg for dist in FOLDERS for arg in ("--refresh-package", dist)]
+    done = run(
+        UV, "pip", "install", "-q", "-p", python, *refresh, "--find-links", dist_dir, *requirements
+    )
     assert done.returncode == 0, done.stderr
     return venv / "bin"
 
