@@ -192,6 +192,26 @@ class TestRankDies:
         assert survivor_said in out or launcher_said in out, out
         assert seconds < DEATH_BOUND
 
+    def test_rank_leaves_before_the_loop(self, tmp_path):
+        """Rank 1 leaves before the loop: rank 0's agreement fails, its logdir is given back.
+
+        The run had not stepped, so what it wrote is removed and the lock released, as
+        for any run that fails before its first step: a resume elsewhere is not refused.
+        """
+        logdir = tmp_path / "log"
+        code, out, seconds = run_job(tmp_path, str(logdir), "3", "--leave-before-loop")
+        assert code != 0, out
+        assert "rank 1 leaves before the loop" in out
+        left = [
+            json.loads(line.partition("LOGDIR-AFTER-FAILURE ")[2])
+            for line in out.splitlines()
+            if "LOGDIR-AFTER-FAILURE " in line
+        ]
+        assert left == [None] or (len(left) == 1 and ".towerkit.lock" not in left[0]), out
+        assert "agreeing on the loop parameters" in out, out
+        assert not (logdir / ".towerkit.lock").exists()
+        assert seconds < DEATH_BOUND
+
 
 class TestRankGpu:
     """rank_gpu: the GPU of each horovod process."""

@@ -22,6 +22,7 @@ from towerkit.towers import add_moving_summary
 from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     AutoResumeTrainConfig,
+    CollectiveError,
     HorovodTrainer,
     ModelDesc,
     NumpyInput,
@@ -139,6 +140,25 @@ def sum_check(rank: int) -> dict[str, list[float]]:
     return out
 
 
+class LeaveBeforeLoop(HorovodTrainer):
+    """Rank 1 leaves (status 0) once initialized, before the ranks agree on the loop.
+
+    Rank 0's agreement then fails; it prints what is left in its logdir
+    (``LOGDIR-AFTER-FAILURE [names]``) before the error goes on.
+    """
+
+    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+        if self.rank == 1:
+            print("rank 1 leaves before the loop", flush=True)
+            os._exit(0)
+        try:
+            super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
+        except CollectiveError:
+            left = sorted(os.listdir(self.logdir)) if os.path.isdir(self.logdir) else None
+            print("LOGDIR-AFTER-FAILURE " + json.dumps(left), flush=True)
+            raise
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("logdir")
@@ -147,13 +167,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--die-at", type=int, default=None)
     parser.add_argument("--sum-check", action="store_true")
+    parser.add_argument("--leave-before-loop", action="store_true")
     args = parser.parse_args(argv)
     import horovod.tensorflow as hvd
 
     graph = tf.Graph()
     graph.seed = 1234
     with graph.as_default():
-        trainer = HorovodTrainer(compression=hvd.Compression.fp16 if args.fp16 else None)
+        kind = LeaveBeforeLoop if args.leave_before_loop else HorovodTrainer
+        trainer = kind(compression=hvd.Compression.fp16 if args.fp16 else None)
         trainer.BROADCAST_EVERY_EPOCH = False
         rank = trainer.rank
         logdir = args.logdir if rank == 0 or args.rank1_logdir is None else args.rank1_logdir

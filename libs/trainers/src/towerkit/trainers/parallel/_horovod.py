@@ -402,12 +402,14 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             self._elastic_state.position = LoopCommit(self._start_global_step, starting_epoch, 0)
             super().main_loop(*mine)
             return
-        try:
-            agreed = self.sess.run(self._loop_value, {self._loop_feed: np.asarray(mine)})
-        except tf.errors.OpError as err:
-            self.sess.close()
-            what = "agreeing on the loop parameters"
-            raise self._collective_error(what, err) from err
+        # a failure here is a failure before the first step: the logdir is given back
+        with self._failed_start_cleanup():
+            try:
+                agreed = self.sess.run(self._loop_value, {self._loop_feed: np.asarray(mine)})
+            except tf.errors.OpError as err:
+                self.sess.close()
+                what = "agreeing on the loop parameters"
+                raise self._collective_error(what, err) from err
         agreed = tuple(int(x) for x in agreed)
         if agreed != mine:
             logger.warning(
