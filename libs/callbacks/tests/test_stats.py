@@ -53,12 +53,16 @@ class TestEstimateTimeLeft:
 
 
 def reference_should_change(history, threshold, last_k, reverse):
-    """The documented rule, written out with a loop."""
+    """The documented rule, written out with a loop (a NaN is the worst value)."""
     if len(history) <= last_k:
         return False
     window = list(history)[-(last_k + 1) :]
     ref = window[0]
     for v in window[1:]:
+        if math.isnan(v):
+            continue  # the worst value improves on nothing
+        if math.isnan(ref):
+            return False  # any number improves on the worst value
         if not reverse and v < ref - threshold:
             return False
         if reverse and v > ref + threshold:
@@ -80,6 +84,48 @@ class TestShouldChange:
         assert should_change(history, threshold, last_k, reverse) == reference_should_change(
             history, threshold, last_k, reverse
         )
+
+    @given(
+        st.lists(st.floats(-100, 100) | st.just(math.nan), max_size=12),
+        st.floats(0, 10),
+        st.integers(1, 6),
+        st.booleans(),
+    )
+    def test_nan_is_the_worst_value(self, history, threshold, last_k, reverse):
+        """With NaNs (a diverged statistic) the decision still follows the rule."""
+        assert should_change(history, threshold, last_k, reverse) == reference_should_change(
+            history, threshold, last_k, reverse
+        )
+
+    @given(
+        st.floats(-100, 100),
+        st.lists(st.floats(-100, 100) | st.just(math.nan), min_size=1, max_size=6),
+        st.randoms(use_true_random=False),
+        st.booleans(),
+    )
+    def test_nan_order_does_not_matter(self, ref, newer, rnd, reverse):
+        """Where the NaNs fall among the newer observations does not change the decision."""
+        shuffled = list(newer)
+        rnd.shuffle(shuffled)
+        k = len(newer)
+        assert should_change([ref, *newer], 0.0, k, reverse) == should_change(
+            [ref, *shuffled], 0.0, k, reverse
+        )
+
+    @given(
+        st.lists(st.floats(-100, 100), min_size=2, max_size=8),
+        st.data(),
+        st.booleans(),
+    )
+    def test_a_newer_nan_never_improves(self, history, data, reverse):
+        """Turning a newer observation into NaN can only make a change more likely."""
+        k = len(history) - 1
+        i = data.draw(st.integers(1, k))
+        diverged = [*history[:i], math.nan, *history[i + 1 :]]
+        if should_change(history, 0.0, k, reverse):
+            assert should_change(diverged, 0.0, k, reverse)
+        assert should_change([*history[:1], *[math.nan] * k], 0.0, k, reverse)
+        assert not should_change([math.nan, *history[1:]], 0.0, k, reverse)
 
     def test_needs_k_plus_one(self):
         """With k observations only, there is no reference yet."""

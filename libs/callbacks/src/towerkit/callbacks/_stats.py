@@ -112,6 +112,8 @@ def should_change(
     ``min(w) >= w[0] - threshold`` (decreasing is better), or with ``reverse``
     ``max(w) <= w[0] + threshold`` (increasing is better). With fewer than
     ``last_k + 1`` observations there is not enough evidence and the answer is False.
+    A NaN observation (a diverged statistic) counts as the worst value: it never
+    improves on the reference, and any number improves on a NaN reference.
 
     Args:
         history: observations since the parameter last changed, oldest first.
@@ -130,10 +132,14 @@ def should_change(
         False
         >>> should_change([0.9, 0.95, 0.9], threshold=0.0, last_k=2, reverse=True)
         False
+        >>> nan = float("nan")
+        >>> should_change([0.5, nan, nan], 0.0, 2), should_change([nan, 0.9, nan], 0.0, 2)
+        (True, False)
     """
     if len(history) < last_k + 1:
         return False
-    window = history[len(history) - last_k - 1 :]
+    worst = -math.inf if reverse else math.inf
+    window = [worst if math.isnan(v) else v for v in history[len(history) - last_k - 1 :]]
     if reverse:
         return max(window) <= window[0] + threshold
     return min(window) >= window[0] - threshold
