@@ -1,4 +1,7 @@
-"""A task of a real 1-ps, 2-worker cluster on 127.0.0.1 dies (SIGKILL): the others end, naming it."""
+"""A task of a real 1-ps, 2-worker cluster on 127.0.0.1 dies (SIGKILL) or freezes (SIGSTOP).
+
+The others end, naming it.
+"""
 
 from __future__ import annotations
 
@@ -77,6 +80,10 @@ class Cluster:
         os.killpg(self.procs[key].pid, signal.SIGKILL)
         self.procs[key].wait()
 
+    def freeze(self, key: tuple[str, int]) -> None:
+        """SIGSTOP a task: its sockets stay open and its kernel accepts connections."""
+        os.killpg(self.procs[key].pid, signal.SIGSTOP)
+
     def stop_all(self) -> None:
         for proc in self.procs.values():
             with contextlib.suppress(ProcessLookupError):
@@ -91,8 +98,8 @@ def cluster(tmp_path):
         pytest.skip(f"2 towers per worker need 2 visible GPUs, or none; {gpus} visible")
     made = []
 
-    def start(trainer: str = "ps") -> Cluster:
-        job = Cluster(tmp_path, trainer)
+    def start(trainer: str = "ps", timeouts: str = TIMEOUTS) -> Cluster:
+        job = Cluster(tmp_path, trainer, timeouts=timeouts)
         made.append(job)
         job.wait_until(job.training, START_LIMIT, "the workers did not start training")
         return job
@@ -172,6 +179,34 @@ class TestTaskKilled:
         assert job.procs[("ps", 0)].poll() is None
         assert job.procs[("worker", 0)].poll() is None
         assert not lost.search(job.output(("worker", 0)))
+
+
+@pytest.mark.slow
+class TestTaskFrozen:
+    """SIGSTOP one task mid-training: it answers nothing, though it still accepts connections."""
+
+    def test_parameter_server(self, cluster):
+        """At the operation deadline (20 s here) both workers stop, naming the frozen ps.
+
+        The step in flight blocks until its deadline (TensorFlow cannot cancel a call
+        to a server that does not answer); the watch has found the ps dead by then.
+        """
+        job = cluster("ps", timeouts=f"{TIMEOUTS},600,20")
+        job.freeze(("ps", 0))
+        workers = [("worker", 0), ("worker", 1)]
+        job.wait_until(
+            lambda: all(job.procs[w].poll() is not None for w in workers),
+            BOUND,
+            "the workers did not end after the parameter server was stopped",
+        )
+        lost = naming("ps", 0, job.address[("ps", 0)])
+        for role, task in workers:
+            out = job.output((role, task))
+            assert job.procs[(role, task)].returncode != 0, out
+            line = one_line(out, lost)
+            assert line.startswith(f"towerkit.trainers._errors.TaskLostError: worker {task} lost")
+            assert "a parameter server" in line
+            assert "unreachable for" in line
 
 
 @pytest.mark.slow

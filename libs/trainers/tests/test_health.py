@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -153,54 +158,130 @@ def wait_for(condition, limit: float = 30.0) -> bool:
     return condition()
 
 
-class TestWatch:
-    """The watch thread, on real sockets."""
+SERVER = """
+import sys
+import tensorflow as tf
+spec = tf.train.ClusterSpec({"ps": [sys.argv[1]]})
+server = tf.distribute.Server(spec, job_name="ps", task_index=0)
+print("serving", flush=True)
+server.join()
+"""
+"""A TensorFlow server alone in a process (one that can be stopped and killed)."""
 
-    def test_is_up(self):
-        """A listening port is up; once closed, it is not."""
+
+@pytest.fixture(scope="module")
+def tf_server():
+    """A real TensorFlow server in a process of its own: ``(process, host:port)``."""
+    sock = listening()
+    address = f"127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER, address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "serving"
+        assert wait_for(lambda: is_up(address, 1.0))
+        yield proc, address
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def all_stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped (state ``T`` in ``/proc``)."""
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{task}/stat") as f:
+            states.append(f.read().rpartition(")")[2].split()[0])
+    return bool(states) and all(state in "tT" for state in states)
+
+
+@contextlib.contextmanager
+def frozen(proc: subprocess.Popen):
+    """The process stopped (SIGSTOP) inside the block, continued after it."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        # the stop is asynchronous: wait until every thread of the process is stopped
+        assert wait_for(lambda: all_stopped(proc.pid), 10.0)
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+
+
+class TestWatch:
+    """The watch thread, on a real TensorFlow server."""
+
+    def test_is_up(self, tf_server):
+        """A server that answers is up; stopped, it is not, though its port accepts."""
+        proc, address = tf_server
+        assert is_up(address, 1.0)
+        with frozen(proc):
+            host, _, port = address.rpartition(":")
+            socket.create_connection((host, int(port)), timeout=1.0).close()
+            began = time.monotonic()
+            assert not is_up(address, 0.5)
+            assert time.monotonic() - began < 5.0
+        assert wait_for(lambda: is_up(address, 1.0))
+
+    def test_port_that_accepts_but_never_answers(self):
+        """A listening socket that answers nothing is not up; closed, it is not either."""
         sock = listening()
         address = f"127.0.0.1:{sock.getsockname()[1]}"
-        assert is_up(address, 1.0)
+        assert not is_up(address, 0.3)
         sock.close()
-        assert not is_up(address, 1.0)
+        assert not is_up(address, 0.3)
 
-    def test_reports_a_closed_server(self):
-        """A server that stops listening is reported once, named, and dropped from the watch."""
-        sock = listening()
-        task = TaskAddress(job="ps", index=0, address=f"127.0.0.1:{sock.getsockname()[1]}")
+    def test_reports_a_stopped_server(self, tf_server):
+        """A server that stops answering is reported once, named, and dropped from the watch."""
+        proc, address = tf_server
+        task = TaskAddress(job="ps", index=0, address=address)
         calls = []
-        timeouts = ClusterTimeouts(check_every=0.05, dead_after=0.3)
+        timeouts = ClusterTimeouts(check_every=0.1, dead_after=0.5)
         watch = ClusterWatch([task], timeouts, on_dead=lambda t, why: calls.append((t, why)))
         watch.start()
         try:
             assert wait_for(lambda: watch._state.last_seen)
             assert not watch.lost
-            sock.close()
-            assert wait_for(lambda: watch.lost)
-            time.sleep(0.3)
+            with frozen(proc):
+                assert wait_for(lambda: watch.lost)
+                time.sleep(0.5)
             assert [t for t, _ in watch.lost] == [task]
+            assert watch.lost[0][1].startswith("unreachable for ")
             assert calls == watch.lost
             assert watch.check_now() == watch.lost[0]
         finally:
             watch.stop()
 
-    def test_task_that_ended_normally(self):
+    def test_check_now(self, tf_server):
+        """check_now names a watched task that does not answer, and nothing while all do."""
+        proc, address = tf_server
+        task = TaskAddress(job="ps", index=0, address=address)
+        watch = ClusterWatch([task], ClusterTimeouts(check_every=0.5))
+        assert watch.check_now() is None
+        with frozen(proc):
+            assert watch.check_now() == (task, "not answering")
+
+    def test_task_that_ended_normally(self, tf_server):
         """A task that `still_needed` says is done is dropped, not reported."""
-        sock = listening()
-        task = TaskAddress(job="worker", index=0, address=f"127.0.0.1:{sock.getsockname()[1]}")
+        proc, address = tf_server
+        task = TaskAddress(job="worker", index=0, address=address)
         asked = threading.Event()
 
         def still_needed(t):
             asked.set()
             return False
 
-        timeouts = ClusterTimeouts(check_every=0.05, dead_after=0.2)
+        timeouts = ClusterTimeouts(check_every=0.1, dead_after=0.3)
         watch = ClusterWatch([task], timeouts, still_needed=still_needed).start()
         try:
             assert wait_for(lambda: watch._state.last_seen)
-            sock.close()
-            assert wait_for(asked.is_set)
-            time.sleep(0.3)
+            with frozen(proc):
+                assert wait_for(asked.is_set)
+                time.sleep(0.3)
             assert watch.lost == []
             assert watch.check_now() is None
         finally:

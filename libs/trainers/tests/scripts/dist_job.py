@@ -1,7 +1,7 @@
 """One process of a TensorFlow-runtime distributed job (127.0.0.1 or given hosts); a JSON report.
 
 Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 [--hosts PS,W0,W1] --trainer ps|replicated
---logdir-base DIR --max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START]]``. ROLE is ``ps`` or ``worker``. A worker prints
+--logdir-base DIR --max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START[,OPERATION]]]``. ROLE is ``ps`` or ``worker``. A worker prints
 ``DIST-TRAINING`` after its first step; each process prints ``DIST-REPORT {json}`` at the end.
 """
 
@@ -60,16 +60,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trainer", choices=["ps", "replicated"], required=True)
     parser.add_argument("--logdir-base", required=True)
     parser.add_argument("--max-epoch", type=int, default=3)
-    parser.add_argument("--timeouts", help="check_every,dead_after,close_seconds[,start_within]")
+    parser.add_argument(
+        "--timeouts",
+        help="check_every,dead_after,close_seconds[,start_within[,operation_seconds]]",
+    )
     args = parser.parse_args(argv)
     timeouts = None
     if args.timeouts:
-        check, dead, close, *start = map(float, args.timeouts.split(","))
+        check, dead, close, *rest = map(float, args.timeouts.split(","))
         timeouts = ClusterTimeouts(
             check_every=check,
             dead_after=dead,
             close_seconds=close,
-            start_within=start[0] if start else 600,
+            start_within=rest[0] if rest else 600,
+            operation_seconds=rest[1] if len(rest) > 1 else 300,
         )
     ports = args.ports.split(",")
     hosts = args.hosts.split(",") if args.hosts else ["127.0.0.1"] * len(ports)

@@ -78,9 +78,9 @@ def serve_parameters(
     process can exit. The variables stay on the server while it runs.
 
     It never waits for a dead worker: every ``timeouts.check_every`` seconds it
-    checks that the workers still to check in accept connections. A worker that
-    was up and then stops answering for ``timeouts.dead_after`` seconds (killed,
-    crashed, its machine gone), or that never comes up within
+    checks that the workers still to check in answer a connection (`is_up`). A
+    worker that was up and then stops answering for ``timeouts.dead_after`` seconds
+    (killed, crashed, stopped, its machine gone), or that never comes up within
     ``timeouts.start_within`` seconds, is dead: one error line names it (job,
     index, address), the others are still served, and once none is left to wait
     for, `TaskLostError` is raised naming every dead worker. So with the defaults

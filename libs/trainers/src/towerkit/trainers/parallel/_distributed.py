@@ -128,8 +128,10 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     worker has a deadline (``ConfigProto.operation_timeout_in_ms``, from
     ``timeouts.operation_seconds`` unless the session creator's config sets one),
     and while the loop runs a thread checks that the parameter servers (and, on the
-    other workers, the chief) still accept connections. When one dies, training
-    stops after the current step (or the failed step ends it), ``after_train`` runs,
+    other workers, the chief) still answer a connection (a stopped or hung process
+    accepts one but answers nothing). When one dies, training stops after the
+    current step (or the failed step ends it), ``after_train`` runs (on a closed
+    session once a parameter server is lost, so that no callback waits on it),
     closing the session waits ``timeouts.close_seconds`` at most, and `TaskLostError`
     is raised with one line naming the task lost (job, index, address). A worker
     never trains on without its chief, which alone saves; a chief that ended its
@@ -404,6 +406,28 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             error = self._lost_error(*watch.lost[0])
             logger.error("%s", error)
             raise error
+
+    def _finish(self, failed: BaseException | None) -> None:
+        """``after_train``, on a closed session once a parameter server is lost.
+
+        A parameter server that stopped answering (stopped, hung, cut off) blocks every
+        call that involves it without a deadline (TensorFlow bounds the steps, not the
+        registration of a new fetch): with the session closed first, a callback's
+        ``after_train`` that reads the variables fails at once instead of waiting.
+        """
+        watch = self._watch
+        lost = [task for task, _ in watch.lost if task.job == "ps"] if watch is not None else []
+        if lost:
+            logger.warning(
+                "worker %d: %s is lost: the session is closed before after_train (a callback "
+                "that uses it fails instead of waiting for it)",
+                self._task,
+                lost[0],
+            )
+            closer = threading.Thread(target=self.sess.close, name="close-session", daemon=True)
+            closer.start()
+            closer.join(self.timeouts.close_seconds)
+        super()._finish(failed)
 
     def _close_session(self) -> None:
         """Close the session, waiting ``timeouts.close_seconds`` at most.

@@ -45,7 +45,7 @@ class ClusterTimeouts:
 
     Attributes:
         check_every: seconds between two health checks of the other tasks (> 0).
-        dead_after: a task that was up and has not accepted a connection for this
+        dead_after: a task that was up and has not answered a connection for this
             many seconds is dead (> 0).
         start_within: a task that never came up within this many seconds of the
             watch's start is dead (> 0).
@@ -188,12 +188,37 @@ def dead_tasks(
     return tuple(out)
 
 
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""What an HTTP/2 client sends first: the connection preface, then an empty SETTINGS frame."""
+
+_SETTINGS = 4
+"""The type of an HTTP/2 SETTINGS frame (the 4th byte of a frame's 9-byte header)."""
+
+
 def is_up(address: str, timeout: float) -> bool:
-    """Whether ``host:port`` accepts a TCP connection within `timeout` seconds."""
+    """Whether the server at ``host:port`` answers an HTTP/2 connection within `timeout` s.
+
+    A TensorFlow server (gRPC, so HTTP/2) answers a client's connection preface with a
+    SETTINGS frame. Accepting the TCP connection is not enough: the kernel accepts it
+    for a process that is stopped (SIGSTOP, a frozen container) or hung, and such a
+    task would otherwise look up while every operation on it blocks.
+    """
     host, _, port = address.rpartition(":")
+    end = time.monotonic() + timeout
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return True
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            sock.sendall(_HTTP2_PREFACE)
+            head = b""
+            while len(head) < 9:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                sock.settimeout(left)
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    return False
+                head += chunk
+            return head[3] == _SETTINGS
     except (OSError, ValueError):
         return False
 
@@ -201,8 +226,8 @@ def is_up(address: str, timeout: float) -> bool:
 class ClusterWatch:
     """A daemon thread that checks the given tasks and reports each one that dies.
 
-    Each task is checked every ``check_every`` seconds by opening a TCP connection to
-    its server; `dead_tasks` decides. Each dead task is logged as one error line,
+    Each task is checked every ``check_every`` seconds by opening a connection to its
+    server (`is_up`: the server must answer, not only accept); `dead_tasks` decides. Each dead task is logged as one error line,
     added to `lost` (with the reason), dropped from the watch, and passed to
     `on_dead` (from the watch's thread). ``still_needed(task)``, when given, is
     asked first: a task that ended normally (False) is only dropped.
@@ -246,7 +271,7 @@ class ClusterWatch:
         wait = min(self._timeouts.check_every, 5.0)
         for task in list(self._tasks):
             if not is_up(task.address, wait):
-                return task, "not accepting connections"
+                return task, "not answering"
         return None
 
     def _run(self) -> None:
