@@ -192,7 +192,11 @@ if rank == "1":
 """
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, script: str | None = None) -> bool:
+    """Whether process `pid` runs (not a zombie), and runs `script` when one is named.
+
+    Naming the script keeps a pid handed to another process from counting.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -200,7 +204,10 @@ def _alive(pid: int) -> bool:
     # a zombie still answers kill(0): read its state
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
+            if f.read().split(") ", 1)[1][0] == "Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return script is None or script.encode() in f.read()
     except OSError:
         return False
 
@@ -236,18 +243,21 @@ class TestRealJobs:
         script = tmp_path / "sleep.py"
         script.write_text(textwrap.dedent(SLEEPER))
         started = time.monotonic()
+        # 30 s leaves a loaded machine time to start every rank before the stop
         job = launch_horovod_job(
-            [sys.executable, str(script)], np_, timeout=20, cwd=tmp_path, grace=5
+            [sys.executable, str(script)], np_, timeout=30, cwd=tmp_path, grace=5
         )
         assert job.timed_out
         assert job.returncode == -1
-        assert "horovod job stopped after 20 s" in job.output
-        assert time.monotonic() - started < 20 + 5 + 30
+        assert "horovod job stopped after 30 s" in job.output
+        assert time.monotonic() - started < 30 + 5 + 30
+        started_ranks = [r for r in range(np_) if (tmp_path / f"pid{r}").exists()]
+        assert started_ranks == list(range(np_)), job.output
         pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(np_)]
         deadline = time.monotonic() + 10
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(_alive(p, "sleep.py") for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(_alive(p) for p in pids), f"ranks still alive: {pids}"
+        assert not any(_alive(p, "sleep.py") for p in pids), f"ranks still alive: {pids}"
 
 
 class TestElasticLaunch:
