@@ -74,25 +74,13 @@ class TestShouldChange:
     """`should_change` follows the documented min/max rule over the last k + 1 observations."""
 
     @given(
-        st.lists(st.floats(-100, 100, allow_nan=False), max_size=12),
-        st.floats(0, 10),
-        st.integers(1, 6),
-        st.booleans(),
-    )
-    def test_matches_reference(self, history, threshold, last_k, reverse):
-        """The decision equals a plain loop over the window."""
-        assert should_change(history, threshold, last_k, reverse) == reference_should_change(
-            history, threshold, last_k, reverse
-        )
-
-    @given(
         st.lists(st.floats(-100, 100) | st.just(math.nan), max_size=12),
         st.floats(0, 10),
         st.integers(1, 6),
         st.booleans(),
     )
-    def test_nan_is_the_worst_value(self, history, threshold, last_k, reverse):
-        """With NaNs (a diverged statistic) the decision still follows the rule."""
+    def test_matches_reference(self, history, threshold, last_k, reverse):
+        """The decision equals a plain loop over the window, NaNs (diverged values) included."""
         assert should_change(history, threshold, last_k, reverse) == reference_should_change(
             history, threshold, last_k, reverse
         )

@@ -120,6 +120,26 @@ def one_line(out: str, pattern: re.Pattern[str]) -> str:
     return found[-1]
 
 
+def workers_name_the_lost_ps(job: Cluster, what: str) -> list[str]:
+    """Both workers end within BOUND, failed, each with a `TaskLostError` line naming the ps."""
+    workers = [("worker", 0), ("worker", 1)]
+    job.wait_until(
+        lambda: all(job.procs[w].poll() is not None for w in workers),
+        BOUND,
+        f"the workers did not end after the parameter server was {what}",
+    )
+    lost = naming("ps", 0, job.address[("ps", 0)])
+    lines = []
+    for role, task in workers:
+        out = job.output((role, task))
+        assert job.procs[(role, task)].returncode != 0, out
+        line = one_line(out, lost)
+        assert line.startswith(f"towerkit.trainers._errors.TaskLostError: worker {task} lost")
+        assert "a parameter server" in line
+        lines.append(line)
+    return lines
+
+
 @pytest.mark.slow
 class TestTaskKilled:
     """SIGKILL one task mid-training: the others end within BOUND, one line naming it."""
@@ -129,19 +149,7 @@ class TestTaskKilled:
         """Both workers stop (no hang in a step or in Session.close) with TaskLostError."""
         job = cluster(trainer)
         job.kill(("ps", 0))
-        workers = [("worker", 0), ("worker", 1)]
-        job.wait_until(
-            lambda: all(job.procs[w].poll() is not None for w in workers),
-            BOUND,
-            "the workers did not end after the parameter server was killed",
-        )
-        lost = naming("ps", 0, job.address[("ps", 0)])
-        for role, task in workers:
-            out = job.output((role, task))
-            assert job.procs[(role, task)].returncode != 0, out
-            line = one_line(out, lost)
-            assert line.startswith(f"towerkit.trainers._errors.TaskLostError: worker {task} lost")
-            assert "a parameter server" in line
+        workers_name_the_lost_ps(job, "killed")
 
     def test_chief(self, cluster):
         """The other worker stops instead of training on unsaved; the ps stops waiting for it."""
@@ -193,19 +201,7 @@ class TestTaskFrozen:
         """
         job = cluster("ps", timeouts=f"{TIMEOUTS},600,20")
         job.freeze(("ps", 0))
-        workers = [("worker", 0), ("worker", 1)]
-        job.wait_until(
-            lambda: all(job.procs[w].poll() is not None for w in workers),
-            BOUND,
-            "the workers did not end after the parameter server was stopped",
-        )
-        lost = naming("ps", 0, job.address[("ps", 0)])
-        for role, task in workers:
-            out = job.output((role, task))
-            assert job.procs[(role, task)].returncode != 0, out
-            line = one_line(out, lost)
-            assert line.startswith(f"towerkit.trainers._errors.TaskLostError: worker {task} lost")
-            assert "a parameter server" in line
+        for line in workers_name_the_lost_ps(job, "stopped"):
             assert "unreachable for" in line
 
 
