@@ -1,14 +1,15 @@
-"""The cluster's plumbing: server facts, the workers' done queue, serve_parameters, sessions."""
+"""The cluster's plumbing: server facts, the done queue and check-in, serve_parameters, sessions."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
+from towerkit.callbacks import Callback
 from towerkit.towers.compat import tf1
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers.parallel._health import (
@@ -225,3 +226,44 @@ class _DistributedSessionCreator:
         if self._local_init:
             sess.run(self._local_init)
         return sess
+
+
+class _CheckIn(Callback):
+    """Put this worker's index on every parameter server's done queue at the end of training.
+
+    First the trainer stops watching the other tasks (they may end normally from now
+    on); nothing is put when a parameter server is known lost.
+    """
+
+    _chief_only = False
+    name_scope = "CheckIn"
+
+    def __init__(self, enqueue: Any, timeout_ms: int, finishing: Callable[[], bool]) -> None:
+        self._enqueue = enqueue
+        self._options = tf1.RunOptions(timeout_in_ms=timeout_ms)
+        self._finishing = finishing
+
+    def _after_train(self) -> None:
+        if not self._finishing():
+            logger.warning("a parameter server is lost: this worker does not check in")
+            return
+        try:
+            self.trainer.sess.run(self._enqueue, options=self._options)
+        except tf.errors.OpError as err:
+            logger.warning("could not tell the parameter servers this worker is done: %s", err)
+
+
+class _PushToShadows(Callback):
+    """On the chief, copy tower 0's non-trainable variables to their global copies every epoch."""
+
+    _chief_only = True
+    name_scope = "PushToShadows"
+
+    def __init__(self, op: Any) -> None:
+        self._op = op
+
+    def _trigger_epoch(self) -> None:
+        self.trainer.sess.run(self._op)
+
+    def _after_train(self) -> None:
+        self.trainer.sess.run(self._op)

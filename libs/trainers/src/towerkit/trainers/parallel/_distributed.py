@@ -19,8 +19,10 @@ from towerkit.trainers.parallel._allreduce import scale_gradient, sum_gradients
 from towerkit.trainers.parallel._builder import build_towers, warn_missing_devices
 from towerkit.trainers.parallel._cluster import (
     DONE_QUEUE,
+    _CheckIn,
     _DistributedSessionCreator,
     _done_queue,
+    _PushToShadows,
     _server_facts,
     _target,
     serve_parameters,
@@ -51,47 +53,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("towerkit.trainers")
-
-
-class _CheckIn(Callback):
-    """Put this worker's index on every parameter server's done queue at the end of training.
-
-    First the trainer stops watching the other tasks (they may end normally from now
-    on); nothing is put when a parameter server is known lost.
-    """
-
-    _chief_only = False
-    name_scope = "CheckIn"
-
-    def __init__(self, enqueue: Any, timeout_ms: int, finishing: Callable[[], bool]) -> None:
-        self._enqueue = enqueue
-        self._options = tf1.RunOptions(timeout_in_ms=timeout_ms)
-        self._finishing = finishing
-
-    def _after_train(self) -> None:
-        if not self._finishing():
-            logger.warning("a parameter server is lost: this worker does not check in")
-            return
-        try:
-            self.trainer.sess.run(self._enqueue, options=self._options)
-        except tf.errors.OpError as err:
-            logger.warning("could not tell the parameter servers this worker is done: %s", err)
-
-
-class _PushToShadows(Callback):
-    """On the chief, copy tower 0's non-trainable variables to their global copies every epoch."""
-
-    _chief_only = True
-    name_scope = "PushToShadows"
-
-    def __init__(self, op: Any) -> None:
-        self._op = op
-
-    def _trigger_epoch(self) -> None:
-        self.trainer.sess.run(self._op)
-
-    def _after_train(self) -> None:
-        self.trainer.sess.run(self._op)
 
 
 class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
