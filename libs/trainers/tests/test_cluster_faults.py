@@ -39,7 +39,12 @@ class Cluster:
     """The three processes of a job that would train for 100,000 epochs, output to files."""
 
     def __init__(
-        self, tmp_path: Path, trainer: str = "ps", roles=ROLES, timeouts: str = TIMEOUTS
+        self,
+        tmp_path: Path,
+        trainer: str = "ps",
+        roles=ROLES,
+        timeouts: str = TIMEOUTS,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.ports = free_ports(3)
         self.address = dict(zip(ROLES, (f"127.0.0.1:{p}" for p in self.ports)))
@@ -50,7 +55,7 @@ class Cluster:
             argv = [sys.executable, str(SCRIPT), role, str(task)]
             argv += ["--ports", ",".join(map(str, self.ports)), "--trainer", trainer]
             argv += ["--logdir-base", str(tmp_path), "--max-epoch", "100000"]
-            argv += ["--timeouts", timeouts]
+            argv += ["--timeouts", timeouts, *extra]
             with open(self.logs[(role, task)], "w") as out:
                 self.procs[(role, task)] = subprocess.Popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -98,8 +103,8 @@ def cluster(tmp_path):
         pytest.skip(f"2 towers per worker need 2 visible GPUs, or none; {gpus} visible")
     made = []
 
-    def start(trainer: str = "ps", timeouts: str = TIMEOUTS) -> Cluster:
-        job = Cluster(tmp_path, trainer, timeouts=timeouts)
+    def start(trainer: str = "ps", timeouts: str = TIMEOUTS, extra=()) -> Cluster:
+        job = Cluster(tmp_path, trainer, timeouts=timeouts, extra=extra)
         made.append(job)
         job.wait_until(job.training, START_LIMIT, "the workers did not start training")
         return job
@@ -150,6 +155,26 @@ class TestTaskKilled:
         job = cluster(trainer)
         job.kill(("ps", 0))
         workers_name_the_lost_ps(job, "killed")
+
+    def test_parameter_server_between_steps(self, cluster):
+        """Killed while no step runs: the loop stops, after_train fails, TaskLostError wins.
+
+        The workers pause after epoch 2; the ps is killed meanwhile. No step fails: the
+        watch stops the loop, the session is closed for after_train, and the callbacks
+        that read the variables there fail; the error raised still names the ps.
+        """
+        job = cluster("replicated", extra=("--pause-at-epoch-end", "40"))
+        workers = [("worker", 0), ("worker", 1)]
+        job.wait_until(
+            lambda: all("DIST-PAUSED" in job.output(w) for w in workers),
+            START_LIMIT,
+            "the workers did not pause after epoch 2",
+        )
+        job.kill(("ps", 0))
+        for line in workers_name_the_lost_ps(job, "killed"):
+            assert "training stopped at epoch 2" in line
+        for role, task in workers:
+            assert "after_train of" in job.output((role, task))
 
     def test_chief(self, cluster):
         """The other worker stops instead of training on unsaved; the ps stops waiting for it."""

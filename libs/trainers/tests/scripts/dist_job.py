@@ -1,8 +1,10 @@
 """One process of a TensorFlow-runtime distributed job (127.0.0.1 or given hosts); a JSON report.
 
 Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 [--hosts PS,W0,W1] --trainer ps|replicated
---logdir-base DIR --max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START[,OPERATION]]]``. ROLE is ``ps`` or ``worker``. A worker prints
-``DIST-TRAINING`` after its first step; each process prints ``DIST-REPORT {json}`` at the end.
+--logdir-base DIR --max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START[,OPERATION]]]
+[--pause-at-epoch-end SECONDS]``. ROLE is ``ps`` or ``worker``. A worker prints
+``DIST-TRAINING`` after its first step (and ``DIST-PAUSED`` when it pauses after epoch
+2); each process prints ``DIST-REPORT {json}`` at the end.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -51,6 +54,20 @@ class Announce(Callback):
             print("DIST-TRAINING", flush=True)
 
 
+class PauseAtEpochEnd(Callback):
+    """At the end of epoch 2, print ``DIST-PAUSED`` and wait `seconds` (no session call)."""
+
+    _chief_only = False
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+
+    def _trigger_epoch(self) -> None:
+        if self.trainer.epoch_num == 2:
+            print("DIST-PAUSED", flush=True)
+            time.sleep(self._seconds)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("role", choices=["ps", "worker"])
@@ -60,6 +77,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trainer", choices=["ps", "replicated"], required=True)
     parser.add_argument("--logdir-base", required=True)
     parser.add_argument("--max-epoch", type=int, default=3)
+    parser.add_argument("--pause-at-epoch-end", type=float, default=None)
     parser.add_argument(
         "--timeouts",
         help="check_every,dead_after,close_seconds[,start_within[,operation_seconds]]",
@@ -99,9 +117,12 @@ def main(argv: list[str]) -> int:
         opt = lambda: tf1.train.MomentumOptimizer(0.05, 0.9)  # noqa: E731
         trainer.setup_graph(SIG, source, cost_fn, opt)
         costs, snap = CostLog(), Snapshot()
+        pause = (
+            [] if args.pause_at_epoch_end is None else [PauseAtEpochEnd(args.pause_at_epoch_end)]
+        )
         logdir = os.path.join(args.logdir_base, f"worker{args.task}")
         trainer.train_with_defaults(
-            callbacks=[costs, snap, ModelSaver(), Announce()],
+            callbacks=[costs, snap, ModelSaver(), Announce(), *pause],
             monitors=[JSONWriter()],
             extra_callbacks=[],
             steps_per_epoch=STEPS_PER_EPOCH,

@@ -354,8 +354,10 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         self._watch = watch.start()
         try:
             super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
-        except tf.errors.OpError as err:
-            found = watch.check_now()
+        except Exception as err:
+            # a failed step, or (the session closed for a lost parameter server) a
+            # failed after_train: either way the task lost is what the user must read
+            found = watch.check_now() if isinstance(err, tf.errors.OpError) or watch.lost else None
             if found is None:
                 raise
             error = self._lost_error(*found)
