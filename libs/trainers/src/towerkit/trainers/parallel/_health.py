@@ -227,10 +227,11 @@ class ClusterWatch:
     """A daemon thread that checks the given tasks and reports each one that dies.
 
     Each task is checked every ``check_every`` seconds by opening a connection to its
-    server (`is_up`: the server must answer, not only accept); `dead_tasks` decides. Each dead task is logged as one error line,
-    added to `lost` (with the reason), dropped from the watch, and passed to
-    `on_dead` (from the watch's thread). ``still_needed(task)``, when given, is
-    asked first: a task that ended normally (False) is only dropped.
+    server (`is_up`: the server must answer, not only accept); `dead_tasks` decides.
+    Each dead task is logged as one error line, added to `lost` (with the reason),
+    dropped from the watch, and passed to `on_dead` (from the watch's thread).
+    ``still_needed(task)``, when given, is asked first: a task that ended normally
+    (False) is only dropped.
     """
 
     def __init__(
