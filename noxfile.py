@@ -6,14 +6,43 @@
 Each lib's tests run in a virtual environment holding only that lib, the
 towerkit libs it declares, and their dependencies: a missing declaration fails
 here. `nox -t ci` is what CI runs.
+
+How a test run is laid out (where a new test goes)
+--------------------------------------------------
+Every pytest run of a session is split in two tiers, one after the other:
+
+- the in-process tier, ``-m "not procs"``: tests that run TensorFlow in the pytest
+  process itself. They run in parallel, one pytest-xdist worker per core
+  (``TOWERKIT_TEST_WORKERS``, default ``auto``). Most tests belong here.
+- the process tier, ``-m procs``: tests that start processes (a training script, a
+  TensorFlow server, horovod ranks, a venv, a terminal) and mostly wait on them. They
+  run with more workers than cores (``TOWERKIT_PROC_WORKERS``, default twice the
+  cores, at least 2), so that their waits overlap rather than queue.
+
+A test that starts a process gets ``@pytest.mark.procs`` (or a module-level
+``pytestmark``); ``tests/test_architecture.py`` fails for a test module that starts
+processes without the mark. Every test runs under a default timeout of 240 s (the root
+pyproject); one that needs more says so with ``@pytest.mark.timeout(N)``. Tests must
+not share fixed paths or ports: two workers run them at the same time.
+
+Each pytest run writes a JUnit report under ``reports/ci/junit/`` and each session its
+time to ``reports/ci/sessions.jsonl``; the last session of ``nox -t ci``,
+``ci_summary``, prints the 25 slowest tests of the run and each session's time, so a
+change that slows CI shows in its own run. ``-- -m "not procs"`` after a session's name
+runs its fast tier alone.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -124,8 +153,94 @@ def pytest_env() -> dict[str, str]:
     return {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0"}
 
 
+PLUGINS = ROOT / "tests" / "plugins"
+"""Where the tier guard (``towerkit_tiers``, loaded in every tiered run) lives."""
+
+CI_REPORTS = ROOT / "reports" / "ci"
+"""The JUnit reports of the pytest runs and the sessions' times (``ci_summary`` reads them)."""
+
+
+def timed(func: Callable[..., None]) -> Callable[..., None]:
+    """Record how long the session took in ``reports/ci/sessions.jsonl``, passed or not."""
+
+    @functools.wraps(func)
+    def wrapper(session: nox.Session, *args: Any, **kwargs: Any) -> None:
+        start = time.time()
+        outcome = "failed"
+        try:
+            func(session, *args, **kwargs)
+            outcome = "passed"
+        finally:
+            if not session.install_only:
+                CI_REPORTS.mkdir(parents=True, exist_ok=True)
+                line = {"session": session.name, "seconds": round(time.time() - start, 1)}
+                line |= {"outcome": outcome, "ended": round(time.time(), 1)}
+                with open(CI_REPORTS / "sessions.jsonl", "a", encoding="utf-8") as f:
+                    f.write(json.dumps(line) + "\n")
+
+    return wrapper
+
+
+def _workers(variable: str, default: str) -> str:
+    """A worker count from the environment (a number or ``auto``), else `default`."""
+    value = os.environ.get(variable, default)
+    if value != "auto" and not value.isdigit():
+        raise ValueError(f"{variable} must be a number of workers or 'auto'; got {value!r}")
+    return value
+
+
+def proc_workers() -> str:
+    """The process tier's workers: twice the cores (their tests mostly wait), at least 2."""
+    return _workers("TOWERKIT_PROC_WORKERS", str(max(2, 2 * (os.cpu_count() or 1))))
+
+
+def run_tiers(
+    session: nox.Session,
+    name: str,
+    *args: str,
+    env: dict[str, str],
+    tiers: tuple[str, ...] = ("inproc", "procs"),
+) -> None:
+    """Run pytest on `args` as the two tiers (see the module docstring), each one reported.
+
+    A tier that selects no test (pytest's status 5) is not a failure: a lib may have no
+    process tests. The arguments after ``--`` go to both tiers.
+    """
+    select = {
+        "inproc": ("not procs", _workers("TOWERKIT_TEST_WORKERS", "auto")),
+        "procs": ("procs", proc_workers()),
+    }
+    posargs = list(session.posargs)
+    if any(a == "-m" or a.startswith("-m") for a in posargs):
+        # The caller chose the tests by marker: one run, in parallel, as they asked.
+        select = {"chosen": ("", select["inproc"][1])}
+        tiers = ("chosen",)
+    for tier in tiers:
+        marker, workers = select[tier]
+        junit = CI_REPORTS / "junit" / f"{name}-{tier}.xml"
+        session.run(
+            "pytest",
+            "-p",
+            "towerkit_tiers",
+            *args,
+            *(("-m", marker) if marker else ()),
+            "-n",
+            workers,
+            "--dist",
+            "loadgroup",
+            f"--junitxml={junit}",
+            "-o",
+            "junit_family=xunit2",
+            "--durations=5",
+            *posargs,
+            env={**env, "PYTHONPATH": str(PLUGINS)},
+            success_codes=[0, 5],
+        )
+
+
 @nox.session(tags=["ci"])
 @nox.parametrize("lib", [nox.param(lib, id=lib) for lib in LIBS])
+@timed
 def tests(session: nox.Session, lib: str) -> None:
     """One lib's tests and doctests, in a venv with only that lib and its declared dependencies."""
     install_local(session, f"towerkit-{lib}")
@@ -139,18 +254,12 @@ def tests(session: nox.Session, lib: str) -> None:
         if lib == "callbacks"
         else pytest_env()
     )
-    session.run(
-        "pytest",
-        f"libs/{lib}/tests",
-        "--doctest-modules",
-        "--pyargs",
-        f"towerkit.{lib}",
-        *session.posargs,
-        env=env,
-    )
+    targets = (f"libs/{lib}/tests", "--doctest-modules", "--pyargs", f"towerkit.{lib}")
+    run_tiers(session, f"tests-{lib}", *targets, env=env)
 
 
 @nox.session(tags=["ci"])
+@timed
 def crosslib(session: nox.Session) -> None:
     """Tests that need several libs together (tools, examples, integration, README blocks)."""
     install_local(
@@ -161,11 +270,12 @@ def crosslib(session: nox.Session) -> None:
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     # The wheels are tested by `build`, the simulated hosts by `hosts`.
     ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts"]
-    session.run("pytest", *paths, *ignore, *session.posargs, env=pytest_env())
-    session.run("pytest", "--doctest-modules", "--pyargs", "towerkit.tools", env=pytest_env())
-    # The callbacks lib's tests again, each callback now driven by the real trainer.
-    env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer"}
-    session.run("pytest", "libs/callbacks/tests", *session.posargs, env=env)
+    doctests = ("--doctest-modules", "--pyargs", "towerkit.tools")
+    run_tiers(session, "crosslib", *paths, *ignore, *doctests, env=pytest_env())
+    # The callbacks lib's tests that drive callbacks through a training loop run again,
+    # the loop now being the real trainer (the others are the same test twice).
+    env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer", "TOWERKIT_ONLY_DRIVEN": "1"}
+    run_tiers(session, "crosslib-callbacks", "libs/callbacks/tests", env=env)
 
 
 CORE_MODULES = [
@@ -184,6 +294,7 @@ CORE_MODULES = [
 
 
 @nox.session(tags=["ci"])
+@timed
 def core(session: nox.Session) -> None:
     """The functional core and the timeline tool, in a venv with every lib but no TensorFlow."""
     install_local(session, "towerkit-tools", tensorflow=False)
@@ -195,8 +306,8 @@ def core(session: nox.Session) -> None:
         " 'this venv must not hold TensorFlow')",
     )
     modules = [f"towerkit.callbacks.{m}" for m in CORE_MODULES]
-    session.run("pytest", "tests/test_core_without_tensorflow.py", *session.posargs)
-    session.run("pytest", "--doctest-modules", "--pyargs", *modules, env=pytest_env())
+    doctests = ("--doctest-modules", "--pyargs", *modules)
+    run_tiers(session, "core", "tests/test_core_without_tensorflow.py", *doctests, env=pytest_env())
 
 
 DIST = ROOT / "dist"
@@ -204,6 +315,7 @@ DIST = ROOT / "dist"
 
 
 @nox.session(tags=["ci"])
+@timed
 def build(session: nox.Session) -> None:
     """An sdist and a wheel of every lib, conformance and tools into dist/, then checked.
 
@@ -220,24 +332,28 @@ def build(session: nox.Session) -> None:
     built = sorted(str(p) for p in DIST.glob("towerkit_*"))
     session.run("twine", "check", "--strict", *built)
     env = {**pytest_env(), "TOWERKIT_DIST": str(DIST)}
-    session.run("pytest", "tests/test_wheels.py", *session.posargs, env=env)
+    run_tiers(session, "build", "tests/test_wheels.py", env=env)
 
 
-LINT_TARGETS = {
-    **{lib: [f"libs/{lib}"] for lib in LIBS},
-    "conformance": ["conformance"],
-    "tools": ["tools"],
-    "rest": ["examples", "benchmarks", "tests", "noxfile.py"],
-}
+LINT_TARGETS = [
+    *[f"libs/{lib}" for lib in LIBS],
+    "conformance",
+    "tools",
+    "examples",
+    "benchmarks",
+    "tests",
+    "noxfile.py",
+]
+"""What `lint` checks: every lib, conformance, the tools and the rest of the tree."""
 
 
 @nox.session(tags=["lint", "ci"])
-@nox.parametrize("target", [nox.param(t, id=t) for t in LINT_TARGETS])
-def lint(session: nox.Session, target: str) -> None:
-    """ruff check and ruff format --check on one lib (or the tools, conformance, the rest)."""
+@timed
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check on the whole tree, in one environment."""
     install_groups(session, "lint")
-    session.run("ruff", "check", *LINT_TARGETS[target])
-    session.run("ruff", "format", "--check", *LINT_TARGETS[target])
+    session.run("ruff", "check", *LINT_TARGETS, *session.posargs)
+    session.run("ruff", "format", "--check", *LINT_TARGETS)
 
 
 TYPED = [*LIBS, "conformance", "tools"]
@@ -245,12 +361,17 @@ TYPED = [*LIBS, "conformance", "tools"]
 
 
 @nox.session(tags=["lint", "ci"])
-@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in TYPED])
-def typecheck(session: nox.Session, lib: str) -> None:
-    """mypy on one lib (or conformance, tools), against the installed distribution."""
-    install_local(session, f"towerkit-{lib}")
+@timed
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on every lib, conformance and the tools, as installed, in one venv.
+
+    Each distribution is installed (not editable) and checked as a package of the venv,
+    so a lib is checked against the installed code of the libs it imports, as users get it.
+    """
+    install_local(session, *[f"towerkit-{lib}" for lib in TYPED])
     install_groups(session, "typecheck")
-    session.run("mypy", "-p", f"towerkit.{lib}")
+    packages = [arg for lib in TYPED for arg in ("-p", f"towerkit.{lib}")]
+    session.run("mypy", *packages, *session.posargs)
 
 
 HOROVOD_WHEELS = Path(
@@ -278,11 +399,12 @@ def install_horovod(session: nox.Session) -> None:
 
 
 @nox.session(tags=["ci"])
+@timed
 def conformance(session: nox.Session) -> None:
     """The documented semantics, run against every shipped trainer (or yours: -- --trainer mod:fn).
 
     Without --trainer, the suite's own tests and doctests run in the same pytest run. The
-    JUnit report goes to reports/conformance.xml unless --conformance-report or --junitxml
+    JUnit report goes to reports/ci/junit/conformance.xml unless --conformance-report or --junitxml
     is given.
     """
     install_local(session, "towerkit-conformance", "towerkit-tools")
@@ -290,12 +412,15 @@ def conformance(session: nox.Session) -> None:
     install_horovod(session)
     args = list(session.posargs)
     if not any(a.startswith(("--conformance-report", "--junitxml")) for a in args):
-        args += ["--conformance-report", str(ROOT / "reports" / "conformance.xml")]
+        args += ["--conformance-report", str(CI_REPORTS / "junit" / "conformance.xml")]
     if any(a == "--trainer" or a.startswith("--trainer=") for a in args):
         targets = ["--pyargs", "towerkit.conformance.checks"]
     else:
         targets = ["conformance/tests", "--doctest-modules", "--pyargs", "towerkit.conformance"]
-    session.run("pytest", *targets, *args, env=pytest_env())
+    # One run (the report is one file), in parallel: most trainers run in the worker's
+    # process, the multi-process ones in jobs whose waits overlap with the others' work.
+    workers = ("-n", proc_workers(), "--dist", "loadgroup")
+    session.run("pytest", *targets, *workers, "--durations=5", *args, env=pytest_env())
 
 
 DEMO_DEFAULTS = ("--logdir", "train_log/digits", "--overwrite")
@@ -327,6 +452,7 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(tags=["ci"])
+@timed
 def horovod(session: nox.Session) -> None:
     """Build horovod (gloo) against the installed TensorFlow and run the 2-process tests.
 
@@ -340,14 +466,29 @@ def horovod(session: nox.Session) -> None:
     install_layers_alone(session)
     install_horovod(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
+    # Every horovod test starts ranks, so all of them are the process tier.
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
     for path in ("tools/tests", "libs/trainers/tests", "tests"):
+        junit = CI_REPORTS / "junit" / f"horovod-{path.replace('/', '-')}.xml"
         session.run(
-            "pytest", "-m", "horovod", path, "--ignore=tests/hosts", *session.posargs, env=env
+            "pytest",
+            "-m",
+            "horovod",
+            path,
+            "--ignore=tests/hosts",
+            "-n",
+            proc_workers(),
+            "--dist",
+            "loadgroup",
+            f"--junitxml={junit}",
+            "--durations=5",
+            *session.posargs,
+            env=env,
         )
 
 
 @nox.session(tags=["ci"])
+@timed
 def hosts(session: nox.Session) -> None:
     """Training across hosts, simulated: network namespaces on a bridge, sshd in each.
 
@@ -359,7 +500,14 @@ def hosts(session: nox.Session) -> None:
     whose process is gone).
     """
     if os.geteuid() != 0:
-        session.error("nox -s hosts needs root: it makes network namespaces and a bridge")
+        why = (
+            "nox -s hosts needs root: it makes network namespaces and a bridge, and installs"
+            " openssh-server and iproute2; run it as root (CI does) or leave it out with"
+            " nox -t ci -- and nox -s NAME for the others"
+        )
+        if os.environ.get("CI"):
+            session.error(why)
+        session.skip(why)
     if not Path("/usr/sbin/sshd").exists() or shutil.which("ip") is None:
         env = {"DEBIAN_FRONTEND": "noninteractive"}
         session.run("apt-get", "update", "-q", external=True, env=env)
@@ -370,14 +518,17 @@ def hosts(session: nox.Session) -> None:
     install_groups(session, "test")
     install_horovod(session)
     env = {**pytest_env(), "TOWERKIT_REQUIRE_HOSTS": "1"}
+    junit = f"--junitxml={CI_REPORTS / 'junit' / 'hosts.xml'}"
     try:
-        session.run("pytest", "tests/hosts", *session.posargs, env=env)
+        # One at a time: the simulated hosts have fixed addresses on one bridge.
+        session.run("pytest", "tests/hosts", junit, "--durations=5", *session.posargs, env=env)
     finally:
         code = "import simhosts; print('removed:', simhosts.remove_stale())"
         session.run("python", "-c", code, env={"PYTHONPATH": str(ROOT / "tests" / "hosts")})
 
 
 @nox.session(tags=["ci"])
+@timed
 def layers_parity(session: nox.Session) -> None:
     """towerkit.layers against tensorpack 0.11, layer by layer, and a tensorpack checkpoint.
 
@@ -393,7 +544,38 @@ def layers_parity(session: nox.Session) -> None:
     install_layers_alone(session)
     session.install("tensorpack==0.11")
     env = {**pytest_env(), "TF_USE_LEGACY_KERAS": "1"}
-    session.run("pytest", "libs/layers/parity", *session.posargs, env=env)
+    run_tiers(session, "layers_parity", "libs/layers/parity", env=env)
+
+
+@nox.session(tags=["ci"], venv_backend="none")
+def ci_summary(session: nox.Session) -> None:
+    """The 25 slowest tests of the last run and each session's time (last in ``nox -t ci``).
+
+    Reads the JUnit reports under ``reports/ci/junit/`` and ``reports/ci/sessions.jsonl``;
+    needs no virtual environment.
+    """
+    del session
+    from xml.etree import ElementTree
+
+    cases: list[tuple[float, str]] = []
+    for xml in sorted((CI_REPORTS / "junit").glob("*.xml")):
+        for case in ElementTree.parse(xml).iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}"
+            cases.append((float(case.get("time") or 0), f"{xml.stem}: {name}"))
+    cases.sort(reverse=True)
+    print(f"\n{len(cases)} test cases reported; the 25 slowest:")
+    for seconds, name in cases[:25]:
+        print(f"{seconds:8.1f} s  {name}")
+    latest: dict[str, dict[str, Any]] = {}
+    path = CI_REPORTS / "sessions.jsonl"
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            latest[entry["session"]] = entry
+    print("\neach session's last time:")
+    for entry in sorted(latest.values(), key=lambda e: e["ended"]):
+        print(f"{entry['seconds']:8.1f} s  {entry['session']} ({entry['outcome']})")
+    print(f"{sum(e['seconds'] for e in latest.values()):8.1f} s  in all")
 
 
 if __name__ == "__main__":

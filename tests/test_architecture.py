@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from example_modules import ROOT
 
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
@@ -43,6 +44,7 @@ def test_cited_paths_exist():
     assert "../" not in text
 
 
+@pytest.mark.procs
 def test_change_table_files_exist():
     """The files of the "to change X, open Y" table exist in the lib each row names."""
     text = DOC.read_text()

@@ -27,6 +27,8 @@ from towerkit import callbacks as C
 from towerkit import sessinit as S
 from towerkit import trainers as T
 
+pytestmark = pytest.mark.procs
+
 tf1 = tf.compat.v1
 
 

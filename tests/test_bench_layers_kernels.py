@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 
+import pytest
 from example_modules import ROOT
+
+pytestmark = pytest.mark.procs
 
 
 def _bench():

@@ -11,6 +11,8 @@ import sys
 import pytest
 from example_modules import ROOT
 
+pytestmark = pytest.mark.procs
+
 RUN_ALL = ROOT / "benchmarks" / "run_all.py"
 
 

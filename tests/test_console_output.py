@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("test_console_output")]
 """These tests spawn Python processes that load TensorFlow."""
 
 

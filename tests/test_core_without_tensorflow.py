@@ -13,6 +13,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.procs
+
 CORE_IMPORT = textwrap.dedent(
     """
     import sys

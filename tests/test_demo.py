@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 from example_modules import example_path, load_example
 
+# The tests of this module share its runs: one worker runs them all.
+pytestmark = pytest.mark.xdist_group("test_demo")
+
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], str]:
@@ -29,6 +32,7 @@ def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], str]:
     return done, logdir
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 class TestDigitsDemo:
     """A 2-epoch run of the demo."""
@@ -158,6 +162,7 @@ class TestDigitsDemo:
         assert (prob.argmax(axis=1) == y_test).mean() >= 0.95
 
 
+@pytest.mark.procs
 class TestDemoPieces:
     """The demo's data handling, without training."""
 

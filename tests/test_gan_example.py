@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from example_modules import load_example
 
+pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("test_gan_example")]
+
 EPOCHS, STEPS = 2, 40
 
 

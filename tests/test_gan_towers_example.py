@@ -11,6 +11,8 @@ from example_modules import load_example
 
 from towerkit.callbacks import Callback
 
+pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("test_gan_towers_example")]
+
 EPOCHS, STEPS = 2, 40
 
 

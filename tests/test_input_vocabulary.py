@@ -32,6 +32,7 @@ def values():
     ]
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("index", range(7))
 def test_same_kind_everywhere(index):
     """Refused as no input by all three readers, or accepted by each that takes its kind."""

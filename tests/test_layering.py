@@ -6,6 +6,8 @@ import ast
 import importlib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root."""
 
@@ -62,6 +64,7 @@ def python_files() -> list[Path]:
     return sorted(p for folder in SCANNED for p in (ROOT / folder).rglob("*.py"))
 
 
+@pytest.mark.procs
 class TestPrivateImports:
     """No file imports a private module of a lib it is not part of."""
 
@@ -170,6 +173,7 @@ class TestOnePublicHome:
         assert public == {lib: [] for lib in gone}
 
 
+@pytest.mark.procs
 class TestLayersLib:
     """towerkit-layers stands on towers alone: no other towerkit lib, no Keras, no tensorpack."""
 

@@ -12,6 +12,8 @@ from example_modules import load_example
 from layers_harness import HAVE_HOROVOD, multi_process_run
 from layers_job import EPOCHS, STEPS, tower_facts
 
+pytestmark = pytest.mark.procs
+
 pytest.importorskip("tf_keras", reason="the layers example needs towerkit-towers[layers]")
 
 

@@ -16,6 +16,8 @@ from towerkit.trainers import (
     launch_train_with_config,
 )
 
+pytestmark = pytest.mark.procs
+
 tf1 = tf.compat.v1
 
 BATCH = (4, 3, 3, 2)

@@ -10,6 +10,8 @@ import sys
 import pytest
 from example_modules import ROOT
 
+pytestmark = pytest.mark.procs
+
 BLOCKS = {
     "callbacks": ("`stats.json`, NaN and the best model", ["0.2"]),
     "trainers": (

@@ -9,7 +9,7 @@ import sys
 import pytest
 from example_modules import example_path
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.procs
 """These tests spawn Python processes that load TensorFlow."""
 
 

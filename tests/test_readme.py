@@ -76,6 +76,7 @@ def quick_start() -> str:
     return next(code for info, code in blocks("README.md") if info == "python")
 
 
+@pytest.mark.procs
 def test_every_readme_found():
     """The list covers every README.md of the repository (outside venvs and build folders)."""
     found = set()
@@ -93,12 +94,14 @@ def test_blocks_are_closed(readme):
     assert len(re.findall(r"^```", text, re.M)) % 2 == 0
 
 
+@pytest.mark.procs
 def test_quick_start_is_short():
     """The quick start stays about 20 lines of code."""
     code = [line for line in quick_start().splitlines() if line.strip()]
     assert len(code) <= 22
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 def test_quick_start_trains(tmp_path):
     """Run as a script in an empty directory, it learns the weights and writes its logdir."""
@@ -129,12 +132,14 @@ def test_quick_start_trains(tmp_path):
 WITH_PYTHON = [r for r in READMES if python_program(r)]
 
 
+@pytest.mark.procs
 def test_each_lib_readme_has_an_example():
     """Every lib's README shows a Python example."""
     libs = {r for r in READMES if r.startswith("libs/")}
     assert libs <= set(WITH_PYTHON)
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 @pytest.mark.parametrize("readme", WITH_PYTHON)
 def test_python_blocks_run(readme, tmp_path):
@@ -152,6 +157,7 @@ print(f"rank {hvd.rank()} of {hvd.size()}")
 """The ``train.py`` the README's horovod block launches: any horovod script does."""
 
 
+@pytest.mark.procs
 @pytest.mark.horovod
 def test_horovod_block_runs(tmp_path):
     """The README's horovod block launches a 2-process job that succeeds."""
@@ -164,6 +170,7 @@ def test_horovod_block_runs(tmp_path):
     assert "True False" in done.stdout
 
 
+@pytest.mark.procs
 def test_conformance_example_is_the_tested_file():
     """The trainers module shown in conformance/README.md is the file its tests run."""
     shown = [c for i, c in blocks("conformance/README.md") if i == "python"]
@@ -262,6 +269,7 @@ def declared_extras(dist: str) -> set[str]:
         return set(tomllib.load(f)["project"].get("optional-dependencies", {}))
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize(
     ("readme", "words"),
     [(r, w) for r, w in ALL_COMMANDS if w[:2] == ["pip", "install"]],
@@ -295,6 +303,7 @@ TOOL_OR_SCRIPT = sorted(
 )
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 @pytest.mark.parametrize("command", TOOL_OR_SCRIPT)
 def test_commands_answer_help(command, tmp_path):
@@ -312,6 +321,7 @@ def test_commands_answer_help(command, tmp_path):
     assert done.stdout.startswith("usage:"), done.stdout[:200]
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 def test_timeline_example_output(tmp_path):
     """The timeline run.toml of tools/README.md prints the lines shown under it."""

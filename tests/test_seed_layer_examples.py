@@ -75,6 +75,7 @@ def test_conv2d_scope_is_its_name_not_the_name_scope(graph):
     np.testing.assert_array_equal(first, second)
 
 
+@pytest.mark.procs
 def test_freeze_variables_skip_collection_fc_not_trained(graph):
     """``freeze_variables(stop_gradient=False, skip_collection=True)`` around
     ``FullyConnected('fc', x, 1000)``: fc/* will not be trained."""

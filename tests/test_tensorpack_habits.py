@@ -30,6 +30,8 @@ from towerkit.trainers import (
     launch_train_with_config,
 )
 
+pytestmark = pytest.mark.procs
+
 tf1 = tf.compat.v1
 
 W_TRUE = np.array([[1.0, -1.0], [-2.0, 0.5], [0.3, 0.3]], np.float32)

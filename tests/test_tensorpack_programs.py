@@ -38,6 +38,8 @@ from towerkit.trainers import (
     launch_train_with_config,
 )
 
+pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("test_tensorpack_programs")]
+
 tf1 = tf.compat.v1
 
 REAL_MEAN = np.array([1.5, -1.0], np.float32)

@@ -16,6 +16,8 @@ from towerkit.callbacks import (
 from towerkit.tools.timeline import load_description, run_timeline
 from towerkit.trainers import NumpyInput, SimpleTrainer
 
+pytestmark = pytest.mark.procs
+
 tf1 = tf.compat.v1
 
 LOOP = {"steps_per_epoch": 5, "max_epoch": 6}

@@ -10,6 +10,7 @@ README tells users to install.
 from __future__ import annotations
 
 import email.parser
+import json
 import os
 import re
 import shutil
@@ -41,7 +42,7 @@ FOLDERS = {
 UV = shutil.which("uv")
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.procs,
     pytest.mark.skipif(UV is None, reason="uv is needed to build and install (nox -s build)"),
 ]
 
@@ -218,20 +219,51 @@ class TestBuilt:
         )
 
 
-@pytest.mark.parametrize("name", sorted(FOLDERS))
-def test_wheel_installs_alone(dist, name, tmp_path):
-    """The wheel installs into a fresh venv with its declared dependencies only, and imports."""
-    bin_dir = venv_with(tmp_path, dist, f"{name}[cpu]")
-    assert installed_towerkit(bin_dir) == towerkit_closure(name)
-    package = name.removeprefix("towerkit-")
-    done = run(
-        bin_dir / "python",
-        "-c",
-        f"import towerkit.{package} as m; print(m.__version__)",
-        cwd=tmp_path,
-    )
+INSTALLED = """
+import importlib, importlib.metadata as md, json, re, sys
+
+def closure(dist):
+    out = {dist}
+    for req in md.requires(dist) or []:
+        if "extra ==" in req:
+            continue
+        name = re.split(r"[ <>=!~;\\[(]", req, maxsplit=1)[0]
+        if name.startswith("towerkit-"):
+            out |= closure(name)
+    return out
+
+facts = {}
+for dist in sys.argv[1:]:
+    module = importlib.import_module("towerkit." + dist.removeprefix("towerkit-"))
+    facts[dist] = {"version": module.__version__, "closure": sorted(closure(dist))}
+print(json.dumps(facts))
+"""
+"""Import each installed towerkit package; its version and the towerkit distributions its
+installed metadata requires, declared or through another, as JSON."""
+
+
+@pytest.fixture(scope="module")
+def all_wheels(dist, tmp_path_factory) -> tuple[Path, dict]:
+    """One fresh venv with every wheel (each with its ``cpu`` extra) from `dist`; the facts.
+
+    Every wheel goes into the same venv, once: that each lib installs alone, with only its
+    declared dependencies, is what the per-lib test sessions prove (each builds a venv of
+    that lib alone). Here the wheels' own metadata must name the same closure.
+    """
+    tmp = tmp_path_factory.mktemp("wheels")
+    bin_dir = venv_with(tmp, dist, *[f"{name}[cpu]" for name in sorted(FOLDERS)])
+    assert installed_towerkit(bin_dir) == set(FOLDERS)
+    done = run(bin_dir / "python", "-c", INSTALLED, *sorted(FOLDERS), cwd=tmp)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == version_of(name)
+    return bin_dir, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", sorted(FOLDERS))
+def test_wheel_installs(all_wheels, name, tmp_path):
+    """The wheel installs from dist/ plus the index, imports, and requires its declared closure."""
+    bin_dir, facts = all_wheels
+    assert facts[name]["version"] == version_of(name)
+    assert set(facts[name]["closure"]) == towerkit_closure(name)
     if name == "towerkit-tools":
         for script, target in project(name)["scripts"].items():
             assert os.access(bin_dir / script, os.X_OK), f"{script} is not installed in {bin_dir}"

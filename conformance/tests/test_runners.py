@@ -45,6 +45,7 @@ print(time.monotonic())
 """
 
 
+@pytest.mark.procs
 class TestFileBarrier:
     """`file_barrier` between real processes."""
 
@@ -82,6 +83,7 @@ class TestClusterServer:
             cluster_server()
 
 
+@pytest.mark.procs
 class TestClusterJob:
     """A real cluster job stopped by its timeout."""
 

@@ -8,7 +8,7 @@ import pytest
 from broken import EXPECTED
 from conftest import run_suite
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("test_suite_catches_broken_trainers")]
 
 
 @pytest.fixture(scope="module")

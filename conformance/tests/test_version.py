@@ -5,6 +5,8 @@ import importlib.metadata
 import subprocess
 import sys
 
+import pytest
+
 import towerkit.conformance as lib
 
 
@@ -26,6 +28,7 @@ class TestAll:
         assert len(set(mod.__all__)) == len(mod.__all__)
 
 
+@pytest.mark.procs
 class TestPlugin:
     """The pytest plugin is registered and light."""
 

@@ -36,7 +36,7 @@ ROLES = [("ps", 0), ("worker", 0), ("worker", 1)]
 _ports = itertools.count(23000)
 
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.procs]
 
 
 class ClusterOnHosts:

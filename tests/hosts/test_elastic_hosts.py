@@ -31,7 +31,7 @@ JOB_TIMEOUT = 480.0
 GLOO_TIMEOUT = 30.0
 """Seconds a rank waits in a collective for a peer that is gone (the roll back's trigger)."""
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.procs]
 
 
 def discovery(path: Path, hosts: list[str]) -> None:

@@ -20,7 +20,7 @@ LOST_BOUND = 60.0
 """Seconds within which every rank has ended once a rank was SIGKILLed."""
 
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.procs]
 """Each test with its module fixtures: a fixture runs up to two jobs of JOB_TIMEOUT."""
 
 

@@ -6,7 +6,10 @@ import os
 import threading
 import time
 
+import pytest
 from hvd_hosts import GLOO_TIMEOUT, STEPS, checkpoint_step, epoch_steps, run_hvd
+
+pytestmark = pytest.mark.procs
 
 START_LIMIT = 300.0
 """Seconds the job may take to start and reach the step at which the link is cut."""

@@ -8,6 +8,8 @@ import subprocess
 import pytest
 from simhosts import IFACE, SimulatedHosts, existing_names, missing_requirements
 
+pytestmark = pytest.mark.procs
+
 
 def _alive(pid: int) -> bool:
     """Whether process `pid` runs (a zombie does not)."""

@@ -13,8 +13,9 @@ import pytest
 from towerkit.trainers import launch_horovod_job
 
 pytestmark = [
+    pytest.mark.xdist_group("test_horovod_runtime"),
     pytest.mark.horovod,
-    pytest.mark.slow,
+    pytest.mark.procs,
     pytest.mark.skipif(
         importlib.util.find_spec("horovod") is None,
         reason="horovod not installed: run nox -s horovod",

@@ -297,6 +297,7 @@ class TestBuildOptions:
             BuildOptions(with_mpi="yes")
 
 
+@pytest.mark.procs
 class TestBuildEnv:
     """build_env and merged_env."""
 
@@ -378,6 +379,7 @@ class TestInstaller:
         assert kind == ("pip" if has_pip else "uv" if uv else "ensurepip")
 
 
+@pytest.mark.procs
 class TestPlanInstall:
     """plan_install and render_plan."""
 
@@ -457,6 +459,7 @@ class TestPlanInstall:
         )
 
 
+@pytest.mark.procs
 class TestPlanWithCache:
     """plan_install and render_plan with a wheel cache."""
 
@@ -534,6 +537,7 @@ class TestPlanWithCache:
         assert "wheel cache" not in render_plan(steps, {}, python="py", workdir="w")
 
 
+@pytest.mark.procs
 class TestCacheKey:
     """cache_key and the probe fields it reads."""
 
@@ -624,6 +628,7 @@ class TestCacheKey:
         assert same_key == (_normalized_inputs(*a) == _normalized_inputs(*b))
 
 
+@pytest.mark.procs
 class TestWheelCache:
     """find_cached_wheel, store_wheel, evict_cached_wheel and the entry lock, on real files."""
 
@@ -738,6 +743,7 @@ class TestParseProbe:
             parse_probe(f"{_records.PROBE_TAG} [1]")
 
 
+@pytest.mark.procs
 class TestRealProbe:
     """The probe script, run by this interpreter (which has TensorFlow)."""
 
@@ -763,6 +769,7 @@ class TestRealProbe:
         assert cache_key(BuildOptions(), probe).startswith("horovod-")
 
 
+@pytest.mark.procs
 class TestRebuildReason:
     """rebuild_reason."""
 
@@ -922,6 +929,7 @@ class TestUnpackAndPatch:
         assert (src / _records.CMAKELISTS).read_text() == "project(x)\n"
 
 
+@pytest.mark.procs
 class TestMain:
     """main, run for real."""
 
@@ -1045,6 +1053,7 @@ class TestMain:
         assert time.monotonic() - started < 600
 
 
+@pytest.mark.procs
 class TestPackage:
     """The installer is a small package, one job per module."""
 

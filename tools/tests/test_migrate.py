@@ -24,6 +24,9 @@ from towerkit.tools import migrate
 from towerkit.tools._migrate_cst import migrate_source
 from towerkit.tools._migrate_names import _LIB_NAMES, LIB_OF, home_of
 
+# The tests of this module share its runs: one worker runs them all.
+pytestmark = pytest.mark.xdist_group("test_migrate")
+
 PROGRAMS = Path(__file__).parent / "tensorpack_programs"
 
 
@@ -67,6 +70,7 @@ def epochs_recorded(logdir: Path) -> list[int]:
     return [rec["epoch_num"] for rec in json.loads((logdir / "stats.json").read_text())]
 
 
+@pytest.mark.procs
 class TestPrograms:
     """Each program converts with nothing left by hand and trains 2 epochs unchanged."""
 
@@ -140,6 +144,7 @@ class TestPrograms:
             assert filecmp.cmp(path, tmp_path / "again" / path.relative_to(out), shallow=False)
 
 
+@pytest.mark.procs
 class TestCommand:
     """Usage errors, sources that do not parse, output directories, in-place rewrites."""
 

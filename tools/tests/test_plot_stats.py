@@ -152,6 +152,7 @@ class TestGrid:
             grid_shape(0)
 
 
+@pytest.mark.procs
 class TestPlot:
     """PNG files on disk."""
 

@@ -87,6 +87,7 @@ def repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.procs
 @needs_git
 class TestMain:
     """The command line against a real git repository."""

@@ -387,6 +387,7 @@ class TestRender:
         assert isinstance(d, Description)
 
 
+@pytest.mark.procs
 class TestMain:
     """The command line."""
 

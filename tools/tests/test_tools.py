@@ -86,6 +86,7 @@ def test_doctests(module):
     assert result.failed == 0
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 def test_console_script_runs(tmp_path):
     """The installed console script runs and reports a bad path with status 2."""
@@ -99,6 +100,7 @@ def test_console_script_runs(tmp_path):
     assert done.stderr.startswith("plot-stats: error: ")
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 def test_blocker_blocks(tmp_path):
     """The import blocker the no-TensorFlow tests rely on does make TensorFlow unimportable."""
@@ -116,6 +118,7 @@ TF_TOOLS = {
 """The tools that need TensorFlow, with arguments that would otherwise be read."""
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 @pytest.mark.parametrize("tool", sorted(TF_TOOLS))
 def test_without_tensorflow_one_line(tool, tmp_path):
@@ -141,6 +144,7 @@ def run_tool(module: str, args: list[str], cwd) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 def test_quiet_unless_verbose(checkpoint, tmp_path):
     """A tool's stderr stays empty by default; -v shows TensorFlow's start-up lines."""

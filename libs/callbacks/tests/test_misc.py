@@ -54,6 +54,7 @@ class Alive(Callback):
         self.seen.append([x.is_alive() for x in self.items])
 
 
+@pytest.mark.procs
 class TestStartProcOrThread:
     """Started before training, stopped after it."""
 
@@ -100,6 +101,7 @@ class TestStartProcOrThread:
             StartProcOrThread([])
 
 
+@pytest.mark.procs
 class TestInjectShell:
     """A shell opens after an epoch when the file exists."""
 
@@ -155,6 +157,7 @@ class Reader(Callback):
         self.estimates.append(self.cb.last_estimate)
 
 
+@pytest.mark.procs
 class TestEstimatedTimeLeft:
     """The time left, from recent epochs' durations."""
 

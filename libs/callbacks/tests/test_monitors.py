@@ -334,6 +334,7 @@ def train_json(logdir, callbacks=(), **kw):
     return mons
 
 
+@pytest.mark.procs
 class TestJSONWriter:
     """stats.json: one record per finished epoch, atomic, consistent across resumes."""
 
@@ -479,6 +480,7 @@ class SetStep:
         tf1.train.get_global_step(sess.graph).load(self.step, sess)
 
 
+@pytest.mark.procs
 class TestScalarPrinter:
     """Scalars logged through `towerkit.callbacks`, filtered by regular expressions."""
 

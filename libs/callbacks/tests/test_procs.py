@@ -13,6 +13,8 @@ import pytest
 
 from towerkit.callbacks.plumbing import stop_process_group
 
+pytestmark = pytest.mark.procs
+
 LAUNCHER = textwrap.dedent(
     """
     import signal, subprocess, sys, time

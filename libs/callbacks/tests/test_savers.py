@@ -469,6 +469,7 @@ class TestPlanPruning:
         assert repr(plan) == "PrunePlan(keep=(3,), delete=(), preserve=(), next_preserve_time=5)"
 
 
+@pytest.mark.procs
 class TestModelSaverPruning:
     """Frequent saves with max_to_keep keep the epoch-end checkpoints a resume needs."""
 

@@ -196,6 +196,7 @@ class Probe(Callback):
         self.seen.append(("trigger", self.trainer.epoch_num, self.trainer.global_step))
 
 
+@pytest.mark.procs
 class TestAgainstRealLoop:
     """What the timeline says is what a real loop does."""
 
@@ -268,6 +269,7 @@ BLOCKER = textwrap.dedent(
 )
 
 
+@pytest.mark.procs
 class TestNoTensorFlow:
     """The core imports from the package in a process where TensorFlow cannot be imported."""
 

@@ -87,6 +87,7 @@ class TestModelExporter:
         )
 
 
+@pytest.mark.procs
 class TestExportCompact:
     """`export_compact` writes a frozen, inference-only GraphDef."""
 
@@ -212,6 +213,7 @@ class TestExportCompact:
         assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.procs
 class TestExportServing:
     """`export_serving` writes a SavedModel directory with one predict signature."""
 
@@ -362,6 +364,7 @@ def exported(checkpoint, tmp_path_factory):
     }
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 class TestFreshProcess:
     """The exports are real: another process loads them with TensorFlow alone."""

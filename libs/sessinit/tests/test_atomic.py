@@ -213,6 +213,7 @@ def _kill_mid_write(directory, target: str, temp_start: str) -> None:
             proc.wait()
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 class TestKilledWriter:
     """A writer killed mid-write leaves the previous complete version under the final name."""
@@ -236,6 +237,7 @@ class TestKilledWriter:
         assert get_all_checkpoints(tmp_path) == [(final, 1)]
 
 
+@pytest.mark.procs
 class TestRemoveStaleTemporaries:
     """A writer cleans the temporaries of its own kind that a killed writer left behind."""
 
@@ -305,6 +307,7 @@ def _ended_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.procs
 def test_atomic_writes_need_no_tensorflow():
     """The atomic writes, checkpoint names and npz files import without TensorFlow."""
     code = (

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.procs
+
 LIB = Path(__file__).resolve().parents[1]
 
 RESTORE = """

@@ -76,6 +76,7 @@ class TestCheckTfKerasVersion:
                 check_tf_keras_version(tf_s, keras_s)
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 class TestEnableTfLayers:
     """enable_tf_layers: tf.compat.v1.layers routed to tf-keras, the rest of Keras left alone."""

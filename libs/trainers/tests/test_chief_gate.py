@@ -179,6 +179,7 @@ class TestGatedMonitor:
         assert group.monitors == (gated,)
 
 
+@pytest.mark.procs
 class TestTakeOverLock:
     """The lock of a directory taken from an owner known to be lost."""
 

@@ -19,6 +19,8 @@ from test_distributed import SCRIPT, free_ports
 
 from towerkit.towers import visible_gpu_count
 
+pytestmark = pytest.mark.procs
+
 TIMEOUTS = "1,5,5"
 """The job's ClusterTimeouts: check every 1 s, dead after 5 s, close the session within 5 s."""
 

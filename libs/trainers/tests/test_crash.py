@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -29,7 +30,7 @@ TOTAL = MAX_EPOCH * STEPS_PER_EPOCH
 KILLS = 2
 """SIGKILLs per save schedule, one after the other in the same logdir."""
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.procs
 
 
 def run(logdir, schedule, *extra):
@@ -59,11 +60,24 @@ def variables(prefix):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """The final variables and stats.json of a run that nothing interrupts."""
-    logdir = tmp_path_factory.mktemp("uninterrupted") / "log"
-    proc = run(logdir, "epoch")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def uninterrupted(tmp_path_factory, worker_id):
+    """The final variables and stats.json of a run that nothing interrupts.
+
+    Made once per pytest run: the workers of a parallel run share the run's base
+    temporary folder, and the first to get there trains while the others wait.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent
+    logdir = shared / "crash-uninterrupted" / "log"
+    with open(shared / "crash-uninterrupted.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "crash-uninterrupted.done"
+        if not done.exists():
+            shutil.rmtree(logdir.parent, ignore_errors=True)
+            logdir.parent.mkdir()
+            proc = run(logdir, "epoch")
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            done.touch()
     return (
         variables(str(logdir / f"model-{TOTAL}")),
         (logdir / "stats.json").read_text(),

@@ -24,6 +24,8 @@ from towerkit.trainers import (
     serve_parameters,
 )
 
+pytestmark = pytest.mark.procs
+
 SCRIPT = Path(__file__).parent / "scripts" / "dist_job.py"
 STEPS = 5
 """Steps per epoch in the job script."""

@@ -25,7 +25,7 @@ from towerkit.trainers import launch_horovod_job
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 pytestmark = [
     pytest.mark.horovod,
-    pytest.mark.slow,
+    pytest.mark.procs,
     pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod"),
 ]
 

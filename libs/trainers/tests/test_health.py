@@ -212,6 +212,7 @@ def frozen(proc: subprocess.Popen):
         os.kill(proc.pid, signal.SIGCONT)
 
 
+@pytest.mark.procs
 class TestWatch:
     """The watch thread, on a real TensorFlow server."""
 

@@ -20,7 +20,7 @@ from towerkit.trainers.parallel._horovod import rank_gpu
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_horovod")]
 
 SCRIPT = Path(__file__).parent / "scripts" / "hvd_job.py"
 NP = 2
@@ -96,6 +96,7 @@ def jobs(tmp_path_factory):
     }
 
 
+@pytest.mark.procs
 @pytest.mark.horovod
 @pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")
 class TestHorovodJob:
@@ -148,6 +149,7 @@ class TestHorovodJob:
             assert rep["sum_check"]["sum"] == [-3.0] * 3
 
 
+@pytest.mark.procs
 @pytest.mark.horovod
 @pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")
 class TestHorovodResume:
@@ -175,6 +177,7 @@ class TestHorovodResume:
         assert os.path.exists(jobs["logdir"] / "model-16.index")
 
 
+@pytest.mark.procs
 @pytest.mark.horovod
 @pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")
 class TestRankDies:
@@ -228,6 +231,7 @@ class TestRankGpu:
         assert got == want
 
 
+@pytest.mark.procs
 class TestLazyImport:
     """horovod is imported by HorovodTrainer only, with an install hint when missing."""
 

@@ -29,6 +29,7 @@ needs_horovod = [
 ]
 
 
+@pytest.mark.procs
 class TestArgv:
     """The horovodrun command line for local gloo ranks."""
 
@@ -163,6 +164,7 @@ class TestArguments:
             launch_horovod_job(["x.py"], 2, timeout=5, cwd=tmp_path / "nope")
 
 
+@pytest.mark.procs
 class TestJobs:
     """Real jobs: a finishing one, a failing one, and one that would hang without the bound."""
 
@@ -212,6 +214,7 @@ def _alive(pid: int, script: str | None = None) -> bool:
         return False
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("np_", [2])
 class TestRealJobs:
     """Jobs over gloo on localhost (in the horovod nox session)."""

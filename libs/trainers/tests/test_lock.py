@@ -114,6 +114,7 @@ def run_second(logdir):
     )
 
 
+@pytest.mark.procs
 @pytest.mark.slow
 class TestTwoProcesses:
     """Two real runs in one log directory."""

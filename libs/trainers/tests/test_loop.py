@@ -432,6 +432,7 @@ class TestLogdir:
             trainer.set_logdir(tmp_path / "f")
 
 
+@pytest.mark.procs
 class TestTerminalOutput:
     """What a run shows on a terminal or a pipe."""
 

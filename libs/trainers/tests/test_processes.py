@@ -17,7 +17,7 @@ from towerkit.sessinit import get_all_checkpoints
 SCRIPT = os.path.join(os.path.dirname(__file__), "resume_script.py")
 MAX_EPOCH = 5
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.procs
 
 
 def run(logdir, *extra):

@@ -1,0 +1,73 @@
+"""A pytest plugin that keeps each test in its tier: a test that starts a process is ``procs``.
+
+The noxfile loads it (``-p towerkit_tiers``) in every test run of ``nox -t ci``. An audit
+hook (PEP 578) sees each process the pytest process starts (``subprocess.Popen``,
+``os.fork``, ``os.posix_spawn``, ``os.exec*``); a test that starts one during its setup,
+call or teardown without the ``procs`` mark fails with the command and the mark to add,
+so a new test cannot land in the wrong tier. Processes started by the processes a test
+starts are not seen (and need not be).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+_EVENTS = {
+    "subprocess.Popen",
+    "os.fork",
+    "os.forkpty",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.exec",
+    "os.system",
+}
+_started: list[str] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event in _EVENTS:
+        what = args[1] if event == "subprocess.Popen" and len(args) > 1 else args[:1]
+        _started.append(f"{event}: {str(what)[:200]}")
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator:
+    """Forget what earlier tests started (their processes are theirs)."""
+    del item, nextitem
+    _started.clear()
+    return (yield)
+
+
+def _check(item: pytest.Item, phase: str) -> None:
+    if not _started or item.get_closest_marker("procs") is not None:
+        return
+    started = _started[:3]
+    _started.clear()
+    msg = (
+        f"{item.nodeid} starts a process in its {phase} ({'; '.join(started)}) but is not in"
+        " the process tier: mark it @pytest.mark.procs (see the noxfile's docstring)"
+    )
+    pytest.fail(msg, pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator:
+    """A fixture of the test that starts a process puts the test in the process tier."""
+    result = yield
+    _check(item, "setup")
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator:
+    """The test itself."""
+    result = yield
+    _check(item, "call")
+    return result
