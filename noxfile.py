@@ -171,7 +171,7 @@ def timed(func: Callable[..., None]) -> Callable[..., None]:
             func(session, *args, **kwargs)
             outcome = "passed"
         finally:
-            if not session.install_only:
+            if not getattr(session._runner.global_config, "install_only", False):
                 CI_REPORTS.mkdir(parents=True, exist_ok=True)
                 line = {"session": session.name, "seconds": round(time.time() - start, 1)}
                 line |= {"outcome": outcome, "ended": round(time.time(), 1)}

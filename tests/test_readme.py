@@ -218,7 +218,7 @@ def test_commands_found():
 
 
 def nox_sessions() -> set[str]:
-    """The sessions noxfile.py defines, with ``NAME-ID`` for those parametrized over the libs."""
+    """The sessions noxfile.py defines, with ``NAME(ID)`` for those parametrized over the libs."""
     text = (ROOT / "noxfile.py").read_text()
     names = set(re.findall(r"@nox\.session[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(", text))
     per_lib = set(
@@ -228,7 +228,7 @@ def nox_sessions() -> set[str]:
         )
     )
     libs = [p.name for p in (ROOT / "libs").iterdir() if (p / "pyproject.toml").is_file()]
-    return names | {f"{name}-{lib}" for name in per_lib for lib in libs}
+    return (names - per_lib) | {f"{name}({lib})" for name in per_lib for lib in libs}
 
 
 @pytest.mark.parametrize(
