@@ -20,10 +20,13 @@ Every pytest run of a session is split in two tiers, one after the other:
   cores, at least 2), so that their waits overlap rather than queue.
 
 A test that starts a process gets ``@pytest.mark.procs`` (or a module-level
-``pytestmark``); ``tests/test_architecture.py`` fails for a test module that starts
-processes without the mark. Every test runs under a default timeout of 240 s (the root
-pyproject); one that needs more says so with ``@pytest.mark.timeout(N)``. Tests must
-not share fixed paths or ports: two workers run them at the same time.
+``pytestmark``): the guard ``tests/plugins/towerkit_tiers.py``, loaded in every tiered
+run, fails a test that starts one without the mark. A module whose tests share an
+expensive module fixture (one training run that every test reads) keeps them on one
+worker with ``pytest.mark.xdist_group(NAME)``. Every test runs under a default timeout
+of 240 s (the root pyproject); one that needs more says so with
+``@pytest.mark.timeout(N)``. Tests must not share fixed paths or ports: two workers run
+them at the same time.
 
 Each pytest run writes a JUnit report under ``reports/ci/junit/`` and each session its
 time to ``reports/ci/sessions.jsonl``; the last session of ``nox -t ci``,
