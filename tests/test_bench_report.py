@@ -11,7 +11,10 @@ import sys
 import pytest
 from example_modules import ROOT
 
-pytestmark = pytest.mark.procs
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.timeout(600),
+]  # timeout: runs the benchmarks' smallest configuration
 
 RUN_ALL = ROOT / "benchmarks" / "run_all.py"
 

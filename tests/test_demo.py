@@ -13,7 +13,10 @@ import pytest
 from example_modules import example_path, load_example
 
 # The tests of this module share its runs: one worker runs them all.
-pytestmark = pytest.mark.xdist_group("test_demo")
+pytestmark = [
+    pytest.mark.xdist_group("test_demo"),
+    pytest.mark.timeout(600),
+]  # timeout: the module fixture trains the demo, up to 600 s on a loaded machine
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,10 @@ import sys
 import pytest
 from example_modules import ROOT
 
-pytestmark = pytest.mark.procs
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.timeout(600),
+]  # timeout: runs every lib README's blocks in a venv
 
 BLOCKS = {
     "callbacks": ("`stats.json`, NaN and the best model", ["0.2"]),

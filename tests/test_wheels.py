@@ -42,6 +42,7 @@ FOLDERS = {
 UV = shutil.which("uv")
 
 pytestmark = [
+    pytest.mark.timeout(600),  # builds venvs from the wheels
     pytest.mark.procs,
     pytest.mark.skipif(UV is None, reason="uv is needed to build and install (nox -s build)"),
 ]

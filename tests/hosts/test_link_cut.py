@@ -9,7 +9,10 @@ import time
 import pytest
 from hvd_hosts import GLOO_TIMEOUT, STEPS, checkpoint_step, epoch_steps, run_hvd
 
-pytestmark = pytest.mark.procs
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.timeout(900),
+]  # timeout: waits START_LIMIT (300 s), then the gloo timeout
 
 START_LIMIT = 300.0
 """Seconds the job may take to start and reach the step at which the link is cut."""

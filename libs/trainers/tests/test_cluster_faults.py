@@ -19,7 +19,10 @@ from test_distributed import SCRIPT, free_ports
 
 from towerkit.towers import visible_gpu_count
 
-pytestmark = pytest.mark.procs
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.timeout(600),
+]  # timeout: a cluster may take START_LIMIT (300 s) to start
 
 TIMEOUTS = "1,5,5"
 """The job's ClusterTimeouts: check every 1 s, dead after 5 s, close the session within 5 s."""

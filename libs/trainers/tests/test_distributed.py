@@ -24,7 +24,10 @@ from towerkit.trainers import (
     serve_parameters,
 )
 
-pytestmark = pytest.mark.procs
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.timeout(600),
+]  # timeout: a cluster job may take JOB_TIMEOUT (300 s)
 
 SCRIPT = Path(__file__).parent / "scripts" / "dist_job.py"
 STEPS = 5

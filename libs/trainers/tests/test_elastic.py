@@ -24,6 +24,7 @@ from towerkit.trainers import launch_horovod_job
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 pytestmark = [
+    pytest.mark.timeout(900),  # a job may wait JOB_TIMEOUT (420 s) for a re-formed ring
     pytest.mark.horovod,
     pytest.mark.procs,
     pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod"),

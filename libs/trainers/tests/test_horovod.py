@@ -20,7 +20,11 @@ from towerkit.trainers.parallel._horovod import rank_gpu
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_horovod")]
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.slow,
+    pytest.mark.xdist_group("test_horovod"),
+]  # timeout: a module fixture runs horovod jobs of up to JOB_TIMEOUT (300 s)
 
 SCRIPT = Path(__file__).parent / "scripts" / "hvd_job.py"
 NP = 2
