@@ -30,7 +30,10 @@ TOTAL = MAX_EPOCH * STEPS_PER_EPOCH
 KILLS = 2
 """SIGKILLs per save schedule, one after the other in the same logdir."""
 
-pytestmark = pytest.mark.procs
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.timeout(600),
+]  # timeout: each test trains, is killed and resumes several times
 
 
 def run(logdir, schedule, *extra):

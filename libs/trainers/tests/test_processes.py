@@ -17,7 +17,10 @@ from towerkit.sessinit import get_all_checkpoints
 SCRIPT = os.path.join(os.path.dirname(__file__), "resume_script.py")
 MAX_EPOCH = 5
 
-pytestmark = pytest.mark.procs
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.timeout(600),
+]  # timeout: each test runs training processes to their end or their signal
 
 
 def run(logdir, *extra):
