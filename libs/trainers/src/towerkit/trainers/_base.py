@@ -105,6 +105,7 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         self._step_op: Any = None
         self._interrupt: InterruptState | None = None
         self._failure: BaseException | None = None
+        self._logdir_set = False
 
     # -- phase 0: the log directory ------------------------------------------------------
 
@@ -132,6 +133,13 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
             TrainerStateError: callbacks are already set up.
         """
         self._require_phase("set_logdir", "new")
+        if self._logdir_set:
+            msg = (
+                f"set_logdir({os.fspath(logdir) if logdir is not None else None!r}): the log "
+                f"directory is already set ({self._logdir!r}); set it once per trainer"
+            )
+            raise TrainerStateError(msg)
+        self._logdir_set = True
         if logdir is None:
             plan_logdir(None, logdir_action)
             self._logdir = None
@@ -472,10 +480,16 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         (steps per session call), when given, must be the one the graph was built for.
         """
         self._check_train_k(steps_per_execution)
-        if self._phase == "new":
+        if self._phase == "new" and not self._logdir_set:
             self.set_logdir(logdir, logdir_action)
-        elif logdir is not None:
+        elif logdir is not None and self._phase != "new":
             msg = "train(logdir=...) needs a fresh trainer: callbacks are already set up"
+            raise TrainerStateError(msg)
+        elif logdir is not None and os.path.abspath(logdir) != self._logdir:
+            msg = (
+                f"train(logdir={os.fspath(logdir)!r}) differs from the log directory "
+                f"set_logdir took, {self._logdir!r}: give it once"
+            )
             raise TrainerStateError(msg)
         self.setup_callbacks(callbacks, monitors)
         self.initialize(session_creator, session_init)
