@@ -311,14 +311,11 @@ def image_size(panels: int, columns: int = 3, dpi: int = 100) -> tuple[int, int]
 
 
 MAX_SIDE_PIXELS = 16384
-"""The widest and tallest image `plot_stats` draws, in pixels (a 4 x 3 inch panel at 100 dpi is 400 x 300)."""
+"""The widest and tallest image `plot_stats` draws, in pixels (a panel at 100 dpi: 400 x 300)."""
 
 
 def check_image_size(panels: int, columns: int, dpi: int) -> tuple[int, int]:
-    """The image size (`image_size`), refused when a side exceeds `MAX_SIDE_PIXELS`.
-
-    Raises:
-        ValueError: too large; the message gives the size and the largest dpi that fits.
+    """The image size (`image_size`); a ValueError naming the dpi that fits if too large.
 
     Examples:
         >>> check_image_size(4, 3, 100)
@@ -330,8 +327,7 @@ def check_image_size(panels: int, columns: int, dpi: int) -> tuple[int, int]:
     width, height = image_size(panels, columns, dpi)
     if max(width, height) > MAX_SIDE_PIXELS:
         cols, rows = grid_shape(panels, columns)
-        inches = max(cols * PANEL_INCHES[0], rows * PANEL_INCHES[1])
-        most = int(MAX_SIDE_PIXELS // inches)
+        most = int(MAX_SIDE_PIXELS // max(cols * PANEL_INCHES[0], rows * PANEL_INCHES[1]))
         msg = (
             f"dpi {dpi} makes a {width}x{height}-pixel image of {panels} panels; the most "
             f"is {MAX_SIDE_PIXELS} pixels a side: use a dpi of {most} or less (or fewer columns)"

@@ -175,7 +175,10 @@ def layer_register(
             return outputs
 
         argscoped = enable_argscope_for_function(layer, log_shape=False)
-        rules = getattr(func, "given_twice_rules", (tuple(positional), {}))
+        no_aliases: dict[str, str] = {}
+        rules: tuple[tuple[str, ...], dict[str, str]] = getattr(
+            func, "given_twice_rules", (tuple(positional), no_aliases)
+        )
 
         @functools.wraps(argscoped)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
