@@ -1118,6 +1118,60 @@ TOOL_CASES = [
 ]
 
 
+def checkpoint_and_dir(name):
+    """A prepare step writing a checkpoint and a directory `name` (an output that is a directory)."""
+
+    def prepare(tmp):
+        os.makedirs(os.path.join(tmp, name))
+        return checkpoint(tmp)
+
+    return prepare
+
+
+def good_stats_logdir(tmp):
+    """A logdir whose ``stats.json`` is sound (4 statistics: 4 panels, 2 rows of 3)."""
+    os.makedirs(os.path.join(tmp, "log"))
+    records = [
+        {"epoch_num": e, "global_step": 10 * e, "a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
+        for e in (1, 2)
+    ]
+    with open(os.path.join(tmp, "log", "stats.json"), "w") as f:
+        json.dump(records, f)
+
+
+OUTPUT_TOOL_CASES = [
+    (
+        "dump-overwrite-onto-directory",
+        "dump_params",
+        ["{prefix}", "{tmp}/out.npz", "--overwrite"],
+        checkpoint_and_dir("out.npz"),
+        r"output '.*/out\.npz' is a directory: expected a file path such as '.*/out\.npz/params\.npz'",
+    ),
+    (
+        "plot-stats-out-directory",
+        "plot_stats",
+        ["{tmp}/log", "--out", "{tmp}/log"],
+        good_stats_logdir,
+        r"output '.*/log' is a directory: expected a file path such as '.*/log/stats\.png'",
+    ),
+    (
+        "plot-stats-huge-dpi",
+        "plot_stats",
+        ["{tmp}/log", "--dpi", "20000"],
+        good_stats_logdir,
+        r"dpi 20000 makes a 240000x120000-pixel image of 4 panels; the most is 16384 pixels a "
+        r"side: use a dpi of 1365 or less",
+    ),
+    (
+        "plot-stats-huge-dpi-dry-run",
+        "plot_stats",
+        ["{tmp}/log", "--dpi", "20000", "--dry-run"],
+        good_stats_logdir,
+        r"dpi 20000 makes a 240000x120000-pixel image",
+    ),
+]
+
+
 STATS_TOOL_CASES = [
     (
         f"plot-stats-{damage}",
@@ -1132,8 +1186,8 @@ STATS_TOOL_CASES = [
 
 @pytest.mark.parametrize(
     ("tool", "argv", "prepare", "match"),
-    [c[1:] for c in TOOL_CASES + STATS_TOOL_CASES],
-    ids=[c[0] for c in TOOL_CASES + STATS_TOOL_CASES],
+    [c[1:] for c in TOOL_CASES + STATS_TOOL_CASES + OUTPUT_TOOL_CASES],
+    ids=[c[0] for c in TOOL_CASES + STATS_TOOL_CASES + OUTPUT_TOOL_CASES],
 )
 def test_tool_bad_input(tmp_path, capsys, tool, argv, prepare, match):
     """One ``<tool>: error: ...`` line naming the fault, exit status 2, nothing written."""

@@ -54,6 +54,8 @@ class TestExpectedRun:
         clock = run.trace("loop")
         assert clock[-1].kind is EventKind.AFTER_TRAIN
         stop = stop_index(events, scenario.stop_at)
+        if stop is not None and events[stop].kind is EventKind.AFTER_EPOCH:
+            stop += 1  # the epoch stays whole: its trigger_epoch runs too
         assert len(clock) == (len(events) if stop is None else stop + 2)
 
     @settings(max_examples=40, deadline=None)
@@ -85,6 +87,16 @@ class TestExpectedRun:
             EventKind.AFTER_RUN,
             EventKind.AFTER_TRAIN,
         ]
+
+    @pytest.mark.parametrize("kind", [EventKind.AFTER_EPOCH, EventKind.TRIGGER_EPOCH])
+    def test_stop_at_epoch_end_keeps_it_whole(self, kind):
+        """A stop in after_epoch or trigger_epoch: every callback sees the epoch's trigger_epoch."""
+        events = full_stream(LoopSpec(max_epoch=3, steps_per_epoch=2), 1)
+        i = stop_index(events, (kind, 1))
+        for first in (True, False):
+            seen = seen_by(events, i, first=first)
+            assert [e.kind for e in seen][-2:] == [EventKind.TRIGGER_EPOCH, EventKind.AFTER_TRAIN]
+            assert seen[-2].epoch_num == 2
 
     def test_spec_example_epoch_num(self):
         """Spec 000: in the trigger_epoch of epoch 3, epoch_num is 3."""

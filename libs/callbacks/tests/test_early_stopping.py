@@ -13,10 +13,12 @@ from towerkit.callbacks import (
     Callback,
     EarlyStopping,
     EarlyStoppingState,
+    JSONWriter,
     MinSaver,
     ModelSaver,
     Monitors,
     advance_early_stopping,
+    read_stats_file,
     should_stop,
 )
 from towerkit.towers.compat import tf1
@@ -135,17 +137,44 @@ def run(callbacks, max_epoch, logdir=None):
 class TestEarlyStopping:
     """The callback stops the loop and names the best epoch."""
 
-    def test_stops_after_patience(self, caplog):
+    def test_stops_after_patience(self):
         """Best at epoch 2; three epochs without improvement: training ends after epoch 5."""
         stop = EarlyStopping("val", mode="min", patience=3)
-        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
-            t = run([PutSeries([0.5, 0.3, 0.31, 0.3, 0.4, 0.1, 0.1]), stop], max_epoch=7)
+        t = run([PutSeries([0.5, 0.3, 0.31, 0.3, 0.4, 0.1, 0.1]), stop], max_epoch=7)
         assert t.epoch_num == 5
         assert (stop.best, stop.best_epoch, stop.stopped_epoch) == (0.3, 2, 5)
-        assert (
+        assert stop.stop_message() == (
             "EarlyStopping('val', mode='min', patience=3): val has not improved for 3 epochs; "
-            "the best, 0.3, was at epoch 2" in caplog.text
+            "the best, 0.3, was at epoch 2"
         )
+
+    def test_stopping_epoch_stays_whole(self, tmp_path):
+        """The callbacks after it in the stopping epoch still run: the statistics of epoch 3
+        reach the monitors and stats.json, and the saver after it saves that epoch."""
+        seen = []
+
+        class After(Callback):
+            def _trigger_epoch(self):
+                seen.append(self.epoch_num)
+
+        stop = EarlyStopping("val", patience=1)
+        g = tf.Graph()
+        with g.as_default():
+            w = tf1.get_variable("w", initializer=0.0)
+            mons = Monitors([JSONWriter()])
+            t = LoopTrainer(
+                g,
+                tf1.assign_add(w, 1.0),
+                [PutSeries([0.5, 0.2, 0.3, 0.1]), stop, After(), ModelSaver()],
+                mons,
+                steps_per_epoch=2,
+                max_epoch=4,
+                logdir=str(tmp_path),
+            ).train()
+        assert t.epoch_num == stop.stopped_epoch == 3
+        assert seen == [1, 2, 3]
+        assert [r["epoch_num"] for r in read_stats_file(str(tmp_path / "stats.json"))] == [1, 2, 3]
+        assert (tmp_path / "model-6.index").is_file()
 
     def test_max_and_delta(self):
         """With 'max' and min_delta, small gains do not count."""
@@ -170,16 +199,18 @@ class TestEarlyStopping:
         assert "nothing to decide on at epoch 1" in caplog.text
         assert "'val'" in caplog.text
 
-    def test_names_the_min_saver_checkpoint(self, tmp_path, caplog):
+    def test_names_the_min_saver_checkpoint(self, tmp_path):
         """With a MinSaver of the same statistic, the message names the copy of the best epoch."""
         saver = MinSaver("val")
         stop = EarlyStopping("val", patience=2)
-        with caplog.at_level(logging.INFO, logger="towerkit.callbacks"):
-            run(
-                [PutSeries([0.5, 0.2, 0.3, 0.3, 0.1]), ModelSaver(), saver, stop],
-                max_epoch=5,
-                logdir=str(tmp_path),
-            )
+        run(
+            [PutSeries([0.5, 0.2, 0.3, 0.3, 0.1]), ModelSaver(), saver, stop],
+            max_epoch=5,
+            logdir=str(tmp_path),
+        )
         assert saver.best_epoch == stop.best_epoch == 2
-        assert f"the best, 0.2, was at epoch 2, kept in {tmp_path}/min-val.tfmodel" in caplog.text
+        assert (
+            f"the best, 0.2, was at epoch 2, kept in {tmp_path}/min-val.tfmodel"
+            in stop.stop_message()
+        )
         assert (tmp_path / "min-val.tfmodel.index").is_file()

@@ -11,6 +11,7 @@ from hypothesis import given
 from towerkit.layers._args import (
     channel_axis,
     conv_output_size,
+    given_twice,
     keras_data_format,
     rename_aliases,
     shape2d,
@@ -126,3 +127,34 @@ class TestAliases:
             TypeError, match="Conv2D: arguments 'out_channel' and 'filters' name the same thing"
         ):
             rename_aliases("Conv2D", {"out_channel": 3, "filters": 4}, self.ALIASES)
+
+
+NAMES = st.sampled_from(["units", "filters", "kernel_size", "strides", "out_dim", "nl", "a", "b"])
+
+
+class TestGivenTwice:
+    """`given_twice`: a value given by position and keyword, or under two names."""
+
+    ALIASES: ClassVar[dict[str, str]] = {"out_dim": "units", "nl": "activation"}
+
+    @given(st.lists(NAMES, unique=True, max_size=3), st.integers(0, 3), st.sets(NAMES))
+    def test_matches_counting(self, positional, given_n, keywords):
+        """An entry for exactly each target reached more than once, by position or keyword."""
+        got = given_twice(positional, given_n, keywords, self.ALIASES)
+        targets = list(positional[:given_n]) + [self.ALIASES.get(k, k) for k in keywords]
+        assert len(got) == len({t for t in targets if targets.count(t) > 1})
+
+    @given(st.sets(st.sampled_from(["padding", "use_bias", "activation"])))
+    def test_distinct_names_pass(self, keywords):
+        """Keywords that are neither aliases of each other nor positional pass."""
+        assert given_twice(["units"], 1, keywords, self.ALIASES) == []
+
+    def test_examples(self):
+        """Positional and alias; alias and target; an old common name and its new one."""
+        assert given_twice(["units"], 1, ["out_dim"], self.ALIASES) == [
+            "positional 'units' and 'out_dim'"
+        ]
+        assert given_twice(["units"], 0, ["units", "out_dim"], self.ALIASES) == [
+            "'units' and 'out_dim'"
+        ]
+        assert given_twice([], 0, ["activation", "nl"], self.ALIASES) == ["'activation' and 'nl'"]

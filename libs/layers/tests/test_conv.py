@@ -220,7 +220,7 @@ class TestConv2D:
             (
                 {"filters": 4, "out_channel": 4},
                 TypeError,
-                "'out_channel' and 'filters' name the same",
+                "Conv2D: a value given twice: 'filters' and 'out_channel'",
             ),
             (
                 {"filters": 4, "dilation_rate": 2, "kernel_regularizer": l2_regularizer(1.0)},

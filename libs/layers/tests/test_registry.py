@@ -176,3 +176,60 @@ class TestRenameTflayerGetVariable:
                 tf1.get_variable(name, [1])
         names = [v.op.name for v in tf1.global_variables()]
         assert names == ["conv/W", "conv/b", "conv/mean/EMA", "conv/variance/EMA", "conv/other"]
+
+
+def _twice_cases():
+    """(layer, positional values, keywords) of calls giving one value twice, for every layer
+    with tensorpack's positional arguments or aliases."""
+    import towerkit.layers as L
+
+    cases = []
+    for name in sorted(L.__all__):
+        layer = getattr(L, name)
+        rules = getattr(layer, "given_twice_rules", None)
+        if rules is None:
+            continue
+        positional, aliases = rules
+        for i, p in enumerate(positional):
+            cases.append((name, i + 1, {p: 1}))
+            cases.extend((name, i + 1, {a: 1}) for a, t in aliases.items() if t == p)
+        cases.extend((name, 0, {a: 1, t: 1}) for a, t in aliases.items())
+    return cases
+
+
+class TestGivenTwice:
+    """A value given twice in a layer call is a TypeError naming both ways, before any graph op."""
+
+    @pytest.mark.parametrize(("layer", "n", "kwargs"), _twice_cases())
+    def test_refused(self, graph, layer, n, kwargs):
+        """Positional and keyword, alias and target, two names: all refused."""
+        import towerkit.layers as L
+
+        x = tf1.placeholder(tf1.float32, [None, 8, 8, 4])
+        ops = len(graph.get_operations())
+        fn = getattr(L, layer)  # Deconv2D is Conv2DTranspose under its old name
+        with pytest.raises(
+            TypeError, match=rf"{fn.__name__}: a value given twice: .*give each once"
+        ):
+            fn("l", x, *[2] * n, **kwargs)
+        assert len(graph.get_operations()) == ops
+
+    def test_fully_connected_issue_case(self, graph):
+        """``FullyConnected('fc', x, 3, out_dim=4)`` names both ways of giving the units."""
+        from towerkit.layers import FullyConnected
+
+        x = tf1.placeholder(tf1.float32, [None, 4])
+        with pytest.raises(
+            TypeError,
+            match=r"FullyConnected: a value given twice: positional 'units' and 'out_dim'",
+        ):
+            FullyConnected("fc", x, 3, out_dim=4)
+
+    def test_argscope_default_is_no_clash(self, graph):
+        """An argscope default and the call's own positional value are not a value given twice."""
+        from towerkit.layers import FullyConnected
+        from towerkit.towers import argscope
+
+        x = tf1.placeholder(tf1.float32, [None, 4])
+        with argscope(FullyConnected, units=7):
+            assert FullyConnected("fc", x, 3).shape.as_list() == [None, 3]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -203,3 +204,139 @@ class TestLogdirLock:
         with pytest.raises(LogdirLockedError, match=r"pid 1 on host 'elsewhere.example'"):
             LogdirLock(str(tmp_path)).acquire()
         assert parse_lock((tmp_path / LOCK_FILENAME).read_text()) == owner
+
+
+def dead_pid() -> int:
+    """The pid of a process of this host that has ended."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(300)  # four TensorFlow imports on a small machine, then 5 s of trials
+class TestRace:
+    """Real processes taking over the same stale lock at the same instant."""
+
+    PROCS = 4
+    TRIALS = 20
+
+    def test_one_owner_per_trial(self, tmp_path):
+        """In every trial exactly one process wins; the others are refused naming the winner
+        (or saying it is starting, when they read the file before it wrote its name)."""
+        stale = format_lock(LockOwner(pid=dead_pid(), host=socket.gethostname(), since=0))
+        for i in range(self.TRIALS):
+            (tmp_path / f"log-{i}").mkdir()
+            (tmp_path / f"log-{i}" / LOCK_FILENAME).write_text(stale)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+        script = os.path.join(os.path.dirname(__file__), "lock_race_script.py")
+        procs = [
+            subprocess.Popen(
+                [sys.executable, script, str(tmp_path), str(self.TRIALS)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
+            for _ in range(self.PROCS)
+        ]
+        try:
+            for p in procs:
+                assert p.stdout.readline().strip() == "READY"
+            (tmp_path / "go.tmp").write_text(str(time.time() + 0.5))
+            os.replace(tmp_path / "go.tmp", tmp_path / "go")
+            results = [json.loads(p.stdout.readline()) for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait(30)
+        for i in range(self.TRIALS):
+            winners = [r["pid"] for r in results if i in r["won"]]
+            assert len(winners) == 1, f"trial {i}: owners {winners}"
+            for r in results:
+                if r["pid"] != winners[0]:  # named, or caught before it wrote its name
+                    message = r["refused"][str(i)]
+                    assert f"pid {winners[0]} on host" in message or (
+                        "its owner is just starting" in message
+                    ), message
+
+
+class TestKernelLock:
+    """The kernel lock in this process: two holders never, a damaged file named."""
+
+    def test_second_holder_refused_in_same_process(self, tmp_path):
+        """Two locks on one directory exclude each other even within one process."""
+        first = LogdirLock(str(tmp_path))
+        first.acquire()
+        with pytest.raises(LogdirLockedError, match=r"in use by this very process \(pid"):
+            LogdirLock(str(tmp_path)).acquire()
+        first.release()
+        second = LogdirLock(str(tmp_path))
+        second.acquire()
+        assert second.held
+        second.release()
+
+    def test_dropped_lock_object_releases(self, tmp_path):
+        """A lock object garbage-collected without release frees the directory (its file closes)."""
+        import gc
+
+        lock = LogdirLock(str(tmp_path))
+        lock.acquire()
+        del lock
+        gc.collect()
+        again = LogdirLock(str(tmp_path))
+        again.acquire()
+        again.release()
+
+    def test_binary_garbage_free(self, tmp_path, caplog):
+        """A lock file of binary garbage that no one holds is taken over with a warning naming it."""
+        (tmp_path / LOCK_FILENAME).write_bytes(bytes(range(256)) * 4)
+        lock = LogdirLock(str(tmp_path))
+        with caplog.at_level("WARNING", logger="towerkit.trainers"):
+            lock.acquire()
+        assert f"taking over the unreadable lock file {tmp_path / LOCK_FILENAME}" in caplog.text
+        assert parse_lock((tmp_path / LOCK_FILENAME).read_text()).pid == os.getpid()
+        lock.release()
+
+    def test_binary_garbage_held(self, tmp_path):
+        """A held lock whose file is binary garbage: a clear error naming the file, no decode error."""
+        holder = LogdirLock(str(tmp_path))
+        holder.acquire()
+        (tmp_path / LOCK_FILENAME).write_bytes(b"\xff\xfe\x00garbage\x80" * 50)
+        with pytest.raises(LogdirLockedError) as info:
+            LogdirLock(str(tmp_path)).acquire()
+        assert "names no owner (unreadable" in str(info.value)
+        assert repr(str(tmp_path / LOCK_FILENAME)) in str(info.value)
+        holder.release()
+
+    def test_lock_file_is_a_directory(self, tmp_path):
+        """A directory where the lock file goes is named, with what to do."""
+        (tmp_path / LOCK_FILENAME).mkdir()
+        with pytest.raises(LogdirLockedError, match=r"is a directory: remove it"):
+            LogdirLock(str(tmp_path)).acquire()
+
+    def test_forked_child_does_not_keep_it(self, tmp_path):
+        """A child forked while the lock is held (an input worker) does not hold it after."""
+        lock = LogdirLock(str(tmp_path))
+        lock.acquire()
+        r, w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: say it runs, wait until the parent has checked, exit
+            os.close(w)
+            os.write(ready_w, b"x")
+            os.read(r, 1)
+            os._exit(0)
+        os.close(r)
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"x"  # the child runs (past the fork hooks)
+        os.close(ready_r)
+        try:
+            lock._close()  # the parent lets go without removing the file (as SIGKILL would)
+            again = LogdirLock(str(tmp_path))
+            again.acquire()  # the child still runs: were it holding the lock, this would fail
+            again.release()
+        finally:
+            os.write(w, b"x")
+            os.close(w)
+            os.waitpid(pid, 0)

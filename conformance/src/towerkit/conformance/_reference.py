@@ -115,7 +115,9 @@ def seen_by(events: Sequence[LoopEvent], stop: int | None, *, first: bool) -> li
 
     `StopTraining` ends the loop at once: the first callback saw the raising event,
     the callbacks after it did not; everyone's ``after_train`` then runs, at the
-    position where the loop stopped.
+    position where the loop stopped. Raised in ``after_epoch`` or ``trigger_epoch``, it
+    ends the loop once the epoch is whole: every callback sees that epoch's
+    ``trigger_epoch`` first.
 
     Examples:
         >>> events = full_stream(LoopSpec(max_epoch=1, steps_per_epoch=1), 1)
@@ -123,9 +125,15 @@ def seen_by(events: Sequence[LoopEvent], stop: int | None, *, first: bool) -> li
         ['before_train', 'before_epoch', 'before_run', 'after_train']
         >>> [e.kind.value for e in seen_by(events, 2, first=False)]
         ['before_train', 'before_epoch', 'after_train']
+        >>> [e.kind.value for e in seen_by(events, 5, first=False)][-3:]
+        ['after_epoch', 'trigger_epoch', 'after_train']
     """
     if stop is None:
         return list(events)
+    if events[stop].kind in (EventKind.AFTER_EPOCH, EventKind.TRIGGER_EPOCH):
+        # a stop at an epoch's end waits until the epoch is whole: everyone sees its trigger_epoch
+        end = next(i for i in range(stop, len(events)) if events[i].kind is EventKind.TRIGGER_EPOCH)
+        return [*events[: end + 1], LoopEvent(EventKind.AFTER_TRAIN, events[end].position)]
     kept = list(events[: stop + 1] if first else events[:stop])
     return [*kept, LoopEvent(EventKind.AFTER_TRAIN, events[stop].position)]
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from towerkit.tools._cli import add_verbose_arg, load_tensorflow
-from towerkit.tools._files import ToolError, fail
+from towerkit.tools._files import ToolError, fail, require_file_output
 from towerkit.tools._vars import (
     compile_patterns,
     format_bytes,
@@ -94,6 +94,7 @@ def _check_target(target: str, kind: str, *, overwrite: bool) -> None:
         if not target.endswith(".npz"):
             msg = f"output {target!r} must end with '.npz'"
             raise ToolError(msg)
+        require_file_output(target, "params.npz")  # --overwrite replaces a file, never a directory
         exists = os.path.exists(target)
     else:
         if target.endswith(".npz"):

@@ -19,6 +19,30 @@ class ToolError(Exception):
     """A problem a tool reports as one line on stderr, exiting with status 2."""
 
 
+def require_file_output(path: str, example: str) -> None:
+    """Refuse an output path that names a directory: the tool writes a file there, not into it.
+
+    Args:
+        path: the output path as the user gave it.
+        example: a file name to suggest inside it (``"params.npz"``).
+
+    Raises:
+        ToolError: `path` is a directory; the message names it as given.
+
+    Examples:
+        >>> require_file_output("no/such/file.npz", "params.npz")
+        >>> require_file_output(".", "params.npz")
+        Traceback (most recent call last):
+        towerkit.tools._files.ToolError: output '.' is a directory: expected a file path such as './params.npz'
+    """
+    if os.path.isdir(path):
+        msg = (
+            f"output {path!r} is a directory: expected a file path such as "
+            f"{os.path.join(path, example)!r}"
+        )
+        raise ToolError(msg)
+
+
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a TOML file.
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from towerkit.callbacks import StatsFileError, read_stats_file
 from towerkit.sessinit import atomic_path
-from towerkit.tools._files import ToolError, fail
+from towerkit.tools._files import ToolError, fail, require_file_output
 
 __all__ = [
     "PANEL_INCHES",
@@ -310,6 +310,32 @@ def image_size(panels: int, columns: int = 3, dpi: int = 100) -> tuple[int, int]
     return round(cols * PANEL_INCHES[0] * dpi), round(rows * PANEL_INCHES[1] * dpi)
 
 
+MAX_SIDE_PIXELS = 16384
+"""The widest and tallest image `plot_stats` draws, in pixels (a panel at 100 dpi: 400 x 300)."""
+
+
+def check_image_size(panels: int, columns: int, dpi: int) -> tuple[int, int]:
+    """The image size (`image_size`); a ValueError naming the dpi that fits if too large.
+
+    Examples:
+        >>> check_image_size(4, 3, 100)
+        (1200, 600)
+        >>> check_image_size(4, 3, 20000)
+        Traceback (most recent call last):
+        ValueError: dpi 20000 makes a 240000x120000-pixel image of 4 panels; the most is 16384 pixels a side: use a dpi of 1365 or less (or fewer columns)
+    """
+    width, height = image_size(panels, columns, dpi)
+    if max(width, height) > MAX_SIDE_PIXELS:
+        cols, rows = grid_shape(panels, columns)
+        most = int(MAX_SIDE_PIXELS // max(cols * PANEL_INCHES[0], rows * PANEL_INCHES[1]))
+        msg = (
+            f"dpi {dpi} makes a {width}x{height}-pixel image of {panels} panels; the most "
+            f"is {MAX_SIDE_PIXELS} pixels a side: use a dpi of {most} or less (or fewer columns)"
+        )
+        raise ValueError(msg)
+    return width, height
+
+
 def _figure_class() -> Any:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -352,6 +378,7 @@ def stats_figure(
         msg = f"no numeric statistics {which}with {X_KEYS[x]!r} in {len(records)} records; names found: {found[:30]}"
         raise ToolError(msg)
     panels = panel_groups(list(series), pairs, separate)
+    check_image_size(len(panels), columns, dpi)  # before matplotlib allocates it
     figure_cls, canvas_cls = _figure_class()
     from matplotlib.ticker import MaxNLocator as integer_ticks
 
@@ -456,6 +483,7 @@ def plot_stats(
             raise ValueError(msg)
         out = os.path.join(logdir, "stats.png")
     out = os.fspath(out)
+    require_file_output(out, "stats.png")
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         msg = f"output directory {parent!r} does not exist"
@@ -541,7 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 msg = f"no numeric statistics to plot in {args.logdir!r}"
                 raise ToolError(msg)
             panels = panel_groups(list(series), args.pair, args.per_stat)
-            w, h = image_size(len(panels), args.columns, args.dpi)
+            w, h = check_image_size(len(panels), args.columns, args.dpi)
             for title, names in panels:
                 if names == (title,):
                     print(f"  {title}: {len(series[title][0])} points")

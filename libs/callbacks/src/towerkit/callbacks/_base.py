@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from towerkit.callbacks._errors import StopTraining
 from towerkit.callbacks._types import TrainerView
 from towerkit.towers.compat import tf1
 
@@ -389,12 +390,33 @@ class CallbackFactory(Callback):
             self._fns["after_train"](self)
 
 
+def _run_whole(cbs: Sequence[Callback], method: str) -> None:
+    """Call `method` on each of `cbs`; a `StopTraining` is raised only once all have run.
+
+    The first one raised is kept (its ``stopped_by`` set to the callback, unless a
+    nested group already named one); other exceptions propagate at once.
+    """
+    stop: StopTraining | None = None
+    for cb in cbs:
+        try:
+            getattr(cb, method)()
+        except StopTraining as err:
+            if err.stopped_by is None:
+                err.stopped_by = str(cb)
+            stop = stop or err
+    if stop is not None:
+        raise stop
+
+
 class Callbacks(Callback):
     """The callbacks of a run as one, called in the order given.
 
     Each phase calls only the callbacks that do something in it. Exceptions in
     ``after_train`` do not stop the other callbacks' ``after_train``: the first is
-    raised once all have run.
+    raised once all have run. `StopTraining` in ``after_epoch`` or ``trigger_epoch``
+    does not stop the others' either (the epoch stays whole: its statistics are
+    written, monitors and savers see it): the first is raised once all have run, its
+    ``stopped_by`` naming the callback that raised it.
 
     Args:
         cbs: the callbacks.
@@ -453,16 +475,14 @@ class Callbacks(Callback):
             cb.before_epoch()
 
     def _after_epoch(self) -> None:
-        for cb in self.with_hook("_after_epoch"):
-            cb.after_epoch()
+        _run_whole(self.with_hook("_after_epoch"), "after_epoch")
 
     def _trigger_step(self) -> None:
         for cb in self.with_hook("_trigger_step"):
             cb.trigger_step()
 
     def _trigger_epoch(self) -> None:
-        for cb in self.with_hook("_trigger_epoch"):
-            cb.trigger_epoch()
+        _run_whole(self.with_hook("_trigger_epoch"), "trigger_epoch")
 
     def _trigger(self) -> None:
         for cb in self.cbs:

@@ -22,9 +22,11 @@ class EarlyStopping(Callback):
     latest value of ``monitor`` from the monitors. A value improves when it is finite
     and beats the best so far by more than ``min_delta`` (lower with ``mode="min"``,
     higher with ``"max"``); NaN and infinities never do. After ``patience`` new values
-    without improvement, it raises :class:`StopTraining`: the epoch ends as usual
-    (``after_train`` runs, ``stats.json`` holds every finished epoch) and the log
-    names the best epoch. The decision is the pure
+    without improvement, it raises :class:`StopTraining`: the epoch ends whole (the
+    epoch's later callbacks, statistics writers, monitors and savers still run, so
+    ``stats.json`` holds it and a resumed run starts after it), ``after_train`` runs,
+    and one console line says that training stopped, naming this callback, why and the
+    best epoch. The decision is the pure
     :func:`~towerkit.callbacks.advance_early_stopping` (the same step-keyed
     observations as :class:`StatMonitorParamSetter`'s
     :func:`~towerkit.callbacks.advance`); :func:`~towerkit.callbacks.should_stop`
@@ -122,8 +124,7 @@ class EarlyStopping(Callback):
             self._best_epoch = self.epoch_num
         if stop:
             self._stopped_epoch = self.epoch_num
-            msg = self.stop_message()
-            logger.info("%s", msg)
+            msg = self.stop_message()  # the trainer's one line that training stopped says it
             raise StopTraining(msg)
 
     def stop_message(self) -> str:

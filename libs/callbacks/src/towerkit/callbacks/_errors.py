@@ -7,7 +7,16 @@ class StopTraining(Exception):
     """Raise from any callback method (or ``run_step``) to end training cleanly.
 
     The loop stops, ``after_train`` still runs on every callback, monitors are
-    flushed and the session is closed.
+    flushed and the session is closed. Raised in ``after_epoch`` or
+    ``trigger_epoch``, it stops training once the epoch is whole: the epoch's other
+    callbacks (statistics writers, monitors, savers) still run first. The message says
+    why; the console line that ends training names the callback that raised it.
+    """
+
+    stopped_by: str | None = None
+    """The callback that raised it (set by the callback group that caught it first), or None.
+
+    .. versionadded:: 0.2
     """
 
 

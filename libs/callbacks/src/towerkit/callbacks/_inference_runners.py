@@ -12,6 +12,7 @@ import tensorflow as tf
 import tqdm
 
 from towerkit.callbacks._base import Callback
+from towerkit.callbacks._console_stream import CONSOLE
 from towerkit.callbacks._datapoints import DatapointLayout
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._inference_inputs import (
@@ -185,7 +186,9 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
             total = len(self._input)
         if self._size is not None and self._source is None:
             total = self._size if total is None else min(total, self._size)
-        with tqdm.tqdm(total=total, desc=str(self), unit="batch", leave=False, disable=None) as bar:
+        with tqdm.tqdm(
+            total=total, desc=str(self), unit="batch", leave=False, disable=None, file=CONSOLE
+        ) as bar:
             for values in self._results():
                 self._dispatch(values)
                 bar.update(1)

@@ -14,6 +14,7 @@ from typing import Any
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError, StatsFileError
+from towerkit.callbacks._graph import _numerics_op, numerics_report
 from towerkit.callbacks._paths import check_file_name
 from towerkit.callbacks._pruning import (
     SaverState,
@@ -139,6 +140,8 @@ class ModelSaver(Callback):
         self._collections = _collections(var_collections)
         self._dir: str | None = None
         self._saver: Any = None
+        self._numerics: Any = None
+        self._float_names: tuple[str, ...] = ()
         self._last_saved: int | None = None
         self._start_step: int | None = None
         self._announced = False
@@ -167,6 +170,9 @@ class ModelSaver(Callback):
         if not var_list:
             msg = f"ModelSaver: the collections {list(self._collections)} hold no variables to save"
             raise ValueError(msg)
+        floating = [v for v in var_list if v.dtype.base_dtype.is_floating]
+        self._float_names = tuple(v.name for v in floating)
+        self._numerics = _numerics_op(floating) if floating else None
         self._saver = tf1.train.Saver(
             var_list=var_list,
             max_to_keep=0,  # pruning is ModelSaver's (see plan_pruning)
@@ -263,11 +269,42 @@ class ModelSaver(Callback):
         t = self.trainer
         at_boundary = t.local_step in (-1, t.steps_per_epoch - 1)
         if at_boundary and t.global_step != self._start_step and t.global_step != self._last_saved:
+            failure = getattr(t, "run_failure", None)
+            if failure is not None:
+                logger.warning(
+                    "ModelSaver: training ended by %s at global step %d: that state is not "
+                    "saved (a failing run never writes the checkpoint that resuming, "
+                    "SmartInit(logdir) and the exporters pick); the latest checkpoint in %s "
+                    "stays %s",
+                    type(failure).__name__,
+                    t.global_step,
+                    self._dir,
+                    "none" if self._last_saved is None else f"model-{self._last_saved}",
+                )
+                return
             self._save()
+
+    def _nonfinite(self) -> list[str]:
+        """The saved variables holding NaN or Inf now (each named, as `CheckNumerics` does)."""
+        if self._numerics is None:
+            return []
+        return numerics_report(self._float_names, self.trainer.sess.run(self._numerics))
 
     def _save(self) -> None:
         step = int(self.trainer.global_step)
         if step == self._last_saved:
+            return
+        bad = self._nonfinite()
+        if bad:
+            logger.warning(
+                "ModelSaver: not saved at global step %d: %d variable(s) hold NaN or Inf (%s); "
+                "the latest checkpoint in %s stays %s",
+                step,
+                len(bad),
+                ", ".join(bad),
+                self._dir,
+                "none" if self._last_saved is None else f"model-{self._last_saved}",
+            )
             return
         directory = str(self._dir)
         path = atomic_save_checkpoint(

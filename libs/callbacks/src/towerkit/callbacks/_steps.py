@@ -12,6 +12,7 @@ import numpy as np
 import tqdm
 
 from towerkit.callbacks._base import Callback
+from towerkit.callbacks._console_stream import CONSOLE
 from towerkit.callbacks._graph import ProcessTensors, fetchable_tensors, tensor_names
 from towerkit.towers.compat import tf1
 
@@ -142,7 +143,7 @@ class ProgressBar(Callback):
             dynamic_ncols=True,
             mininterval=self.mininterval,
             leave=False,
-            file=sys.stderr,
+            file=CONSOLE,  # a console that fails never ends the run
         )
         self._next_fetch = 0.0
         self._stride = getattr(self.trainer, "steps_per_execution", 1)

@@ -17,6 +17,7 @@ from towerkit.callbacks._console import (
     format_stat,
     variable_table,
 )
+from towerkit.callbacks._console_stream import console_lines
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._monitor_hub import MonitorBase
 from towerkit.callbacks._stats import is_real_number
@@ -468,16 +469,7 @@ class ScalarPrinter(MonitorBase):
         return super().has_hook(method)
 
     def _emit(self, lines: list[str]) -> None:
-        if logging_configured(logger):
-            for line in lines:
-                logger.info("%s", line)
-            return
-        import sys
-
-        import tqdm
-
-        for line in lines:
-            tqdm.tqdm.write(line, file=sys.stderr)
+        console_lines(logger, lines)  # a console that fails never ends the run
 
     def _before_train(self) -> None:
         if self._variables:

@@ -4,7 +4,8 @@ What sibling libs (the trainers, the conformance suite) and the command-line too
 (``timeline``, ``install_horovod``) share with this lib's shells, so that each list and
 each builder has one definition: the trigger kinds and gated methods, the builders of
 the trigger shells' records, the loop event of a trainer (``trainer_event``), the checks
-of several steps per session call, ``stop_process_group``, and the input vocabulary
+of several steps per session call, ``stop_process_group``, the console stream that
+never ends a run (``CONSOLE``, ``console_lines``), and the input vocabulary
 (``input_kind``, ``DatapointLayout``, ``conform_datapoint``) that training and inference
 inputs share. Names here may change or
 go between any two releases without deprecation: programs should use the names of
@@ -12,6 +13,7 @@ go between any two releases without deprecation: programs should use the names o
 Importing this module never loads TensorFlow.
 """
 
+from towerkit.callbacks._console_stream import CONSOLE, ConsoleStream, console_lines
 from towerkit.callbacks._datapoints import (
     INPUT_KINDS,
     INPUT_SOURCE_METHODS,
@@ -38,6 +40,9 @@ from towerkit.callbacks._timeline import timeline_entry
 from towerkit.callbacks._triggers import periodic_record, trainer_event
 
 __all__ = [
+    "CONSOLE",
+    "ConsoleStream",
+    "console_lines",
     "GATED_KINDS",
     "INPUT_KINDS",
     "INPUT_SOURCE_METHODS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 _TO_KERAS = {"NHWC": "channels_last", "NCHW": "channels_first"}
@@ -141,7 +141,7 @@ def rename_aliases(
         >>> rename_aliases("Conv2D", {"out_channel": 4, "W_init": "w"}, {"out_channel": "filters"})
         {'filters': 4, 'kernel_initializer': 'w'}
     """
-    common = {"W_init": "kernel_initializer", "b_init": "bias_initializer", "nl": "activation"}
+    common = COMMON_ALIASES
     result: dict[str, Any] = {}
     clashes = []
     for key, value in kwargs.items():
@@ -157,6 +157,41 @@ def rename_aliases(
         msg = f"{layer}: arguments {', '.join(clashes)} name the same thing; give one of each"
         raise TypeError(msg)
     return result
+
+
+COMMON_ALIASES = {"W_init": "kernel_initializer", "b_init": "bias_initializer", "nl": "activation"}
+"""tensorpack's old names that every layer with a kernel (or an activation) takes."""
+
+
+def given_twice(
+    positional: Sequence[str], given: int, keywords: Iterable[str], aliases: Mapping[str, str]
+) -> list[str]:
+    """The values a call gives more than once: by position and by keyword, or under two names.
+
+    Args:
+        positional: the names of the arguments that may follow the input, in order.
+        given: how many follow it in the call.
+        keywords: the keyword arguments of the call (not the argscope's defaults).
+        aliases: old names and the names they stand for.
+
+    Returns:
+        One entry per value given twice, naming how it was given; empty when none is.
+
+    Examples:
+        >>> given_twice(["units"], 1, ["out_dim"], {"out_dim": "units"})
+        ["positional 'units' and 'out_dim'"]
+        >>> given_twice(["units"], 0, ["out_dim", "units", "nl", "activation"],
+        ...             {"out_dim": "units", "nl": "activation"})
+        ["'out_dim' and 'units'", "'nl' and 'activation'"]
+        >>> given_twice(["filters", "kernel_size"], 2, ["strides"], {})
+        []
+    """
+    ways: dict[str, list[str]] = {}
+    for name in positional[:given]:
+        ways.setdefault(name, []).append(f"positional {name!r}")
+    for key in keywords:
+        ways.setdefault(aliases.get(key, key), []).append(repr(key))
+    return [" and ".join(w) for w in ways.values() if len(w) > 1]
 
 
 def _nl_activation(nl: Callable[..., Any]) -> Callable[..., Any]:
@@ -198,6 +233,7 @@ def tflayer_args(
             named.update(zip(positional, args))
             return body(inputs, **named)
 
+        call.given_twice_rules = (tuple(positional), {**aliases, **COMMON_ALIASES})  # type: ignore[attr-defined]
         params = list(inspect.signature(body).parameters.values())
         extra = [
             inspect.Parameter(alias, inspect.Parameter.KEYWORD_ONLY, default=None)

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from towerkit.layers._args import given_twice
 from towerkit.towers import custom_getter_scope, enable_argscope_for_function
 from towerkit.towers.compat import tf1
 
@@ -173,7 +174,25 @@ def layer_register(
                     _log.info("%r: %s --> %s", vs.name, _shape_text(args[0]), _shape_text(outputs))
             return outputs
 
-        wrapped = enable_argscope_for_function(layer, log_shape=False)
+        argscoped = enable_argscope_for_function(layer, log_shape=False)
+        no_aliases: dict[str, str] = {}
+        rules: tuple[tuple[str, ...], dict[str, str]] = getattr(
+            func, "given_twice_rules", (tuple(positional), no_aliases)
+        )
+
+        @functools.wraps(argscoped)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            # the call as written, before the argscope's defaults join it: a value given
+            # twice (by position and keyword, or under two names) is an error
+            rest = (
+                args[1:] if args and isinstance(args[0], str) and use_scope is not False else args
+            )
+            twice = given_twice(rules[0], len(rest) - 1, kwargs, rules[1])
+            if twice:
+                msg = f"{layer_name}: a value given twice: {'; '.join(twice)}; give each once"
+                raise TypeError(msg)
+            return argscoped(*args, **kwargs)
+
         wrapped.use_scope = use_scope  # type: ignore[attr-defined]
         _register(layer_name, wrapped)
         return wrapped

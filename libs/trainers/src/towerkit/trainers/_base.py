@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -10,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
+from towerkit.callbacks.plumbing import console_lines
 from towerkit.towers.compat import tf1
 from towerkit.trainers._callback_checks import (
     _as_callback_list,
@@ -24,6 +26,7 @@ from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._interrupt import InterruptState, deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
+from towerkit.trainers._loop_end import end_epoch, stop_line
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
@@ -101,6 +104,8 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         self._global_step_var: Any = None
         self._step_op: Any = None
         self._interrupt: InterruptState | None = None
+        self._failure: BaseException | None = None
+        self._logdir_set = False
 
     # -- phase 0: the log directory ------------------------------------------------------
 
@@ -128,6 +133,13 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
             TrainerStateError: callbacks are already set up.
         """
         self._require_phase("set_logdir", "new")
+        if self._logdir_set:
+            msg = (
+                f"set_logdir({os.fspath(logdir) if logdir is not None else None!r}): the log "
+                f"directory is already set ({self._logdir!r}); set it once per trainer"
+            )
+            raise TrainerStateError(msg)
+        self._logdir_set = True
         if logdir is None:
             plan_logdir(None, logdir_action)
             self._logdir = None
@@ -345,16 +357,17 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
                 with frozen_heap():
                     self._loop(bounds, interrupt)
             except StopTraining as err:
-                logger.info(
-                    "training stopped at epoch %d, global step %d%s",
-                    self._epoch_num,
-                    self.global_step,
-                    f": {err}" if str(err) else "",
-                )
-            except KeyboardInterrupt:
+                if interrupt.requested:  # Ctrl-C: the run ends by KeyboardInterrupt below
+                    self._failure = KeyboardInterrupt()
+                    logger.info("%s", stop_line(self._epoch_num, self.global_step, err))
+                else:  # the one line saying who stopped training and why
+                    console_lines(logger, [stop_line(self._epoch_num, self.global_step, err)])
+            except KeyboardInterrupt as err:
                 interrupted = True
+                self._failure = err
                 logger.warning("training interrupted at global step %d", self.global_step)
             except BaseException as err:
+                self._failure = err
                 if not interrupt.aborted:  # else: a blocked step cancelled by the second Ctrl-C
                     failed = input_failure(err, self._registered, self)
                     if failed is err:
@@ -393,15 +406,10 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
             elapsed = time.perf_counter() - start
             # after after_epoch, which ends the progress bar's line; ScalarPrinter's
             # epoch line says the same at INFO
-            cbs.after_epoch()
-            logger.debug(
-                "epoch %d done: %d steps in %.2f s (global step %d)",
-                epoch,
-                steps_per_epoch,
-                elapsed,
-                self.global_step,
+            done = functools.partial(
+                logger.debug, "epoch %d done: %d steps in %.2f s", epoch, steps_per_epoch, elapsed
             )
-            cbs.trigger_epoch()
+            end_epoch(cbs, done)
             if should_stop() or interrupt.requested:
                 msg = "stop requested"
                 raise StopTraining(msg)
@@ -472,10 +480,16 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         (steps per session call), when given, must be the one the graph was built for.
         """
         self._check_train_k(steps_per_execution)
-        if self._phase == "new":
+        if self._phase == "new" and not self._logdir_set:
             self.set_logdir(logdir, logdir_action)
-        elif logdir is not None:
+        elif logdir is not None and self._phase != "new":
             msg = "train(logdir=...) needs a fresh trainer: callbacks are already set up"
+            raise TrainerStateError(msg)
+        elif logdir is not None and os.path.abspath(logdir) != self._logdir:
+            msg = (
+                f"train(logdir={os.fspath(logdir)!r}) differs from the log directory "
+                f"set_logdir took, {self._logdir!r}: give it once"
+            )
             raise TrainerStateError(msg)
         self.setup_callbacks(callbacks, monitors)
         self.initialize(session_creator, session_init)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 import attrs
 
 from towerkit.trainers._config import TrainConfig
-from towerkit.trainers._lock import LogdirLock
 from towerkit.trainers._model import ModelDesc
 from towerkit.trainers._resume import truncate_stats
 from towerkit.trainers._sesscreate import default_session_creator
@@ -82,16 +80,12 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         logger.info("steps_per_epoch not given: using the input's size, %d", bounds.steps_per_epoch)
     else:
         bounds = config.loop_bounds()
-    lock = None
-    if config.logdir is not None and trainer.is_chief and os.path.isdir(config.logdir):
-        # the resume plan reads the directory and rewrites stats.json: not while another run writes it
-        lock = LogdirLock(str(config.logdir))
-        lock.acquire()
-    try:
+    # the trainer takes the directory (and, as the chief, its lock) here, the one place it
+    # is taken: the resume plan reads it and may rewrite stats.json, not while another run
+    # writes it; a failure before the first step gives it back
+    trainer.set_logdir(config.logdir, config.logdir_action)
+    with trainer._failed_start_cleanup():
         _launch(config, trainer, bounds)
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds) -> None:

@@ -98,6 +98,17 @@ class TrainerViewMixin:
         return None
 
     @property
+    def run_failure(self) -> BaseException | None:
+        """The exception that is ending the run (``KeyboardInterrupt`` for Ctrl-C), or None.
+
+        Set when the loop fails, before ``after_train``: a callback saving there reads it
+        to tell a failure from an end (the epochs done, or `StopTraining`).
+
+        .. versionadded:: 0.2
+        """
+        return getattr(self, "_failure", None)
+
+    @property
     def callbacks(self) -> tuple[Callback, ...]:
         """The callbacks registered so far, in the order they are called."""
         return tuple(self._registered)

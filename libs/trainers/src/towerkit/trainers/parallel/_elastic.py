@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from towerkit.callbacks import StopTraining
 from towerkit.towers.compat import tf1
+from towerkit.trainers._loop_end import end_epoch
 from towerkit.trainers.parallel._elastic_core import LoopCommit, commit_after_step, remaining_epochs
 
 if TYPE_CHECKING:
@@ -284,8 +285,7 @@ def run_elastic_loop(
                     if commit_after_step(step + 1, spe, every_k):
                         state.position = LoopCommit(trainer.global_step, epoch, step + 1)
                         state.commit()
-                cbs.after_epoch()
-                cbs.trigger_epoch()
+                end_epoch(cbs)  # whole, even when a callback stops training in it
                 stop_check()
                 state.position = LoopCommit(trainer.global_step, epoch + 1, 0)
                 state.commit()

@@ -109,6 +109,7 @@ class ChiefOwnsLogdir:
 
     is_chief: bool
     _logdir: str | None
+    _logdir_set: bool
 
     def set_logdir(
         self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
@@ -119,5 +120,6 @@ class ChiefOwnsLogdir:
             return
         self._require_phase("set_logdir", "new")  # type: ignore[attr-defined]
         plan_logdir(None, logdir_action)
+        self._logdir_set = True
         self._logdir = os.path.abspath(os.fspath(logdir))
         logger.info("not the chief: the logdir %s is left to the chief", self._logdir)

@@ -1,0 +1,214 @@
+"""Ends of a run that are not its last epoch: a callback stopping it, NaN, Ctrl-C.
+
+An early stop keeps its epoch whole (statistics, monitors, savers) and a resume does not
+run it again; a failing run never leaves a checkpoint that resuming, ``SmartInit(logdir)``
+or the exporters would pick, nor one with non-finite variables.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from resume_script import Model
+
+from towerkit.callbacks import (
+    Callback,
+    CheckNumerics,
+    EarlyStopping,
+    JSONWriter,
+    ModelSaver,
+    ScalarPrinter,
+    read_stats_file,
+)
+from towerkit.sessinit import SmartInit, load_checkpoint_vars
+from towerkit.towers.compat import tf1
+from towerkit.trainers import (
+    AutoResumeTrainConfig,
+    NumpyInput,
+    SimpleTrainer,
+    launch_train_with_config,
+)
+
+pytestmark = pytest.mark.slow
+
+STEPS = 4
+"""Steps per epoch: 64 datapoints in batches of 16."""
+SERIES = {1: 5.0, 2: 4.0, 3: 3.0, 4: 3.0, 5: 3.0, 6: 2.0, 7: 1.0, 8: 0.0}
+"""The statistic ``val`` put at the end of each epoch: no gain in epochs 4 and 5."""
+
+
+class PutSeries(Callback):
+    """Puts ``SERIES[epoch]`` as the statistic ``val`` at the end of each epoch."""
+
+    def _trigger_epoch(self):
+        self.trainer.monitors.put_scalar("val", SERIES[self.epoch_num])
+
+
+class SeenEpochs(Callback):
+    """Records each epoch whose ``trigger_epoch`` it saw (it comes after the one that stops)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def _trigger_epoch(self):
+        self.seen.append(self.epoch_num)
+
+
+class Poison(Callback):
+    """Writes NaN into the first layer's weights after global step `at`."""
+
+    accepts_coarse_steps = True
+
+    def __init__(self, at):
+        self.at = at
+
+    def _setup_graph(self):
+        (w,) = [v for v in tf1.global_variables() if v.op.name == "fc0/W"]
+        self.op = tf1.assign(w, tf.fill(tf.shape(w), math.nan))
+
+    def _trigger_step(self):
+        if self.global_step == self.at:
+            self.trainer.sess.run(self.op)
+
+
+class Interrupt(Callback):
+    """Sends this process SIGINT (Ctrl-C) after global step `at`."""
+
+    accepts_coarse_steps = True
+
+    def __init__(self, at):
+        self.at = at
+
+    def _trigger_step(self):
+        if self.global_step == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
+    return NumpyInput([x, y], batch_size=16, seed=0)
+
+
+def train(logdir, callbacks, k=1, max_epoch=8):
+    """One run of the same command: an `AutoResumeTrainConfig` in `logdir`."""
+    config = AutoResumeTrainConfig(
+        model=Model(),
+        data=data(),
+        callbacks=callbacks,
+        extra_callbacks=[],
+        monitors=[JSONWriter(), ScalarPrinter()],
+        max_epoch=max_epoch,
+        logdir=str(logdir),
+        steps_per_execution=k,
+    )
+    with tf.Graph().as_default():
+        launch_train_with_config(config, SimpleTrainer())
+
+
+def epochs_in_stats(logdir):
+    return [r["epoch_num"] for r in read_stats_file(os.path.join(logdir, "stats.json"))]
+
+
+def latest_step(logdir):
+    return int(tf.train.latest_checkpoint(str(logdir)).rsplit("-", 1)[1])
+
+
+class TestEarlyStopping:
+    """EarlyStopping at the end of epoch 5, with one and with two steps per session call."""
+
+    @pytest.mark.parametrize("k", [1, 2])
+    def test_epoch_whole_and_not_repeated(self, tmp_path, caplog, k):
+        """The stopping epoch is written, saved and seen; one line says who stopped and why;
+        the same command again resumes after it and ends where an unstopped run ends."""
+        logdir = tmp_path / "log"
+        seen = SeenEpochs()
+        with caplog.at_level(logging.INFO):
+            train(logdir, [ModelSaver(), PutSeries(), EarlyStopping("val", patience=2), seen], k)
+        assert seen.seen == [1, 2, 3, 4, 5], "the callbacks after EarlyStopping see epoch 5"
+        assert epochs_in_stats(logdir) == [1, 2, 3, 4, 5]
+        assert latest_step(logdir) == 5 * STEPS
+        lines = [r.getMessage() for r in caplog.records if "training stopped" in r.getMessage()]
+        assert lines == [
+            f"training stopped at epoch 5, global step {5 * STEPS}: EarlyStopping('val', "
+            "mode='min', patience=2): val has not improved for 2 epochs; the best, 3, was at "
+            "epoch 3"
+        ]
+        seen = SeenEpochs()
+        train(logdir, [ModelSaver(), PutSeries(), EarlyStopping("val", patience=2), seen], k)
+        assert seen.seen == [6, 7, 8], "the resumed run starts after the stopping epoch"
+        assert epochs_in_stats(logdir) == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert latest_step(logdir) == 8 * STEPS
+
+    def test_after_epoch_stop_keeps_trigger_epoch(self, tmp_path):
+        """StopTraining raised in after_epoch: the epoch's trigger_epoch still runs everywhere."""
+        from towerkit.callbacks import StopTraining
+
+        class StopInAfterEpoch(Callback):
+            def _after_epoch(self):
+                if self.epoch_num == 2:
+                    msg = "enough"
+                    raise StopTraining(msg)
+
+        logdir = tmp_path / "log"
+        seen = SeenEpochs()
+        train(logdir, [StopInAfterEpoch(), ModelSaver(), PutSeries(), seen])
+        assert seen.seen == [1, 2]
+        assert epochs_in_stats(logdir) == [1, 2]
+        assert latest_step(logdir) == 2 * STEPS
+
+
+class TestFailingRunSaves:
+    """A run that fails never makes a checkpoint that resuming or SmartInit(logdir) picks."""
+
+    def test_nan_stopped_by_check_numerics(self, tmp_path, caplog):
+        """NaN after step 6, CheckNumerics stops the run at the end of epoch 2: the latest
+        checkpoint stays epoch 1's, finite, for SmartInit(logdir) and for the resume."""
+        logdir = tmp_path / "log"
+        with (
+            caplog.at_level(logging.WARNING, logger="towerkit.callbacks"),
+            pytest.raises(FloatingPointError, match="fc0/W"),
+        ):
+            train(logdir, [Poison(at=6), ModelSaver(), CheckNumerics()])
+        assert latest_step(logdir) == STEPS
+        assert not (logdir / f"model-{2 * STEPS}.index").exists()
+        assert f"ModelSaver: not saved at global step {2 * STEPS}" in caplog.text
+        assert "'fc0/W:0' (NaN)" in caplog.text
+        for name, value in load_checkpoint_vars(tf.train.latest_checkpoint(str(logdir))).items():
+            assert np.all(np.isfinite(value)), name
+        with tf.Graph().as_default():
+            w = tf1.get_variable("fc0/W", [8, 16])
+            with tf1.Session() as sess:
+                SmartInit(str(logdir)).init(sess)
+                assert np.all(np.isfinite(sess.run(w)))
+        config = AutoResumeTrainConfig(model=Model(), data=data(), max_epoch=8, logdir=str(logdir))
+        assert config.plan_resume(STEPS).checkpoint.endswith(f"model-{STEPS}")
+
+    def test_failure_mid_epoch_end_not_saved(self, tmp_path, caplog):
+        """An exception at the last step of epoch 2: after_train does not save that state."""
+
+        class Boom(Callback):
+            def _trigger_step(self):
+                if self.global_step == 2 * STEPS:
+                    raise RuntimeError("boom")
+
+        logdir = tmp_path / "log"
+        with caplog.at_level(logging.WARNING), pytest.raises(RuntimeError, match="boom"):
+            train(logdir, [ModelSaver(), Boom()])
+        assert latest_step(logdir) == STEPS
+        assert "ModelSaver: training ended by RuntimeError at global step 8" in caplog.text
+
+    def test_ctrl_c_at_epoch_end_not_saved(self, tmp_path, caplog):
+        """Ctrl-C in the last step of epoch 2: the run stops, its state is not the latest."""
+        logdir = tmp_path / "log"
+        with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+            train(logdir, [ModelSaver(), Interrupt(at=2 * STEPS)])
+        assert latest_step(logdir) == STEPS
+        assert "ModelSaver: training ended by KeyboardInterrupt" in caplog.text
