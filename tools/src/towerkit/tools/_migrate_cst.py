@@ -8,9 +8,18 @@ from typing import Any
 
 import attrs
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
-from towerkit.tools._migrate_names import DATAFLOW_NAMES, GONE, LIB_OF, UTILS_NAMES, home_of
+from towerkit.tools._migrate_names import (
+    DATAFLOW_NAMES,
+    GONE,
+    KEPT_MODULES,
+    LIB_OF,
+    KEEP_TENSORPACK,
+    MODULE_HOMES,
+    UTILS_NAMES,
+    home_of,
+)
 from towerkit.tools._migrate_tf import compat_name, load_rules
 
 
@@ -33,6 +42,7 @@ class Migrated:
 
     source: str
     notes: tuple[Note, ...] = attrs.field(converter=_as_notes)
+    keeps_tensorpack: bool = False
 
     @property
     def changed(self) -> bool:
@@ -87,6 +97,9 @@ class _Scan(cst.CSTVisitor):
         self.logdir: tuple[str, str | None, str] | None = None  # expr, action, scope
         self.tp_left = 0
         self.stem = ""
+        self.unresolved: set[str] = set()
+        self.other_star = False
+        self.main_block = False
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.not_refs[node.attr.value] = self.not_refs.get(node.attr.value, 0) + 1
@@ -136,8 +149,17 @@ class _Scan(cst.CSTVisitor):
             if name == "tensorflow" and bound == "tf":
                 self.tf_alias_is_v2 = True
 
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = dotted(node.module) if node.module is not None else None
+        if isinstance(node.names, cst.ImportStar) and not _is_tensorpack(module or ""):
+            self.other_star = True
+
+    def visit_If(self, node: cst.If) -> None:
+        if _is_main_test(node.test):
+            self.main_block = True
+
     def visit_Call(self, node: cst.Call) -> None:
-        name = dotted(node.func) or ""
+        name = _call_name(node)
         scope = ".".join(self.scopes)
         if name in (f"logger.{c}" for c in _LOGDIR_CALLS):
             self.logdir_calls.append((scope, self.get_metadata(PositionProvider, node).start.line))
@@ -163,6 +185,11 @@ class Migrator(cst.CSTTransformer):
         self.need_logging = False
         self.scopes: list[str] = []
         self._tf = scan.tf_alias_is_v2
+        self.kept: list[tuple[int, str]] = []  # (line, tensorpack module kept)
+        self.logger_from_star = False
+        self.module_aliases: dict[str, str] = {}  # bound name -> towerkit module
+        self.removed: set[int] = set()  # ids of top-level statements removed
+        self.logdir_placed = False
 
     # -- reporting ------------------------------------------------------------------------
     def _line(self, node: cst.CSTNode) -> int:
@@ -179,6 +206,10 @@ class Migrator(cst.CSTTransformer):
 
     def need(self, module: str, name: str) -> None:
         self.imports.setdefault(module, set()).add(name)
+
+    def keep(self, node: cst.CSTNode, module: str) -> None:
+        """Note an import that stays on tensorpack (reported with the install line)."""
+        self.kept.append((self._line(node), module))
 
     # -- scopes ---------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -205,11 +236,13 @@ class Migrator(cst.CSTTransformer):
         if module != "tensorpack" and not module.startswith("tensorpack."):
             return updated_node
         if isinstance(original_node.names, cst.ImportStar):
-            if module.startswith(("tensorpack.dataflow", "tensorpack.utils")):
+            if module.startswith(KEPT_MODULES):
+                self.keep(original_node, module)
                 return updated_node
             names = sorted((self.scan.used - self.scan.bound) & _STAR_CANDIDATES)
             for name in names:
                 self._import_name(original_node, name, None, module, star=True)
+            self._star_leftovers(original_node, module, set(names))
             self.change(
                 original_node,
                 f"from {module} import * -> the names it used, each from its towerkit lib",
@@ -219,6 +252,13 @@ class Migrator(cst.CSTTransformer):
         for alias in original_node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
             asname = _asname(alias)
+            home = MODULE_HOMES.get(f"{module}.{name}")
+            if home is not None:
+                bound = asname or name
+                self.module_aliases[bound] = home
+                self.need(f"{home} as {bound}", "")
+                self.change(original_node, f"{module}.{name} -> {home} (as {bound})")
+                continue
             if module.startswith("tensorpack.utils") and name == "logger":
                 self.need_logging = True
                 self.change(original_node, "tensorpack's logger -> logging.getLogger(__name__)")
@@ -246,12 +286,28 @@ class Migrator(cst.CSTTransformer):
         if home == module:
             if star:
                 self.need(home, name)
-            return not star
+            self.keep(node, home)
+            return False
+        if home.startswith("tensorpack"):
+            self.keep(node, home)
         target = {"QueueInput": "IterableInput"}.get(name, name)
         self.need(home, target if asname is None or target != name else f"{name} as {asname}")
         if not star:
             self.change(node, f"{module}.{name} -> {home}.{target}")
         return True
+
+    def _star_leftovers(self, node: cst.CSTNode, module: str, mapped: set[str]) -> None:
+        """Report the names a star import gave that have no towerkit home; map its logger."""
+        left = {n for n in self.scan.unresolved - mapped if not n.startswith("__")}
+        if "logger" in left:
+            left.discard("logger")
+            self.need_logging = self.logger_from_star = True
+            self.change(node, "tensorpack's logger -> logging.getLogger(__name__)")
+        if self.scan.other_star:
+            return  # another star import may give these names
+        for name in sorted(left):
+            hint = GONE.get(name, "no towerkit counterpart")
+            self.manual(node, f"{name} (from {module} import *): {hint}")
 
     def leave_Import(self, original_node: cst.Import, updated_node: Any) -> Any:
         names = []
@@ -282,6 +338,11 @@ class Migrator(cst.CSTTransformer):
         if name is None:
             return updated_node
         head, _, rest = name.partition(".")
+        if head in self.module_aliases and "." not in rest:
+            target = self.module_aliases[head]
+            if target.startswith("towerkit.") and home_of(rest) != target:
+                self.manual(original_node, f"{name}: {target} has no {rest}")
+            return updated_node
         if head in self.scan.tp_aliases:
             home = home_of(rest) if "." not in rest else None
             if home is not None and home.startswith("towerkit."):
@@ -321,7 +382,7 @@ class Migrator(cst.CSTTransformer):
 
     # -- calls ------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: Any) -> Any:
-        name = dotted(original_node.func) or ""
+        name = _call_name(original_node)
         last = name.split(".")[-1]
         if self._tf and name.startswith("tf."):
             updated_node = self._tf_call(original_node, updated_node, name)
@@ -384,19 +445,21 @@ class Migrator(cst.CSTTransformer):
             )
             return updated_node.with_changes(func=_expr("tf.compat.v1.nn.dropout"))
         order = rules.reorders.get(name)
-        if order and len(positional) > 1 and not any(a.star for a in args):
+        named = keywords_for_positions(order or (), len(positional))
+        if named and not any(a.star for a in args):
             new_args = []
             for i, arg in enumerate(args):
-                if arg.keyword is None and i < len(order):
+                if arg.keyword is None and i < len(named) and named[i] is not None:
                     arg = arg.with_changes(
-                        keyword=cst.Name(order[i]),
+                        keyword=cst.Name(str(named[i])),
                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
                     )
                 new_args.append(arg)
             args = new_args
+            names = ", ".join(str(n) for n in named if n is not None)
             self.change(
                 original_node,
-                f"{name}: positional arguments named ({', '.join(order[: len(positional)])}), whose order changed in TensorFlow 2",
+                f"{name}: positional arguments named ({names}), whose order changed in TensorFlow 2",
             )
         renames = rules.keyword_renames.get(name, {})
         if renames:
@@ -456,6 +519,7 @@ class Migrator(cst.CSTTransformer):
                     cst.SimpleString(repr(action)), keyword=cst.Name("logdir_action"), equal=equal
                 )
             )
+        self.logdir_placed = True
         self.change(
             original_node,
             f"{name}(...): logdir={expr}" + (f", logdir_action={action!r}" if action else ""),
@@ -481,6 +545,13 @@ class Migrator(cst.CSTTransformer):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: Any
     ) -> Any:
+        new = self._statement(original_node, updated_node)
+        if new is cst.RemovalSentinel.REMOVE or not new.body:
+            self.removed.add(id(original_node))
+            return cst.RemovalSentinel.REMOVE
+        return new
+
+    def _statement(self, original_node: cst.SimpleStatementLine, updated_node: Any) -> Any:
         body = original_node.body
         if (
             len(body) != 1
@@ -506,6 +577,15 @@ class Migrator(cst.CSTTransformer):
 
     # -- the module: new imports ----------------------------------------------------------
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.scan.logdir is not None and not self.logdir_placed:
+            self.notes.append(
+                Note(
+                    line=self.scan.logdir_calls[0][1],
+                    text=f"logger's directory {self.scan.logdir[0]}: no TrainConfig(...) or "
+                    "train_with_defaults(...) call took it: pass logdir= to the trainer by hand",
+                    manual=True,
+                )
+            )
         lines = []
         for module in sorted(self.imports):
             names = sorted(n for n in self.imports[module] if n)
@@ -513,16 +593,86 @@ class Migrator(cst.CSTTransformer):
                 lines.append(f"import {module}\n")
             else:
                 lines.append(f"from {module} import {', '.join(names)}\n")
-        if self.need_logging and self.scan.logger_uses > 1:
+        logger = self.need_logging and self.scan.logger_uses > (0 if self.logger_from_star else 1)
+        if logger:
             lines.insert(0, "import logging\n")
-        new = [cst.parse_statement(line) for line in lines]
-        if self.need_logging and self.scan.logger_uses > 1:
-            new.append(cst.parse_statement("logger = logging.getLogger(__name__)\n"))
-        if not new:
-            return updated_node
+        new: list[cst.BaseStatement] = [cst.parse_statement(line) for line in lines]
+        after: list[cst.BaseStatement] = []
+        if logger:
+            after.append(cst.parse_statement("logger = logging.getLogger(__name__)\n"))
         body = list(updated_node.body)
-        at = _after_imports(body)
-        return updated_node.with_changes(body=[*body[:at], *new, *body[at:]])
+        if logger:
+            body, placed = _configure_logging(body)
+            if not placed and self.scan.config_scopes:
+                after.append(cst.parse_statement(_BASIC_CONFIG))
+        if not new and not after:
+            return updated_node.with_changes(body=body)
+        at = self._anchor(original_node, body)
+        end = max(at, _after_imports(body))
+        body = [*body[:at], *new, *body[at:end], *after, *body[end:]]
+        return updated_node.with_changes(body=body)
+
+    def _anchor(self, original_node: cst.Module, body: Sequence[cst.CSTNode]) -> int:
+        """Where new imports go: where the first tensorpack import was (so a later star
+        import of the program's own still wins), else after the leading imports."""
+        kept = 0
+        for stmt in original_node.body:
+            if _imports_tensorpack(stmt):
+                return kept
+            kept += id(stmt) not in self.removed
+        return _after_imports(body)
+
+
+_BASIC_CONFIG = 'logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")\n'
+
+
+def _configure_logging(body: list[cst.BaseStatement]) -> tuple[list[cst.BaseStatement], bool]:
+    """Put a ``logging.basicConfig`` at INFO first in the ``if __name__ == "__main__":`` block
+    (tensorpack's logger printed its INFO lines; Python's prints warnings only)."""
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.If) and _is_main_test(stmt.test):
+            code = cst.Module(body=[stmt]).code
+            if "logging.basicConfig(" in code:
+                return body, True
+            inner = stmt.body
+            if isinstance(inner, cst.IndentedBlock):
+                line = cst.parse_statement(_BASIC_CONFIG)
+                block = inner.with_changes(body=[line, *inner.body])
+                return [*body[:i], stmt.with_changes(body=block), *body[i + 1 :]], True
+    return body, False
+
+
+def _is_main_test(test: cst.BaseExpression) -> bool:
+    code = cst.Module(body=[]).code_for_node(test).replace("'", '"').replace(" ", "")
+    return code in ('__name__=="__main__"', '"__main__"==__name__')
+
+
+def _is_tensorpack(module: str) -> bool:
+    return module == "tensorpack" or module.startswith("tensorpack.")
+
+
+def _imports_tensorpack(stmt: cst.CSTNode) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+            if _is_tensorpack(dotted(small.module) or ""):
+                return True
+        if isinstance(small, cst.Import):
+            if any(_is_tensorpack(dotted(a.name) or "") for a in small.names):
+                return True
+    return False
+
+
+def _call_name(node: cst.Call) -> str:
+    """``a.b`` for ``a.b(...)``; ``f(...).m`` for a method of a call's result; else ``""``."""
+    name = dotted(node.func)
+    if name is not None:
+        return name
+    func = node.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+        return f"{_call_name(func.value) or '...'}(...).{func.attr.value}"
+    return ""
 
 
 def logdir_of(call: cst.Call, stem: str) -> tuple[str, str | None, bool] | None:
@@ -549,6 +699,33 @@ def logdir_of(call: cst.Call, stem: str) -> tuple[str, str | None, bool] | None:
     if dirname is None:
         return None
     return module.code_for_node(dirname), action, False
+
+
+def keywords_for_positions(
+    order: Sequence[str | None], positional: int
+) -> tuple[str | None, ...] | None:
+    """The keyword each of the first `positional` arguments takes, None where it keeps its place.
+
+    `order` is a row of TensorFlow's reorder table: the TensorFlow 1 name of each position,
+    None for a position that is the same in TensorFlow 2 (always a leading run). Returns
+    None when no argument needs a keyword.
+
+    Examples:
+        >>> keywords_for_positions([None, None, "name", "dimension"], 2) is None
+        True
+        >>> keywords_for_positions([None, None, "name", "dimension"], 4)
+        (None, None, 'name', 'dimension')
+        >>> keywords_for_positions(["predictions", "targets", "k"], 3)
+        ('predictions', 'targets', 'k')
+    """
+    row = tuple(order[:positional])
+    if positional < 2 or all(n is None for n in row):
+        return None
+    first = next(i for i, n in enumerate(row) if n is not None)
+    if any(n is None for n in row[first:]):
+        msg = f"reorder row {list(order)} has a fixed position after a renamed one"
+        raise ValueError(msg)
+    return row
 
 
 def _is_import(stmt: cst.CSTNode) -> bool:
@@ -584,7 +761,25 @@ def migrate_source(source: str, script_stem: str) -> Migrated:
     scan = _Scan()
     scan.stem = script_stem
     wrapper.visit(scan)
+    for scope in set(wrapper.resolve(ScopeProvider).values()):
+        if scope is not None:
+            scan.unresolved |= {
+                a.node.value
+                for a in scope.accesses
+                if not a.referents and isinstance(a.node, cst.Name)
+            }
     migrator = Migrator(scan, script_stem)
     new = wrapper.visit(migrator)
-    notes: list[Note] = sorted(migrator.notes, key=lambda n: (n.line, n.manual))
-    return Migrated(source=new.code, notes=notes)
+    notes: list[Note] = list(migrator.notes)
+    if migrator.kept:
+        line = min(line for line, _ in migrator.kept)
+        modules = ", ".join(sorted({m for _, m in migrator.kept}))
+        notes.append(
+            Note(
+                line=line,
+                text=f"{modules} stay on tensorpack: install it ({KEEP_TENSORPACK})",
+                manual=True,
+            )
+        )
+    notes.sort(key=lambda n: (n.line, n.manual))
+    return Migrated(source=new.code, notes=notes, keeps_tensorpack=bool(migrator.kept))

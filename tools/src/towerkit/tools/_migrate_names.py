@@ -160,6 +160,30 @@ GONE = {
 """tensorpack names without a towerkit counterpart, and what to write instead."""
 
 
+KEEP_TENSORPACK = "pip install tensorpack==0.11"
+"""The install line of the tensorpack that a program keeping its DataFlows or utilities needs."""
+
+MODULE_HOMES = {
+    "tensorpack.tfutils.optimizer": "towerkit.trainers",
+    "tensorpack.tfutils.gradproc": "towerkit.trainers",
+    "tensorpack.tfutils.summary": "towerkit.towers",
+    "tensorpack.tfutils.tower": "towerkit.towers",
+    "tensorpack.tfutils.scope_utils": "towerkit.towers",
+    "tensorpack.tfutils.varreplace": "towerkit.towers",
+    "tensorpack.tfutils.model_utils": "towerkit.towers",
+    "tensorpack.tfutils.sessinit": "towerkit.sessinit",
+    "tensorpack.tfutils.compat.tfv1": "tensorflow.compat.v1",
+    "tensorpack.compat.tfv1": "tensorflow.compat.v1",
+    "tensorpack.predict": "towerkit.export",
+    "tensorpack.callbacks": "towerkit.callbacks",
+    "tensorpack.models": "towerkit.layers",
+    "tensorpack.train": "towerkit.trainers",
+    "tensorpack.input_source": "towerkit.trainers",
+}
+"""tensorpack modules imported as modules (``from tensorpack.tfutils import summary``) and
+the module that holds their names after migration (imported under the same name)."""
+
+
 def home_of(name: str, module: str = "tensorpack") -> str | None:
     """The module a name imported from tensorpack `module` comes from after migration.
 
