@@ -2,173 +2,35 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
 from towerkit.tools._migrate_names import (
-    DATAFLOW_NAMES,
     GONE,
-    KEPT_MODULES,
-    LIB_OF,
     KEEP_TENSORPACK,
+    KEPT_MODULES,
     MODULE_HOMES,
-    UTILS_NAMES,
     home_of,
 )
-from towerkit.tools._migrate_tf import compat_name, load_rules
-
-
-@attrs.frozen(kw_only=True)
-class Note:
-    """One line of the report: a change made, or an edit left to do by hand."""
-
-    line: int
-    text: str
-    manual: bool = False
-
-
-def _as_notes(notes: Sequence[Note]) -> tuple[Note, ...]:
-    return tuple(notes)
-
-
-@attrs.frozen(kw_only=True)
-class Migrated:
-    """A module's new source and its report."""
-
-    source: str
-    notes: tuple[Note, ...] = attrs.field(converter=_as_notes)
-    keeps_tensorpack: bool = False
-
-    @property
-    def changed(self) -> bool:
-        """Whether anything changed."""
-        return any(not n.manual for n in self.notes)
-
-
-def dotted(node: cst.BaseExpression) -> str | None:
-    """``a.b.c`` for a chain of names and attributes, else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        head = dotted(node.value)
-        return None if head is None else f"{head}.{node.attr.value}"
-    return None
-
-
-def _asname(alias: cst.ImportAlias) -> str | None:
-    """The name an import binds with ``as``, or None."""
-    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-        return alias.asname.name.value
-    return None
-
-
-def _expr(text: str) -> cst.BaseExpression:
-    return cst.parse_expression(text)
-
-
-_CONFIG_CALLS = ("TrainConfig", "AutoResumeTrainConfig")
-_ACTIONS = {"k": "keep", "b": "overwrite", "d": "overwrite"}
-_LOGDIR_CALLS = ("auto_set_dir", "set_logger_dir")
-_STAR_CANDIDATES = (
-    frozenset(LIB_OF) | DATAFLOW_NAMES | UTILS_NAMES | {"QueueInput", "InputDesc", *GONE}
+from towerkit.tools._migrate_scan import CONFIG_CALLS, LOGDIR_CALLS, STAR_CANDIDATES, Scan
+from towerkit.tools._migrate_syntax import (
+    BASIC_CONFIG,
+    Migrated,
+    Note,
+    after_imports,
+    alias_name,
+    call_name,
+    configure_logging,
+    dotted,
+    imports_tensorpack,
+    keywords_for_positions,
+    logdir_of,
+    parse_expr,
 )
-
-
-class _Scan(cst.CSTVisitor):
-    """What the rewrite needs to know first: names used and bound, logdir calls, aliases."""
-
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.not_refs: dict[str, int] = {}
-        self.bound: set[str] = set()
-        self.tp_aliases: set[str] = set()
-        self.tf_alias_is_v2 = False
-        self.logger_uses = 0
-        self.logdir_calls: list[tuple[str, int]] = []
-        self.scopes: list[str] = []
-        self.config_scopes: list[str] = []
-        self.logdir: tuple[str, str | None, str] | None = None  # expr, action, scope
-        self.tp_left = 0
-        self.stem = ""
-        self.unresolved: set[str] = set()
-        self.other_star = False
-        self.main_block = False
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.not_refs[node.attr.value] = self.not_refs.get(node.attr.value, 0) + 1
-        name = dotted(node)
-        if name is None:
-            return
-        head, _, rest = name.partition(".")
-        if head in self.tp_aliases and rest.count(".") == 0:
-            home = home_of(rest)
-            if home is None or not home.startswith("towerkit."):
-                self.tp_left += 1
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.counts[node.value] = self.counts.get(node.value, 0) + 1
-        if node.value == "logger":
-            self.logger_uses += 1
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self.not_refs[node.keyword.value] = self.not_refs.get(node.keyword.value, 0) + 1
-
-    @property
-    def used(self) -> set[str]:
-        """Names read as names (not attributes or keywords), for a star import's names."""
-        return {n for n, c in self.counts.items() if c > self.not_refs.get(n, 0)}
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.bound.add(node.name.value)
-        self.scopes.append(node.name.value)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.bound.add(node.name.value)
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        if isinstance(node.target, cst.Name):
-            self.bound.add(node.target.value)
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            name = dotted(alias.name) or ""
-            bound = _asname(alias) or name.split(".")[0]
-            if name == "tensorpack":
-                self.tp_aliases.add(bound)
-            if name == "tensorflow" and bound == "tf":
-                self.tf_alias_is_v2 = True
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        module = dotted(node.module) if node.module is not None else None
-        if isinstance(node.names, cst.ImportStar) and not _is_tensorpack(module or ""):
-            self.other_star = True
-
-    def visit_If(self, node: cst.If) -> None:
-        if _is_main_test(node.test):
-            self.main_block = True
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = _call_name(node)
-        scope = ".".join(self.scopes)
-        if name in (f"logger.{c}" for c in _LOGDIR_CALLS):
-            self.logdir_calls.append((scope, self.get_metadata(PositionProvider, node).start.line))
-            self.logger_uses -= 1
-            found = logdir_of(node, self.stem)
-            if found is not None:
-                self.logdir = (found[0], found[1], scope)
-        if name.split(".")[-1] in _CONFIG_CALLS or name.endswith(".train_with_defaults"):
-            self.config_scopes.append(scope)
+from towerkit.tools._migrate_tf import compat_name, load_rules
 
 
 class Migrator(cst.CSTTransformer):
@@ -176,7 +38,7 @@ class Migrator(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, scan: _Scan, script_stem: str) -> None:
+    def __init__(self, scan: Scan, script_stem: str) -> None:
         super().__init__()
         self.scan = scan
         self.stem = script_stem
@@ -239,7 +101,7 @@ class Migrator(cst.CSTTransformer):
             if module.startswith(KEPT_MODULES):
                 self.keep(original_node, module)
                 return updated_node
-            names = sorted((self.scan.used - self.scan.bound) & _STAR_CANDIDATES)
+            names = sorted((self.scan.used - self.scan.bound) & STAR_CANDIDATES)
             for name in names:
                 self._import_name(original_node, name, None, module, star=True)
             self._star_leftovers(original_node, module, set(names))
@@ -251,7 +113,7 @@ class Migrator(cst.CSTTransformer):
         kept = []
         for alias in original_node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
-            asname = _asname(alias)
+            asname = alias_name(alias)
             home = MODULE_HOMES.get(f"{module}.{name}")
             if home is not None:
                 bound = asname or name
@@ -317,7 +179,7 @@ class Migrator(cst.CSTTransformer):
                 self.change(
                     original_node, "tensorflow.contrib.slim -> tf_slim (pip install tf-slim)"
                 )
-                names.append(alias.with_changes(name=_expr("tf_slim")))
+                names.append(alias.with_changes(name=parse_expr("tf_slim")))
             elif name == "tensorpack" and not self._tp_module_used(alias):
                 self.change(
                     original_node, "import tensorpack dropped (its names now come from towerkit)"
@@ -378,11 +240,11 @@ class Migrator(cst.CSTTransformer):
                 "and call towerkit.towers.enable_tf_layers() once (or use towerkit.layers)",
             )
         self.change(original_node, f"{name} -> {new} ({why})")
-        return _expr(new)
+        return parse_expr(new)
 
     # -- calls ------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: Any) -> Any:
-        name = _call_name(original_node)
+        name = call_name(original_node)
         last = name.split(".")[-1]
         if self._tf and name.startswith("tf."):
             updated_node = self._tf_call(original_node, updated_node, name)
@@ -418,7 +280,7 @@ class Migrator(cst.CSTTransformer):
             self.manual(
                 original_node, f"JSONWriter.{last}() needs the log directory as its argument"
             )
-        if last in _CONFIG_CALLS:
+        if last in CONFIG_CALLS:
             for arg in original_node.args:
                 if arg.keyword is not None and arg.keyword.value == "data":
                     code = cst.Module(body=[]).code_for_node(arg.value)
@@ -428,7 +290,7 @@ class Migrator(cst.CSTTransformer):
                             f"{last}(data={code[:40]}...): a dataset built outside the trainer's "
                             "graph is refused; pass a function building it: data=lambda: ...",
                         )
-        if last in _CONFIG_CALLS or name.endswith(".train_with_defaults"):
+        if last in CONFIG_CALLS or name.endswith(".train_with_defaults"):
             return self._add_logdir(original_node, updated_node, name)
         return updated_node
 
@@ -443,7 +305,7 @@ class Migrator(cst.CSTTransformer):
                 original_node,
                 "tf.nn.dropout(x, keep_prob) -> tf.compat.v1.nn.dropout (keep_prob kept)",
             )
-            return updated_node.with_changes(func=_expr("tf.compat.v1.nn.dropout"))
+            return updated_node.with_changes(func=parse_expr("tf.compat.v1.nn.dropout"))
         order = rules.reorders.get(name)
         named = keywords_for_positions(order or (), len(positional))
         if named and not any(a.star for a in args):
@@ -495,7 +357,7 @@ class Migrator(cst.CSTTransformer):
         ]
         if "name" in values:
             new_args.append(cst.Arg(values["name"]))
-        return cst.Call(func=_expr("tf.TensorSpec"), args=new_args)
+        return cst.Call(func=parse_expr("tf.TensorSpec"), args=new_args)
 
     def _add_logdir(self, original_node: cst.Call, updated_node: Any, name: str) -> Any:
         if self.scan.logdir_calls == [] or any(
@@ -512,7 +374,7 @@ class Migrator(cst.CSTTransformer):
             )
             return updated_node
         equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-        extra = [cst.Arg(_expr(expr), keyword=cst.Name("logdir"), equal=equal)]
+        extra = [cst.Arg(parse_expr(expr), keyword=cst.Name("logdir"), equal=equal)]
         if action:
             extra.append(
                 cst.Arg(
@@ -561,7 +423,7 @@ class Migrator(cst.CSTTransformer):
             return updated_node
         call = body[0].value
         name = dotted(call.func) or ""
-        if name not in (f"logger.{c}" for c in _LOGDIR_CALLS):
+        if name not in (f"logger.{c}" for c in LOGDIR_CALLS):
             return updated_node
         found = logdir_of(call, self.stem)
         if found is None:
@@ -596,159 +458,33 @@ class Migrator(cst.CSTTransformer):
         logger = self.need_logging and self.scan.logger_uses > (0 if self.logger_from_star else 1)
         if logger:
             lines.insert(0, "import logging\n")
-        new: list[cst.BaseStatement] = [cst.parse_statement(line) for line in lines]
-        after: list[cst.BaseStatement] = []
+        new: list[Any] = [cst.parse_statement(line) for line in lines]
+        after: list[Any] = []
         if logger:
             after.append(cst.parse_statement("logger = logging.getLogger(__name__)\n"))
-        body = list(updated_node.body)
+        body: list[Any] = list(updated_node.body)
         if logger:
-            body, placed = _configure_logging(body)
+            body, placed = configure_logging(body)
             if not placed and self.scan.config_scopes:
-                after.append(cst.parse_statement(_BASIC_CONFIG))
+                after.append(cst.parse_statement(BASIC_CONFIG))
         if not new and not after:
             return updated_node.with_changes(body=body)
         at = self._anchor(original_node, body)
-        end = max(at, _after_imports(body))
+        end = max(at, after_imports(body))
         body = [*body[:at], *new, *body[at:end], *after, *body[end:]]
         return updated_node.with_changes(body=body)
 
     def _anchor(self, original_node: cst.Module, body: Sequence[cst.CSTNode]) -> int:
-        """Where new imports go: where the first tensorpack import was (so a later star
-        import of the program's own still wins), else after the leading imports."""
+        """Where new imports go: where the first tensorpack import was, else after the imports.
+
+        A star import of the program's own after tensorpack's then still wins, as before.
+        """
         kept = 0
         for stmt in original_node.body:
-            if _imports_tensorpack(stmt):
+            if imports_tensorpack(stmt):
                 return kept
             kept += id(stmt) not in self.removed
-        return _after_imports(body)
-
-
-_BASIC_CONFIG = 'logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")\n'
-
-
-def _configure_logging(body: list[cst.BaseStatement]) -> tuple[list[cst.BaseStatement], bool]:
-    """Put a ``logging.basicConfig`` at INFO first in the ``if __name__ == "__main__":`` block
-    (tensorpack's logger printed its INFO lines; Python's prints warnings only)."""
-    for i, stmt in enumerate(body):
-        if isinstance(stmt, cst.If) and _is_main_test(stmt.test):
-            code = cst.Module(body=[stmt]).code
-            if "logging.basicConfig(" in code:
-                return body, True
-            inner = stmt.body
-            if isinstance(inner, cst.IndentedBlock):
-                line = cst.parse_statement(_BASIC_CONFIG)
-                block = inner.with_changes(body=[line, *inner.body])
-                return [*body[:i], stmt.with_changes(body=block), *body[i + 1 :]], True
-    return body, False
-
-
-def _is_main_test(test: cst.BaseExpression) -> bool:
-    code = cst.Module(body=[]).code_for_node(test).replace("'", '"').replace(" ", "")
-    return code in ('__name__=="__main__"', '"__main__"==__name__')
-
-
-def _is_tensorpack(module: str) -> bool:
-    return module == "tensorpack" or module.startswith("tensorpack.")
-
-
-def _imports_tensorpack(stmt: cst.CSTNode) -> bool:
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    for small in stmt.body:
-        if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-            if _is_tensorpack(dotted(small.module) or ""):
-                return True
-        if isinstance(small, cst.Import):
-            if any(_is_tensorpack(dotted(a.name) or "") for a in small.names):
-                return True
-    return False
-
-
-def _call_name(node: cst.Call) -> str:
-    """``a.b`` for ``a.b(...)``; ``f(...).m`` for a method of a call's result; else ``""``."""
-    name = dotted(node.func)
-    if name is not None:
-        return name
-    func = node.func
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
-        return f"{_call_name(func.value) or '...'}(...).{func.attr.value}"
-    return ""
-
-
-def logdir_of(call: cst.Call, stem: str) -> tuple[str, str | None, bool] | None:
-    """``(logdir expression, logdir_action or None, needs os)`` of a logger directory call.
-
-    ``logger.auto_set_dir(action=None, name=None)`` is ``train_log/<script stem>`` (or
-    ``train_log/<name>``); ``logger.set_logger_dir(dirname, action=None)`` its `dirname`.
-    None when the directory is not given.
-    """
-    module = cst.Module(body=[])
-    name = dotted(call.func) or ""
-    args = {a.keyword.value if a.keyword else str(i): a.value for i, a in enumerate(call.args)}
-    auto = name.endswith("auto_set_dir")
-    action_node = args.get("action") or args.get("0" if auto else "1")
-    action = None
-    if isinstance(action_node, cst.SimpleString):
-        action = _ACTIONS.get(str(action_node.evaluated_value))
-    if auto:
-        sub = args.get("name") or args.get("1")
-        if sub is None:
-            return repr(os.path.join("train_log", stem)), action, False
-        return f"os.path.join('train_log', {module.code_for_node(sub)})", action, True
-    dirname = args.get("dirname") or args.get("0")
-    if dirname is None:
-        return None
-    return module.code_for_node(dirname), action, False
-
-
-def keywords_for_positions(
-    order: Sequence[str | None], positional: int
-) -> tuple[str | None, ...] | None:
-    """The keyword each of the first `positional` arguments takes, None where it keeps its place.
-
-    `order` is a row of TensorFlow's reorder table: the TensorFlow 1 name of each position,
-    None for a position that is the same in TensorFlow 2 (always a leading run). Returns
-    None when no argument needs a keyword.
-
-    Examples:
-        >>> keywords_for_positions([None, None, "name", "dimension"], 2) is None
-        True
-        >>> keywords_for_positions([None, None, "name", "dimension"], 4)
-        (None, None, 'name', 'dimension')
-        >>> keywords_for_positions(["predictions", "targets", "k"], 3)
-        ('predictions', 'targets', 'k')
-    """
-    row = tuple(order[:positional])
-    if positional < 2 or all(n is None for n in row):
-        return None
-    first = next(i for i, n in enumerate(row) if n is not None)
-    if any(n is None for n in row[first:]):
-        msg = f"reorder row {list(order)} has a fixed position after a renamed one"
-        raise ValueError(msg)
-    return row
-
-
-def _is_import(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
-    )
-
-
-def _after_imports(body: Sequence[cst.CSTNode]) -> int:
-    """The index after the module's leading docstring and imports (top-level statements)."""
-    at = 0
-    for i, stmt in enumerate(body):
-        if _is_import(stmt):
-            at = i + 1
-        elif (
-            i == 0
-            and isinstance(stmt, cst.SimpleStatementLine)
-            and isinstance(stmt.body[0], cst.Expr)
-        ):
-            at = 1
-        elif not isinstance(stmt, (cst.If, cst.Try)):
-            break
-    return at
+        return after_imports(body)
 
 
 def migrate_source(source: str, script_stem: str) -> Migrated:
@@ -758,7 +494,7 @@ def migrate_source(source: str, script_stem: str) -> Migrated:
         libcst.ParserSyntaxError: the source is not valid Python.
     """
     wrapper = MetadataWrapper(cst.parse_module(source))
-    scan = _Scan()
+    scan = Scan()
     scan.stem = script_stem
     wrapper.visit(scan)
     for scope in set(wrapper.resolve(ScopeProvider).values()):

@@ -49,7 +49,9 @@ def read_source(path: Path) -> Source:
     return Source(text=text, encoding=encoding)
 
 
-def check_outputs(sources: Sequence[Path], out: Path | None, pairs: Sequence[tuple[Path, Path]]) -> None:
+def check_outputs(
+    sources: Sequence[Path], out: Path | None, pairs: Sequence[tuple[Path, Path]]
+) -> None:
     """Refuse an output plan that would change a source or lose a file.
 
     Raises:

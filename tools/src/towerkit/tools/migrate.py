@@ -17,7 +17,7 @@ from towerkit.tools._migrate_io import Source, check_outputs, read_source, write
 from towerkit.tools._migrate_names import KEEP_TENSORPACK
 
 if TYPE_CHECKING:
-    from towerkit.tools._migrate_cst import Migrated
+    from towerkit.tools._migrate_syntax import Migrated
 
 __all__ = ["main", "plan_outputs"]
 
@@ -137,7 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             changes += not note.manual
     try:
         write_outputs(
-            [(s, d, r, m if m is None or isinstance(m, str) else m.source) for s, d, r, m in results],
+            [
+                (s, d, r, m if m is None or isinstance(m, str) else m.source)
+                for s, d, r, m in results
+            ],
             out,
         )
     except ToolError as err:
