@@ -98,8 +98,12 @@ class Scan(cst.CSTVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None else None
-        if isinstance(node.names, cst.ImportStar) and not is_tensorpack(module or ""):
-            self.other_star = True
+        if isinstance(node.names, cst.ImportStar):
+            self.other_star |= not is_tensorpack(module or "")
+            return
+        for alias in node.names:  # a name imported by name is not a star import's
+            if isinstance(alias.name, cst.Name):
+                self.bound.add(alias_name(alias) or alias.name.value)
 
     def visit_If(self, node: cst.If) -> None:
         if is_main_test(node.test):
