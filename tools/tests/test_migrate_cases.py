@@ -4,11 +4,14 @@ stay on tensorpack, modules imported as modules, the logger, and the faults a us
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -118,7 +121,7 @@ class TestExitStatus:
         tree = tmp_path / "src"
         write(tree / "a.py", "x = 1\n")
         (tree / "b.py").write_bytes("s = 'caf\u00e9'\n".encode("latin-1"))
-        status, out, err = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        status, _, err = run_migrate(capsys, tree, "--out", tmp_path / "out")
         assert status == 2
         assert err.startswith(f"towerkit-migrate: error: {tree / 'b.py'}: cannot decode")
         assert len(err.strip().splitlines()) == 1
@@ -206,7 +209,8 @@ class TestNothingVanishes:
             f"{source}:1: by hand: TensorInputLike (from tensorpack import *): "
             "no towerkit counterpart" in report
         )
-        assert "len (" not in report and "__file__" not in report
+        assert "len (" not in report
+        assert "__file__" not in report
         assert "from towerkit.layers import BatchNorm" in (tmp_path / "out" / "prog.py").read_text()
 
     def test_another_star_import_may_give_the_name(self, tmp_path, capsys):
@@ -346,3 +350,129 @@ class TestModules:
         status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
         assert status == 1
         assert f"{source}:3: by hand: gradproc.NoSuchProcessor: towerkit.trainers has no" in report
+
+
+class TestFaults:
+    """What a user runs into: each ends in one line naming the path and the fix, or works."""
+
+    def test_same_file_name_twice(self, tmp_path, capsys):
+        one = write(tmp_path / "a" / "train.py", "x = 1\n")
+        two = write(tmp_path / "b" / "train.py", "x = 2\n")
+        status, _, err = run_migrate(capsys, one, two, "--out", tmp_path / "out")
+        assert status == 2
+        assert f"{one} and {two} would both be written to {tmp_path / 'out' / 'train.py'}" in err
+        assert not (tmp_path / "out").exists()
+
+    @pytest.mark.parametrize("where", [".", "migrated", "deep/er"])
+    def test_out_inside_the_source(self, tmp_path, capsys, where):
+        tree = tmp_path / "src"
+        write(tree / "train.py", "from tensorpack import ModelDesc\n")
+        (tree / "deep").mkdir()
+        before = tree_bytes(tree)
+        status, _, err = run_migrate(capsys, tree, "--out", tree / where, "--overwrite")
+        assert status == 2
+        assert "is inside the source" in err
+        assert tree_bytes(tree) == before
+
+    def test_out_parent_missing(self, tmp_path, capsys):
+        source = write(tmp_path / "train.py", "x = 1\n")
+        status, _, err = run_migrate(capsys, source, "--out", tmp_path / "no" / "out")
+        assert status == 2
+        assert f"the parent of --out {str(tmp_path / 'no' / 'out')!r}" in err
+        assert "does not exist" in err
+        assert not (tmp_path / "no").exists()
+
+    @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+    def test_out_parent_read_only(self, tmp_path, capsys):
+        source = write(tmp_path / "train.py", "x = 1\n")
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        try:
+            status, _, err = run_migrate(capsys, source, "--out", locked / "out")
+        finally:
+            locked.chmod(0o755)
+        assert status == 2
+        assert "is not writable" in err
+
+    def test_in_place_keeps_symlink_mode_and_crlf(self, tmp_path, capsys):
+        real = tmp_path / "lib" / "train.py"
+        real.parent.mkdir()
+        real.write_bytes(
+            b"#!/usr/bin/env python\r\nfrom tensorpack import ModelDesc\r\n\r\nM = ModelDesc\r\n"
+        )
+        real.chmod(0o755)
+        link = tmp_path / "train.py"
+        link.symlink_to(real)
+        status, report, _ = run_migrate(capsys, link, "--in-place")
+        assert status == 0, report
+        assert link.is_symlink()
+        assert link.resolve() == real
+        data = real.read_bytes()
+        assert b"from towerkit.trainers import ModelDesc\r\n" in data
+        assert data.count(b"\r\n") == data.count(b"\n"), "every line ends in CRLF"
+        assert stat.S_IMODE(real.stat().st_mode) == 0o755
+
+    def test_out_keeps_mode_and_crlf(self, tmp_path, capsys):
+        source = tmp_path / "src" / "train.py"
+        source.parent.mkdir()
+        source.write_bytes(b"from tensorpack import ModelDesc\r\nM = ModelDesc\r\n")
+        source.chmod(0o755)
+        status, _, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0
+        out = tmp_path / "out" / "train.py"
+        assert out.read_bytes() == b"from towerkit.trainers import ModelDesc\r\nM = ModelDesc\r\n"
+        assert stat.S_IMODE(out.stat().st_mode) == 0o755
+
+    def test_latin1_source_with_a_coding_line(self, tmp_path, capsys):
+        text = "# -*- coding: latin-1 -*-\nfrom tensorpack import ModelDesc\nNAME = 'caf\u00e9'\n"
+        source = tmp_path / "src" / "train.py"
+        source.parent.mkdir()
+        source.write_bytes(text.encode("latin-1"))
+        status, _, err = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert (status, err) == (0, "")
+        data = (tmp_path / "out" / "train.py").read_bytes()
+        assert data == text.replace("tensorpack", "towerkit.trainers").encode("latin-1")
+        namespace: dict[str, object] = {}
+        exec(compile(data, "train.py", "exec"), namespace)
+        assert namespace["NAME"] == "caf\u00e9"
+
+    def test_notebook_reported(self, tmp_path, capsys):
+        tree = tmp_path / "src"
+        write(tree / "train.py", "x = 1\n")
+        write(tree / "explore.ipynb", '{"cells": [], "nbformat": 4}\n')
+        status, report, _ = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        assert status == 1
+        assert f"{tree / 'explore.ipynb'}:1: by hand: a notebook is not converted" in report
+        assert "jupyter nbconvert --to script" in report
+        assert (tmp_path / "out" / "explore.ipynb").read_text() == '{"cells": [], "nbformat": 4}\n'
+
+    def test_symlinks_in_a_tree(self, tmp_path, capsys):
+        """Links to data (dangling or not, or to directories) are copied as links."""
+        tree = tmp_path / "src"
+        write(tree / "train.py", "x = 1\n")
+        (tree / "data").symlink_to("/nonexistent/dataset")
+        (tree / "loop").symlink_to("loop")
+        (tmp_path / "shared").mkdir()
+        (tree / "shared").symlink_to(tmp_path / "shared")
+        status, _, err = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        assert (status, err) == (0, "")
+        out = tmp_path / "out"
+        assert os.readlink(out / "data") == "/nonexistent/dataset"
+        assert os.readlink(out / "loop") == "loop"
+        assert os.readlink(out / "shared") == str(tmp_path / "shared")
+
+    @pytest.mark.parametrize("target", ["/nonexistent/train.py", "helper.py"])
+    def test_unreadable_python_link(self, tmp_path, capsys, target):
+        """A .py link that leads nowhere (dangling, or a loop) cannot be converted: status 2."""
+        tree = tmp_path / "src"
+        write(tree / "train.py", "x = 1\n")
+        (tree / "helper.py").symlink_to(target)
+        status, _, err = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        assert status == 2
+        assert err.startswith(f"towerkit-migrate: error: {tree / 'helper.py'}: cannot read")
+        assert not (tmp_path / "out").exists()
+        for source in (tree / "helper.py",):
+            status, _, err = run_migrate(capsys, source, "--out", tmp_path / "out")
+            assert status == 2
+            assert f"no such file or directory: {source}" in err
