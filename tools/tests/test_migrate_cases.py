@@ -476,3 +476,27 @@ class TestFaults:
             status, _, err = run_migrate(capsys, source, "--out", tmp_path / "out")
             assert status == 2
             assert f"no such file or directory: {source}" in err
+
+
+class TestNewNames:
+    """Names towerkit now holds, and one it reports."""
+
+    def test_homes(self, tmp_path, capsys):
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            from tensorpack import TensorInput
+            from tensorpack.tfutils.model_utils import describe_trainable_vars
+            from tensorpack.dataflow import PrintData
+
+            USED = [TensorInput, describe_trainable_vars, PrintData]
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        text = (tmp_path / "out" / "prog.py").read_text()
+        assert "from towerkit.trainers import TensorInput" in text
+        assert "from towerkit.callbacks import describe_trainable_vars" in text
+        assert "from tensorpack.dataflow import PrintData" in text
+        assert status == 1
+        assert f"{source}:3: by hand: PrintData (from tensorpack.dataflow): " in report
+        assert "fails under NumPy 2" in report
