@@ -1,5 +1,7 @@
 """Python datapoints against an input signature: the layout record and the conversion."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -99,6 +101,37 @@ class TestConformDatapoint:
         assert got.dtype == np.dtype(dst)
         np.testing.assert_array_equal(got, numbers)
 
+    @given(
+        st.sampled_from(["int32", "int64", "uint8"]),
+        st.lists(st.integers(0, 255), min_size=1, max_size=5),
+        st.sampled_from(["float32", "float64"]),
+    )
+    def test_exact_values_cast_across_kinds(self, dst, numbers, src):
+        """Floats holding whole numbers the integer dtype holds (a 0/1 edge map) are cast."""
+        layout = DatapointLayout(names=["v"], dtypes=[dst], shapes=[(None,)])
+        (got,) = conform_datapoint([np.asarray(numbers, src)], layout)
+        assert got.dtype == np.dtype(dst)
+        np.testing.assert_array_equal(got, numbers)
+
+    @given(
+        st.sampled_from(["int32", "uint8", "bool"]),
+        st.lists(st.integers(0, 1), min_size=0, max_size=4),
+        st.sampled_from([0.5, -1.0, 3e9, float("nan"), float("inf"), 2.0]),
+    )
+    def test_inexact_values_refused(self, dst, numbers, bad):
+        """One value that does not survive the cast exactly refuses the component."""
+        values = np.asarray([*numbers, bad], "float64")
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            survives = np.array_equal(values.astype(dst).astype("float64"), values)
+        layout = DatapointLayout(names=["v"], dtypes=[dst], shapes=[(None,)])
+        if survives:  # 2.0 into int32 or uint8
+            (got,) = conform_datapoint([values], layout)
+            np.testing.assert_array_equal(got, values)
+            return
+        with pytest.raises(ValueError, match=rf"^#0 'v': expected {dst}\(None,\), got float64"):
+            conform_datapoint([values], layout)
+
     @given(layouts_and_datapoints(), st.data())
     def test_every_fault_listed(self, case, data):
         """Components made to not fit are all listed, by index and name, with both specs."""
@@ -129,7 +162,7 @@ class TestConformDatapoint:
         with pytest.raises(
             ValueError, match=r"^#1 'y': expected int32\(None,\), got float64\(3,\)$"
         ):
-            conform_datapoint([np.zeros([3, 2]), np.zeros(3)], layout)
+            conform_datapoint([np.zeros([3, 2]), np.array([0.0, 0.5, 1.0])], layout)
         with pytest.raises(
             ValueError, match=r"^#0 'x': expected float32\(None, 2\), got float32\(3, 2, 1\)$"
         ):
@@ -167,7 +200,7 @@ class Refused(ValueError):
 def test_error_class_is_the_callers():
     """``error=`` picks the exception raised, for every kind of fault; the message is the same."""
     layout = DatapointLayout(names=["x"], dtypes=["int32"], shapes=[(None,)])
-    for broken in ([np.zeros(2)], [1, 2], "x"):
+    for broken in ([np.full(2, 0.5)], [1, 2], "x"):
         with pytest.raises(ValueError) as plain:
             conform_datapoint(broken, layout)
         with pytest.raises(Refused) as own:

@@ -123,12 +123,14 @@ class TestTrainConfig:
         assert c.logdir_action == "error"
 
     def test_a_validated_record(self):
-        """The options live in one frozen `TrainSpec`; the config reads them and never changes."""
+        """The options live in one frozen `TrainSpec`; setting one builds a new spec."""
         c = TrainConfig(max_epoch=4, steps_per_epoch=6, steps_per_execution=3)
-        assert c.spec.max_epoch == 4
+        first = c.spec
+        assert first.max_epoch == 4
         assert c.loop_bounds() == LoopBounds(max_epoch=4, steps_per_epoch=6)
-        with pytest.raises(AttributeError):
-            c.max_epoch = 5
+        c.max_epoch = 5
+        assert (c.max_epoch, c.spec.max_epoch, first.max_epoch) == (5, 5, 4), "spec stays frozen"
+        assert c.spec is c.spec, "built once after a change"
         sized = TrainConfig(max_epoch=2, steps_per_execution=3)
         assert sized.loop_bounds(input_size=9).steps_per_epoch == 9
         with pytest.raises(ValueError, match="must divide 'steps_per_epoch' 10"):
@@ -186,6 +188,25 @@ class TestTrainConfig:
         """Each bad option is refused with the option named."""
         with pytest.raises(error, match=match):
             TrainConfig(**kwargs)
+
+    @pytest.mark.parametrize(
+        ("name", "value", "error", "match"),
+        [
+            ("session_init", 3, TypeError, r"'session_init' must have an init\(sess\) method"),
+            ("model", object(), TypeError, "'model' must be a ModelDesc; got object"),
+            ("logdir_action", "wipe", ValueError, "'logdir_action' must be one of"),
+            ("steps_per_execution", 4, ValueError, "must divide 'steps_per_epoch' 6"),
+        ],
+    )
+    def test_set_after_construction_fails_at_launch(self, graph, name, value, error, match):
+        """A bad option set after construction is refused when the run launches, with the
+        constructor's message."""
+        config = TrainConfig(model=Blobs(), data=data(), steps_per_epoch=6, max_epoch=1)
+        setattr(config, name, value)
+        with pytest.raises(error, match=match):
+            launch_train_with_config(config, SimpleTrainer())
+        with pytest.raises(error, match=match):
+            TrainConfig(**{"model": Blobs(), "steps_per_epoch": 6, name: value})
 
     def test_several_epoch_errors_at_once(self):
         """All loop-parameter errors are listed together."""
@@ -309,6 +330,26 @@ class TestLaunch:
             starting_epoch=6,
             max_epoch=6,
         )
+        launch_train_with_config(config, SimpleTrainer())
+        assert losses.start == (5, 40)
+        assert losses.values[0] == pytest.approx(losses.values[-1], rel=0.3), "lr 0: nothing learnt"
+
+    def test_session_init_set_after_construction(self, graph, tmp_path):
+        """tensorpack's boilerplate: ``config.session_init = SmartInit(path)`` after the
+        config is made; the checkpoint's values are loaded when the run starts."""
+        from towerkit.sessinit import SmartInit, save_checkpoint_vars
+
+        prefix = str(tmp_path / "init" / "model-40")
+        os.makedirs(os.path.dirname(prefix))
+        save_checkpoint_vars(
+            {"global_step": np.int64(40), "learning_rate": np.float32(0.0)}, prefix
+        )
+        losses = Losses()
+        config = TrainConfig(
+            model=Blobs(), data=data(), callbacks=[losses], monitors=[], extra_callbacks=[]
+        )
+        config.session_init = SmartInit(prefix)
+        config.starting_epoch = config.max_epoch = 6
         launch_train_with_config(config, SimpleTrainer())
         assert losses.start == (5, 40)
         assert losses.values[0] == pytest.approx(losses.values[-1], rel=0.3), "lr 0: nothing learnt"
@@ -462,6 +503,23 @@ class TestAutoResume:
             monitors=[],
         )
         assert config.plan_resume(8).checkpoint is not None, "always_resume=True: resuming wins"
+
+    def test_session_init_set_after_construction_is_the_users(self, logdir):
+        """A session_init set after construction counts as given (always_resume=False)."""
+        resume_run(logdir, 1)
+        config = AutoResumeTrainConfig(
+            always_resume=False,
+            model=Blobs(),
+            data=data(),
+            steps_per_epoch=8,
+            logdir=logdir,
+            monitors=[],
+        )
+        assert config.plan_resume(8).checkpoint is not None
+        config.session_init = DictRestore({"global_step": np.int64(0)})
+        config.starting_epoch = 1
+        plan = config.plan_resume(8)
+        assert (plan.checkpoint, plan.starting_epoch) == (None, 1)
 
     def test_failed_resume_removes_nothing_it_found(self, logdir):
         """A resumed run failing before its first step leaves every file it found byte-identical."""

@@ -2,151 +2,35 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
-from towerkit.tools._migrate_names import DATAFLOW_NAMES, GONE, LIB_OF, UTILS_NAMES, home_of
-from towerkit.tools._migrate_tf import compat_name, load_rules
-
-
-@attrs.frozen(kw_only=True)
-class Note:
-    """One line of the report: a change made, or an edit left to do by hand."""
-
-    line: int
-    text: str
-    manual: bool = False
-
-
-def _as_notes(notes: Sequence[Note]) -> tuple[Note, ...]:
-    return tuple(notes)
-
-
-@attrs.frozen(kw_only=True)
-class Migrated:
-    """A module's new source and its report."""
-
-    source: str
-    notes: tuple[Note, ...] = attrs.field(converter=_as_notes)
-
-    @property
-    def changed(self) -> bool:
-        """Whether anything changed."""
-        return any(not n.manual for n in self.notes)
-
-
-def dotted(node: cst.BaseExpression) -> str | None:
-    """``a.b.c`` for a chain of names and attributes, else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        head = dotted(node.value)
-        return None if head is None else f"{head}.{node.attr.value}"
-    return None
-
-
-def _asname(alias: cst.ImportAlias) -> str | None:
-    """The name an import binds with ``as``, or None."""
-    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-        return alias.asname.name.value
-    return None
-
-
-def _expr(text: str) -> cst.BaseExpression:
-    return cst.parse_expression(text)
-
-
-_CONFIG_CALLS = ("TrainConfig", "AutoResumeTrainConfig")
-_ACTIONS = {"k": "keep", "b": "overwrite", "d": "overwrite"}
-_LOGDIR_CALLS = ("auto_set_dir", "set_logger_dir")
-_STAR_CANDIDATES = (
-    frozenset(LIB_OF) | DATAFLOW_NAMES | UTILS_NAMES | {"QueueInput", "InputDesc", *GONE}
+from towerkit.tools._migrate_names import (
+    GONE,
+    KEEP_TENSORPACK,
+    KEPT_MODULES,
+    MODULE_HOMES,
+    home_of,
 )
-
-
-class _Scan(cst.CSTVisitor):
-    """What the rewrite needs to know first: names used and bound, logdir calls, aliases."""
-
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.not_refs: dict[str, int] = {}
-        self.bound: set[str] = set()
-        self.tp_aliases: set[str] = set()
-        self.tf_alias_is_v2 = False
-        self.logger_uses = 0
-        self.logdir_calls: list[tuple[str, int]] = []
-        self.scopes: list[str] = []
-        self.config_scopes: list[str] = []
-        self.logdir: tuple[str, str | None, str] | None = None  # expr, action, scope
-        self.tp_left = 0
-        self.stem = ""
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.not_refs[node.attr.value] = self.not_refs.get(node.attr.value, 0) + 1
-        name = dotted(node)
-        if name is None:
-            return
-        head, _, rest = name.partition(".")
-        if head in self.tp_aliases and rest.count(".") == 0:
-            home = home_of(rest)
-            if home is None or not home.startswith("towerkit."):
-                self.tp_left += 1
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.counts[node.value] = self.counts.get(node.value, 0) + 1
-        if node.value == "logger":
-            self.logger_uses += 1
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self.not_refs[node.keyword.value] = self.not_refs.get(node.keyword.value, 0) + 1
-
-    @property
-    def used(self) -> set[str]:
-        """Names read as names (not attributes or keywords), for a star import's names."""
-        return {n for n, c in self.counts.items() if c > self.not_refs.get(n, 0)}
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.bound.add(node.name.value)
-        self.scopes.append(node.name.value)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.bound.add(node.name.value)
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        if isinstance(node.target, cst.Name):
-            self.bound.add(node.target.value)
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            name = dotted(alias.name) or ""
-            bound = _asname(alias) or name.split(".")[0]
-            if name == "tensorpack":
-                self.tp_aliases.add(bound)
-            if name == "tensorflow" and bound == "tf":
-                self.tf_alias_is_v2 = True
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = dotted(node.func) or ""
-        scope = ".".join(self.scopes)
-        if name in (f"logger.{c}" for c in _LOGDIR_CALLS):
-            self.logdir_calls.append((scope, self.get_metadata(PositionProvider, node).start.line))
-            self.logger_uses -= 1
-            found = logdir_of(node, self.stem)
-            if found is not None:
-                self.logdir = (found[0], found[1], scope)
-        if name.split(".")[-1] in _CONFIG_CALLS or name.endswith(".train_with_defaults"):
-            self.config_scopes.append(scope)
+from towerkit.tools._migrate_scan import CONFIG_CALLS, LOGDIR_CALLS, STAR_CANDIDATES, Scan
+from towerkit.tools._migrate_syntax import (
+    BASIC_CONFIG,
+    Migrated,
+    Note,
+    after_imports,
+    alias_name,
+    call_name,
+    configure_logging,
+    dotted,
+    imports_tensorpack,
+    keywords_for_positions,
+    logdir_of,
+    parse_expr,
+)
+from towerkit.tools._migrate_tf import compat_name, load_rules
 
 
 class Migrator(cst.CSTTransformer):
@@ -154,7 +38,7 @@ class Migrator(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, scan: _Scan, script_stem: str) -> None:
+    def __init__(self, scan: Scan, script_stem: str) -> None:
         super().__init__()
         self.scan = scan
         self.stem = script_stem
@@ -163,6 +47,11 @@ class Migrator(cst.CSTTransformer):
         self.need_logging = False
         self.scopes: list[str] = []
         self._tf = scan.tf_alias_is_v2
+        self.kept: list[tuple[int, str]] = []  # (line, tensorpack module kept)
+        self.logger_from_star = False
+        self.module_aliases: dict[str, str] = {}  # bound name -> towerkit module
+        self.removed: set[int] = set()  # ids of top-level statements removed
+        self.logdir_placed = False
 
     # -- reporting ------------------------------------------------------------------------
     def _line(self, node: cst.CSTNode) -> int:
@@ -179,6 +68,10 @@ class Migrator(cst.CSTTransformer):
 
     def need(self, module: str, name: str) -> None:
         self.imports.setdefault(module, set()).add(name)
+
+    def keep(self, node: cst.CSTNode, module: str) -> None:
+        """Note an import that stays on tensorpack (reported with the install line)."""
+        self.kept.append((self._line(node), module))
 
     # -- scopes ---------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -205,11 +98,13 @@ class Migrator(cst.CSTTransformer):
         if module != "tensorpack" and not module.startswith("tensorpack."):
             return updated_node
         if isinstance(original_node.names, cst.ImportStar):
-            if module.startswith(("tensorpack.dataflow", "tensorpack.utils")):
+            if module.startswith(KEPT_MODULES):
+                self.keep(original_node, module)
                 return updated_node
-            names = sorted((self.scan.used - self.scan.bound) & _STAR_CANDIDATES)
+            names = sorted((self.scan.used - self.scan.bound) & STAR_CANDIDATES)
             for name in names:
                 self._import_name(original_node, name, None, module, star=True)
+            self._star_leftovers(original_node, module, set(names))
             self.change(
                 original_node,
                 f"from {module} import * -> the names it used, each from its towerkit lib",
@@ -218,7 +113,14 @@ class Migrator(cst.CSTTransformer):
         kept = []
         for alias in original_node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
-            asname = _asname(alias)
+            asname = alias_name(alias)
+            home = MODULE_HOMES.get(f"{module}.{name}")
+            if home is not None:
+                bound = asname or name
+                self.module_aliases[bound] = home
+                self.need(f"{home} as {bound}", "")
+                self.change(original_node, f"{module}.{name} -> {home} (as {bound})")
+                continue
             if module.startswith("tensorpack.utils") and name == "logger":
                 self.need_logging = True
                 self.change(original_node, "tensorpack's logger -> logging.getLogger(__name__)")
@@ -238,6 +140,8 @@ class Migrator(cst.CSTTransformer):
         if name == "InputDesc":
             self.change(node, "InputDesc -> tf.TensorSpec (the import is dropped)")
             return True
+        if name == "PrintData":  # kept on tensorpack, where it fails under NumPy 2
+            self.manual(node, f"{name} (from {module}): {GONE[name]}")
         home = home_of(name, module)
         if home is None:
             hint = GONE.get(name, "no towerkit counterpart")
@@ -246,12 +150,28 @@ class Migrator(cst.CSTTransformer):
         if home == module:
             if star:
                 self.need(home, name)
-            return not star
+            self.keep(node, home)
+            return False
+        if home.startswith("tensorpack"):
+            self.keep(node, home)
         target = {"QueueInput": "IterableInput"}.get(name, name)
         self.need(home, target if asname is None or target != name else f"{name} as {asname}")
         if not star:
             self.change(node, f"{module}.{name} -> {home}.{target}")
         return True
+
+    def _star_leftovers(self, node: cst.CSTNode, module: str, mapped: set[str]) -> None:
+        """Report the names a star import gave that have no towerkit home; map its logger."""
+        left = {n for n in self.scan.unresolved - mapped if not n.startswith("__")}
+        if "logger" in left:
+            left.discard("logger")
+            self.need_logging = self.logger_from_star = True
+            self.change(node, "tensorpack's logger -> logging.getLogger(__name__)")
+        if self.scan.other_star:
+            return  # another star import may give these names
+        for name in sorted(left):
+            hint = GONE.get(name, "no towerkit counterpart")
+            self.manual(node, f"{name} (from {module} import *): {hint}")
 
     def leave_Import(self, original_node: cst.Import, updated_node: Any) -> Any:
         names = []
@@ -261,7 +181,7 @@ class Migrator(cst.CSTTransformer):
                 self.change(
                     original_node, "tensorflow.contrib.slim -> tf_slim (pip install tf-slim)"
                 )
-                names.append(alias.with_changes(name=_expr("tf_slim")))
+                names.append(alias.with_changes(name=parse_expr("tf_slim")))
             elif name == "tensorpack" and not self._tp_module_used(alias):
                 self.change(
                     original_node, "import tensorpack dropped (its names now come from towerkit)"
@@ -282,6 +202,11 @@ class Migrator(cst.CSTTransformer):
         if name is None:
             return updated_node
         head, _, rest = name.partition(".")
+        if head in self.module_aliases and "." not in rest:
+            target = self.module_aliases[head]
+            if target.startswith("towerkit.") and home_of(rest) != target:
+                self.manual(original_node, f"{name}: {target} has no {rest}")
+            return updated_node
         if head in self.scan.tp_aliases:
             home = home_of(rest) if "." not in rest else None
             if home is not None and home.startswith("towerkit."):
@@ -317,11 +242,11 @@ class Migrator(cst.CSTTransformer):
                 "and call towerkit.towers.enable_tf_layers() once (or use towerkit.layers)",
             )
         self.change(original_node, f"{name} -> {new} ({why})")
-        return _expr(new)
+        return parse_expr(new)
 
     # -- calls ------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: Any) -> Any:
-        name = dotted(original_node.func) or ""
+        name = call_name(original_node)
         last = name.split(".")[-1]
         if self._tf and name.startswith("tf."):
             updated_node = self._tf_call(original_node, updated_node, name)
@@ -357,7 +282,7 @@ class Migrator(cst.CSTTransformer):
             self.manual(
                 original_node, f"JSONWriter.{last}() needs the log directory as its argument"
             )
-        if last in _CONFIG_CALLS:
+        if last in CONFIG_CALLS:
             for arg in original_node.args:
                 if arg.keyword is not None and arg.keyword.value == "data":
                     code = cst.Module(body=[]).code_for_node(arg.value)
@@ -367,7 +292,7 @@ class Migrator(cst.CSTTransformer):
                             f"{last}(data={code[:40]}...): a dataset built outside the trainer's "
                             "graph is refused; pass a function building it: data=lambda: ...",
                         )
-        if last in _CONFIG_CALLS or name.endswith(".train_with_defaults"):
+        if last in CONFIG_CALLS or name.endswith(".train_with_defaults"):
             return self._add_logdir(original_node, updated_node, name)
         return updated_node
 
@@ -382,21 +307,23 @@ class Migrator(cst.CSTTransformer):
                 original_node,
                 "tf.nn.dropout(x, keep_prob) -> tf.compat.v1.nn.dropout (keep_prob kept)",
             )
-            return updated_node.with_changes(func=_expr("tf.compat.v1.nn.dropout"))
+            return updated_node.with_changes(func=parse_expr("tf.compat.v1.nn.dropout"))
         order = rules.reorders.get(name)
-        if order and len(positional) > 1 and not any(a.star for a in args):
+        named = keywords_for_positions(order or (), len(positional))
+        if named and not any(a.star for a in args):
             new_args = []
             for i, arg in enumerate(args):
-                if arg.keyword is None and i < len(order):
+                if arg.keyword is None and i < len(named) and named[i] is not None:
                     arg = arg.with_changes(
-                        keyword=cst.Name(order[i]),
+                        keyword=cst.Name(str(named[i])),
                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
                     )
                 new_args.append(arg)
             args = new_args
+            names = ", ".join(str(n) for n in named if n is not None)
             self.change(
                 original_node,
-                f"{name}: positional arguments named ({', '.join(order[: len(positional)])}), whose order changed in TensorFlow 2",
+                f"{name}: positional arguments named ({names}), whose order changed in TensorFlow 2",
             )
         renames = rules.keyword_renames.get(name, {})
         if renames:
@@ -432,7 +359,7 @@ class Migrator(cst.CSTTransformer):
         ]
         if "name" in values:
             new_args.append(cst.Arg(values["name"]))
-        return cst.Call(func=_expr("tf.TensorSpec"), args=new_args)
+        return cst.Call(func=parse_expr("tf.TensorSpec"), args=new_args)
 
     def _add_logdir(self, original_node: cst.Call, updated_node: Any, name: str) -> Any:
         if self.scan.logdir_calls == [] or any(
@@ -449,13 +376,14 @@ class Migrator(cst.CSTTransformer):
             )
             return updated_node
         equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-        extra = [cst.Arg(_expr(expr), keyword=cst.Name("logdir"), equal=equal)]
+        extra = [cst.Arg(parse_expr(expr), keyword=cst.Name("logdir"), equal=equal)]
         if action:
             extra.append(
                 cst.Arg(
                     cst.SimpleString(repr(action)), keyword=cst.Name("logdir_action"), equal=equal
                 )
             )
+        self.logdir_placed = True
         self.change(
             original_node,
             f"{name}(...): logdir={expr}" + (f", logdir_action={action!r}" if action else ""),
@@ -481,6 +409,13 @@ class Migrator(cst.CSTTransformer):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: Any
     ) -> Any:
+        new = self._statement(original_node, updated_node)
+        if new is cst.RemovalSentinel.REMOVE or not new.body:
+            self.removed.add(id(original_node))
+            return cst.RemovalSentinel.REMOVE
+        return new
+
+    def _statement(self, original_node: cst.SimpleStatementLine, updated_node: Any) -> Any:
         body = original_node.body
         if (
             len(body) != 1
@@ -490,7 +425,7 @@ class Migrator(cst.CSTTransformer):
             return updated_node
         call = body[0].value
         name = dotted(call.func) or ""
-        if name not in (f"logger.{c}" for c in _LOGDIR_CALLS):
+        if name not in (f"logger.{c}" for c in LOGDIR_CALLS):
             return updated_node
         found = logdir_of(call, self.stem)
         if found is None:
@@ -506,6 +441,15 @@ class Migrator(cst.CSTTransformer):
 
     # -- the module: new imports ----------------------------------------------------------
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if self.scan.logdir is not None and not self.logdir_placed:
+            self.notes.append(
+                Note(
+                    line=self.scan.logdir_calls[0][1],
+                    text=f"logger's directory {self.scan.logdir[0]}: no TrainConfig(...) or "
+                    "train_with_defaults(...) call took it: pass logdir= to the trainer by hand",
+                    manual=True,
+                )
+            )
         lines = []
         for module in sorted(self.imports):
             names = sorted(n for n in self.imports[module] if n)
@@ -513,65 +457,36 @@ class Migrator(cst.CSTTransformer):
                 lines.append(f"import {module}\n")
             else:
                 lines.append(f"from {module} import {', '.join(names)}\n")
-        if self.need_logging and self.scan.logger_uses > 1:
+        logger = self.need_logging and self.scan.logger_uses > (0 if self.logger_from_star else 1)
+        if logger:
             lines.insert(0, "import logging\n")
-        new = [cst.parse_statement(line) for line in lines]
-        if self.need_logging and self.scan.logger_uses > 1:
-            new.append(cst.parse_statement("logger = logging.getLogger(__name__)\n"))
-        if not new:
-            return updated_node
-        body = list(updated_node.body)
-        at = _after_imports(body)
-        return updated_node.with_changes(body=[*body[:at], *new, *body[at:]])
+        new: list[Any] = [cst.parse_statement(line) for line in lines]
+        after: list[Any] = []
+        if logger:
+            after.append(cst.parse_statement("logger = logging.getLogger(__name__)\n"))
+        body: list[Any] = list(updated_node.body)
+        if logger:
+            body, placed = configure_logging(body)
+            if not placed and self.scan.config_scopes:
+                after.append(cst.parse_statement(BASIC_CONFIG))
+        if not new and not after:
+            return updated_node.with_changes(body=body)
+        at = self._anchor(original_node, body)
+        end = max(at, after_imports(body))
+        body = [*body[:at], *new, *body[at:end], *after, *body[end:]]
+        return updated_node.with_changes(body=body)
 
+    def _anchor(self, original_node: cst.Module, body: Sequence[cst.CSTNode]) -> int:
+        """Where new imports go: where the first tensorpack import was, else after the imports.
 
-def logdir_of(call: cst.Call, stem: str) -> tuple[str, str | None, bool] | None:
-    """``(logdir expression, logdir_action or None, needs os)`` of a logger directory call.
-
-    ``logger.auto_set_dir(action=None, name=None)`` is ``train_log/<script stem>`` (or
-    ``train_log/<name>``); ``logger.set_logger_dir(dirname, action=None)`` its `dirname`.
-    None when the directory is not given.
-    """
-    module = cst.Module(body=[])
-    name = dotted(call.func) or ""
-    args = {a.keyword.value if a.keyword else str(i): a.value for i, a in enumerate(call.args)}
-    auto = name.endswith("auto_set_dir")
-    action_node = args.get("action") or args.get("0" if auto else "1")
-    action = None
-    if isinstance(action_node, cst.SimpleString):
-        action = _ACTIONS.get(str(action_node.evaluated_value))
-    if auto:
-        sub = args.get("name") or args.get("1")
-        if sub is None:
-            return repr(os.path.join("train_log", stem)), action, False
-        return f"os.path.join('train_log', {module.code_for_node(sub)})", action, True
-    dirname = args.get("dirname") or args.get("0")
-    if dirname is None:
-        return None
-    return module.code_for_node(dirname), action, False
-
-
-def _is_import(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
-    )
-
-
-def _after_imports(body: Sequence[cst.CSTNode]) -> int:
-    """The index after the module's leading docstring and imports (top-level statements)."""
-    at = 0
-    for i, stmt in enumerate(body):
-        if _is_import(stmt):
-            at = i + 1
-        elif (
-            i == 0
-            and isinstance(stmt, cst.SimpleStatementLine)
-            and isinstance(stmt.body[0], cst.Expr)
-        ):
-            at = 1
-        elif not isinstance(stmt, (cst.If, cst.Try)):
-            break
-    return at
+        A star import of the program's own after tensorpack's then still wins, as before.
+        """
+        kept = 0
+        for stmt in original_node.body:
+            if imports_tensorpack(stmt):
+                return kept
+            kept += id(stmt) not in self.removed
+        return after_imports(body)
 
 
 def migrate_source(source: str, script_stem: str) -> Migrated:
@@ -581,10 +496,28 @@ def migrate_source(source: str, script_stem: str) -> Migrated:
         libcst.ParserSyntaxError: the source is not valid Python.
     """
     wrapper = MetadataWrapper(cst.parse_module(source))
-    scan = _Scan()
+    scan = Scan()
     scan.stem = script_stem
     wrapper.visit(scan)
+    for scope in set(wrapper.resolve(ScopeProvider).values()):
+        if scope is not None:
+            scan.unresolved |= {
+                a.node.value
+                for a in scope.accesses
+                if not a.referents and isinstance(a.node, cst.Name)
+            }
     migrator = Migrator(scan, script_stem)
     new = wrapper.visit(migrator)
-    notes: list[Note] = sorted(migrator.notes, key=lambda n: (n.line, n.manual))
-    return Migrated(source=new.code, notes=notes)
+    notes: list[Note] = list(migrator.notes)
+    if migrator.kept:
+        line = min(line for line, _ in migrator.kept)
+        modules = ", ".join(sorted({m for _, m in migrator.kept}))
+        notes.append(
+            Note(
+                line=line,
+                text=f"{modules} stay on tensorpack: install it ({KEEP_TENSORPACK})",
+                manual=True,
+            )
+        )
+    notes.sort(key=lambda n: (n.line, n.manual))
+    return Migrated(source=new.code, notes=notes, keeps_tensorpack=bool(migrator.kept))

@@ -50,7 +50,7 @@ _LIB_NAMES = {
     StatMonitorParamSetter StatMonitorRule StatMonitorState StatsFileError StopTraining
     TFEventWriter TFLocalCLIDebugHook Tally TensorPrinter ThroughputTracker
     TimelineEntry TrainerView Trigger VariableRow advance advance_early_stopping all_of
-    any_of check_file_name confusion_add count_steps decode_stat dumps_stats encode_stat
+    any_of check_file_name confusion_add count_steps decode_stat describe_trainable_vars dumps_stats encode_stat
     epoch_line estimate_time_left execution_ends execution_faults file_name_problem
     fires firing_kinds format_stat format_timeline improves iter_timeline loads_stats
     loop_events mean_add mean_values negate piecewise_schedule plan_inherited
@@ -72,7 +72,7 @@ _LIB_NAMES = {
     ReuseSessionCreator ScaleGradient SessionCreatorAdapter SimpleTrainer
     SingleCostTrainer StagingInput SummaryGradient SyncMultiGPUTrainer
     SyncMultiGPUTrainerParameterServer SyncMultiGPUTrainerReplicated TFDatasetInput
-    TaskAddress TaskLostError TowerTrainer TowerVariableMismatchError TrainConfig
+    TaskAddress TaskLostError TensorInput TowerTrainer TowerVariableMismatchError TrainConfig
     Trainer TrainerStateError UnregisteredInputError VariableAssignmentOptimizer
     aggregate_grads allreduce_grads apply_default_prefetch apply_grad_processors chain
     choose_allreduce_mode format_lock get_default_sess_config get_global_step_value
@@ -152,12 +152,38 @@ RENAMED = {"InputDesc": "tf.TensorSpec", "QueueInput": "IterableInput"}
 """tensorpack names the command rewrites into a towerkit (or TensorFlow) one."""
 
 GONE = {
+    "PrintData": "tensorpack 0.11's PrintData fails under NumPy 2: remove it, or print a "
+    "datapoint of the DataFlow yourself",
     "BatchQueueInput": "batch the DataFlow (BatchData) and read it with IterableInput",
     "MultiThreadAsyncPredictor": "call an OfflinePredictor from your own threads",
     "FeedfreeInput": "subclass InputSource",
     "TFDatasetInput.dataflow_to_dataset": "pass the DataFlow to IterableInput",
 }
 """tensorpack names without a towerkit counterpart, and what to write instead."""
+
+
+KEEP_TENSORPACK = "pip install tensorpack==0.11"
+"""The install line of the tensorpack that a program keeping its DataFlows or utilities needs."""
+
+MODULE_HOMES = {
+    "tensorpack.tfutils.optimizer": "towerkit.trainers",
+    "tensorpack.tfutils.gradproc": "towerkit.trainers",
+    "tensorpack.tfutils.summary": "towerkit.towers",
+    "tensorpack.tfutils.tower": "towerkit.towers",
+    "tensorpack.tfutils.scope_utils": "towerkit.towers",
+    "tensorpack.tfutils.varreplace": "towerkit.towers",
+    "tensorpack.tfutils.model_utils": "towerkit.callbacks",
+    "tensorpack.tfutils.sessinit": "towerkit.sessinit",
+    "tensorpack.tfutils.compat.tfv1": "tensorflow.compat.v1",
+    "tensorpack.compat.tfv1": "tensorflow.compat.v1",
+    "tensorpack.predict": "towerkit.export",
+    "tensorpack.callbacks": "towerkit.callbacks",
+    "tensorpack.models": "towerkit.layers",
+    "tensorpack.train": "towerkit.trainers",
+    "tensorpack.input_source": "towerkit.trainers",
+}
+"""tensorpack modules imported as modules (``from tensorpack.tfutils import summary``) and
+the module that holds their names after migration (imported under the same name)."""
 
 
 def home_of(name: str, module: str = "tensorpack") -> str | None:

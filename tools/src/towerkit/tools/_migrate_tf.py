@@ -14,14 +14,15 @@ class TFRules:
 
     Attributes:
         renames: full dotted name (``tf.placeholder``) to its TensorFlow 2 name.
-        reorders: full name to its TensorFlow 1 positional argument names, for calls
+        reorders: full name to its TensorFlow 1 positional argument names (None for a
+            position that keeps its place), for calls
             whose argument order changed (``tf.nn.in_top_k``): positional arguments
             become keywords.
         keyword_renames: full name to ``{old keyword: new keyword}``.
     """
 
     renames: dict[str, str] = attrs.field(factory=dict)
-    reorders: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    reorders: dict[str, tuple[str | None, ...]] = attrs.field(factory=dict)
     keyword_renames: dict[str, dict[str, str]] = attrs.field(factory=dict)
 
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-import shutil
 import sys
-import tempfile
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from towerkit.tools._cli import load_tensorflow
 from towerkit.tools._files import ToolError
+from towerkit.tools._migrate_io import Source, check_outputs, read_source, write_outputs
+from towerkit.tools._migrate_names import KEEP_TENSORPACK
 
 if TYPE_CHECKING:
-    from towerkit.tools._migrate_cst import Migrated
+    from towerkit.tools._migrate_syntax import Migrated
 
 __all__ = ["main", "plan_outputs"]
 
@@ -32,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
             "logdir=, QueueInput into IterableInput, TensorFlow 1 calls by TensorFlow's own "
             "upgrader rules. Comments and layout are kept. Prints each change and each edit "
             "left to do by hand with its file and line. Exit status: 0 nothing left by hand, "
-            "1 something is, 2 bad usage or a source that does not parse (nothing written)."
+            "1 something is, 2 bad usage or a source that cannot be read or parsed, 3 an internal "
+            "error (nothing written on 2 or 3)."
         ),
     )
     parser.add_argument("sources", nargs="+", metavar="SOURCE", help="a .py file or a directory")
@@ -51,7 +53,8 @@ def plan_outputs(sources: Sequence[Path], out: Path | None) -> list[tuple[Path, 
 
     A file goes to ``out/<its name>``, a directory's files to ``out/<dir name>/<relative
     path>`` when there are several sources and to ``out/<relative path>`` for a single
-    directory; with `out` None, files stay where they are (in place).
+    directory; with `out` None, files stay where they are (in place). A symlink to a
+    directory is not followed: it is an entry of its own (copied as a symlink).
 
     Examples:
         >>> plan_outputs([Path("a/train.py")], Path("o"))
@@ -61,8 +64,9 @@ def plan_outputs(sources: Sequence[Path], out: Path | None) -> list[tuple[Path, 
     for src in sources:
         if src.is_dir():
             for root, dirs, files in os.walk(src):
-                dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-                for name in sorted(files):
+                links = [d for d in dirs if (Path(root) / d).is_symlink()]
+                dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and d not in links)
+                for name in sorted([*files, *links]):
                     path = Path(root) / name
                     rel = path.relative_to(src)
                     if out is None:
@@ -76,6 +80,10 @@ def plan_outputs(sources: Sequence[Path], out: Path | None) -> list[tuple[Path, 
     return pairs
 
 
+INTERNAL_ERROR = 3
+"""The exit status when the command itself fails on a source (a bug to report)."""
+
+
 def _fail(message: str) -> int:
     print(f"towerkit-migrate: error: {message}", file=sys.stderr)
     return 2
@@ -86,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 when nothing is left to do by hand, 1 when something is, 2 on bad usage or a
-        source that does not parse.
+        source that cannot be read or parsed, `INTERNAL_ERROR` when the conversion of a
+        file fails in the command itself. Nothing is written unless the status is 0 or 1.
     """
     args = _parser().parse_args(argv)
     sources = [Path(s) for s in args.sources]
@@ -96,77 +105,101 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not args.overwrite:
         return _fail(f"output directory {str(out)!r} exists: pass --overwrite to write into it")
+    pairs = plan_outputs(sources, out)
     try:
+        check_outputs(sources, out, pairs)
         load_tensorflow("towerkit-migrate", args.verbose)
     except ToolError as err:
         return _fail(str(err))
-    import libcst
-
-    from towerkit.tools._migrate_cst import migrate_source
-
-    pairs = plan_outputs(sources, out)
-    results: list[tuple[Path, Path, Migrated | None]] = []
-    for src, dst in pairs:
-        if src.suffix != ".py":
-            results.append((src, dst, None))
-            continue
-        text = src.read_text(encoding="utf-8")
-        try:
-            ast.parse(text, filename=str(src))
-        except SyntaxError as err:
-            return _fail(
-                f"{src}:{err.lineno}:{err.offset}: invalid syntax: {err.msg}; nothing written"
-            )
-        try:
-            migrated = migrate_source(text, src.stem)
-        except libcst.ParserSyntaxError as err:
-            return _fail(
-                f"{src}:{err.raw_line}:{err.raw_column}: invalid syntax: {err.message}; nothing written"
-            )
-        results.append((src, dst, migrated))
+    try:
+        results = _convert_all(pairs)
+    except ToolError as err:
+        return _fail(str(err))
+    except _InternalError as err:
+        print(f"towerkit-migrate: internal error: {err}", file=sys.stderr)
+        if args.verbose:
+            traceback.print_exception(err.__cause__)
+        return INTERNAL_ERROR
     changes = manual = 0
-    for src, _, done in results:
+    tensorpack_files = 0
+    for src, _, _, done in results:
+        if isinstance(done, str):
+            print(f"{src}:1: by hand: {done}")
+            manual += 1
+            continue
         if done is None:
             continue
+        tensorpack_files += done.keeps_tensorpack
         for note in done.notes:
             kind = "by hand" if note.manual else "changed"
             print(f"{src}:{note.line}: {kind}: {note.text}")
             manual += note.manual
             changes += not note.manual
-    _write(results, out, args.in_place)
-    files = sum(1 for _, _, m in results if m is not None)
+    try:
+        write_outputs(
+            [
+                (s, d, r, m if m is None or isinstance(m, str) else m.source)
+                for s, d, r, m in results
+            ],
+            out,
+        )
+    except ToolError as err:
+        return _fail(str(err))
+    files = sum(1 for _, _, r, _ in results if r is not None)
+    if tensorpack_files:
+        print(
+            f"{tensorpack_files} file(s) still import tensorpack's DataFlows or utilities "
+            f"(tensorpack.dataflow, tensorpack.utils): {KEEP_TENSORPACK}"
+        )
     print(f"{files} file(s), {changes} change(s), {manual} left by hand")
     return 1 if manual else 0
 
 
-def _write(results: list[tuple[Path, Path, Any]], out: Path | None, in_place: bool) -> None:
-    """Write every output; a new --out directory appears whole or not at all."""
-    from towerkit.sessinit import atomic_write_text
+class _InternalError(Exception):
+    """The conversion of a file failed in the command itself."""
 
-    if in_place:
-        for src, _, migrated in results:
-            if migrated is not None and migrated.source != src.read_text(encoding="utf-8"):
-                atomic_write_text(src, migrated.source)
-        return
-    assert out is not None
-    fresh = not out.exists()
-    root = (
-        Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent or ".")) if fresh else out
-    )
-    try:
-        for src, dst, migrated in results:
-            target = root / dst.relative_to(out)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if migrated is None:
-                shutil.copy2(src, target)
-            else:
-                atomic_write_text(target, migrated.source)
-        if fresh:
-            os.replace(root, out)
-    except BaseException:
-        if fresh:
-            shutil.rmtree(root, ignore_errors=True)
-        raise
+
+_NOTEBOOK = (
+    "a notebook is not converted: export it as a script "
+    "(jupyter nbconvert --to script) and migrate the script"
+)
+
+
+def _convert_all(
+    pairs: Sequence[tuple[Path, Path]],
+) -> list[tuple[Path, Path, Source | None, Migrated | str | None]]:
+    """Read and convert every ``.py`` file; other files are copied, notebooks reported."""
+    import libcst
+
+    from towerkit.tools._migrate_cst import migrate_source
+
+    results: list[tuple[Path, Path, Source | None, Migrated | str | None]] = []
+    for src, dst in pairs:
+        if src.suffix == ".ipynb":
+            results.append((src, dst, None, _NOTEBOOK))
+            continue
+        if src.suffix != ".py":
+            results.append((src, dst, None, None))
+            continue
+        source = read_source(src)
+        try:
+            ast.parse(source.text, filename=str(src))
+        except SyntaxError as err:
+            msg = f"{src}:{err.lineno}:{err.offset}: invalid syntax: {err.msg}; nothing written"
+            raise ToolError(msg) from None
+        try:
+            migrated = migrate_source(source.text, src.stem)
+        except libcst.ParserSyntaxError as err:
+            msg = f"{src}:{err.raw_line}:{err.raw_column}: invalid syntax: {err.message}; nothing written"
+            raise ToolError(msg) from None
+        except Exception as err:
+            msg = (
+                f"converting {src} failed: {type(err).__name__}: {err}; nothing written "
+                "(rerun with -v for the traceback, and report it)"
+            )
+            raise _InternalError(msg) from err
+        results.append((src, dst, source, migrated))
+    return results
 
 
 if __name__ == "__main__":

@@ -167,7 +167,12 @@ if TYPE_CHECKING:
         HostMemoryTracker,
         ThroughputTracker,
     )
-    from towerkit.callbacks._writers import JSONWriter, ScalarPrinter, TFEventWriter
+    from towerkit.callbacks._writers import (
+        JSONWriter,
+        ScalarPrinter,
+        TFEventWriter,
+        describe_trainable_vars,
+    )
 
 _SHELLS = {
     "Callback": "_base",
@@ -228,6 +233,7 @@ _SHELLS = {
     "JSONWriter": "_writers",
     "ScalarPrinter": "_writers",
     "TFEventWriter": "_writers",
+    "describe_trainable_vars": "_writers",
 }
 """Each public name that needs TensorFlow, and the private module that defines it."""
 
@@ -318,6 +324,7 @@ __all__ = [
     "NON_FINITE_TOKENS",
     "encode_stat",
     "decode_stat",
+    "describe_trainable_vars",
     "dumps_stats",
     "loads_stats",
     "read_stats_file",

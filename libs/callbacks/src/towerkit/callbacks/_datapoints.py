@@ -10,6 +10,7 @@ input and the inference runners.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "INPUT_KINDS",
     "INPUT_SOURCE_METHODS",
     "DatapointLayout",
+    "cast_component",
     "conform_datapoint",
     "datapoint_tuple",
     "describe_value",
@@ -71,6 +73,7 @@ def input_kind(value: Any) -> str | None:
 
 
 _TEXT_KINDS = frozenset("USO")
+_NUMERIC_KINDS = frozenset("biuf")
 """numpy dtype kinds a string input (object dtype) accepts: str, bytes, object."""
 
 
@@ -221,14 +224,42 @@ def _castable(got: np.dtype, want: np.dtype) -> bool:
     return bool(np.can_cast(got, want, casting="same_kind"))
 
 
+def cast_component(arr: np.ndarray, want: Any) -> np.ndarray | None:
+    """`arr` as dtype `want`, or None when the cast is refused.
+
+    A cast within numpy's ``same_kind`` rule is made (``float64`` to ``float32``); a
+    numeric cast across kinds (a float to an integer, an integer to a bool) is made only
+    when every value survives it exactly (a float edge map of 0 and 1 into ``int32``),
+    as tensorpack's feed did; ``0.5``, ``NaN`` or ``3e9`` into ``int32`` is refused.
+
+    Examples:
+        >>> cast_component(np.array([0.0, 1.0]), "int32")
+        array([0, 1], dtype=int32)
+        >>> cast_component(np.array([0.5]), "int32") is None
+        True
+    """
+    want = np.dtype(want)
+    if _castable(arr.dtype, want):
+        return arr.astype(want)
+    if arr.dtype.kind not in _NUMERIC_KINDS or want.kind not in _NUMERIC_KINDS:
+        return None
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        new = arr.astype(want)
+        exact = np.array_equal(new.astype(arr.dtype), arr)
+    return new if exact else None
+
+
 def conform_datapoint(
     datapoint: Any, layout: DatapointLayout, error: type[Exception] = ValueError
 ) -> tuple[np.ndarray, ...]:
     """`datapoint` as one array per input, in signature order, with the layout's dtypes.
 
     A component may have another dtype when numpy casts it within its kind
-    (``float64`` to ``float32``, ``int64`` to ``int32``, an integer to a float);
-    anything else (a float for an integer input, a string for a number) is refused.
+    (``float64`` to ``float32``, ``int64`` to ``int32``, an integer to a float), or
+    when its values survive the cast exactly (floats of 0 and 1 for an integer input,
+    `cast_component`); anything else (0.5 for an integer input, a string for a number)
+    is refused.
     Every dimension the layout fixes must match.
 
     Args:
@@ -271,7 +302,7 @@ def conform_datapoint(
             except (TypeError, ValueError):
                 arr = None
         if arr is not None and arr.dtype != want:
-            arr = arr.astype(want) if _castable(arr.dtype, want) else None
+            arr = cast_component(arr, want)
         if arr is None or not _fits(shape, arr.shape):
             wrong.append(
                 f"#{i} {names[i]!r}: expected {_fmt(want, shape)}, got {describe_value(value)}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import re
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -16,6 +17,28 @@ from towerkit.callbacks._types import TrainerView
 from towerkit.towers.compat import tf1
 
 _PROCESS_METHODS = ("process_scalar", "process_image", "process_summary", "process_event")
+
+
+_TOWER_SCOPE = re.compile(r"(?:^|(?<=/))tower[0-9]+/")
+_SUMMARY_SUFFIX = "-summary"
+
+
+def stat_name(tag: str) -> str:
+    """The statistic a summary's scalar `tag` is recorded as, as tensorpack's monitors named it.
+
+    Data-parallel towers' scopes (``tower0/``, ``tower1/``: a whole name component) are
+    dropped, and so is a trailing ``-summary`` (tensorpack's moving summaries and
+    TensorFlow's duplicate-tag workaround add it).
+
+    Examples:
+        >>> stat_name("tower0/cross_entropy_loss-summary")
+        'cross_entropy_loss'
+        >>> stat_name("val/tower1/accuracy")
+        'val/accuracy'
+        >>> stat_name("mytower1/x")
+        'mytower1/x'
+    """
+    return _TOWER_SCOPE.sub("", tag).removesuffix(_SUMMARY_SUFFIX)
 
 
 class MonitorBase(Callback):
@@ -226,7 +249,9 @@ class Monitors(Callback):
         """Put a ``tf.compat.v1.Summary`` (or its serialized bytes, as a summary op returns).
 
         Its scalar values enter the history and reach ``process_scalar``; the whole
-        summary reaches ``process_summary``.
+        summary reaches ``process_summary``. A scalar's tag is named as tensorpack's
+        monitors named it (`stat_name`: no ``tower0/`` prefix, no ``-summary`` suffix),
+        in the history, ``stats.json`` and the event file alike.
         """
         if isinstance(summary, bytes | bytearray):
             summary = tf1.Summary.FromString(bytes(summary))
@@ -234,8 +259,16 @@ class Monitors(Callback):
             msg = f"'summary' must be a tf.compat.v1.Summary or its serialized bytes; got {type(summary).__name__}"
             raise TypeError(msg)
         step = self._global_step()
+        renamed = [
+            v
+            for v in summary.value
+            if v.WhichOneof("value") == "simple_value" and stat_name(v.tag) != v.tag
+        ]
+        if renamed:  # a copy: the caller's summary is left as it was
+            summary = tf1.Summary.FromString(summary.SerializeToString())
         for v in summary.value:
             if v.WhichOneof("value") == "simple_value":
+                v.tag = stat_name(v.tag)
                 self._record(v.tag, float(v.simple_value), step)
         for m in self._by_kind["process_summary"]:
             m.process_summary(summary)

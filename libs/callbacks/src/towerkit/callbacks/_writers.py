@@ -518,3 +518,26 @@ def trainable_variable_rows(graph: Any) -> list[VariableRow]:
             )
         )
     return rows
+
+
+def describe_trainable_vars(graph: Any = None) -> str:
+    """The table of the trainable variables of `graph` (the default graph when None), logged.
+
+    The table the trainers print when training starts (`variable_table`: name, shape,
+    element count, the total in parameters and bytes; the per-tower copies of
+    data-parallel trainers left out), logged at INFO on the ``towerkit.callbacks``
+    logger and returned.
+
+    Examples:
+        >>> import tensorflow as tf
+        >>> with tf.Graph().as_default():
+        ...     _ = tf1.get_variable("fc/W", [256, 10])
+        ...     print(describe_trainable_vars())
+        trainable variables:
+          name  shape   count
+          fc/W  256x10  2,560
+        1 trainable variable, 2,560 parameters (10.0 KiB)
+    """
+    text = "\n".join(variable_table(trainable_variable_rows(graph or tf1.get_default_graph())))
+    logger.info("%s", text)
+    return text

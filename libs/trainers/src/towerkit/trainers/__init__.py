@@ -83,6 +83,7 @@ from towerkit.trainers.inputs._base import InputSignatureError, InputSizeUnknown
 from towerkit.trainers.inputs._python import DummyConstantInput, FeedInput, IterableInput
 from towerkit.trainers.inputs._sources import NumpyInput, TFDatasetInput
 from towerkit.trainers.inputs._staging import StagingInput, apply_default_prefetch
+from towerkit.trainers.inputs._tensor import TensorInput
 
 # -- end of inputs, gradient processors, optimizers, sessions, utilities --
 # isort: split
@@ -206,6 +207,7 @@ __all__ = [
     "ClusterTimeouts",
     "TaskAddress",
     "TaskLostError",
+    "TensorInput",
     "HorovodTrainer",
     "HorovodJob",
     "RankFailure",

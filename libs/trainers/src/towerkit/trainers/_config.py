@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from towerkit.callbacks import Callback, LoopBounds
 from towerkit.trainers._model import ModelDescBase
@@ -26,6 +26,39 @@ if TYPE_CHECKING:
     from towerkit.trainers.inputs._base import InputSource
 
 logger = logging.getLogger("towerkit.trainers")
+
+T = TypeVar("T")
+
+
+class _Option(Generic[T]):
+    """An option of a `TrainConfig`: read from its validated `TrainSpec`, settable.
+
+    Setting one (``config.session_init = SmartInit(path)``) keeps the value; the spec is
+    built again, with the constructor's checks, when an option is next read (at the
+    latest when the run launches).
+    """
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _Option[T]: ...
+
+    @overload
+    def __get__(self, obj: TrainConfig, objtype: type | None = None) -> T: ...
+
+    def __get__(self, obj: TrainConfig | None, objtype: type | None = None) -> T | _Option[T]:
+        if obj is None:
+            return self
+        value: T = getattr(obj.spec, self.name)
+        return value
+
+    def __set__(self, obj: TrainConfig, value: Any) -> None:
+        obj._set_option(self.name, value)
 
 
 class TrainConfig:
@@ -89,7 +122,7 @@ class TrainConfig:
         if kwargs:
             msg = f"TrainConfig got unknown options {sorted(kwargs)}"
             raise TypeError(msg)
-        self._spec = TrainSpec(
+        self._options: dict[str, Any] = dict(
             dataflow=dataflow,
             data=data,
             model=model,
@@ -106,92 +139,57 @@ class TrainConfig:
             logdir_action=logdir_action,
             steps_per_execution=steps_per_execution,
         )
+        self._spec: TrainSpec | None = TrainSpec(**self._options)
 
-    # -- the options, read from the record (a config never changes) ------------------------
+    # -- the options: settable after construction, as tensorpack's were --------------------
 
     @property
     def spec(self) -> TrainSpec:
-        """The validated record of every option (`TrainSpec`)."""
+        """The validated record of every option (`TrainSpec`), built anew after an option was set.
+
+        Raises:
+            TypeError, ValueError: an option set after construction is of the wrong kind
+                or has a bad value (the messages of the constructor).
+        """
+        if self._spec is None:
+            self._spec = TrainSpec(**self._options)
         return self._spec
+
+    def _set_option(self, name: str, value: Any) -> None:
+        self._options[name] = value
+        self._spec = None
 
     def loop_bounds(self, input_size: int | None = None) -> LoopBounds:
         """The run's `LoopBounds`: ``steps_per_epoch``, or `input_size` when it is None."""
-        return self._spec.loop_bounds(input_size)
+        return self.spec.loop_bounds(input_size)
 
-    @property
-    def dataflow(self) -> Iterable[Any] | None:
-        """The data flow to read from, or None."""
-        return self._spec.dataflow
-
-    @property
-    def data(self) -> InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | None:
-        """The input source, dataset or dataset function, or None."""
-        return self._spec.data
-
-    @property
-    def model(self) -> ModelDescBase | None:
-        """The model to train."""
-        return self._spec.model
-
-    @property
-    def callbacks(self) -> tuple[Callback, ...]:
-        """The callbacks (a tuple)."""
-        return self._spec.callbacks
-
-    @property
-    def extra_callbacks(self) -> tuple[Callback, ...] | None:
-        """The callbacks after `callbacks`; None for ``DEFAULT_CALLBACKS()``."""
-        return self._spec.extra_callbacks
-
-    @property
-    def monitors(self) -> tuple[MonitorBase, ...] | None:
-        """The monitors; None for ``DEFAULT_MONITORS()``."""
-        return self._spec.monitors
-
-    @property
-    def session_creator(self) -> SessionCreatorLike | None:
-        """What makes the session; None for the default creator."""
-        return self._spec.session_creator
-
-    @property
-    def session_config(self) -> Any:
-        """The ``ConfigProto`` of the default session creator, or None."""
-        return self._spec.session_config
-
-    @property
-    def session_init(self) -> SessionInit | None:
-        """What loads values into the session, or None."""
-        return self._spec.session_init
-
-    @property
-    def starting_epoch(self) -> int:
-        """The first epoch (1-based)."""
-        return self._spec.starting_epoch
-
-    @property
-    def steps_per_epoch(self) -> int | None:
-        """Steps in each epoch; None: the input's size."""
-        return self._spec.steps_per_epoch
-
-    @property
-    def max_epoch(self) -> int:
-        """The last epoch, inclusive."""
-        return self._spec.max_epoch
-
-    @property
-    def logdir(self) -> str | None:
-        """The run's directory (absolute), or None."""
-        return self._spec.logdir
-
-    @property
-    def logdir_action(self) -> str:
-        """What to do with a non-empty `logdir`."""
-        return self._spec.logdir_action
-
-    @property
-    def steps_per_execution(self) -> int:
-        """Training steps per session call (K)."""
-        return self._spec.steps_per_execution
+    dataflow: _Option[Iterable[Any] | None] = _Option("The data flow to read from, or None.")
+    data: _Option[InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | None] = _Option(
+        "The input source, dataset or dataset function, or None."
+    )
+    model: _Option[ModelDescBase | None] = _Option("The model to train.")
+    callbacks: _Option[tuple[Callback, ...]] = _Option("The callbacks (a tuple).")
+    extra_callbacks: _Option[tuple[Callback, ...] | None] = _Option(
+        "The callbacks after `callbacks`; None for ``DEFAULT_CALLBACKS()``."
+    )
+    monitors: _Option[tuple[MonitorBase, ...] | None] = _Option(
+        "The monitors; None for ``DEFAULT_MONITORS()``."
+    )
+    session_creator: _Option[SessionCreatorLike | None] = _Option(
+        "What makes the session; None for the default creator."
+    )
+    session_config: _Option[Any] = _Option(
+        "The ``ConfigProto`` of the default session creator, or None."
+    )
+    session_init: _Option[SessionInit | None] = _Option(
+        "What loads values into the session, or None."
+    )
+    starting_epoch: _Option[int] = _Option("The first epoch (1-based).")
+    steps_per_epoch: _Option[int | None] = _Option("Steps in each epoch; None: the input's size.")
+    max_epoch: _Option[int] = _Option("The last epoch, inclusive.")
+    logdir: _Option[str | None] = _Option("The run's directory (absolute), or None.")
+    logdir_action: _Option[str] = _Option("What to do with a non-empty `logdir`.")
+    steps_per_execution: _Option[int] = _Option("Training steps per session call (K).")
 
     def plan_resume(self, steps_per_epoch: int) -> ResumePlan | None:
         """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).
@@ -261,6 +259,13 @@ class AutoResumeTrainConfig(TrainConfig):
         self.always_resume = bool(always_resume)
         self._gave_session_init = kwargs.get("session_init") is not None
         self._gave_starting_epoch = "starting_epoch" in kwargs
+
+    def _set_option(self, name: str, value: Any) -> None:
+        super()._set_option(name, value)
+        if name == "session_init":
+            self._gave_session_init = value is not None
+        elif name == "starting_epoch":
+            self._gave_starting_epoch = True
 
     def snapshot(self) -> LogdirSnapshot:
         """What the log directory holds now (its checkpoints and statistics records)."""

@@ -15,4 +15,5 @@ Python datapoint fits is decided by the one rule that inference shares, in
 - ``_python``: `FeedInput`, `IterableInput`, `DummyConstantInput`.
 - ``_sources``: `NumpyInput`, `TFDatasetInput`.
 - ``_staging``: `StagingInput`, and the default prefetching of a trainer's input.
+- ``_tensor``: `TensorInput`, tensors built by a function of the program.
 """

@@ -1,0 +1,502 @@
+"""towerkit-migrate on what tensorpack users write: ordinary TensorFlow 1 calls, imports that
+stay on tensorpack, modules imported as modules, the logger, and the faults a user meets
+(file names, encodings, symlinks, output directories); each with its exit status."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import towerkit.tools._migrate_cst as migrate_cst
+from towerkit.tools import migrate
+from towerkit.tools._migrate_cst import migrate_source
+from towerkit.tools._migrate_syntax import keywords_for_positions
+from towerkit.tools._migrate_tf import load_rules
+
+INSTALL = "pip install tensorpack==0.11"
+
+
+def run_migrate(capsys, *args):
+    """Run the command in this process: (status, stdout, stderr)."""
+    status = migrate.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+ORDINARY_CALLS = """\
+import tensorflow as tf
+
+
+def tower(x, w, ids, cost):
+    a = tf.argmax(x, 1)
+    b = tf.reduce_mean(x, 1)
+    c = tf.pad(x, [[0, 0], [1, 1]])
+    d = tf.transpose(x, [1, 0])
+    e = tf.nn.embedding_lookup(w, ids)
+    g = tf.gradients(cost, [w])
+    return a, b, c, d, e, g
+"""
+
+
+class TestCalls:
+    """The reorder table's fixed positions (None) keep their arguments positional."""
+
+    def test_ordinary_calls_unchanged(self, tmp_path, capsys):
+        source = write(tmp_path / "src" / "tower.py", ORDINARY_CALLS)
+        status, report, err = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert (status, err) == (0, "")
+        assert report.rstrip().endswith("1 file(s), 0 change(s), 0 left by hand")
+        assert (tmp_path / "out" / "tower.py").read_text() == ORDINARY_CALLS
+
+    def test_moved_positions_become_keywords(self):
+        done = migrate_source(
+            "import tensorflow as tf\n"
+            "y = tf.nn.conv2d(x, w, [1, 1, 1, 1], 'SAME')\n"
+            "i = tf.argmax(x, 1, 'am', None)\n",
+            "prog",
+        )
+        assert "tf.nn.conv2d(x, filters=w, strides=[1, 1, 1, 1], padding='SAME')" in done.source
+        assert "tf.argmax(x, 1, name='am', axis=None)" in done.source, "then renamed"
+
+    @given(st.data())
+    def test_every_table_row(self, data):
+        """For every row of TensorFlow's table: the fixed leading positions stay, the rest
+        are named in order."""
+        rules = load_rules()
+        name = data.draw(st.sampled_from(sorted(rules.reorders)))
+        row = rules.reorders[name]
+        n = data.draw(st.integers(0, len(row)))
+        named = keywords_for_positions(row, n)
+        if named is None:
+            assert n < 2 or all(k is None for k in row[:n])
+            return
+        assert list(named) == list(row[:n])
+        fixed = [k is None for k in named]
+        assert fixed == sorted(fixed, reverse=True), "fixed positions lead"
+
+
+class TestExitStatus:
+    """0 nothing by hand, 1 by hand, 2 usage or unreadable source, 3 internal error."""
+
+    def test_internal_error_names_the_file(self, tmp_path, capsys, monkeypatch):
+        """A fault of the command itself: status 3, the file named, nothing written."""
+        source = write(tmp_path / "src" / "train.py", "import tensorflow as tf\n")
+
+        def broken(text, stem):
+            raise KeyError("no rule")
+
+        monkeypatch.setattr(migrate_cst, "migrate_source", broken)
+        status, out, err = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == migrate.INTERNAL_ERROR == 3
+        assert err.startswith(
+            f"towerkit-migrate: internal error: converting {source} failed: KeyError"
+        )
+        assert len(err.strip().splitlines()) == 1
+        assert out == ""
+        assert not (tmp_path / "out").exists()
+
+    def test_undecodable_source(self, tmp_path, capsys):
+        tree = tmp_path / "src"
+        write(tree / "a.py", "x = 1\n")
+        (tree / "b.py").write_bytes("s = 'caf\u00e9'\n".encode("latin-1"))
+        status, _, err = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        assert status == 2
+        assert err.startswith(f"towerkit-migrate: error: {tree / 'b.py'}: cannot decode")
+        assert len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "out").exists()
+
+    def test_failure_leaves_an_existing_out_unchanged(self, tmp_path, capsys):
+        tree = tmp_path / "src"
+        write(tree / "a.py", "from tensorpack import ModelDesc\n")
+        write(tree / "b.py", "def f(:\n")
+        out = tmp_path / "out"
+        write(out / "a.py", "mine\n")
+        status, _, _ = run_migrate(capsys, tree, "--out", out, "--overwrite")
+        assert status == 2
+        assert tree_bytes(out) == {"a.py": b"mine\n"}
+
+
+class TestKeptOnTensorpack:
+    """Imports from tensorpack's DataFlows and utilities stay, reported with the install line."""
+
+    PROGRAM = """\
+    from tensorpack import *
+    from tensorpack.utils.argtools import memoized
+    from tensorpack.utils.gpu import get_num_gpu
+    from tensorpack.utils import viz
+    from tensorpack.utils.stats import RatioCounter
+    from tensorpack.dataflow import (
+        BatchData,
+        dataset,
+    )
+
+
+    @memoized
+    def gpus():
+        return get_num_gpu()
+
+
+    USED = [ModelDesc, viz, RatioCounter, BatchData, dataset]
+    """
+
+    def test_kept_and_reported(self, tmp_path, capsys):
+        source = write(tmp_path / "src" / "train.py", self.PROGRAM)
+        helper = write(tmp_path / "src" / "data.py", "from tensorpack.dataflow import *\n")
+        status, report, _ = run_migrate(capsys, tmp_path / "src", "--out", tmp_path / "out")
+        assert status == 1
+        text = (tmp_path / "out" / "train.py").read_text()
+        for line in (
+            "from tensorpack.utils.argtools import memoized",
+            "from tensorpack.utils.gpu import get_num_gpu",
+            "from tensorpack.utils import viz",
+            "from tensorpack.utils.stats import RatioCounter",
+            "from tensorpack.dataflow import (\n    BatchData,\n    dataset,\n)",
+            "from towerkit.trainers import ModelDesc",
+        ):
+            assert line in text, line
+        assert (tmp_path / "out" / "data.py").read_text() == "from tensorpack.dataflow import *\n"
+        assert f"{helper}:1: by hand: tensorpack.dataflow stay on tensorpack" in report
+        assert (
+            f"{source}:2: by hand: tensorpack.dataflow, tensorpack.utils, tensorpack.utils.argtools, "
+            f"tensorpack.utils.gpu, tensorpack.utils.stats stay on tensorpack: install it ({INSTALL})"
+        ) in report
+        assert text.count("BatchData") == 2, "imported once"
+        assert report.count(INSTALL) == 3, "each file once, and the summary"
+        assert (
+            f"2 file(s) still import tensorpack's DataFlows or utilities "
+            f"(tensorpack.dataflow, tensorpack.utils): {INSTALL}"
+        ) in report
+        assert report.rstrip().endswith("2 left by hand")
+
+
+class TestNothingVanishes:
+    def test_star_names_without_a_home(self, tmp_path, capsys):
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            from tensorpack import *
+
+
+            def build(x):
+                return TensorInputLike(x), BatchNorm, len(x), __file__
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 1
+        assert (
+            f"{source}:1: by hand: TensorInputLike (from tensorpack import *): "
+            "no towerkit counterpart" in report
+        )
+        assert "len (" not in report
+        assert "__file__" not in report
+        assert "from towerkit.layers import BatchNorm" in (tmp_path / "out" / "prog.py").read_text()
+
+    def test_another_star_import_may_give_the_name(self, tmp_path, capsys):
+        """A program's own star import after tensorpack's keeps winning: no report for its
+        names, and the added imports go where tensorpack's star import was."""
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            from tensorpack import *
+            from mylayers import *
+
+            y = Conv2D("c", x, 3, 3), MyThing
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        lines = (tmp_path / "out" / "prog.py").read_text().splitlines()
+        assert lines.index("from towerkit.layers import Conv2D") < lines.index(
+            "from mylayers import *"
+        )
+
+    def test_logger_prints_info_after_conversion(self, tmp_path, capsys):
+        """tensorpack's logger.info lines still print from the converted program."""
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            from tensorpack import *
+
+
+            def work():
+                logger.info("working on it")
+
+
+            if __name__ == "__main__":
+                logger.info("started")
+                work()
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        text = (tmp_path / "out" / "prog.py").read_text()
+        assert "logger = logging.getLogger(__name__)" in text
+        assert 'if __name__ == "__main__":\n    logging.basicConfig(level=logging.INFO' in text
+        done = subprocess.run(
+            [sys.executable, "prog.py"],
+            cwd=tmp_path / "out",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "__main__: started" in done.stderr
+        assert "__main__: working on it" in done.stderr
+        again = migrate_source(text, "prog")
+        assert again.source == text, "migrating again changes nothing"
+
+    def test_auto_set_dir_with_an_expression_trainer(self, tmp_path, capsys):
+        source = write(
+            tmp_path / "gan.py",
+            """\
+            from tensorpack import *
+            from GAN import GANTrainer, Model
+
+            if __name__ == "__main__":
+                df = [[1.0]]
+                logger.auto_set_dir()
+                GANTrainer(QueueInput(df), Model()).train_with_defaults(max_epoch=2)
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        text = (tmp_path / "out" / "gan.py").read_text()
+        assert (
+            "GANTrainer(IterableInput(df), Model()).train_with_defaults("
+            "max_epoch=2, logdir='train_log/gan')" in text
+        )
+        assert "GANTrainer(...).train_with_defaults(...): logdir='train_log/gan'" in report
+
+    def test_auto_set_dir_with_no_trainer_reported(self, tmp_path, capsys):
+        source = write(
+            tmp_path / "setup.py",
+            """\
+            from tensorpack.utils import logger
+
+            logger.auto_set_dir()
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 1
+        assert f"{source}:3: by hand: logger's directory 'train_log/setup': no " in report
+
+
+class TestModules:
+    """tensorpack modules imported as modules go to the towerkit module holding their names."""
+
+    def test_tfutils_modules(self, tmp_path, capsys):
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            import tensorflow as tf
+            from tensorpack.tfutils import optimizer, gradproc, summary
+            from tensorpack.tfutils.compat import tfv1
+            from tensorpack import predict
+
+
+            def opt():
+                o = tfv1.train.AdamOptimizer(1e-3)
+                summary.add_moving_summary(tf.constant(1.0, name="one"))
+                return optimizer.apply_grad_processors(o, [gradproc.GlobalNormClip(5)])
+
+
+            PREDICTOR = predict.OfflinePredictor
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        text = (tmp_path / "out" / "prog.py").read_text()
+        for line in (
+            "import towerkit.trainers as optimizer",
+            "import towerkit.trainers as gradproc",
+            "import towerkit.towers as summary",
+            "import tensorflow.compat.v1 as tfv1",
+            "import towerkit.export as predict",
+        ):
+            assert line in text, line
+        assert "tensorpack" not in text
+        namespace: dict[str, object] = {}
+        exec(compile(text, "prog.py", "exec"), namespace)
+        with __import__("tensorflow").Graph().as_default():
+            assert namespace["opt"]() is not None  # type: ignore[operator]
+
+    def test_a_name_the_module_lacks(self, tmp_path, capsys):
+        source = write(
+            tmp_path / "prog.py",
+            "from tensorpack.tfutils import gradproc\n\nP = gradproc.NoSuchProcessor(1)\n",
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 1
+        assert f"{source}:3: by hand: gradproc.NoSuchProcessor: towerkit.trainers has no" in report
+
+
+class TestFaults:
+    """What a user runs into: each ends in one line naming the path and the fix, or works."""
+
+    def test_same_file_name_twice(self, tmp_path, capsys):
+        one = write(tmp_path / "a" / "train.py", "x = 1\n")
+        two = write(tmp_path / "b" / "train.py", "x = 2\n")
+        status, _, err = run_migrate(capsys, one, two, "--out", tmp_path / "out")
+        assert status == 2
+        assert f"{one} and {two} would both be written to {tmp_path / 'out' / 'train.py'}" in err
+        assert not (tmp_path / "out").exists()
+
+    @pytest.mark.parametrize("where", [".", "migrated", "deep/er"])
+    def test_out_inside_the_source(self, tmp_path, capsys, where):
+        tree = tmp_path / "src"
+        write(tree / "train.py", "from tensorpack import ModelDesc\n")
+        (tree / "deep").mkdir()
+        before = tree_bytes(tree)
+        status, _, err = run_migrate(capsys, tree, "--out", tree / where, "--overwrite")
+        assert status == 2
+        assert "is inside the source" in err
+        assert tree_bytes(tree) == before
+
+    def test_out_parent_missing(self, tmp_path, capsys):
+        source = write(tmp_path / "train.py", "x = 1\n")
+        status, _, err = run_migrate(capsys, source, "--out", tmp_path / "no" / "out")
+        assert status == 2
+        assert f"the parent of --out {str(tmp_path / 'no' / 'out')!r}" in err
+        assert "does not exist" in err
+        assert not (tmp_path / "no").exists()
+
+    @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+    def test_out_parent_read_only(self, tmp_path, capsys):
+        source = write(tmp_path / "train.py", "x = 1\n")
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        try:
+            status, _, err = run_migrate(capsys, source, "--out", locked / "out")
+        finally:
+            locked.chmod(0o755)
+        assert status == 2
+        assert "is not writable" in err
+
+    def test_in_place_keeps_symlink_mode_and_crlf(self, tmp_path, capsys):
+        real = tmp_path / "lib" / "train.py"
+        real.parent.mkdir()
+        real.write_bytes(
+            b"#!/usr/bin/env python\r\nfrom tensorpack import ModelDesc\r\n\r\nM = ModelDesc\r\n"
+        )
+        real.chmod(0o755)
+        link = tmp_path / "train.py"
+        link.symlink_to(real)
+        status, report, _ = run_migrate(capsys, link, "--in-place")
+        assert status == 0, report
+        assert link.is_symlink()
+        assert link.resolve() == real
+        data = real.read_bytes()
+        assert b"from towerkit.trainers import ModelDesc\r\n" in data
+        assert data.count(b"\r\n") == data.count(b"\n"), "every line ends in CRLF"
+        assert stat.S_IMODE(real.stat().st_mode) == 0o755
+
+    def test_out_keeps_mode_and_crlf(self, tmp_path, capsys):
+        source = tmp_path / "src" / "train.py"
+        source.parent.mkdir()
+        source.write_bytes(b"from tensorpack import ModelDesc\r\nM = ModelDesc\r\n")
+        source.chmod(0o755)
+        status, _, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0
+        out = tmp_path / "out" / "train.py"
+        assert out.read_bytes() == b"from towerkit.trainers import ModelDesc\r\nM = ModelDesc\r\n"
+        assert stat.S_IMODE(out.stat().st_mode) == 0o755
+
+    def test_latin1_source_with_a_coding_line(self, tmp_path, capsys):
+        text = "# -*- coding: latin-1 -*-\nfrom tensorpack import ModelDesc\nNAME = 'caf\u00e9'\n"
+        source = tmp_path / "src" / "train.py"
+        source.parent.mkdir()
+        source.write_bytes(text.encode("latin-1"))
+        status, _, err = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert (status, err) == (0, "")
+        data = (tmp_path / "out" / "train.py").read_bytes()
+        assert data == text.replace("tensorpack", "towerkit.trainers").encode("latin-1")
+        namespace: dict[str, object] = {}
+        exec(compile(data, "train.py", "exec"), namespace)
+        assert namespace["NAME"] == "caf\u00e9"
+
+    def test_notebook_reported(self, tmp_path, capsys):
+        tree = tmp_path / "src"
+        write(tree / "train.py", "x = 1\n")
+        write(tree / "explore.ipynb", '{"cells": [], "nbformat": 4}\n')
+        status, report, _ = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        assert status == 1
+        assert f"{tree / 'explore.ipynb'}:1: by hand: a notebook is not converted" in report
+        assert "jupyter nbconvert --to script" in report
+        assert (tmp_path / "out" / "explore.ipynb").read_text() == '{"cells": [], "nbformat": 4}\n'
+
+    def test_symlinks_in_a_tree(self, tmp_path, capsys):
+        """Links to data (dangling or not, or to directories) are copied as links."""
+        tree = tmp_path / "src"
+        write(tree / "train.py", "x = 1\n")
+        (tree / "data").symlink_to("/nonexistent/dataset")
+        (tree / "loop").symlink_to("loop")
+        (tmp_path / "shared").mkdir()
+        (tree / "shared").symlink_to(tmp_path / "shared")
+        status, _, err = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        assert (status, err) == (0, "")
+        out = tmp_path / "out"
+        assert os.readlink(out / "data") == "/nonexistent/dataset"
+        assert os.readlink(out / "loop") == "loop"
+        assert os.readlink(out / "shared") == str(tmp_path / "shared")
+
+    @pytest.mark.parametrize("target", ["/nonexistent/train.py", "helper.py"])
+    def test_unreadable_python_link(self, tmp_path, capsys, target):
+        """A .py link that leads nowhere (dangling, or a loop) cannot be converted: status 2."""
+        tree = tmp_path / "src"
+        write(tree / "train.py", "x = 1\n")
+        (tree / "helper.py").symlink_to(target)
+        status, _, err = run_migrate(capsys, tree, "--out", tmp_path / "out")
+        assert status == 2
+        assert err.startswith(f"towerkit-migrate: error: {tree / 'helper.py'}: cannot read")
+        assert not (tmp_path / "out").exists()
+        for source in (tree / "helper.py",):
+            status, _, err = run_migrate(capsys, source, "--out", tmp_path / "out")
+            assert status == 2
+            assert f"no such file or directory: {source}" in err
+
+
+class TestNewNames:
+    """Names towerkit now holds, and one it reports."""
+
+    def test_homes(self, tmp_path, capsys):
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            from tensorpack import TensorInput
+            from tensorpack.tfutils.model_utils import describe_trainable_vars
+            from tensorpack.dataflow import PrintData
+
+            USED = [TensorInput, describe_trainable_vars, PrintData]
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        text = (tmp_path / "out" / "prog.py").read_text()
+        assert "from towerkit.trainers import TensorInput" in text
+        assert "from towerkit.callbacks import describe_trainable_vars" in text
+        assert "from tensorpack.dataflow import PrintData" in text
+        assert status == 1
+        assert f"{source}:3: by hand: PrintData (from tensorpack.dataflow): " in report
+        assert "fails under NumPy 2" in report
