@@ -266,9 +266,7 @@ def _dynamic_loop(
 def _reverse(x: Any, lengths: Any, time_axis: int, batch_axis: int) -> Any:
     if lengths is None:
         return tf1.reverse(x, axis=[time_axis])
-    return tf1.reverse_sequence(
-        x, seq_lengths=lengths, seq_axis=time_axis, batch_axis=batch_axis
-    )
+    return tf1.reverse_sequence(x, seq_lengths=lengths, seq_axis=time_axis, batch_axis=batch_axis)
 
 
 def bidirectional_dynamic_rnn(

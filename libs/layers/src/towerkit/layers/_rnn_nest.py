@@ -175,7 +175,6 @@ def derived_seed(seed: int | None, salt: str, index: int) -> int | None:
     return zlib.crc32(f"{seed}:{salt}:{index}".encode()) & 0x7FFFFFFF
 
 
-
 def undropped(state: Any) -> Any:
     """`state` with True at the leaves that state dropout skips: every LSTM cell state ``c``.
 

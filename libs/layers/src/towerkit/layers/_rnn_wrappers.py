@@ -176,9 +176,7 @@ class DropoutWrapper(_Wrapper):
         flat = flatten(values)
         skipped = flatten(skip) if skip is not None else [False] * len(flat)
         out = [
-            v
-            if s
-            else tf1.nn.dropout(v, rate=1 - keep, seed=derived_seed(self._seed, salt, k))
+            v if s else tf1.nn.dropout(v, rate=1 - keep, seed=derived_seed(self._seed, salt, k))
             for k, (v, s) in enumerate(zip(flat, skipped, strict=True))
         ]
         return pack_as(values, out)
@@ -228,4 +226,3 @@ class ResidualWrapper(_Wrapper):
             return x + y
 
         return map_structure(add, inputs, output), new_state
-
