@@ -11,6 +11,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from towerkit.tools._migrate_names import DATAFLOW_NAMES, GONE, LIB_OF, UTILS_NAMES, home_of
+from towerkit.tools._migrate_rnn import rnn_move
 from towerkit.tools._migrate_tf import compat_name, load_rules
 
 
@@ -294,6 +295,12 @@ class Migrator(cst.CSTTransformer):
         return updated_node
 
     def _tf_attribute(self, original_node: cst.Attribute, updated_node: Any, name: str) -> Any:
+        move = rnn_move(name)
+        if move is not None:
+            if move.needs_rnn:
+                self.need("towerkit.layers", "rnn")
+            (self.manual if move.manual else self.change)(original_node, move.note)
+            return _expr(move.new)
         if name == "tf.contrib.slim":
             self.need("tf_slim", "")
             self.change(original_node, "tf.contrib.slim -> tf_slim (pip install tf-slim)")

@@ -39,7 +39,7 @@ def check_state(cell: Any, state: Any, what: str = "state") -> None:
             shape = getattr(t, "shape", None)
             if shape is None or shape.rank is None:
                 continue
-            if shape.rank != 2 or shape[-1] not in (None, size):
+            if shape.rank != 2 or shape.as_list()[-1] not in (None, size):
                 ok = False
     if not ok:
         msg = (
@@ -116,13 +116,13 @@ class RNNCell:
         raise NotImplementedError
 
     def _check_inputs(self, inputs: Any) -> int:
-        if inputs.shape.rank != 2 or inputs.shape[-1] is None:
+        if inputs.shape.rank != 2 or inputs.shape.as_list()[-1] is None:
             msg = (
                 f"{cell_label(self)}: the inputs of one step must be [batch, depth] "
                 f"with a known depth; got shape {static_shape(inputs)}"
             )
             raise ValueError(msg)
-        return int(inputs.shape[-1])
+        return int(inputs.shape.as_list()[-1])
 
     def __call__(self, inputs: Any, state: Any, scope: Any = None) -> tuple[Any, Any]:
         """Run one step in the cell's variable scope (created on the first call).

@@ -20,7 +20,7 @@ def _require_cell(fn: str, cell: Any) -> None:
 
 def _batch_size(flat: list[Any], axis: int) -> Any:
     for x in flat:
-        d = x.shape[axis]
+        d = x.shape.as_list()[axis]
         if d is not None:
             return int(d)
     return tf1.shape(flat[0])[axis]
@@ -42,7 +42,7 @@ def _sequence_length(fn: str, cell: Any, sequence_length: Any, batch: Any, input
     lengths = tf1.cast(sequence_length, tf1.int32)
     known = isinstance(batch, int)
     if lengths.shape.rank not in (None, 1) or (
-        known and lengths.shape.rank == 1 and lengths.shape[0] not in (None, batch)
+        known and lengths.shape.rank == 1 and lengths.shape.as_list()[0] not in (None, batch)
     ):
         msg = (
             f"{fn} with {cell_label(cell)}: 'sequence_length' must be a vector of one length "
@@ -203,7 +203,7 @@ def _dynamic_loop(
     swap_memory: bool,
 ) -> tuple[Any, Any]:
     flat = flatten(inputs)
-    static_steps = flat[0].shape[0]
+    static_steps = flat[0].shape.as_list()[0]
     steps = int(static_steps) if static_steps is not None else tf1.shape(flat[0])[0]
     batch = _batch_size(flat, 1)
     static_batch = batch if isinstance(batch, int) else None
