@@ -61,9 +61,12 @@ class TestRnnMove:
         if name in RNN_CELLS:
             return
         contrib = rnn_move(f"tf.contrib.rnn.{name}")
-        assert contrib is not None and contrib.manual and contrib.new == f"tf.contrib.rnn.{name}"
+        assert contrib is not None
+        assert contrib.manual
+        assert contrib.new == f"tf.contrib.rnn.{name}"
         cell = rnn_move(f"tf.nn.rnn_cell.{name}")
-        assert cell is not None and cell.manual
+        assert cell is not None
+        assert cell.manual
         assert cell.new == f"tf.compat.v1.nn.rnn_cell.{name}"
         assert not cell.needs_rnn
 
@@ -105,7 +108,7 @@ class TestMigrateProgram:
         exec(compile(done.source, str(tmp_path / "prog.py"), "exec"), namespace)
         with tf.Graph().as_default():
             x = tf1.placeholder(tf.float32, [2, 5, 3])
-            out, steps, both, init = namespace["build"](x, [5, 2])
+            out, steps, _, init = namespace["build"](x, [5, 2])
             names = {v.op.name for v in tf1.global_variables()}
         assert "rnn/multi_rnn_cell/cell_1/lstm_cell/kernel" in names
         assert "bi/fw/gru_cell/gates/kernel" in names

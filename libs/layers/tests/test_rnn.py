@@ -106,7 +106,8 @@ class TestNest:
         """Seeds are deterministic, in [0, 2**31), and differ between the first two indices."""
         a = derived_seed(seed, salt, index)
         assert a == derived_seed(seed, salt, index)
-        assert a is not None and 0 <= a < 2**31
+        assert a is not None
+        assert 0 <= a < 2**31
         assert derived_seed(None, salt, index) is None
 
     def test_pack_fail(self):
@@ -389,7 +390,7 @@ class TestLoops:
         load(sess)
         zeros = np.zeros([3, 3], np.float32)
         o, s = sess.run([out, state], {x: X, init.c: zeros, init.h: zeros})
-        o0, s0 = sess.run([out, state], {x: X[:, :3], init.c: zeros, init.h: zeros})
+        o0, _ = sess.run([out, state], {x: X[:, :3], init.c: zeros, init.h: zeros})
         np.testing.assert_allclose(o[:, :3], o0, rtol=1e-5, atol=1e-6)
         assert isinstance(s, rnn.LSTMStateTuple)
 

@@ -30,6 +30,7 @@ from towerkit.layers._regularize import (
     regularize_cost_from_collection,
 )
 from towerkit.layers._shapes import ConcatWith
+from towerkit.layers._version import __version__
 from towerkit.layers.rnn import (
     BasicLSTMCell,
     BasicRNNCell,
@@ -44,7 +45,6 @@ from towerkit.layers.rnn import (
     dynamic_rnn,
     static_rnn,
 )
-from towerkit.layers._version import __version__
 
 __all__ = [
     "__version__",

@@ -63,7 +63,9 @@ class RNNCell:
 
     default_name = "rnn_cell"
 
-    def __init__(self, name: str | None = None, dtype: Any = None, reuse: bool | None = None):
+    def __init__(
+        self, name: str | None = None, dtype: Any = None, reuse: bool | None = None
+    ) -> None:
         self._name = name
         self._dtype = dtype
         self._reuse = reuse
@@ -191,7 +193,7 @@ class BasicRNNCell(RNNCell):
         reuse: bool | None = None,
         name: str | None = None,
         dtype: Any = None,
-    ):
+    ) -> None:
         super().__init__(name=name, dtype=dtype, reuse=reuse)
         self._num_units = _positive_units(type(self).__name__, num_units)
         self._activation = activation or tf1.tanh
@@ -239,7 +241,7 @@ class GRUCell(RNNCell):
         bias_initializer: Any = None,
         name: str | None = None,
         dtype: Any = None,
-    ):
+    ) -> None:
         super().__init__(name=name, dtype=dtype, reuse=reuse)
         self._num_units = _positive_units(type(self).__name__, num_units)
         self._activation = activation or tf1.tanh
@@ -314,7 +316,7 @@ class BasicLSTMCell(RNNCell):
         reuse: bool | None = None,
         name: str | None = None,
         dtype: Any = None,
-    ):
+    ) -> None:
         super().__init__(name=name, dtype=dtype, reuse=reuse)
         self._num_units = _positive_units(type(self).__name__, num_units)
         self._forget_bias = forget_bias
@@ -382,7 +384,7 @@ class LSTMCell(RNNCell):
         reuse: bool | None = None,
         name: str | None = None,
         dtype: Any = None,
-    ):
+    ) -> None:
         super().__init__(name=name, dtype=dtype, reuse=reuse)
         label = type(self).__name__
         self._num_units = _positive_units(label, num_units)

@@ -41,7 +41,7 @@ class MultiRNNCell(RNNCell):
 
     default_name = "multi_rnn_cell"
 
-    def __init__(self, cells: Sequence[Any], state_is_tuple: bool = True):
+    def __init__(self, cells: Sequence[Any], state_is_tuple: bool = True) -> None:
         super().__init__()
         if not isinstance(cells, (list, tuple)) or not cells:
             msg = f"MultiRNNCell: 'cells' must be a non-empty list of cells; got {cells!r}"
@@ -100,7 +100,7 @@ class MultiRNNCell(RNNCell):
 class _Wrapper:
     """A cell around a cell: same sizes and zero state, no variable scope of its own."""
 
-    def __init__(self, cell: Any):
+    def __init__(self, cell: Any) -> None:
         _require_cell(type(self).__name__, cell)
         self._cell = cell
 
@@ -165,7 +165,7 @@ class DropoutWrapper(_Wrapper):
         output_keep_prob: Any = 1.0,
         state_keep_prob: Any = 1.0,
         seed: int | None = None,
-    ):
+    ) -> None:
         super().__init__(cell)
         self._input_keep = _keep_prob("input_keep_prob", input_keep_prob)
         self._output_keep = _keep_prob("output_keep_prob", output_keep_prob)
@@ -201,7 +201,7 @@ class ResidualWrapper(_Wrapper):
     .. versionadded:: 0.2
     """
 
-    def __init__(self, cell: Any, residual_fn: Any = None):
+    def __init__(self, cell: Any, residual_fn: Any = None) -> None:
         super().__init__(cell)
         self._residual_fn = residual_fn
 
