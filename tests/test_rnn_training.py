@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, ModelSaver
@@ -10,7 +11,13 @@ from towerkit.export import OfflinePredictor, PredictConfig
 from towerkit.layers import rnn
 from towerkit.sessinit import SmartInit
 from towerkit.towers.compat import tf1
-from towerkit.trainers import ModelDesc, NumpyInput, SimpleTrainer
+from towerkit.trainers import (
+    ModelDesc,
+    NumpyInput,
+    SimpleTrainer,
+    SyncMultiGPUTrainerParameterServer,
+    SyncMultiGPUTrainerReplicated,
+)
 
 VOCAB, SEQ, HIDDEN = 7, 8, 16
 
@@ -60,7 +67,10 @@ class Costs(Callback):
         self.values = []
 
     def _setup_graph(self):
-        self._cost = self.trainer.graph.get_tensor_by_name("cost:0")
+        graph = self.trainer.graph
+        names = {op.name for op in graph.get_operations()}
+        name = "cost" if "cost" in names else "tower0/cost"
+        self._cost = graph.get_tensor_by_name(f"{name}:0")
 
     def _before_run(self, _):
         return tf1.train.SessionRunArgs(fetches=self._cost)
@@ -69,12 +79,21 @@ class Costs(Callback):
         self.values.append(float(values.results))
 
 
-def test_trains_saves_predicts(tmp_path):
-    """SimpleTrainer lowers the cost; the checkpoint holds TF 1's names; the predictor agrees."""
+TRAINERS = {
+    "simple": SimpleTrainer,
+    "ps": lambda: SyncMultiGPUTrainerParameterServer(2),
+    "replicated": lambda: SyncMultiGPUTrainerReplicated(2),
+}
+
+
+@pytest.mark.timeout(300)  # two towers of a while-loop LSTM build slowly on a shared CPU
+@pytest.mark.parametrize("kind", sorted(TRAINERS))
+def test_trains_saves_predicts(tmp_path, kind):
+    """The cost falls under each trainer; the checkpoint holds TF 1's names; the predictor agrees."""
     costs = Costs()
     model = CharModel()
     with tf.Graph().as_default():
-        trainer = SimpleTrainer()
+        trainer = TRAINERS[kind]()
         trainer.setup_graph(
             model.get_input_signature(),
             NumpyInput(sequences(), batch_size=16, shuffle=True, seed=1),
