@@ -543,3 +543,30 @@ class TestBadInput:
         """static_rnn takes a list of steps, not a tensor."""
         with pytest.raises(TypeError, match=r"static_rnn: 'inputs' must be a list"):
             rnn.static_rnn(rnn.GRUCell(2), tf1.zeros([2, 3, 4]), dtype=F32)
+
+
+class TestXla:
+    """The loops compile with XLA."""
+
+    def test_jit_scope(self, sess):
+        """dynamic_rnn with lengths and its gradients under a jit scope equal the plain graph."""
+        x = tf1.constant(X)
+        plain, _ = rnn.dynamic_rnn(two_layer(), x, sequence_length=[6, 3, 1], dtype=F32)
+        with (
+            tf1.xla.experimental.jit_scope(compile_ops=True, separate_compiled_gradients=False),
+            reuse(),
+        ):
+            compiled, _ = rnn.dynamic_rnn(two_layer(), x, sequence_length=[6, 3, 1], dtype=F32)
+            grads = tf1.gradients(tf1.reduce_sum(compiled), tf1.trainable_variables())
+        plain_grads = tf1.gradients(tf1.reduce_sum(plain), tf1.trainable_variables())
+        load(sess)
+        meta = tf1.RunMetadata()
+        options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
+        got, want, g, pg = sess.run(
+            [compiled, plain, grads, plain_grads], options=options, run_metadata=meta
+        )
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        for a, b in zip(g, pg, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+        nodes = {n.node_name for d in meta.step_stats.dev_stats for n in d.node_stats}
+        assert any(name.startswith("cluster_") for name in nodes), sorted(nodes)[:20]
