@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -126,3 +132,44 @@ class TestMigrateProgram:
             "tf.contrib.rnn.AttentionCellWrapper: towerkit.layers.rnn has no "
             "AttentionCellWrapper; rewrite it with its cells"
         ]
+
+
+CHAR_RNN = Path(__file__).parent / "rnn_programs" / "char_rnn.py"
+
+NO_KERAS = (
+    "import sys, runpy; sys.modules['tf_keras'] = None; sys.modules['keras'] = None; "
+    "runpy.run_path('char_rnn.py', run_name='__main__')"
+)
+"""Run the program with tf-keras and Keras unimportable."""
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(300)  # migration and 2 epochs of a while-loop LSTM on a shared CPU
+def test_char_rnn_migrates_and_trains_without_keras(tmp_path):
+    """tensorpack's char-rnn form converts with nothing by hand and trains 2 epochs, no Keras."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "towerkit.tools.migrate", str(CHAR_RNN), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.rstrip().endswith("0 left by hand"), done.stdout[-500:]
+    source = (out / "char_rnn.py").read_text()
+    assert "from towerkit.layers import" in source
+    assert "tf.contrib" not in source
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    trained = subprocess.run(
+        [sys.executable, "-c", NO_KERAS],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    stats = json.loads((out / "train_log" / "char_rnn" / "stats.json").read_text())
+    assert [s["epoch_num"] for s in stats] == [1, 2]
+    assert stats[-1]["validation_cost"] < stats[0]["validation_cost"]
