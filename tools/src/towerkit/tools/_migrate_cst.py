@@ -15,6 +15,7 @@ from towerkit.tools._migrate_names import (
     MODULE_HOMES,
     home_of,
 )
+from towerkit.tools._migrate_rnn import rnn_move
 from towerkit.tools._migrate_scan import CONFIG_CALLS, LOGDIR_CALLS, STAR_CANDIDATES, Scan
 from towerkit.tools._migrate_syntax import (
     BASIC_CONFIG,
@@ -219,6 +220,12 @@ class Migrator(cst.CSTTransformer):
         return updated_node
 
     def _tf_attribute(self, original_node: cst.Attribute, updated_node: Any, name: str) -> Any:
+        move = rnn_move(name)
+        if move is not None:
+            if move.needs_rnn:
+                self.need("towerkit.layers", "rnn")
+            (self.manual if move.manual else self.change)(original_node, move.note)
+            return parse_expr(move.new)
         if name == "tf.contrib.slim":
             self.need("tf_slim", "")
             self.change(original_node, "tf.contrib.slim -> tf_slim (pip install tf-slim)")

@@ -91,6 +91,8 @@ _LIB_NAMES = {
     PReLU VariableHolder disable_layer_logging get_registered_layer l1_regularizer
     l2_regularizer layer_register regularize_cost regularize_cost_from_collection
     rename_tflayer_get_variable
+    RNNCell BasicRNNCell BasicLSTMCell LSTMCell GRUCell MultiRNNCell DropoutWrapper
+    ResidualWrapper LSTMStateTuple static_rnn dynamic_rnn bidirectional_dynamic_rnn
     """,
 }
 """The public names of each towerkit lib (its ``__all__``), checked against the libs by a test."""

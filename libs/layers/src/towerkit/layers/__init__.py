@@ -31,6 +31,20 @@ from towerkit.layers._regularize import (
 )
 from towerkit.layers._shapes import ConcatWith
 from towerkit.layers._version import __version__
+from towerkit.layers.rnn import (
+    BasicLSTMCell,
+    BasicRNNCell,
+    DropoutWrapper,
+    GRUCell,
+    LSTMCell,
+    LSTMStateTuple,
+    MultiRNNCell,
+    ResidualWrapper,
+    RNNCell,
+    bidirectional_dynamic_rnn,
+    dynamic_rnn,
+    static_rnn,
+)
 
 __all__ = [
     "__version__",
@@ -70,4 +84,17 @@ __all__ = [
     "l1_regularizer",
     "L2Regularizer",
     "L1Regularizer",
+    # recurrent cells and loops (also in towerkit.layers.rnn)
+    "RNNCell",
+    "BasicRNNCell",
+    "BasicLSTMCell",
+    "LSTMCell",
+    "GRUCell",
+    "MultiRNNCell",
+    "DropoutWrapper",
+    "ResidualWrapper",
+    "LSTMStateTuple",
+    "static_rnn",
+    "dynamic_rnn",
+    "bidirectional_dynamic_rnn",
 ]

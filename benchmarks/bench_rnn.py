@@ -1,0 +1,180 @@
+"""Steps per second of a 2-layer LSTM built with towerkit.layers.rnn and with tf.nn.rnn_cell.
+
+The same model (``MultiRNNCell`` of two ``LSTMCell(128)`` under ``dynamic_rnn``, inputs
+``[32, 20, 64]`` held in a constant, a mean-square loss, plain SGD) is built twice:
+
+- ``tf.nn.rnn_cell``: TensorFlow's ``tf.compat.v1.nn.rnn_cell`` cells and
+  ``tf.compat.v1.nn.dynamic_rnn`` (they need tf-keras): the baseline;
+- ``towerkit.layers.rnn``: the same names from ``towerkit.layers.rnn`` (no Keras).
+
+Each case trains in its own graph and session through a bare loop over
+``sess.make_callable(train_op)``. Rounds are interleaved (the order alternates each
+round); the tables give the median steps/s, and steps per process CPU-second (steadier
+on shared cores), with the slowest and fastest rounds; the ratio is the median of the
+rounds' paired ratios. Goal: ``towerkit.layers.rnn``
+>= 1.0x ``tf.nn.rnn_cell``.
+
+Usage::
+
+    python benchmarks/bench_rnn.py --out rnn.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.nn.rnn_cell lives in tf-keras
+
+CASES = ("tf.nn.rnn_cell", "towerkit.layers.rnn")
+BASE, OURS = CASES
+GOAL = 1.0
+BATCH, TIME, DEPTH, UNITS = 32, 20, 64, 128
+
+
+def round_order(round_index: int) -> tuple[str, ...]:
+    """The cases in the order round `round_index` runs them: alternated each round.
+
+    >>> round_order(0), round_order(1)
+    (('tf.nn.rnn_cell', 'towerkit.layers.rnn'), ('towerkit.layers.rnn', 'tf.nn.rnn_cell'))
+    """
+    return CASES if round_index % 2 == 0 else CASES[::-1]
+
+
+def paired_ratio(runs: dict[str, list[float]]) -> float | None:
+    """The median over rounds of towerkit's rate over the baseline's in the same round.
+
+    >>> paired_ratio({"tf.nn.rnn_cell": [100.0, 50.0], "towerkit.layers.rnn": [110.0, 50.0]})
+    1.05
+    """
+    pairs = [a / b for a, b in zip(runs.get(OURS) or [], runs.get(BASE) or []) if b]
+    return round(statistics.median(pairs), 3) if pairs else None
+
+
+def _train_op(case: str):
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    if case == OURS:
+        from towerkit.layers import rnn as cells
+
+        loop = cells.dynamic_rnn
+    else:
+        cells = tf1.nn.rnn_cell
+        loop = tf1.nn.dynamic_rnn
+    x = tf1.constant(np.random.default_rng(0).standard_normal([BATCH, TIME, DEPTH]), tf.float32)
+    cell = cells.MultiRNNCell([cells.LSTMCell(UNITS), cells.LSTMCell(UNITS)])
+    out, _ = loop(cell, x, dtype=tf.float32)
+    loss = tf1.reduce_mean(tf1.square(out))
+    return tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
+
+
+def train_rate(case: str, steps: int, warmup: int) -> tuple[float, float]:
+    """Steps per second and per process CPU-second of a bare make_callable loop on `case`."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    with tf.Graph().as_default():
+        train_op = _train_op(case)
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            run = sess.make_callable(train_op)
+            for _ in range(warmup):
+                run()
+            start, cpu = time.perf_counter(), time.process_time()
+            for _ in range(steps):
+                run()
+            return steps / (time.perf_counter() - start), steps / (time.process_time() - cpu)
+
+
+def render(runs: dict[str, list[float]], failed: dict[str, str], unit: str = "steps/s") -> str:
+    """The table: median steps/s (slowest-fastest round) per case, then the goal.
+
+    >>> print(render({"tf.nn.rnn_cell": [10.0, 12.0], "towerkit.layers.rnn": [11.0, 12.0]}, {}))
+    | case | steps/s (slowest-fastest) | towerkit.layers.rnn / case | goal |
+    |---|---|---|---|
+    | tf.nn.rnn_cell | 11.0 (10.0-12.0) | 1.05x | 1.0x: met |
+    | towerkit.layers.rnn | 11.5 (11.0-12.0) | - | - |
+    """
+    ratio = paired_ratio(runs)
+    lines = [
+        f"| case | {unit} (slowest-fastest) | towerkit.layers.rnn / case | goal |",
+        "|---|---|---|---|",
+    ]
+    for case in CASES:
+        rounds = runs.get(case) or []
+        if not rounds:
+            lines.append(f"| {case} | {failed.get(case, 'n/a')} | - | - |")
+            continue
+        cell = f"{statistics.median(rounds):.1f} ({min(rounds):.1f}-{max(rounds):.1f})"
+        if case == OURS:
+            lines.append(f"| {case} | {cell} | - | - |")
+        elif ratio is None:
+            lines.append(f"| {case} | {cell} | n/a | {GOAL}x: - |")
+        else:
+            verdict = "met" if ratio >= GOAL else "MISSED"
+            lines.append(f"| {case} | {cell} | {ratio:.2f}x | {GOAL}x: {verdict} |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--steps", type=int, default=50, help="timed steps a round (50)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps a round (5)")
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the goal is missed")
+    args = parser.parse_args(argv)
+    if min(args.repeats, args.steps) < 1 or args.warmup < 0:
+        parser.error("--repeats and --steps must be >= 1, --warmup >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the rounds, print the table, optionally write JSON; 1 on a missed goal with --check."""
+    args = parse_args(argv)
+    runs: dict[str, list[float]] = {c: [] for c in CASES}
+    cpu_runs: dict[str, list[float]] = {c: [] for c in CASES}
+    failed: dict[str, str] = {}
+    for rep in range(args.repeats):
+        for case in round_order(rep):
+            if case in failed:
+                continue
+            try:
+                rate, cpu_rate = train_rate(case, args.steps, args.warmup)
+                runs[case].append(rate)
+                cpu_runs[case].append(cpu_rate)
+            except Exception as err:  # a case that cannot run (no tf-keras) is reported
+                failed[case] = f"n/a: {type(err).__name__}: {str(err)[:160]}"
+            print(f"rnn {case} #{rep + 1}: {runs[case][-1:] or failed.get(case)}", file=sys.stderr)
+    print(render(runs, failed))
+    print()
+    print(render(cpu_runs, failed, "steps per CPU-second"))
+    ratio = paired_ratio(runs)
+    if args.out:
+        medians = {c: statistics.median(r) for c, r in runs.items() if r}
+        with open(args.out, "w") as f:
+            json.dump(
+                {
+                    "runs": runs,
+                    "failed": failed,
+                    "medians": medians,
+                    "ratios": {BASE: ratio},
+                    "cpu_runs": cpu_runs,
+                    "cpu_ratios": {BASE: paired_ratio(cpu_runs)},
+                },
+                f,
+                indent=1,
+            )
+    return 1 if args.check and (ratio is None or ratio < GOAL) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
