@@ -80,3 +80,13 @@ class Blocks:
 def shard(worker: int, workers: int) -> list[tuple[int, int]]:
     """A factory: worker k's own datapoints (k, j)."""
     return [(worker, j) for j in range(3 + worker)]
+
+
+class UnpicklableAt:
+    """Datapoint 2 is a lambda, which cannot be pickled back to the parent."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        return (lambda: i) if i == 2 else i

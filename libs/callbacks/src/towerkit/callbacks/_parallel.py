@@ -26,6 +26,7 @@ from towerkit.callbacks._parallel_core import (
     keeps_position,
     merge_after_datapoint,
     merge_after_end,
+    pick_start_method,
     shard_indices,
     start_merge,
     worker_seed,
@@ -38,25 +39,24 @@ logger = logging.getLogger("towerkit.trainers")
 _POLL_S = 0.2
 """How often a wait for a worker's message checks that the workers live."""
 
-_PARENT_POLL_S = 0.5
-"""How often a worker checks that the process that started it lives."""
-
 
 # -- the worker process ----------------------------------------------------------------------
 
 
-def _watch_parent() -> None:
-    """In a worker: exit as soon as the process that started it is gone (even SIGKILLed)."""
-    parent_pid = os.getppid()
-    parent = mp.parent_process()
-    sentinel = parent.sentinel if parent is not None else None
-    while True:
-        if sentinel is not None:
-            mp.connection.wait([sentinel], timeout=_PARENT_POLL_S)
-        else:
-            time.sleep(_PARENT_POLL_S)
-        if os.getppid() != parent_pid or (parent is not None and not parent.is_alive()):
-            os._exit(0)
+def _watch_parent(alive: Any) -> None:
+    """In a worker: exit as soon as the process that started the pool is gone (even SIGKILLed).
+
+    `alive` is the read end of a pipe whose only write end the pool's process holds:
+    it reads as ended when that process dies or closes the pool. Under ``fork`` the
+    siblings inherit that write end, so the parent's sentinel is watched instead.
+    """
+    if alive is None:
+        parent = mp.parent_process()
+        if parent is None:
+            return
+        alive = parent.sentinel
+    mp.connection.wait([alive])
+    os._exit(0)
 
 
 class _Cursor:
@@ -79,7 +79,9 @@ def _pass_items(source: Any, plan: WorkerPlan, worker: int, cursor: _Cursor) -> 
         cursor.index = i + 1
 
 
-def _worker_main(source: Any, plan: WorkerPlan, worker: int, out: Any, started: Any) -> None:
+def _worker_main(
+    source: Any, plan: WorkerPlan, worker: int, out: Any, started: Any, alive: Any
+) -> None:
     """A worker's life: pass after pass over its share, each datapoint put into `out`.
 
     Messages: ``("dp", worker, datapoint, busy_s)``, ``("end", worker, pass_number)``,
@@ -88,7 +90,7 @@ def _worker_main(source: Any, plan: WorkerPlan, worker: int, out: Any, started: 
     so one pass's datapoints never mix with the next's.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
-    threading.Thread(target=_watch_parent, daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(alive,), daemon=True).start()
     cursor = _Cursor()
     pass_number = 0
     try:
@@ -106,7 +108,10 @@ def _worker_main(source: Any, plan: WorkerPlan, worker: int, out: Any, started: 
             np.random.seed(seed)
             start = time.perf_counter()
             for dp in _pass_items(source, plan, worker, cursor):
-                out.put(("dp", worker, dp, time.perf_counter() - start))
+                # pickled here, not in the queue's thread, so a datapoint that cannot
+                # be pickled is reported as this datapoint's error
+                payload = pickle.dumps(dp, protocol=pickle.HIGHEST_PROTOCOL)
+                out.put(("dp", worker, payload, time.perf_counter() - start))
                 start = time.perf_counter()
             out.put(("end", worker, pass_number))
     except BaseException:
@@ -164,6 +169,8 @@ class _Pool:
         self.name = name
         self.closed = False
         ctx = mp.get_context(plan.start_method)
+        if plan.start_method == "forkserver":
+            _preload_for(ctx, source)
         n_queues = plan.workers if plan.ordered else 1
         self.queues = [
             ctx.Queue(plan.capacity * (1 if plan.ordered else plan.workers))
@@ -173,18 +180,23 @@ class _Pool:
         self.passes = 0
         self.started = None if plan.ordered else ctx.Value("i", 0, lock=False)
         self.procs: list[Any] = []
+        alive_r, alive_w = ctx.Pipe(duplex=False)
+        alive = None if plan.start_method == "fork" else alive_r
         for k in range(plan.workers):
             out = self.queues[k if plan.ordered else 0]
             proc = ctx.Process(
                 target=_worker_main,
-                args=(source, plan, k, out, self.started),
+                args=(source, plan, k, out, self.started, alive),
                 name=f"{name} worker {k}",
                 daemon=True,
             )
             self.procs.append(proc)
         for proc in self.procs:
             proc.start()
-        self._finalizer = weakref.finalize(self, _terminate, list(self.procs), list(self.queues))
+        alive_r.close()
+        self._finalizer = weakref.finalize(
+            self, _terminate, list(self.procs), list(self.queues), alive_w
+        )
 
     def waiting(self) -> int:
         """Datapoints queued in all workers' queues (0 where the platform cannot tell)."""
@@ -231,7 +243,19 @@ class _Pool:
         self._finalizer()
 
 
-def _terminate(procs: list[Any], queues: list[Any]) -> None:
+def _preload_for(ctx: Any, source: Any) -> None:
+    """Let the fork server (when it is not running yet) import what the workers need only.
+
+    By default it imports the main module, which for a training script means
+    TensorFlow; a source defined elsewhere needs only its own module and this one.
+    """
+    module = getattr(source, "__module__", None) or type(source).__module__
+    if module != "__main__":
+        ctx.set_forkserver_preload([__name__, module])
+
+
+def _terminate(procs: list[Any], queues: list[Any], alive_w: Any) -> None:
+    alive_w.close()
     for proc in procs:
         if proc.exitcode is None:
             proc.terminate()
@@ -301,10 +325,13 @@ class ParallelIterable:
     `ParallelWorkerError` holding its traceback and the datapoint's index; one that dies
     is named within a fraction of a second after its turn comes (or the queue drains).
 
-    The default start method is ``"spawn"``: a fresh interpreter per worker, safe with
-    TensorFlow's threads in this process (``"fork"`` copies them mid-state) and the
-    same on Linux, macOS and Windows; the source (or factory) is pickled to the
-    workers, and the module defining it is imported there.
+    The default start method is ``"forkserver"`` (``"spawn"`` where the platform
+    lacks it, on Windows): a clean server process, started once per training process,
+    imports the main module and forks the workers, so they copy none of this
+    process's threads or TensorFlow state (``"fork"`` copies them mid-state; use it
+    only for a source that cannot be pickled). Under ``"spawn"`` and
+    ``"forkserver"`` the source (or factory) is pickled to the workers and the module
+    defining it is imported there. The server process ends with this process.
 
     Args:
         source: an iterable of datapoints, or a function ``(worker, workers)`` returning
@@ -312,7 +339,7 @@ class ParallelIterable:
         workers: producer processes, >= 1.
         ordered: keep one worker's order (True) or deliver as produced (False).
         seed: the base of the workers' seeds, >= 0.
-        start_method: ``"spawn"``, ``"forkserver"`` or ``"fork"``.
+        start_method: ``"spawn"``, ``"forkserver"`` or ``"fork"``; None: see above.
         capacity: datapoints each worker may have queued, >= 1.
 
     Raises:
@@ -330,7 +357,7 @@ class ParallelIterable:
         *,
         ordered: bool = True,
         seed: int = 0,
-        start_method: str = "spawn",
+        start_method: str | None = None,
         capacity: int = 8,
     ) -> None:
         factory = _is_factory(source)
@@ -343,11 +370,11 @@ class ParallelIterable:
             split=split,
             ordered=ordered,
             seed=seed,
-            start_method=start_method,
+            start_method=pick_start_method(start_method, mp.get_all_start_methods()),
             capacity=capacity,
         )
-        if start_method != "fork":
-            _check_picklable(source, start_method)
+        if self._plan.start_method != "fork":
+            _check_picklable(source, self._plan.start_method)
         self._source = source
         self._pool: _Pool | None = None
         self._lock = threading.Lock()
@@ -436,7 +463,7 @@ class ParallelIterable:
                 continue
             pool.stats.record(msg[1], msg[3], pool.waiting())
             state = merge_after_datapoint(state)
-            yield msg[2]
+            yield pickle.loads(msg[2])
 
     def _unordered_pass(self, pool: _Pool) -> Iterator[Any]:
         pool.passes += 1
@@ -448,7 +475,7 @@ class ParallelIterable:
                 ended += 1
                 continue
             pool.stats.record(msg[1], msg[3], pool.waiting())
-            yield msg[2]
+            yield pickle.loads(msg[2])
 
     def __str__(self) -> str:
         name = getattr(self._source, "__name__", type(self._source).__name__)

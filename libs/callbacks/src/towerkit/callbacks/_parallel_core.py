@@ -15,6 +15,7 @@ __all__ = [
     "choose_split",
     "keeps_position",
     "merge_after_datapoint",
+    "pick_start_method",
     "merge_after_end",
     "round_robin",
     "shard_indices",
@@ -83,6 +84,27 @@ class WorkerPlan:
     seed: int = attrs.field(default=0, validator=_seed)
     start_method: str = attrs.field(default="spawn", validator=_start_method)
     capacity: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+
+
+def pick_start_method(requested: str | None, available: Sequence[str]) -> str:
+    """The start method of a pool: `requested`, else ``forkserver`` where the platform has it.
+
+    ``forkserver`` starts one clean server process (it imports the main module once)
+    and forks each worker from it: the workers copy none of the training process's
+    threads or TensorFlow state, and start in milliseconds after the first. Where it
+    is missing (Windows) ``spawn`` starts each worker as a fresh interpreter.
+
+    Examples:
+        >>> pick_start_method(None, ["fork", "spawn", "forkserver"])
+        'forkserver'
+        >>> pick_start_method(None, ["spawn"])
+        'spawn'
+        >>> pick_start_method("fork", ["fork", "spawn", "forkserver"])
+        'fork'
+    """
+    if requested is not None:
+        return requested
+    return "forkserver" if "forkserver" in available else "spawn"
 
 
 def choose_split(has_len: bool, has_getitem: bool, factory: bool) -> Split:

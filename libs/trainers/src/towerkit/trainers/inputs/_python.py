@@ -99,8 +99,9 @@ class IterableInput(InputSource):
         ordered: with `workers`, keep the order one worker would produce (True) or
             deliver datapoints as they come (False).
         seed: with `workers`, the base of the workers' seeds (NumPy and ``random``).
-        start_method: with `workers`, ``"spawn"`` (the default), ``"forkserver"``
-            or ``"fork"``.
+        start_method: with `workers`, ``"forkserver"``, ``"spawn"`` or ``"fork"``;
+            None (the default): ``"forkserver"`` where the platform has it, else
+            ``"spawn"``.
 
     Raises:
         TypeError: `iterable` is not re-iterable, or cannot be pickled to workers.
@@ -124,7 +125,7 @@ class IterableInput(InputSource):
         workers: int | None = None,
         ordered: bool = True,
         seed: int = 0,
-        start_method: str = "spawn",
+        start_method: str | None = None,
     ) -> None:
         iterable = parallel_source(
             iterable,

@@ -17,7 +17,7 @@ def parallel_source(
     *,
     ordered: bool,
     seed: int,
-    start_method: str,
+    start_method: str | None,
     capacity: int,
 ) -> Iterable[Any]:
     """`iterable` itself without `workers`, else a `ParallelIterable` of `workers` processes.
