@@ -42,13 +42,13 @@ class TestWorkerPlan:
 
     def test_fail_kinds(self):
         """A bool, a float or an unknown start method is refused."""
-        with pytest.raises(TypeError, match="'workers' must be an int >= 1 .*got bool"):
+        with pytest.raises(TypeError, match=r"'workers' must be an int >= 1 .*got bool"):
             WorkerPlan(workers=True, split="index")
         with pytest.raises(TypeError, match="got float"):
             WorkerPlan(workers=2.0, split="index")
-        with pytest.raises(ValueError, match="'start_method' must be one of .*got 'threads'"):
+        with pytest.raises(ValueError, match=r"'start_method' must be one of .*got 'threads'"):
             WorkerPlan(workers=2, split="index", start_method="threads")
-        with pytest.raises(ValueError, match="'seed' must be an int >= 0; got -1"):
+        with pytest.raises(ValueError, match=r"'seed' must be an int >= 0; got -1"):
             WorkerPlan(workers=2, split="index", seed=-1)
 
     @given(worker_counts, st.sampled_from(["index", "stride", "factory"]), st.booleans())

@@ -143,9 +143,13 @@ class TestParallelIterable:
         """A worker's exception ends the pass with its traceback and the datapoint's index."""
         pool = ParallelIterable(RaisesAt(8, bad=5), 2)
         got = []
-        with pytest.raises(ParallelWorkerError) as info:
+
+        def drain():
             for dp in pool:
                 got.append(int(np.ravel(dp[0])[0]))
+
+        with pytest.raises(ParallelWorkerError) as info:
+            drain()
         assert got == [0, 1, 2, 3, 4], "the datapoints before it come first"
         err = info.value
         assert (err.worker, err.index) == (1, 5)
@@ -192,7 +196,8 @@ class TestParallelIterable:
         """A datapoint that cannot be pickled is the worker's error at its index."""
         pool = ParallelIterable(UnpicklableAt(), 2)
         with pytest.raises(
-            ParallelWorkerError, match=r"(?s)worker 0 raised at the datapoint of index 2 .*pickle local object"
+            ParallelWorkerError,
+            match=r"(?s)worker 0 raised at the datapoint of index 2 .*pickle local object",
         ):
             list(pool)
 
@@ -266,7 +271,8 @@ def pids_in(out):
     return [int(p) for p in found.group(1).split()]
 
 
-@pytest.mark.timeout(900, reason="three TensorFlow processes in turn on a shared 2-core machine")
+# three TensorFlow processes in turn on a shared 2-core machine
+@pytest.mark.timeout(900)
 def test_exact_resume_after_sigkill(tmp_path):
     """Killed mid-epoch with workers=2, then resumed: the uninterrupted run's weight.
 
@@ -287,7 +293,8 @@ def test_exact_resume_after_sigkill(tmp_path):
     assert final == re.findall(r"^FINAL (.+)$", reference.stdout, re.M), log
 
 
-@pytest.mark.timeout(600, reason="a TensorFlow process on a shared 2-core machine")
+# a TensorFlow process on a shared 2-core machine
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_signal_leaves_no_process(tmp_path, sig):
     """Ctrl-C or SIGTERM mid-run: training ends and no worker is left behind."""
@@ -319,7 +326,8 @@ def test_signal_leaves_no_process(tmp_path, sig):
     try:
         deadline = time.monotonic() + 400
         while not any(line.startswith("PIDS") for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "".join(lines)
+            assert proc.poll() is None, "".join(lines)
             time.sleep(0.2)
         pids = pids_in("".join(lines))
         proc.send_signal(sig)

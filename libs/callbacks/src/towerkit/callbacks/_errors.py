@@ -34,7 +34,7 @@ class ParallelWorkerError(RuntimeError):
         index: the datapoint it was producing (its index in the source, or its position
             in the pass), or None when it died or was stopped.
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
     """
 
     def __init__(self, message: str, worker: int | None = None, index: int | None = None) -> None:

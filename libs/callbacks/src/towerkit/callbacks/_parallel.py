@@ -168,7 +168,7 @@ class _Pool:
         self.plan = plan
         self.name = name
         self.closed = False
-        ctx = mp.get_context(plan.start_method)
+        ctx: Any = mp.get_context(plan.start_method)
         if plan.start_method == "forkserver":
             _preload_for(ctx, source)
         n_queues = plan.workers if plan.ordered else 1
@@ -347,7 +347,7 @@ class ParallelIterable:
             pickled under a start method that pickles it.
         ValueError: `workers` < 1, or another bad option.
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
     """
 
     def __init__(

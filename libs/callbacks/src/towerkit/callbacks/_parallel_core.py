@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -168,6 +168,10 @@ def worker_seed(seed: int, worker: int, pass_number: int) -> int:
     return (base + worker * 1_000_003 + pass_number) & 0xFFFFFFFF
 
 
+def _int_tuple(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True)
 class MergeState:
     """Where an ordered merge of one pass stands.
@@ -177,7 +181,7 @@ class MergeState:
         turn: the index in `active` of the worker whose datapoint comes next.
     """
 
-    active: tuple[int, ...] = attrs.field(converter=tuple)
+    active: tuple[int, ...] = attrs.field(converter=_int_tuple)
     turn: int = 0
 
     @property

@@ -110,7 +110,7 @@ class IterableInput(InputSource):
     .. versionadded:: 0.2
         `timeout`.
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
         `workers`, `ordered`, `seed`, `start_method`.
     """
 
