@@ -51,8 +51,9 @@ class WorkerPool(_InputCallback):
     holding datapoints when one was taken (near 1: the model is the bottleneck; near
     0: the input is), ``<prefix>/datapoints_per_s`` delivered over the epoch, and
     ``<prefix>/worker<k>_datapoints_per_s``, each worker's speed while busy. After
-    training (also after an error, `StopTraining`, Ctrl-C or SIGTERM) it stops the
-    workers, so no process outlives the run. It runs on every worker, chief or not.
+    training (also after an error, `StopTraining` or Ctrl-C) it stops the workers;
+    when the process ends without it (SIGTERM, SIGKILL), each worker sees the pipe
+    it watches close and exits, so no process outlives the run. It runs on every worker, chief or not.
 
     Args:
         pool: the source's workers.
