@@ -47,7 +47,13 @@ BATCH, DIM, CLASSES = 32, 64, 10
 
 
 class CostlySource:
-    """`n` datapoints by index, each costing `cost_s` seconds of Python."""
+    """`n` datapoints by index, each costing `cost_s` seconds of Python.
+
+    Examples:
+        >>> x, y = CostlySource(2, cost_s=0.0)[1]
+        >>> x.shape, x.dtype, y.shape
+        ((32, 64), dtype('float32'), (32,))
+    """
 
     def __init__(self, n: int, cost_s: float) -> None:
         self.n, self.cost_s = n, cost_s
