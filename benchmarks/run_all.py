@@ -1,7 +1,7 @@
 """Run every benchmark back to back and write one Markdown report with the machine it ran on.
 
 Each benchmark script (``bench_loop.py``, ``bench_restore.py``, ``bench_scaling.py``,
-``bench_export.py``, ``bench_layers.py``) times the systems it compares inside one invocation, with warm-up
+``bench_export.py``, ``bench_layers.py``, ``bench_parallel.py``) times the systems it compares inside one invocation, with warm-up
 runs and repeated, interleaved measurements, and reports medians. This script runs them
 one after the other as separate processes (so one benchmark's memory and threads do not
 disturb the next), collects the JSON each writes, and writes:
@@ -121,6 +121,14 @@ BENCHES: dict[str, dict[str, Any]] = {
         "args": [],
         "quick": ["--repeats", "1", "--steps", "20", "--warmup", "5"],
         "baseline": "the same convnet in raw tf.compat.v1 ops",
+    },
+    "parallel": {
+        "title": "Parallel input: IterableInput(workers=2) against workers=1 on a 4 ms Python source",
+        "script": "bench_parallel.py",
+        "json_flag": "--out",
+        "args": ["--steps", "400", "--warmup", "40", "--repeats", "3"],
+        "quick": ["--steps", "60", "--warmup", "10", "--repeats", "1"],
+        "baseline": "IterableInput(source, workers=1)",
     },
 }
 """Area -> its script, arguments (full and quick), the flag that names its JSON output."""
@@ -339,6 +347,12 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
             figure = f"{medians['tf.layers']:.1f}"
             what = "tf.layers steps/s (vs baseline: towerkit.layers over it)"
             rows.append((what, figure, _ratio(ratios["tf.layers"])))
+    elif area == "parallel" and isinstance(data, Mapping):
+        medians, ratios = data.get("medians", {}), data.get("ratios", {})
+        for case in ("workers=2", "thread"):
+            if isinstance(medians.get(case), int | float):
+                what = f"IterableInput {case} steps/s (vs workers=1)"
+                rows.append((what, f"{medians[case]:.1f}", _ratio(ratios.get(case))))
     elif area == "scaling" and isinstance(data, Mapping):
         for r in data.get("results", []):
             if isinstance(r, Mapping) and "case" in r:

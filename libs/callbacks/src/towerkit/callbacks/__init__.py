@@ -20,6 +20,7 @@ from towerkit.callbacks._console import VariableRow, epoch_line, format_stat, va
 from towerkit.callbacks._errors import (
     CallbackError,
     MissingStatError,
+    ParallelWorkerError,
     StatsFileError,
     StopTraining,
 )
@@ -46,6 +47,8 @@ from towerkit.callbacks._multistep import (
     execution_ends,
     execution_faults,
 )
+from towerkit.callbacks._parallel import ParallelIterable
+from towerkit.callbacks._parallel_core import WorkerPlan
 from towerkit.callbacks._paths import check_file_name, file_name_problem
 from towerkit.callbacks._pruning import (
     EPOCH_ENDS_KEPT,
@@ -295,6 +298,10 @@ __all__ = [
     "CallbackError",
     "MissingStatError",
     "StatsFileError",
+    # parallel Python input (no TensorFlow)
+    "ParallelIterable",
+    "ParallelWorkerError",
+    "WorkerPlan",
     # monitors
     "MonitorBase",
     "Monitors",

@@ -33,3 +33,20 @@ class MissingStatError(KeyError):
 
 class StatsFileError(ValueError):
     """A ``stats.json`` is damaged; the message names the file, the position and what was expected."""
+
+
+class ParallelWorkerError(RuntimeError):
+    """A worker process of a `ParallelIterable` raised, or died; the message names it.
+
+    Attributes:
+        worker: the worker's id (0-based), or None when not known.
+        index: the datapoint it was producing (its index in the source, or its position
+            in the pass), or None when it died or was stopped.
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(self, message: str, worker: int | None = None, index: int | None = None) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.index = index

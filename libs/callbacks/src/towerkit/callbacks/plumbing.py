@@ -5,9 +5,10 @@ What sibling libs (the trainers, the conformance suite) and the command-line too
 each builder has one definition: the trigger kinds and gated methods, the builders of
 the trigger shells' records, the loop event of a trainer (``trainer_event``), the checks
 of several steps per session call, ``stop_process_group``, the console stream that
-never ends a run (``CONSOLE``, ``console_lines``), and the input vocabulary
+never ends a run (``CONSOLE``, ``console_lines``), the input vocabulary
 (``input_kind``, ``DatapointLayout``, ``conform_datapoint``) that training and inference
-inputs share. Names here may change or
+inputs share, and the pure core of parallel Python input (how a source is split
+across worker processes, the ordered merge, the workers' seeds). Names here may change or
 go between any two releases without deprecation: programs should use the names of
 ``towerkit.callbacks`` instead.
 Importing this module never loads TensorFlow.
@@ -26,6 +27,21 @@ from towerkit.callbacks._datapoints import (
 )
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS
 from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
+from towerkit.callbacks._parallel import PoolStats
+from towerkit.callbacks._parallel_core import (
+    SPLITS,
+    START_METHODS,
+    MergeState,
+    choose_split,
+    keeps_position,
+    merge_after_datapoint,
+    merge_after_end,
+    pick_start_method,
+    round_robin,
+    shard_indices,
+    start_merge,
+    worker_seed,
+)
 from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._shell_records import (
     SHELL_RECORDS,
@@ -44,6 +60,19 @@ __all__ = [
     "CONSOLE",
     "ConsoleStream",
     "console_lines",
+    "SPLITS",
+    "START_METHODS",
+    "MergeState",
+    "PoolStats",
+    "choose_split",
+    "keeps_position",
+    "merge_after_datapoint",
+    "merge_after_end",
+    "pick_start_method",
+    "round_robin",
+    "shard_indices",
+    "start_merge",
+    "worker_seed",
     "GATED_KINDS",
     "INPUT_KINDS",
     "INPUT_SOURCE_METHODS",

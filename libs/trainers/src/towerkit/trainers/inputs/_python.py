@@ -9,7 +9,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.callbacks import Callback
+from towerkit.callbacks import Callback, ParallelIterable
 from towerkit.callbacks.plumbing import DatapointLayout, datapoint_tuple
 from towerkit.towers.compat import tf1
 from towerkit.trainers.inputs._base import InputSignatureError, InputSource, spec_mismatches
@@ -25,6 +25,7 @@ from towerkit.trainers.inputs._sources import (
     _reset_iterable,
     iterable_size,
 )
+from towerkit.trainers.inputs._workers import WorkerPool, parallel_source
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -77,25 +78,63 @@ class IterableInput(InputSource):
     and Ctrl-C works as documented for the trainer: the first asks training to stop
     after the step, the second aborts it, even while the step waits for this input.
 
+    With `workers`, the datapoints are produced by that many processes (a
+    `towerkit.callbacks.ParallelIterable`: see there how the source is split, ordered
+    and seeded, and the start method); the thread only feeds what they produce. The
+    workers start with the first pass, are stopped after training, and their queue
+    fill and speed are written to the monitors at each epoch's end (``WorkerPool``).
+    A worker that raises or dies stops training with `InputProducerError`, whose
+    cause names the worker, the datapoint and the worker's traceback. An
+    `iterable` that is a `ParallelIterable` gets the same care.
+
     Args:
-        iterable: re-iterable datapoints (not a one-pass iterator).
+        iterable: re-iterable datapoints (not a one-pass iterator); with `workers`,
+            also an object with ``__len__`` and ``__getitem__``, or a function
+            ``(worker, workers)`` returning worker k's iterable.
         prefetch: batches the queue holds, >= 1 (``tf.data.AUTOTUNE``: 8).
         timeout: seconds the iterable may take to give one datapoint (or to start a
             pass), > 0; None (the default) waits however long it takes.
+        workers: producer processes, >= 1; None (the default): the feeding thread
+            produces them itself.
+        ordered: with `workers`, keep the order one worker would produce (True) or
+            deliver datapoints as they come (False).
+        seed: with `workers`, the base of the workers' seeds (NumPy and ``random``).
+        start_method: with `workers`, ``"forkserver"``, ``"spawn"`` or ``"fork"``;
+            None (the default): ``"forkserver"`` where the platform has it, else
+            ``"spawn"``.
 
     Raises:
-        TypeError: `iterable` is not re-iterable.
-        ValueError: a `timeout` that is not > 0.
+        TypeError: `iterable` is not re-iterable, or cannot be pickled to workers.
+        ValueError: a `timeout` that is not > 0, `workers` < 1.
 
     .. versionadded:: 0.2
         `timeout`.
+
+    .. versionadded:: 0.2
+        `workers`, `ordered`, `seed`, `start_method`.
     """
 
     _default_capacity = 8
 
     def __init__(
-        self, iterable: Iterable[Any], *, prefetch: int = 8, timeout: float | None = None
+        self,
+        iterable: Iterable[Any],
+        *,
+        prefetch: int = 8,
+        timeout: float | None = None,
+        workers: int | None = None,
+        ordered: bool = True,
+        seed: int = 0,
+        start_method: str | None = None,
     ) -> None:
+        iterable = parallel_source(
+            iterable,
+            workers,
+            ordered=ordered,
+            seed=seed,
+            start_method=start_method,
+            capacity=prefetch if isinstance(prefetch, int) and prefetch > 0 else 8,
+        )
         _check_reiterable(iterable, "iterable")
         self._timeout = _check_timeout(timeout)
         checked = _check_prefetch(prefetch)
@@ -139,7 +178,11 @@ class IterableInput(InputSource):
         return list(got) if isinstance(got, (list, tuple)) else [got]
 
     def _get_callbacks(self) -> list[Callback]:
-        return [InputFeeder(str(self), self.reset_state, self._feeder)]  # type: ignore[arg-type]
+        feeder = InputFeeder(str(self), self.reset_state, self._feeder)  # type: ignore[arg-type]
+        if isinstance(self._iterable, ParallelIterable):
+            # first: after training the workers stop before the thread is joined
+            return [WorkerPool(self._iterable), feeder]
+        return [feeder]
 
     def _size(self) -> int | None:
         return iterable_size(self._iterable)

@@ -1,0 +1,501 @@
+"""`ParallelIterable`: a Python source's datapoints produced by a pool of worker processes."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import random
+import signal
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from towerkit.callbacks._errors import ParallelWorkerError
+from towerkit.callbacks._parallel_core import (
+    MergeState,
+    WorkerPlan,
+    choose_split,
+    keeps_position,
+    merge_after_datapoint,
+    merge_after_end,
+    pick_start_method,
+    shard_indices,
+    start_merge,
+    worker_seed,
+)
+
+__all__ = ["ParallelIterable", "PoolStats"]
+
+logger = logging.getLogger("towerkit.trainers")
+
+_POLL_S = 0.2
+"""How often a wait for a worker's message checks that the workers live."""
+
+
+# -- the worker process ----------------------------------------------------------------------
+
+
+def _watch_parent(alive: Any) -> None:
+    """In a worker: exit as soon as the process that started the pool is gone (even SIGKILLed).
+
+    `alive` is the read end of a pipe whose only write end the pool's process holds:
+    it reads as ended when that process dies or closes the pool. Under ``fork`` the
+    siblings inherit that write end, so the parent's sentinel is watched instead.
+    """
+    if alive is None:
+        parent = mp.parent_process()
+        if parent is None:
+            return
+        alive = parent.sentinel
+    mp.connection.wait([alive])
+    os._exit(0)
+
+
+class _Cursor:
+    """The datapoint a worker is producing: its index, or its position in the pass."""
+
+    index = 0
+
+
+def _pass_items(source: Any, plan: WorkerPlan, worker: int, cursor: _Cursor) -> Iterator[Any]:
+    """The datapoints worker `worker` produces in one pass; `cursor` says which is next."""
+    if plan.split == "index":
+        for i in shard_indices(len(source), plan.workers, worker):
+            cursor.index = i
+            yield source[i]
+        return
+    cursor.index = 0
+    for i, dp in enumerate(source):
+        if plan.split == "factory" or keeps_position(i, plan.workers, worker):
+            yield dp
+        cursor.index = i + 1
+
+
+def _worker_main(
+    source: Any, plan: WorkerPlan, worker: int, out: Any, started: Any, alive: Any
+) -> None:
+    """A worker's life: pass after pass over its share, each datapoint put into `out`.
+
+    Messages: ``("dp", worker, datapoint, busy_s)``, ``("end", worker, pass_number)``,
+    and ``("err", worker, index, pass_number, traceback_text)``, after which it ends.
+    With `started` (unordered pools) a pass begins only once the parent has begun it,
+    so one pass's datapoints never mix with the next's.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    threading.Thread(target=_watch_parent, args=(alive,), daemon=True).start()
+    cursor = _Cursor()
+    pass_number = 0
+    try:
+        if plan.split == "factory":
+            source = source(worker, plan.workers)
+        reset = getattr(source, "reset_state", None)
+        if callable(reset):
+            reset()
+        while True:
+            pass_number += 1
+            while started is not None and started.value < pass_number:
+                time.sleep(0.005)
+            seed = worker_seed(plan.seed, worker, pass_number)
+            random.seed(seed)
+            np.random.seed(seed)
+            start = time.perf_counter()
+            for dp in _pass_items(source, plan, worker, cursor):
+                # pickled here, not in the queue's thread, so a datapoint that cannot
+                # be pickled is reported as this datapoint's error
+                payload = pickle.dumps(dp, protocol=pickle.HIGHEST_PROTOCOL)
+                out.put(("dp", worker, payload, time.perf_counter() - start))
+                start = time.perf_counter()
+            out.put(("end", worker, pass_number))
+    except BaseException:
+        out.put(("err", worker, cursor.index, pass_number, traceback.format_exc()))
+        out.close()
+        out.join_thread()
+
+
+# -- the pool, seen from the parent ------------------------------------------------------------
+
+
+class PoolStats:
+    """What a pool did since the last ``take``: datapoints, the workers' speed, queue fill."""
+
+    def __init__(self, workers: int, capacity: int) -> None:
+        self._lock = threading.Lock()
+        self._capacity = capacity * workers
+        self._busy = [0.0] * workers
+        self._made = [0] * workers
+        self._fill_sum = 0
+        self._gets = 0
+        self._since = time.monotonic()
+
+    def record(self, worker: int, busy_s: float, waiting: int) -> None:
+        """One datapoint from `worker`, which took it `busy_s` s; `waiting` left queued."""
+        with self._lock:
+            self._busy[worker] += busy_s
+            self._made[worker] += 1
+            self._fill_sum += waiting
+            self._gets += 1
+
+    def take(self) -> dict[str, float]:
+        """The statistics since the last call (names relative to the input), then reset."""
+        with self._lock:
+            now = time.monotonic()
+            elapsed = max(now - self._since, 1e-9)
+            out = {"datapoints_per_s": sum(self._made) / elapsed}
+            if self._gets:
+                out["queue_fill"] = self._fill_sum / self._gets / self._capacity
+            for k, (busy, made) in enumerate(zip(self._busy, self._made)):
+                if busy > 0:
+                    out[f"worker{k}_datapoints_per_s"] = made / busy
+            self._busy = [0.0] * len(self._busy)
+            self._made = [0] * len(self._made)
+            self._fill_sum = self._gets = 0
+            self._since = now
+            return out
+
+
+class _Pool:
+    """Running workers, their queues, and the messages read from them."""
+
+    def __init__(self, source: Any, plan: WorkerPlan, name: str) -> None:
+        self.plan = plan
+        self.name = name
+        self.closed = False
+        ctx: Any = mp.get_context(plan.start_method)
+        if plan.start_method == "forkserver":
+            _preload_for(ctx, source)
+        n_queues = plan.workers if plan.ordered else 1
+        self.queues = [
+            ctx.Queue(plan.capacity * (1 if plan.ordered else plan.workers))
+            for _ in range(n_queues)
+        ]
+        self.stats = PoolStats(plan.workers, plan.capacity)
+        self.passes = 0
+        self.started = None if plan.ordered else ctx.Value("i", 0, lock=False)
+        self.procs: list[Any] = []
+        alive_r, alive_w = ctx.Pipe(duplex=False)
+        alive = None if plan.start_method == "fork" else alive_r
+        for k in range(plan.workers):
+            out = self.queues[k if plan.ordered else 0]
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(source, plan, k, out, self.started, alive),
+                name=f"{name} worker {k}",
+                daemon=True,
+            )
+            self.procs.append(proc)
+        for proc in self.procs:
+            proc.start()
+        alive_r.close()
+        self._finalizer = weakref.finalize(
+            self, _terminate, list(self.procs), list(self.queues), alive_w
+        )
+
+    def waiting(self) -> int:
+        """Datapoints queued in all workers' queues (0 where the platform cannot tell)."""
+        try:
+            return sum(q.qsize() for q in self.queues)
+        except NotImplementedError:  # macOS
+            return 0
+
+    def get(self, queue_index: int) -> tuple[Any, ...]:
+        """The next message of a queue; raise when the pool is closed or a worker died."""
+        q = self.queues[queue_index]
+        while True:
+            if self.closed:
+                raise _PoolClosed
+            try:
+                msg: tuple[Any, ...] = q.get(timeout=_POLL_S)
+            except queue.Empty:
+                self.check_alive()
+                continue
+            return msg
+
+    def check_alive(self) -> None:
+        """Raise `ParallelWorkerError` naming the first worker that ended unasked."""
+        for k, proc in enumerate(self.procs):
+            code = proc.exitcode
+            if code is None or self.closed:
+                continue
+            if code < 0:
+                try:
+                    how = f"was killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"was killed by signal {-code}"
+            else:
+                how = f"exited with code {code}"
+            msg = (
+                f"{self.name}: worker {k} (pid {proc.pid}) {how} while producing datapoints "
+                "(out of memory? killed from outside?); training stops"
+            )
+            raise ParallelWorkerError(msg, worker=k)
+
+    def close(self) -> None:
+        """Stop every worker now (SIGTERM, then SIGKILL) and release the queues."""
+        self.closed = True
+        self._finalizer()
+
+
+def _preload_for(ctx: Any, source: Any) -> None:
+    """Let the fork server (when it is not running yet) import what the workers need only.
+
+    By default it imports the main module, which for a training script means
+    TensorFlow; a source defined elsewhere needs only its own module and this one.
+    """
+    module = getattr(source, "__module__", None) or type(source).__module__
+    if module != "__main__":
+        ctx.set_forkserver_preload([__name__, module])
+
+
+def _terminate(procs: list[Any], queues: list[Any], alive_w: Any) -> None:
+    alive_w.close()
+    for proc in procs:
+        if proc.exitcode is None:
+            proc.terminate()
+    deadline = time.monotonic() + 2.0
+    for proc in procs:
+        proc.join(max(deadline - time.monotonic(), 0.01))
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join(1.0)
+    for q in queues:
+        q.cancel_join_thread()
+        q.close()
+
+
+class _PoolClosed(Exception):
+    """Raised in a pass when the pool was closed under it (the end of training)."""
+
+
+def _is_factory(source: Any) -> bool:
+    return callable(source) and not isinstance(source, Iterable)
+
+
+def _check_reiterable(source: Any) -> None:
+    if isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
+        msg = (
+            "'source' must be a re-iterable collection of datapoints (a list, a DataFlow, an "
+            "object with __len__ and __getitem__), or a function (worker, workers) returning "
+            f"worker k's iterable; got {type(source).__name__}"
+        )
+        raise TypeError(msg)
+    if isinstance(source, Iterator):
+        msg = (
+            f"'source' is an iterator ({type(source).__name__}), which gives one pass only and "
+            "cannot be shared by worker processes: pass an object whose __iter__ starts a new "
+            "pass, or a function (worker, workers) building each worker's iterable"
+        )
+        raise TypeError(msg)
+
+
+class ParallelIterable:
+    """Datapoints of a Python source produced by `workers` processes, as one re-iterable.
+
+    Accepted wherever a DataFlow is (``TrainConfig(dataflow=...)``, `IterableInput`,
+    ``InferenceRunner``, ``SimpleDatasetPredictor``); ``IterableInput(source,
+    workers=N)`` builds one. Each ``iter()`` is one pass over the source.
+
+    How the source is split (`WorkerPlan.split`):
+
+    - a source with ``__len__`` and ``__getitem__``: worker k produces
+      ``source[k], source[k + N], ...`` (``index``);
+    - another iterable: each worker iterates the whole source and keeps every N-th
+      datapoint (``stride``): the source's own iteration runs N times over, so this
+      pays only where producing a datapoint costs more than skipping it;
+    - a function ``source(k, N)`` returning worker k's own iterable (``factory``).
+
+    With `ordered` (the default) datapoints come in the order one worker would give
+    them (``source[0], source[1], ...`` under ``index`` and ``stride``; worker 0's
+    first, worker 1's first, ... with a factory), so runs and resumes reproduce;
+    otherwise as the workers finish them. Each worker seeds NumPy's and ``random``'s
+    global generators with ``worker_seed(seed, k, pass)`` before each pass, so
+    augmentations differ between workers and passes and repeat between runs.
+
+    The workers start at the first pass and live across passes; each has a queue of
+    `capacity` datapoints (bounded: a worker waits when it is full). ``reset_state``
+    and ``close`` stop them; a worker exits by itself within a second when the process
+    that started it is gone (even SIGKILLed). A worker that raises ends the pass with
+    `ParallelWorkerError` holding its traceback and the datapoint's index; one that dies
+    is named within a fraction of a second after its turn comes (or the queue drains).
+
+    The default start method is ``"forkserver"`` (``"spawn"`` where the platform
+    lacks it, on Windows): a clean server process, started once per training process,
+    imports the main module and forks the workers, so they copy none of this
+    process's threads or TensorFlow state (``"fork"`` copies them mid-state; use it
+    only for a source that cannot be pickled). Under ``"spawn"`` and
+    ``"forkserver"`` the source (or factory) is pickled to the workers and the module
+    defining it is imported there. The server process ends with this process.
+
+    Args:
+        source: an iterable of datapoints, or a function ``(worker, workers)`` returning
+            worker `worker`'s iterable (both 0-based counts, ``workers`` = N).
+        workers: producer processes, >= 1.
+        ordered: keep one worker's order (True) or deliver as produced (False).
+        seed: the base of the workers' seeds, >= 0.
+        start_method: ``"spawn"``, ``"forkserver"`` or ``"fork"``; None: see above.
+        capacity: datapoints each worker may have queued, >= 1.
+
+    Raises:
+        TypeError: `source` is neither re-iterable nor a function, or cannot be
+            pickled under a start method that pickles it.
+        ValueError: `workers` < 1, or another bad option.
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(
+        self,
+        source: Iterable[Any] | Callable[[int, int], Iterable[Any]],
+        workers: int,
+        *,
+        ordered: bool = True,
+        seed: int = 0,
+        start_method: str | None = None,
+        capacity: int = 8,
+    ) -> None:
+        factory = _is_factory(source)
+        indexed = hasattr(source, "__len__") and hasattr(source, "__getitem__")
+        if not (factory or indexed):
+            _check_reiterable(source)
+        split = choose_split(indexed, indexed, factory)
+        self._plan = WorkerPlan(
+            workers=workers,
+            split=split,
+            ordered=ordered,
+            seed=seed,
+            start_method=pick_start_method(start_method, mp.get_all_start_methods()),
+            capacity=capacity,
+        )
+        if self._plan.start_method != "fork":
+            _check_picklable(source, self._plan.start_method)
+        self._source = source
+        self._pool: _Pool | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def plan(self) -> WorkerPlan:
+        """The workers' plan (split, order, seeds, start method)."""
+        return self._plan
+
+    @property
+    def source(self) -> Any:
+        """The source (or the function building each worker's)."""
+        return self._source
+
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of the running workers (empty when none run)."""
+        pool = self._pool
+        return [] if pool is None else [p.pid for p in pool.procs if p.pid is not None]
+
+    def stats(self) -> dict[str, float]:
+        """Queue fill (0 to 1), datapoints/s delivered and each worker's, since the last call."""
+        pool = self._pool
+        return {} if pool is None else pool.stats.take()
+
+    def __len__(self) -> int:
+        if self._plan.split == "factory":
+            msg = f"{self}: the length of a source built by a function is not known"
+            raise TypeError(msg)
+        return len(self._source)  # type: ignore[arg-type]
+
+    def reset_state(self) -> None:
+        """Stop the workers; the next pass starts fresh ones (seeded as in a new run)."""
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers now; a pass in progress in another thread ends with an error."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def _running(self) -> _Pool:
+        with self._lock:
+            if self._pool is None:
+                self._pool = _Pool(self._source, self._plan, str(self))
+            return self._pool
+
+    def __iter__(self) -> Iterator[Any]:
+        pool = self._running()
+        try:
+            if self._plan.ordered:
+                yield from self._ordered_pass(pool)
+            else:
+                yield from self._unordered_pass(pool)
+        except _PoolClosed:
+            msg = f"{self}: the workers were stopped during a pass"
+            raise ParallelWorkerError(msg) from None
+        except GeneratorExit:
+            # a pass left before its end: the workers are mid-pass, start afresh next time
+            if self._pool is pool:
+                self.close()
+            raise
+
+    def _message(self, pool: _Pool, queue_index: int) -> tuple[Any, ...]:
+        msg = pool.get(queue_index)
+        if msg[0] == "err":
+            _, worker, index, pass_number, text = msg
+            what = "index" if self._plan.split == "index" else "position"
+            err = ParallelWorkerError(
+                f"{self}: worker {worker} raised at the datapoint of {what} {index} (0-based) "
+                f"in its pass {pass_number}:\n{text.rstrip()}",
+                worker=worker,
+                index=index,
+            )
+            self.close()
+            raise err
+        return msg
+
+    def _ordered_pass(self, pool: _Pool) -> Iterator[Any]:
+        state: MergeState = start_merge(self._plan.workers)
+        while not state.done:
+            msg = self._message(pool, state.current)
+            if msg[0] == "end":
+                state = merge_after_end(state)
+                continue
+            pool.stats.record(msg[1], msg[3], pool.waiting())
+            state = merge_after_datapoint(state)
+            yield pickle.loads(msg[2])
+
+    def _unordered_pass(self, pool: _Pool) -> Iterator[Any]:
+        pool.passes += 1
+        pool.started.value = pool.passes  # type: ignore[union-attr]
+        ended = 0
+        while ended < self._plan.workers:
+            msg = self._message(pool, 0)
+            if msg[0] == "end":
+                ended += 1
+                continue
+            pool.stats.record(msg[1], msg[3], pool.waiting())
+            yield pickle.loads(msg[2])
+
+    def __str__(self) -> str:
+        name = getattr(self._source, "__name__", type(self._source).__name__)
+        return f"ParallelIterable({name}, workers={self._plan.workers})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        msg = f"{self} holds running processes and cannot be pickled; pickle its source instead"
+        raise TypeError(msg)
+
+
+def _check_picklable(source: Any, start_method: str) -> None:
+    try:
+        pickle.dumps(source)
+    except Exception as err:  # pickling raises many kinds
+        msg = (
+            f"the source of a parallel input ({type(source).__name__}) cannot be pickled to "
+            f"its worker processes under start_method={start_method!r}: {type(err).__name__}: "
+            f"{err}. Define the source's class (or a function `source(worker, workers)` "
+            "building each worker's iterable) at the top level of an importable module, "
+            "or give start_method='fork' (Linux and macOS only; it copies this process, "
+            "threads excepted)"
+        )
+        raise TypeError(msg) from err

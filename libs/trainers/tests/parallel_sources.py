@@ -1,0 +1,92 @@
+"""Sources for the parallel input tests, importable by the worker processes they spawn."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import numpy as np
+
+
+class Indexed:
+    """Datapoints ``[i]`` for i in range(n), by index, each costing `cost_s` of Python."""
+
+    def __init__(self, n: int, cost_s: float = 0.0) -> None:
+        self.n = n
+        self.cost_s = cost_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if self.cost_s:
+            end = time.perf_counter() + self.cost_s
+            while time.perf_counter() < end:
+                pass
+        return [np.array([[float(i)]], np.float32)]
+
+
+class Streamed:
+    """The same datapoints as `Indexed`, from a generator (no index)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [np.array([[float(i)]], np.float32)]
+
+
+class Augmented:
+    """Datapoints drawn from NumPy's and random's global generators (what augmentations do)."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        return (i, float(np.random.rand()), random.random(), os.getpid())
+
+
+class RaisesAt:
+    """Raises ValueError at index `bad`."""
+
+    def __init__(self, n: int, bad: int) -> None:
+        self.n = n
+        self.bad = bad
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i == self.bad:
+            msg = f"bad datapoint {i}"
+            raise ValueError(msg)
+        return [np.array([[float(i)]], np.float32)]
+
+
+class Blocks:
+    """Datapoint 0, then blocks forever."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        if i >= 1:
+            time.sleep(3600)
+        return [np.array([[float(i)]], np.float32)]
+
+
+def shard(worker: int, workers: int) -> list[tuple[int, int]]:
+    """A factory: worker k's own datapoints (k, j)."""
+    return [(worker, j) for j in range(3 + worker)]
+
+
+class UnpicklableAt:
+    """Datapoint 2 is a lambda, which cannot be pickled back to the parent."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        return (lambda: i) if i == 2 else i
