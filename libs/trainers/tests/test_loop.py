@@ -382,7 +382,8 @@ class TestLogdir:
         trainer, _ = counter_trainer()
         with pytest.raises(
             FileExistsError,
-            match=r"the logdir is not empty \(it holds 'stats.json'\): pass logdir_action='keep'",
+            match=r"the logdir '.*log' is not empty \(it holds 'stats.json'\): pass "
+            r"logdir_action='overwrite' to move it aside to '.*log.old-<timestamp>'",
         ):
             trainer.train([], [], creator(), None, 1, 1, 1, logdir=logdir)
 
@@ -578,7 +579,7 @@ class TestFailedRun:
         assert "stats.json" in names
         assert any(n.startswith("events.out.tfevents") for n in names)
         assert "model-2.index" in names
-        with pytest.raises(FileExistsError, match="the logdir is not empty"):
+        with pytest.raises(FileExistsError, match="the logdir '.*' is not empty"):
             writing_run(logdir)
 
     def test_no_event_file_before_training(self, logdir):
