@@ -145,6 +145,8 @@ class TestGrid:
         cols, rows = grid_shape(panels, columns)
         assert cols * rows >= panels > cols * (rows - 1)
         assert cols <= columns
+        assert rows == -(-panels // columns), "the fewest rows"
+        assert cols * rows - panels < rows, "fewer empty cells than rows: no empty column"
 
     def test_bad_grid(self):
         """Zero panels is refused."""
@@ -163,10 +165,10 @@ class TestPlot:
         assert png_size(tmp_path / "run" / "stats.png") == image_size(3) == (1200, 300)
 
     def test_per_stat_layout(self, tmp_path):
-        """--per-stat: one panel per statistic, 4 statistics make a 1200x600 PNG."""
+        """--per-stat: one panel per statistic, 4 statistics make a 2x2 grid, 800x600, no empty cell."""
         write_stats(tmp_path / "run")
         assert main([str(tmp_path / "run"), "--per-stat"]) == 0
-        assert png_size(tmp_path / "run" / "stats.png") == image_size(4) == (1200, 600)
+        assert png_size(tmp_path / "run" / "stats.png") == image_size(4) == (800, 600)
 
     @pytest.mark.parametrize("umask", [0o022, 0o027])
     def test_png_mode_follows_umask(self, tmp_path, umask):

@@ -579,7 +579,7 @@ class TestFailedRun:
         assert "stats.json" in names
         assert any(n.startswith("events.out.tfevents") for n in names)
         assert "model-2.index" in names
-        with pytest.raises(FileExistsError, match="the logdir '.*' is not empty"):
+        with pytest.raises(FileExistsError, match=r"the logdir '.*' is not empty"):
             writing_run(logdir)
 
     def test_no_event_file_before_training(self, logdir):
