@@ -145,7 +145,7 @@ def externally_managed_python() -> str | None:
 
 @pytest.mark.procs
 @pytest.mark.slow
-@pytest.mark.timeout(400, reason="a venv and pip install of nox on 2 shared cores: 1-2 min")
+@pytest.mark.timeout(400)  # a venv and pip install of nox on 2 shared cores: 1-2 min
 def test_setup_command_runs_in_a_fresh_venv(tmp_path):
     """The set-up command, run by bash as written, makes the venv, installs nox and runs it.
 
@@ -204,7 +204,7 @@ def test_quick_start_installs_what_it_names():
 
 @pytest.mark.procs
 @pytest.mark.slow
-@pytest.mark.timeout(600, reason="three TensorFlow programs in a row on 2 shared cores")
+@pytest.mark.timeout(600)  # three TensorFlow programs in a row on 2 shared cores
 def test_quick_start_trains(tmp_path):
     """Run as a script in an empty directory, it learns the weights and writes its logdir;
     plot-stats plots it; run a second time, it stops with a short error naming the logdir."""
