@@ -99,7 +99,7 @@ class TestDigitsDemo:
         assert re.search(r"^best validation error 0\.\d+, at epoch [12] of 2: ", done.stdout, re.M)
         assert re.search(r"chose the checkpoint: epoch [12]\)$", done.stdout, re.M)
         assert (
-            "6 restored, 22 unused in the source (14 optimizer slots, 6 moving averages, "
+            "6 restored, 24 unused in the source (14 optimizer slots, 8 moving averages, "
             "2 others: global_step, learning_rate)"
         ) in done.stderr
         epochs = re.findall(r"\] epoch (\d)/2  \d+\.\d s  cross_entropy_loss ", done.stderr)
