@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import pytest
 from hypothesis import given
@@ -198,3 +199,52 @@ class TestProgramOutput:
         loud = run_script(tmp_path, tmp_path / "fresh", TOWERKIT_VERBOSE="1")
         assert loud.returncode == 0, loud.stderr[-3000:]
         assert "CANCELLED" in loud.stderr or "MLIR" in loud.stderr
+
+
+@pytest.mark.slow
+def test_restore_mismatch_traceback(tmp_path, monkeypatch):
+    """A checkpoint that does not fit the model: the error keeps only the caller's frames."""
+    import numpy as np
+    import tensorflow as tf
+
+    from towerkit.sessinit import RestoreMismatchError, SmartInit
+    from towerkit.trainers import (
+        ModelDesc,
+        NumpyInput,
+        SimpleTrainer,
+        TrainConfig,
+        launch_train_with_config,
+    )
+
+    monkeypatch.delenv("TOWERKIT_TRACEBACK", raising=False)
+    tf1 = tf.compat.v1
+    with tf.Graph().as_default():
+        tf1.get_variable("w", [2, 1])
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            prefix = tf1.train.Saver().save(sess, str(tmp_path / "ckpt" / "model"), 5)
+
+    class Linear(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec((None, 3), tf.float32, "x")]
+
+        def build_graph(self, x):
+            w = tf1.get_variable("w", [3, 1])
+            return tf.reduce_mean(tf.matmul(x, w), name="cost")
+
+        def optimizer(self):
+            return tf1.train.GradientDescentOptimizer(0.1)
+
+    config = TrainConfig(
+        model=Linear(),
+        data=NumpyInput([np.zeros((8, 3), np.float32)], batch_size=4),
+        session_init=SmartInit(prefix),
+        max_epoch=1,
+        logdir=str(tmp_path / "log"),
+    )
+    with tf.Graph().as_default(), pytest.raises(RestoreMismatchError) as info:
+        launch_train_with_config(config, SimpleTrainer())
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert [f.name for f in frames] == ["test_restore_mismatch_traceback"]
+    assert info.value.__notes__ == [NOTE]
+    assert "'w'" in str(info.value)
