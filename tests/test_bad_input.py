@@ -352,7 +352,7 @@ CONFIGS = [
     Case(
         "logdir-not-empty",
         T.LogdirNotEmptyError,
-        r"the logdir is not empty \(it holds 'stats.json'\)",
+        r"the logdir '.*' is not empty \(it holds 'stats.json'\)",
         lambda tmp, _: launch(tmp),
         prepare=non_empty_logdir,
     ),

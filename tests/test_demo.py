@@ -35,6 +35,38 @@ def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], str]:
     return done, logdir
 
 
+def run_demo_importtime(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the demo with `args` under ``python -X importtime`` (each import listed on stderr)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", str(example_path("digits")), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def imported_tensorflow(importtime_stderr: str) -> bool:
+    """Whether ``-X importtime``'s lines show TensorFlow imported."""
+    return bool(re.search(r"^import time:.*\| tensorflow$", importtime_stderr, re.M))
+
+
+@pytest.mark.procs
+def test_bad_logdir_refused_before_tensorflow(tmp_path):
+    """A --logdir that is a file is one error line, status 2, before TensorFlow loads."""
+    path = tmp_path / "notes.txt"
+    path.write_text("x")
+    done = run_demo_importtime("--logdir", str(path))
+    assert done.returncode == 2
+    assert f"train.py: error: --logdir {path} is a file, not a folder" in done.stderr
+    assert not imported_tensorflow(done.stderr)
+    again = run_demo_importtime("--epochs", "0")
+    assert "train.py: error: --epochs must be >= 1; got 0" in again.stderr
+    assert not imported_tensorflow(again.stderr)
+
+
 @pytest.mark.procs
 @pytest.mark.slow
 class TestDigitsDemo:
@@ -74,7 +106,7 @@ class TestDigitsDemo:
         assert re.search(r"^best validation error 0\.\d+, at epoch [12] of 2: ", done.stdout, re.M)
         assert re.search(r"chose the checkpoint: epoch [12]\)$", done.stdout, re.M)
         assert (
-            "6 restored, 22 unused in the source (14 optimizer slots, 6 moving averages, "
+            "6 restored, 24 unused in the source (14 optimizer slots, 8 moving averages, "
             "2 others: global_step, learning_rate)"
         ) in done.stderr
         epochs = re.findall(r"\] epoch (\d)/2  \d+\.\d s  cross_entropy_loss ", done.stderr)
@@ -83,20 +115,28 @@ class TestDigitsDemo:
         assert "\r" not in done.stderr, "no progress-bar frames in a pipe"
 
     def test_existing_logdir_names_the_flag(self, demo_run):
-        """A second run without --overwrite fails with the folder and the script's flags."""
+        """A second run without --overwrite fails at once (TensorFlow never imported) with the
+        folder and the script's flags."""
         _, logdir = demo_run
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-        done = subprocess.run(
-            [sys.executable, str(example_path("digits")), "--logdir", logdir, "--epochs", "1"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-            check=False,
-        )
+        done = run_demo_importtime("--logdir", logdir, "--epochs", "1")
         assert done.returncode == 2
         assert f"train.py: error: {logdir} already holds a run: pass --overwrite" in done.stderr
         assert "--logdir DIR" in done.stderr
+        assert not imported_tensorflow(done.stderr)
+        assert done.stdout == ""
+
+    def test_says_what_it_does(self, demo_run):
+        """The first line comes before TensorFlow loads; each later stage is announced."""
+        done, _ = demo_run
+        lines = done.stdout.splitlines()
+        assert lines[0] == "loading TensorFlow (10 to 40 s) ..."
+        for stage in ("exporting the best model", "reloading the SavedModel", "plotting"):
+            assert any(line.startswith(stage) for line in lines), stage
+
+    def test_epoch_line_shows_total_cost(self, demo_run):
+        """The epoch line shows total_cost, the cost the progress bar shows and training minimizes."""
+        done, _ = demo_run
+        assert len(re.findall(r"\] epoch \d/2  .* total_cost \d", done.stderr)) == 2
 
     def test_predictions_printed(self, demo_run):
         """Ten labels and ten predictions are printed, mostly equal."""
@@ -149,7 +189,7 @@ class TestDigitsDemo:
         with open(os.path.join(logdir, "training_curves.png"), "rb") as f:
             head = f.read(24)
         assert head[:8] == b"\x89PNG\r\n\x1a\n"
-        assert struct.unpack(">II", head[16:24]) == (1200, 600)
+        assert struct.unpack(">II", head[16:24]) == (800, 600), "4 panels, 2x2, no empty cell"
 
     def test_saved_model_reloads_here(self, demo_run):
         """The SavedModel reloads in this process and classifies the validation split."""

@@ -101,10 +101,115 @@ def test_quick_start_is_short():
     assert len(code) <= 22
 
 
+def section(title: str) -> str:
+    """The text of README.md's section `title` (``## title``), up to the next ``## ``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+def setup_commands() -> list[str]:
+    """The command lines of README.md's "Set up" section, in order."""
+    blocks_ = FENCE.finditer(section("Set up"))
+    return [m.group(2).strip() for m in blocks_ if m.group(1).strip() in ("", "sh", "shell")][:2]
+
+
+VENV_FIRST = 'python3 -m venv .venv && . .venv/bin/activate && pip install "nox[uv]" && nox '
+"""How both set-up commands start: a venv first (a stock Debian or Ubuntu Python refuses
+``pip install`` outside one), then nox from it."""
+
+
+def test_setup_commands_make_a_venv():
+    """Each set-up command is one line that makes and enters a venv before pip installs nox."""
+    demo, ci = setup_commands()
+    assert demo == VENV_FIRST + "-s demo"
+    assert ci == VENV_FIRST + "-t ci"
+
+
+def externally_managed_python() -> str | None:
+    """A system Python that refuses ``pip install`` outside a venv (Debian 12, Ubuntu 24.04)."""
+    for candidate in ("/usr/bin/python3",):
+        if os.path.isfile(candidate):
+            stdlib = subprocess.run(
+                [candidate, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+            probe = subprocess.run(
+                [candidate, "-c", "import ensurepip, venv"], capture_output=True, check=False
+            )
+            if stdlib and Path(stdlib, "EXTERNALLY-MANAGED").is_file() and probe.returncode == 0:
+                return candidate
+    return None
+
+
 @pytest.mark.procs
 @pytest.mark.slow
+@pytest.mark.timeout(400)  # a venv and pip install of nox on 2 shared cores: 1-2 min
+def test_setup_command_runs_in_a_fresh_venv(tmp_path):
+    """The set-up command, run by bash as written, makes the venv, installs nox and runs it.
+
+    ``python3`` is a stock Debian/Ubuntu Python where there is one (checked first to
+    refuse a bare ``pip install``); the session run is ``nox -l`` instead of the demo
+    (the demo itself runs in ``nox -s demo``), in a folder holding the noxfile.
+    """
+    (demo, _) = setup_commands()
+    for name in ("noxfile.py", "pyproject.toml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    system = externally_managed_python()
+    (bin_dir / "python3").symlink_to(system or sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    if system is not None:
+        refused = subprocess.run(
+            ["python3", "-m", "pip", "install", "nox[uv]"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert refused.returncode != 0
+        assert "externally-managed-environment" in refused.stdout + refused.stderr
+    command = demo.removesuffix("nox -s demo") + "nox -l"
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=360,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert re.search(r"^- demo -> ", done.stdout, re.M), done.stdout[-2000:]
+    assert (tmp_path / ".venv" / "bin" / "nox").is_file()
+
+
+def test_quick_start_installs_what_it_names():
+    """Its install line makes a venv first and installs the tools with matplotlib (plot-stats)."""
+    text = section("Quick start")
+    lines = [
+        w for m in FENCE.finditer(text) if m.group(1).strip() == "" for w in m.group(2).splitlines()
+    ]
+    assert lines[0] == "python3 -m venv .venv && . .venv/bin/activate"
+    targets = pip_targets(shlex.split(lines[1]))
+    named = {t for t in TOOLS if f"`{t} " in text}
+    assert named == {"plot-stats"}
+    assert "./tools[plot]" in targets
+
+
+@pytest.mark.procs
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # three TensorFlow programs in a row on 2 shared cores
 def test_quick_start_trains(tmp_path):
-    """Run as a script in an empty directory, it learns the weights and writes its logdir."""
+    """Run as a script in an empty directory, it learns the weights and writes its logdir;
+    plot-stats plots it; run a second time, it stops with a short error naming the logdir."""
     done = run_python(
         quick_start()
         + "\nr = tf.train.load_checkpoint('train_log/linear')\n"
@@ -127,6 +232,32 @@ def test_quick_start_trains(tmp_path):
     assert [e for e, _ in shown] == list(range(1, 21)), "one line per epoch"
     assert [c for _, c in shown] == pytest.approx(costs, rel=1e-3), "each epoch's cost, 4 digits"
     assert "1 trainable variable, 3 parameters (12 bytes)" in done.stderr
+    assert "MLIR" not in done.stderr, "TensorFlow's second block of start-up lines is hidden"
+
+    plotted = subprocess.run(
+        [sys.executable, "-m", "towerkit.tools.plot_stats", "train_log/linear", "--log"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert plotted.returncode == 0, plotted.stderr
+    assert (logdir / "stats.png").stat().st_size > 0
+
+    again = run_python(quick_start(), tmp_path)
+    assert again.returncode == 1
+    shown_error = again.stderr[again.stderr.index("Traceback") :].splitlines()
+    assert len(shown_error) <= 6, "fits on a screen: the user's line, the message, the note"
+    assert shown_error[1].endswith(", in <module>")
+    assert shown_error[2].strip() == "launch_train_with_config(config, SimpleTrainer())"
+    message = shown_error[3]
+    assert message.startswith("towerkit.trainers._errors.LogdirNotEmptyError: the logdir ")
+    assert repr(str(logdir)) in message
+    assert "logdir_action='overwrite'" in message
+    assert len(message) < 600
+    assert "TOWERKIT_TRACEBACK=full" in shown_error[-1]
+    assert (logdir / "checkpoint").is_file(), "the first run's files are untouched"
 
 
 WITH_PYTHON = [r for r in READMES if python_program(r)]

@@ -37,12 +37,50 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
-VERBOSE = "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]
-"""Whether TensorFlow's start-up lines are shown (they are hidden by default)."""
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, checked before TensorFlow loads: a mistake is reported at once.
+
+    Exits with status 2 and one ``train.py: error: ...`` line on bad arguments, or when
+    ``--logdir`` already holds a run and ``--overwrite`` is not given.
+    """
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--logdir", default=os.path.join("train_log", "digits"))
+    parser.add_argument("--epochs", type=int, default=12, help="epochs to train (default 12)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="move an existing logdir aside to <logdir>.old-<timestamp> instead of failing",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show TensorFlow's start-up lines"
+    )
+    args = parser.parse_args(argv)
+    if args.epochs < 1:
+        parser.error(f"--epochs must be >= 1; got {args.epochs}")
+    if os.path.exists(args.logdir) and not os.path.isdir(args.logdir):
+        parser.error(f"--logdir {args.logdir} is a file, not a folder: give a folder")
+    if not args.overwrite and os.path.isdir(args.logdir) and os.listdir(args.logdir):
+        parser.error(
+            f"{args.logdir} already holds a run: pass --overwrite to move it aside "
+            f"(to {args.logdir}.old-<timestamp>) and train afresh, or --logdir DIR to "
+            "write elsewhere"
+        )
+    return args
+
+
+def say(text: str) -> None:
+    """Print what the demo does now (on standard output, at once)."""
+    print(text, flush=True)
+
+
+if __name__ == "__main__":
+    parse_args()  # a mistake in the arguments is reported now, not after TensorFlow loads
+    say("loading TensorFlow (10 to 40 s) ...")
 
 from towerkit.tools import import_tensorflow_quietly  # noqa: E402
 
-import_tensorflow_quietly(verbose=VERBOSE)
+import_tensorflow_quietly(verbose="-v" in sys.argv[1:] or "--verbose" in sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -176,8 +214,9 @@ class DigitsModel(ModelDesc):
         )
         weights = [v for v in tf1.trainable_variables() if v.op.name.endswith("/W")]
         l2 = tf.multiply(WEIGHT_DECAY, tf.add_n([tf.nn.l2_loss(w) for w in weights]), name="l2")
-        add_moving_summary(cost, train_error, l2)
-        return tf.add(cost, l2, name="total_cost")
+        total = tf.add(cost, l2, name="total_cost")  # what is minimized (the progress bar's)
+        add_moving_summary(cost, train_error, l2, total)
+        return total
 
     def optimizer(self) -> tf1.train.Optimizer:
         lr = tf1.get_variable("learning_rate", initializer=LR_SCHEDULE[0][1], trainable=False)
@@ -282,28 +321,9 @@ def show_towerkit_logs() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the whole job; return 0 when the test accuracy is at least 95% and both exports agree."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--logdir", default=os.path.join("train_log", "digits"))
-    parser.add_argument("--epochs", type=int, default=12, help="epochs to train (default 12)")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="move an existing logdir aside to <logdir>.old-<timestamp> instead of failing",
-    )
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", help="show TensorFlow's start-up lines"
-    )
-    args = parser.parse_args(argv)
-    if args.epochs < 1:
-        parser.error(f"--epochs must be >= 1; got {args.epochs}")
+    args = parse_args(argv)
     show_towerkit_logs()
     logdir = os.path.abspath(args.logdir)
-    if not args.overwrite and os.path.isdir(logdir) and os.listdir(logdir):
-        parser.error(
-            f"{args.logdir} already holds a run: pass --overwrite to move it aside "
-            f"(to {args.logdir}.old-<timestamp>) and train afresh, or --logdir DIR to "
-            "write elsewhere"
-        )
     start = time.perf_counter()
 
     best = train(logdir, args.epochs, args.overwrite)
@@ -314,7 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"the model of that epoch is kept as {best_checkpoint}"
     )
 
+    say("exporting the best model (a compact graph and a SavedModel) ...")
     compact, serving = export(logdir, best_checkpoint)
+    say("reloading the SavedModel and measuring it on the validation and test sets ...")
     _, (x_val, y_val), (x_test, y_test) = load_data()
     val_accuracy = float((predict_saved_model(serving, x_val).argmax(axis=1) == y_val).mean())
     prob = predict_saved_model(serving, x_test)
@@ -328,7 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from towerkit.tools.plot_stats import plot_stats
 
-    plot = plot_stats(logdir, os.path.join(logdir, "training_curves.png"))
+    say("plotting the training curves ...")
+    plot = plot_stats(
+        logdir,
+        os.path.join(logdir, "training_curves.png"),
+        title=f"digits: {args.logdir}",
+        pairs=[("cross_entropy_loss", "total_cost")],  # 4 panels: a 2x2 grid, no empty cell
+    )
     elapsed = time.perf_counter() - STARTED
 
     print(f"files written under {logdir}:")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
@@ -21,7 +23,7 @@ from towerkit.tools._vars import (
     select_names,
     var_bytes,
 )
-from towerkit.tools.ls_checkpoint import main, render_listing, rows_of
+from towerkit.tools.ls_checkpoint import main, render_listing, rows_of, verified_line
 
 NAMES = st.lists(st.from_regex(r"[a-z]{1,3}(/[a-zA-Z0-9_]{1,4}){0,2}", fullmatch=True), max_size=8)
 
@@ -147,6 +149,37 @@ class TestMain:
         err = capsys.readouterr().err
         assert err.startswith("ls-checkpoint: error: checkpoint ")
         assert "model-3" in err
+
+    @pytest.mark.procs
+    def test_missing_path_before_tensorflow(self, tmp_path):
+        """In a fresh process, a missing path is refused before TensorFlow is imported."""
+        code = (
+            "import sys\n"
+            "from towerkit.tools.ls_checkpoint import main\n"
+            f"status = main([{str(tmp_path / 'nope' / 'model-3')!r}, '--verify'])\n"
+            "print(status, 'tensorflow' in sys.modules)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.stdout.split() == ["2", "False"], done.stderr[-2000:]
+        assert done.stderr.startswith("ls-checkpoint: error: checkpoint ")
+        assert done.stderr.count("\n") == 1
+
+    def test_verify_says_so(self, checkpoint, values, capsys):
+        """--verify ends with one line saying every value matched; --json counts them."""
+        assert main([str(checkpoint), "--verify"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[-1] == f"verified: all {len(values)} values match their checksums"
+        assert main([str(checkpoint), "--verify", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["verified"] == len(values)
+
+    @given(st.integers(0, 10**6))
+    def test_verified_line(self, count):
+        """The line names the count, in the right number."""
+        line = verified_line(count)
+        assert line.startswith("verified: ")
+        assert (str(count) in line) == (count != 1)
 
     def test_not_a_checkpoint(self, tmp_path, capsys):
         """A file that is neither a checkpoint nor an npz file is refused."""

@@ -21,6 +21,7 @@ from towerkit.tools.plot_stats import (
     grid_shape,
     held_series,
     image_size,
+    log_scale_panels,
     main,
     panel_groups,
     plot_stats,
@@ -136,6 +137,19 @@ class TestHeldSeries:
         assert held_series(run, [0.0] * len(run), run) is None
 
 
+class TestLogScalePanels:
+    """`log_scale_panels` says which panels a log axis can show."""
+
+    @given(st.lists(st.lists(st.lists(st.floats(-10, 10), max_size=5), max_size=3), max_size=5))
+    def test_property(self, panels):
+        """A panel gets a log axis exactly when it has values and all are > 0."""
+        got = log_scale_panels(panels)
+        assert got == [
+            any(ys for ys in curves) and all(v > 0 for ys in curves for v in ys)
+            for curves in panels
+        ]
+
+
 class TestGrid:
     """Panel layout and image size."""
 
@@ -145,6 +159,8 @@ class TestGrid:
         cols, rows = grid_shape(panels, columns)
         assert cols * rows >= panels > cols * (rows - 1)
         assert cols <= columns
+        assert rows == -(-panels // columns), "the fewest rows"
+        assert cols * rows - panels < rows, "fewer empty cells than rows: no empty column"
 
     def test_bad_grid(self):
         """Zero panels is refused."""
@@ -164,10 +180,10 @@ class TestPlot:
         assert png_size(tmp_path / "run" / "stats.png") == image_size(3) == (1200, 300)
 
     def test_per_stat_layout(self, tmp_path):
-        """--per-stat: one panel per statistic, 4 statistics make a 1200x600 PNG."""
+        """--per-stat: one panel per statistic, 4 statistics make a 2x2 grid, 800x600, no empty cell."""
         write_stats(tmp_path / "run")
         assert main([str(tmp_path / "run"), "--per-stat"]) == 0
-        assert png_size(tmp_path / "run" / "stats.png") == image_size(4) == (1200, 600)
+        assert png_size(tmp_path / "run" / "stats.png") == image_size(4) == (800, 600)
 
     @pytest.mark.parametrize("umask", [0o022, 0o027])
     def test_png_mode_follows_umask(self, tmp_path, umask):
@@ -179,6 +195,17 @@ class TestPlot:
         finally:
             os.umask(previous)
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+
+    def test_log_scale(self, tmp_path):
+        """--log draws a log y axis where every value is > 0 (a PNG is written either way)."""
+        write_stats(tmp_path / "run")
+        assert main([str(tmp_path / "run"), "--log", "-o", str(tmp_path / "log.png")]) == 0
+        assert png_size(tmp_path / "log.png") == image_size(3)
+        fig = stats_figure(read_stats(tmp_path / "run"), log=True)
+        scales = {ax.get_title(): ax.get_yscale() for ax in fig.axes if ax.get_visible()}
+        assert set(scales.values()) == {"log"}, scales
+        linear = stats_figure(read_stats(tmp_path / "run"))
+        assert {ax.get_yscale() for ax in linear.axes} == {"linear"}
 
     def test_keys_columns_dpi(self, tmp_path):
         """--keys picks statistics; --columns and --dpi set the layout and size."""

@@ -385,7 +385,8 @@ class TestLogdir:
         trainer, _ = counter_trainer()
         with pytest.raises(
             FileExistsError,
-            match=r"the logdir is not empty \(it holds 'stats.json'\): pass logdir_action='keep'",
+            match=r"the logdir '.*log' is not empty \(it holds 'stats.json'\): pass "
+            r"logdir_action='overwrite' to move it aside to '.*log.old-<timestamp>'",
         ):
             trainer.train([], [], creator(), None, 1, 1, 1, logdir=logdir)
 
@@ -399,6 +400,23 @@ class TestLogdir:
         aside = [p for p in logdir.parent.iterdir() if p.name.startswith("log.old-")]
         assert len(aside) == 1
         assert (aside[0] / "old.txt").read_text() == "x"
+
+    def test_overwrite_counts_old_copies(self, graph, logdir, caplog):
+        """Each 'overwrite' says how many old copies sit beside the logdir, and how to remove them."""
+        (logdir.parent / "log.old-20200101-000000").mkdir()
+        (logdir.parent / "logs.old-20200101-000000").mkdir()  # another logdir's copy
+        logdir.mkdir()
+        (logdir / "old.txt").write_text("x")
+        trainer, _ = counter_trainer()
+        with caplog.at_level("WARNING", logger="towerkit.trainers"):
+            trainer.train(
+                [], [], creator(), None, 1, 1, 1, logdir=logdir, logdir_action="overwrite"
+            )
+        (message,) = [r.getMessage() for r in caplog.records if "aside" in r.getMessage()]
+        assert f"moved the existing logdir {logdir} aside to {logdir}.old-" in message
+        assert message.endswith(
+            f"; 2 such copies sit next to it now (remove them with: rm -r {logdir}.old-*)"
+        )
 
     def test_lock_held_while_running(self, graph, logdir):
         """The lock names this process while the run is set up, and is gone after training."""
@@ -582,7 +600,7 @@ class TestFailedRun:
         assert "stats.json" in names
         assert any(n.startswith("events.out.tfevents") for n in names)
         assert "model-2.index" in names
-        with pytest.raises(FileExistsError, match="the logdir is not empty"):
+        with pytest.raises(FileExistsError, match=r"the logdir '.*' is not empty"):
             writing_run(logdir)
 
     def test_no_event_file_before_training(self, logdir):

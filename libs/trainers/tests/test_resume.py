@@ -18,7 +18,7 @@ from towerkit.trainers import (
     plan_logdir,
     resume_plan,
 )
-from towerkit.trainers._resume import epoch_records, read_stats, truncate_stats
+from towerkit.trainers._resume import epoch_records, old_copies, read_stats, truncate_stats
 
 
 class TestResumePlan:
@@ -144,9 +144,42 @@ class TestPlanLogdir:
             assert got == ("use" if not entries or action == "keep" else "move")
 
     def test_many_entries(self):
-        """A long listing is cut after 20 names, with the rest counted."""
-        with pytest.raises(LogdirNotEmptyError, match="and 5 more"):
-            plan_logdir([f"f{i:02d}" for i in range(25)], "error")
+        """A long listing is cut after 3 names, with the rest counted, and the directory named."""
+        with pytest.raises(LogdirNotEmptyError) as info:
+            plan_logdir([f"f{i:02d}" for i in range(25)], "error", path="/runs/linear")
+        assert str(info.value) == (
+            "the logdir '/runs/linear' is not empty (it holds 'f00', 'f01', 'f02' and 22 more): "
+            "pass logdir_action='overwrite' to move it aside to '/runs/linear.old-<timestamp>' "
+            "and start afresh, 'keep' to write into it, use AutoResumeTrainConfig to resume "
+            "from it, or choose another logdir"
+        )
+
+    @given(st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=500))
+    def test_message_fits_a_screen(self, entries):
+        """However many entries, and however long, the message names at most 3 of them."""
+        with pytest.raises(LogdirNotEmptyError) as info:
+            plan_logdir(entries, "error", path="d")
+        shown = sorted(entries)[:3]
+        assert all(repr(e) in str(info.value) for e in shown)
+        assert len(str(info.value)) <= 330 + sum(len(repr(e)) for e in shown)
+        assert ("more)" in str(info.value)) == (len(entries) > 3)
+
+
+class TestOldCopies:
+    """`old_copies` finds what 'overwrite' moved aside next to a logdir."""
+
+    @given(
+        st.lists(st.from_regex(r"[a-z]{1,6}(\.old-[0-9]{1,8})?", fullmatch=True), max_size=20),
+        st.from_regex(r"[a-z]{1,6}", fullmatch=True),
+    )
+    def test_property(self, siblings, name):
+        """Exactly the siblings named '<name>.old-...', sorted."""
+        got = old_copies(name, siblings)
+        assert got == sorted(s for s in siblings if s.split(".old-")[0] == name and ".old-" in s)
+
+    def test_other_logdirs_left_out(self):
+        """A logdir whose name starts like this one's is not counted."""
+        assert old_copies("run", ["run.old-1", "run2.old-1", "run", "runs"]) == ["run.old-1"]
 
 
 class TestStatsFile:

@@ -11,6 +11,9 @@ from collections.abc import Iterator
 
 from towerkit.tools._files import ToolError
 
+VERBOSE_ENV = "TOWERKIT_VERBOSE"
+"""Set to 1 by ``-v``: the trainers then show TensorFlow's lines while they build a session."""
+
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 """Set (where the user has not set them) before TensorFlow loads, unless ``-v`` is given."""
 
@@ -60,11 +63,15 @@ def import_tensorflow_quietly(verbose: bool = False) -> None:
     """Import TensorFlow without its start-up lines, for a script that wants them gone.
 
     Call it before anything imports TensorFlow (first thing in a script, after
-    deciding whether ``-v`` was given). Unless `verbose`, ``TF_CPP_MIN_LOG_LEVEL`` is
+    deciding whether ``-v`` was given). With `verbose`, ``TOWERKIT_VERBOSE=1`` is set
+    too (where unset), so the lines TensorFlow prints while towerkit builds a session
+    show as well. Unless `verbose`, ``TF_CPP_MIN_LOG_LEVEL`` is
     set to 2 where the user has not set it, and the lines TensorFlow's C++ libraries
     write while they load are dropped. An import error still reaches the terminal.
     Does nothing when TensorFlow is already imported.
     """
+    if verbose:
+        os.environ.setdefault(VERBOSE_ENV, "1")  # towerkit's later TensorFlow lines too
     if "tensorflow" in sys.modules:
         return
     if verbose:
@@ -94,6 +101,8 @@ def load_tensorflow(tool: str, verbose: bool = False) -> None:
         ToolError: TensorFlow (or a towerkit lib) cannot be imported; the message is the
             import error's, in one line.
     """
+    if verbose:
+        os.environ.setdefault(VERBOSE_ENV, "1")
     if "tensorflow" in sys.modules:
         return
     if not verbose:

@@ -146,6 +146,30 @@ def is_npz(path: str) -> bool:
     return os.path.isfile(path) and zipfile.is_zipfile(path)
 
 
+def check_source(path: str) -> None:
+    """Check that `path` names an npz file or a checkpoint, reading no value and without TensorFlow.
+
+    A tool calls it before loading TensorFlow (seconds), so a mistyped path is reported
+    at once.
+
+    Raises:
+        ToolError: Nothing at `path`, or not a checkpoint (as for `list_source`).
+    """
+    from towerkit.sessinit import (
+        CheckpointNotFoundError,
+        GlobPathError,
+        NotACheckpointError,
+        resolve_checkpoint,
+    )
+
+    if is_npz(path):
+        return
+    try:
+        resolve_checkpoint(path)
+    except (CheckpointNotFoundError, NotACheckpointError, GlobPathError) as err:
+        raise ToolError(str(err)) from None
+
+
 def list_source(path: str) -> tuple[str, str, tuple[Any, ...]]:
     """Describe the variables stored at `path`, without reading their values.
 

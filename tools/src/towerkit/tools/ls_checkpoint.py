@@ -12,6 +12,7 @@ from typing import Any
 from towerkit.tools._cli import add_verbose_arg, load_tensorflow
 from towerkit.tools._files import ToolError, fail
 from towerkit.tools._vars import (
+    check_source,
     compile_patterns,
     files_of,
     format_bytes,
@@ -21,7 +22,7 @@ from towerkit.tools._vars import (
     verify_values,
 )
 
-__all__ = ["main", "render_listing", "rows_of"]
+__all__ = ["main", "render_listing", "rows_of", "verified_line"]
 
 
 def rows_of(infos: Sequence[Any]) -> list[dict[str, Any]]:
@@ -153,9 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     try:
-        load_tensorflow("ls-checkpoint", args.verbose)
+        # the arguments first: TensorFlow takes seconds to load
         include = compile_patterns(args.include, "--include")
         exclude = compile_patterns(args.exclude, "--exclude")
+        check_source(args.path)
+        load_tensorflow("ls-checkpoint", args.verbose)
         kind, resolved, infos = list_source(args.path)
         keep = set(select_names([i.name for i in infos], include, exclude))
         if args.verify:
@@ -166,11 +169,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     on_disk = sum(os.path.getsize(f) for f in files_of(kind, resolved))
     if args.json:
         doc = {"path": resolved, "kind": kind, "bytes_on_disk": on_disk, "variables": rows}
+        if args.verify:
+            doc["verified"] = len(rows)
         print(json.dumps(doc, indent=1))
         return 0
     print(f"{kind} {resolved} ({format_bytes(on_disk)} on disk)")
     print(render_listing(rows, sort=args.sort))
+    if args.verify:
+        print(verified_line(len(rows)))
     return 0
+
+
+def verified_line(count: int) -> str:
+    """What ``--verify`` prints when every value listed matches its checksum.
+
+    Examples:
+        >>> verified_line(1), verified_line(5)
+        ('verified: the value matches its checksum', 'verified: all 5 values match their checksums')
+    """
+    if count == 1:
+        return "verified: the value matches its checksum"
+    return f"verified: all {count} values match their checksums"
 
 
 if __name__ == "__main__":

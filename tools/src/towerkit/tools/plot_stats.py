@@ -26,6 +26,7 @@ __all__ = [
     "grid_shape",
     "held_series",
     "image_size",
+    "log_scale_panels",
     "main",
     "panel_groups",
     "plot_stats",
@@ -285,25 +286,42 @@ def _saver_of(name: str, savers: Sequence[tuple[str, str]]) -> str | None:
     return None
 
 
-def grid_shape(panels: int, columns: int = 3) -> tuple[int, int]:
-    """``(columns, rows)`` of the panel grid.
+def log_scale_panels(panels: Sequence[Sequence[Sequence[float]]]) -> list[bool]:
+    """For each panel (its curves' y values), whether a log scale can show it: every value > 0.
 
     Examples:
-        >>> grid_shape(1), grid_shape(3), grid_shape(4), grid_shape(7, columns=2)
-        ((1, 1), (3, 1), (3, 2), (2, 4))
+        >>> log_scale_panels([[[0.3, 0.01], [0.2]], [[1.0, 0.0]], [[]]])
+        [True, False, False]
+    """
+    out = []
+    for curves in panels:
+        values = [v for ys in curves for v in ys]
+        out.append(bool(values) and all(v > 0 for v in values))
+    return out
+
+
+def grid_shape(panels: int, columns: int = 3) -> tuple[int, int]:
+    """``(columns, rows)`` of the panel grid: the fewest rows, then the fewest empty cells.
+
+    At most `columns` per row; 4 panels make 2 rows of 2, not a row of 3 and a row
+    of 1 with two empty cells.
+
+    Examples:
+        >>> grid_shape(1), grid_shape(3), grid_shape(4), grid_shape(5), grid_shape(7, columns=2)
+        ((1, 1), (3, 1), (2, 2), (3, 2), (2, 4))
     """
     if panels < 1 or columns < 1:
         msg = f"'panels' and 'columns' must be >= 1; got panels={panels}, columns={columns}"
         raise ValueError(msg)
-    cols = min(columns, panels)
-    return cols, math.ceil(panels / cols)
+    rows = math.ceil(panels / columns)
+    return math.ceil(panels / rows), rows
 
 
 def image_size(panels: int, columns: int = 3, dpi: int = 100) -> tuple[int, int]:
     """Width and height in pixels of the PNG `plot_stats` writes.
 
     Examples:
-        >>> image_size(4), image_size(2, dpi=50)
+        >>> image_size(5), image_size(2, dpi=50)
         ((1200, 600), (400, 150))
     """
     cols, rows = grid_shape(panels, columns)
@@ -356,6 +374,7 @@ def stats_figure(
     pairs: Sequence[Sequence[str]] = (),
     separate: bool = False,
     savers: Sequence[tuple[str, str]] = (),
+    log: bool = False,
 ) -> Any:
     """The matplotlib ``Figure`` of `plot_stats`, drawn but not written.
 
@@ -363,6 +382,8 @@ def stats_figure(
     curve labelled with its statistic; the best point of each statistic kept by a
     saver in `savers` (``(kind, statistic)`` pairs, as `find_savers` returns) is
     marked with a star and a dotted vertical line, labelled ``best (min) epoch N``.
+    With `log`, the y axis of each panel whose values are all above 0 is logarithmic
+    (a panel with a value <= 0 stays linear, see `log_scale_panels`).
 
     Raises:
         ToolError: no statistic matches, or matplotlib is missing.
@@ -415,6 +436,8 @@ def stats_figure(
                     markeredgecolor="black",
                     label=f"best ({kind}) {x_label} {best[0]}",
                 )
+        if log and log_scale_panels([[series[n][1] for n in names]]) == [True]:
+            ax.set_yscale("log")
         ax.set_title(panel_title, fontsize=9)
         ax.set_xlabel(x_label, fontsize=8)
         ax.xaxis.set_major_locator(integer_ticks(integer=True))
@@ -440,6 +463,7 @@ def plot_stats(
     title: str | None = None,
     pairs: Sequence[Sequence[str]] = (),
     separate: bool = False,
+    log: bool = False,
 ) -> str:
     """Draw the statistics of a run and write the PNG atomically.
 
@@ -461,6 +485,7 @@ def plot_stats(
         title: a title over all panels (default: the logdir).
         pairs: groups of statistics to draw on one panel each.
         separate: one panel per statistic.
+        log: a logarithmic y axis on each panel whose values are all above 0.
 
     Returns:
         The path written.
@@ -498,6 +523,7 @@ def plot_stats(
         pairs=pairs,
         separate=separate,
         savers=find_savers(logdir) if logdir is not None else (),
+        log=log,
     )
     with atomic_path(out) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi)
@@ -539,6 +565,11 @@ def _parser() -> argparse.ArgumentParser:
         "--per-stat",
         action="store_true",
         help="one panel per statistic (no pairing)",
+    )
+    parser.add_argument(
+        "--log",
+        action="store_true",
+        help="a logarithmic y axis (on each panel whose values are all above 0)",
     )
     parser.add_argument("--columns", type=int, default=3, help="panels per row (default 3)")
     parser.add_argument("--dpi", type=int, default=100, help="pixels per inch (default 100)")
@@ -587,6 +618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             dpi=args.dpi,
             pairs=args.pair,
             separate=args.per_stat,
+            log=args.log,
         )
     except (ToolError, ValueError) as err:
         return fail("plot-stats", err)

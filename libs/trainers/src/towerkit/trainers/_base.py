@@ -30,6 +30,7 @@ from towerkit.trainers._loop_end import end_epoch, stop_line
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
+from towerkit.trainers._traceback import filter_traceback
 from towerkit.trainers._trainer_view import TrainerViewMixin
 from towerkit.trainers.inputs._callbacks import input_failure
 
@@ -458,6 +459,7 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
 
     # -- all three -------------------------------------------------------------------------
 
+    @filter_traceback
     def train(
         self,
         callbacks: Sequence[Callback] | None,
@@ -495,6 +497,7 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         self.initialize(session_creator, session_init)
         self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
 
+    @filter_traceback
     def train_with_defaults(
         self,
         _sentinel: Any = None,

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 import attrs
 
 from towerkit.trainers._config import TrainConfig
+from towerkit.trainers._lock import LOCK_FILENAME
 from towerkit.trainers._model import ModelDesc
-from towerkit.trainers._resume import truncate_stats
+from towerkit.trainers._resume import plan_logdir, truncate_stats
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._tower import SingleCostTrainer
+from towerkit.trainers._traceback import filter_traceback
 
 if TYPE_CHECKING:
     from towerkit.callbacks import LoopBounds
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("towerkit.trainers")
 
 
+@filter_traceback
 def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) -> None:
     """Train ``config.model`` on ``config.data`` (or ``config.dataflow``) with `trainer`.
 
@@ -38,6 +41,11 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         TypeError: `config` is not a `TrainConfig`, or `trainer` not a `SingleCostTrainer`.
         ValueError: the config has no model or no data.
         InputSizeUnknownError: no ``steps_per_epoch`` and an input of unknown size.
+        LogdirNotEmptyError: the logdir holds files and ``logdir_action`` is ``"error"``
+            (checked before the graph is built).
+
+    An error of the user's making (these, a path, a restore mismatch) shows without
+    towerkit's own frames; ``TOWERKIT_TRACEBACK=full`` shows them (`filter_traceback`).
     """
     from towerkit.trainers.inputs._staging import apply_default_prefetch
 
@@ -65,6 +73,8 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
     if not isinstance(model, ModelDesc):
         msg = f"'config.model' must be a ModelDesc (with optimizer()) to train; got {type(model).__name__}"
         raise TypeError(msg)
+    if config.logdir is not None and trainer.is_chief:
+        _check_logdir(str(config.logdir), config.logdir_action)
     source = apply_default_prefetch(
         config.data if config.data is not None else config.dataflow, trainer
     )
@@ -86,6 +96,14 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
     trainer.set_logdir(config.logdir, config.logdir_action)
     with trainer._failed_start_cleanup():
         _launch(config, trainer, bounds)
+
+
+def _check_logdir(logdir: str, action: str) -> None:
+    """Refuse a logdir the run may not write to now, before the graph is built (seconds later)."""
+    path = os.path.abspath(logdir)
+    if os.path.isdir(path):
+        entries = [n for n in os.listdir(path) if n != LOCK_FILENAME]
+        plan_logdir(entries, action, path=path)
 
 
 def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds) -> None:

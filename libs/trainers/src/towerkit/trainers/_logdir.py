@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Iterable
@@ -13,7 +14,7 @@ import attrs
 
 from towerkit.sessinit import is_aside_name, put_back_aside, require_globless
 from towerkit.trainers._lock import LOCK_FILENAME, LockOwner, LogdirLock
-from towerkit.trainers._resume import plan_logdir
+from towerkit.trainers._resume import old_copies, plan_logdir
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -154,7 +155,7 @@ def _take(path: str, logdir_action: str, held: LogdirLock | None, lock: bool) ->
     if entries is None and os.path.exists(path):
         msg = f"'logdir' {path!r} exists and is not a directory"
         raise NotADirectoryError(msg)
-    action = plan_logdir(entries, logdir_action)
+    action = plan_logdir(entries, logdir_action, path=path)
     aside: str | None = None
     if action == "move":
         if held is not None:
@@ -166,7 +167,18 @@ def _take(path: str, logdir_action: str, held: LogdirLock | None, lock: bool) ->
             n += 1
             aside = f"{path}.old-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
         os.rename(path, aside)
-        logger.warning("moved the existing logdir %s aside to %s", path, aside)
+        parent, name = os.path.split(path)
+        copies = len(old_copies(name, os.listdir(parent)))
+        logger.warning(
+            "moved the existing logdir %s aside to %s; %d such cop%s sit%s next to it now "
+            "(remove them with: rm -r %s.old-*)",
+            path,
+            aside,
+            copies,
+            "y" if copies == 1 else "ies",
+            "s" if copies == 1 else "",
+            shlex.quote(path),
+        )
     made = not os.path.isdir(path)
     os.makedirs(path, exist_ok=True)
     if lock and held is None:

@@ -26,16 +26,22 @@ LOGDIR_ACTIONS: tuple[str, ...] = ("error", "overwrite", "keep")
 - ``"keep"``: write into it as it is (what resuming does).
 """
 
+SHOWN_ENTRIES = 3
+"""How many of a non-empty logdir's entries `plan_logdir`'s error names (the rest are counted)."""
+
 STATS_FILENAME = "stats.json"
 """The JSON statistics file that monitors keep in the log directory."""
 
 
-def plan_logdir(entries: Sequence[str] | None, action: str) -> Literal["create", "use", "move"]:
+def plan_logdir(
+    entries: Sequence[str] | None, action: str, path: str | None = None
+) -> Literal["create", "use", "move"]:
     """What to do with a log directory that holds `entries` (None: it does not exist).
 
     Args:
         entries: the names in the directory, or None when there is no directory.
         action: one of `LOGDIR_ACTIONS`.
+        path: the directory, named in the error (None: "the logdir").
 
     Returns:
         ``"create"`` (make the directory), ``"use"`` (write into it as is) or
@@ -44,7 +50,8 @@ def plan_logdir(entries: Sequence[str] | None, action: str) -> Literal["create",
     Raises:
         ValueError: an unknown `action`.
         LogdirNotEmptyError: the directory holds files and `action` is ``"error"``;
-            the message lists them.
+            the message names the directory, its first 3 entries and how many more,
+            and the options that start the run anyway: short enough for one screen.
 
     Examples:
         >>> plan_logdir(None, "error")
@@ -55,10 +62,13 @@ def plan_logdir(entries: Sequence[str] | None, action: str) -> Literal["create",
         'move'
         >>> plan_logdir(["stats.json"], "keep")
         'use'
-        >>> plan_logdir(["stats.json", "checkpoint"], "error")
+        >>> plan_logdir(["stats.json", "checkpoint"], "error", path="train_log/run")
         Traceback (most recent call last):
         ...
-        towerkit.trainers._errors.LogdirNotEmptyError: the logdir is not empty (it holds 'checkpoint', 'stats.json'): pass logdir_action='keep' to write into it, 'overwrite' to move it aside to '<logdir>.old-<timestamp>', use AutoResumeTrainConfig to resume from it, or choose another logdir
+        towerkit.trainers._errors.LogdirNotEmptyError: the logdir 'train_log/run' is not empty (it holds 'checkpoint', 'stats.json'): pass logdir_action='overwrite' to move it aside to 'train_log/run.old-<timestamp>' and start afresh, 'keep' to write into it, use AutoResumeTrainConfig to resume from it, or choose another logdir
+
+    .. versionchanged:: 0.2
+        `path`; the message shows 3 entries (was 20) and puts ``'overwrite'`` first.
     """
     if action not in LOGDIR_ACTIONS:
         msg = f"'logdir_action' must be one of {LOGDIR_ACTIONS}; got {action!r}"
@@ -71,14 +81,36 @@ def plan_logdir(entries: Sequence[str] | None, action: str) -> Literal["create",
         return "use"
     if action == "overwrite":
         return "move"
-    shown = ", ".join(repr(e) for e in sorted(entries)[:20])
-    more = f" and {len(entries) - 20} more" if len(entries) > 20 else ""
+    shown = ", ".join(repr(e) for e in sorted(entries)[:SHOWN_ENTRIES])
+    more = f" and {len(entries) - SHOWN_ENTRIES} more" if len(entries) > SHOWN_ENTRIES else ""
+    named = "the logdir" if path is None else f"the logdir {path!r}"
+    aside = "<logdir>" if path is None else path
     msg = (
-        f"the logdir is not empty (it holds {shown}{more}): pass logdir_action='keep' to write "
-        "into it, 'overwrite' to move it aside to '<logdir>.old-<timestamp>', use "
-        "AutoResumeTrainConfig to resume from it, or choose another logdir"
+        f"{named} is not empty (it holds {shown}{more}): pass logdir_action='overwrite' to "
+        f"move it aside to '{aside}.old-<timestamp>' and start afresh, 'keep' to write into "
+        "it, use AutoResumeTrainConfig to resume from it, or choose another logdir"
     )
     raise LogdirNotEmptyError(msg)
+
+
+def old_copies(logdir_name: str, siblings: Iterable[str]) -> list[str]:
+    """The names among `siblings` that ``logdir_action="overwrite"`` gave to earlier copies of a logdir.
+
+    Each overwrite renames the logdir to ``<logdir>.old-<timestamp>`` next to it; nothing
+    removes them. Sorted, oldest first.
+
+    Args:
+        logdir_name: the logdir's own name (its last path component).
+        siblings: the names in the folder that holds it.
+
+    Examples:
+        >>> old_copies("digits", ["digits", "digits.old-20260101-120000", "gan.old-1", "digits.old-20250101-090000"])
+        ['digits.old-20250101-090000', 'digits.old-20260101-120000']
+
+    .. versionadded:: 0.2
+    """
+    prefix = f"{logdir_name}.old-"
+    return sorted(n for n in siblings if n.startswith(prefix) and len(n) > len(prefix))
 
 
 def _strings(value: Iterable[str]) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from towerkit.towers.compat import tf1
+from towerkit.trainers._tf_lines import tensorflow_lines_hidden
 from towerkit.trainers._tfutils import get_default_sess_config
 
 __all__ = ["NewSessionCreator", "ReuseSessionCreator", "SessionCreatorAdapter"]
@@ -85,16 +86,23 @@ class NewSessionCreator(_SessionCreator):
         return self._config
 
     def create_session(self) -> Any:
-        """A new session on the default graph, with every variable and table initialized."""
+        """A new session on the default graph, with every variable and table initialized.
+
+        TensorFlow's C++ lines printed meanwhile (devices, the CUDA probe, the MLIR
+        pass) are hidden; ``TOWERKIT_VERBOSE=1`` shows them.
+        """
         graph = tf1.get_default_graph()
-        sess = tf1.Session(target=self._target, graph=graph, config=self._config)
-        try:
-            ops = _initializer_ops(graph)
-            if ops:
-                sess.run(ops)
-        except BaseException:
-            sess.close()
-            raise
+        # TensorFlow prints a second block of start-up lines here (devices, CUDA probe,
+        # MLIR): hidden unless TOWERKIT_VERBOSE=1.
+        with tensorflow_lines_hidden():
+            sess = tf1.Session(target=self._target, graph=graph, config=self._config)
+            try:
+                ops = _initializer_ops(graph)
+                if ops:
+                    sess.run(ops)
+            except BaseException:
+                sess.close()
+                raise
         logger.info("created a session and initialized %d variables and tables", len(ops))
         return sess
 

@@ -15,6 +15,7 @@ from tensorflow.core.protobuf import config_pb2
 from towerkit.callbacks.plumbing import DatapointLayout, conform_datapoint
 from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
 from towerkit.trainers._interrupt import aborting, on_abort, remove_on_abort
+from towerkit.trainers._tf_lines import tensorflow_lines_hidden
 from towerkit.trainers.inputs._callbacks import _InputCallback
 
 __all__ = ["InputFeeder", "QueueFeeder", "SwitchInterval"]
@@ -156,6 +157,13 @@ class QueueFeeder:
         if thread is None:
             return
         self._stopping.set()
+        # The enqueue waiting on a full queue ends CANCELLED: expected, so TensorFlow's
+        # warning about it is hidden (until the thread has ended, a few lines below).
+        with tensorflow_lines_hidden():
+            self._stop_thread(thread)
+
+    def _stop_thread(self, thread: threading.Thread) -> None:
+        """Cancel the enqueue, then join the watchdog and the feeding thread."""
         self._run_quietly(self._cancel_op)
         if self._watchdog is not None:
             self._watchdog.join()
