@@ -1,7 +1,7 @@
 """Run every benchmark back to back and write one Markdown report with the machine it ran on.
 
 Each benchmark script (``bench_loop.py``, ``bench_restore.py``, ``bench_scaling.py``,
-``bench_export.py``, ``bench_layers.py``, ``bench_parallel.py``) times the systems it compares inside one invocation, with warm-up
+``bench_export.py``, ``bench_layers.py``, ``bench_parallel.py``, ``bench_rnn.py``) times the systems it compares inside one invocation, with warm-up
 runs and repeated, interleaved measurements, and reports medians. This script runs them
 one after the other as separate processes (so one benchmark's memory and threads do not
 disturb the next), collects the JSON each writes, and writes:
@@ -129,6 +129,14 @@ BENCHES: dict[str, dict[str, Any]] = {
         "args": ["--steps", "400", "--warmup", "40", "--repeats", "3"],
         "quick": ["--steps", "60", "--warmup", "10", "--repeats", "1"],
         "baseline": "IterableInput(source, workers=1)",
+    },
+    "rnn": {
+        "title": "Recurrent cells: a 2-layer LSTM step, towerkit.layers.rnn against tf.nn.rnn_cell",
+        "script": "bench_rnn.py",
+        "json_flag": "--out",
+        "args": ["--repeats", "5", "--steps", "40", "--warmup", "5"],
+        "quick": ["--repeats", "2", "--steps", "10", "--warmup", "2"],
+        "baseline": "the same model with tf.compat.v1.nn.rnn_cell (tf-keras)",
     },
 }
 """Area -> its script, arguments (full and quick), the flag that names its JSON output."""
@@ -353,6 +361,15 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
             if isinstance(medians.get(case), int | float):
                 what = f"IterableInput {case} steps/s (vs workers=1)"
                 rows.append((what, f"{medians[case]:.1f}", _ratio(ratios.get(case))))
+    elif area == "rnn" and isinstance(data, Mapping):
+        medians, ratios = data.get("medians", {}), data.get("ratios", {})
+        ours = medians.get("towerkit.layers.rnn")
+        if isinstance(ours, int | float):
+            what = "towerkit.layers.rnn steps/s (vs tf.nn.rnn_cell)"
+            rows.append((what, f"{ours:.1f}", _ratio(ratios.get("tf.nn.rnn_cell"))))
+        cpu = (data.get("cpu_ratios") or {}).get("tf.nn.rnn_cell")
+        if isinstance(cpu, int | float):
+            rows.append(("the same, per CPU-second", "", _ratio(cpu)))
     elif area == "scaling" and isinstance(data, Mapping):
         for r in data.get("results", []):
             if isinstance(r, Mapping) and "case" in r:

@@ -650,6 +650,7 @@ def _dead_within(pids, seconds):
     return True
 
 
+@pytest.mark.procs
 class TestSendMonitorData:
     """A real shell command runs with the values once all are in."""
 
@@ -776,6 +777,7 @@ class TestReservedStatNames:
         assert all(r["loss"] == 1.0 for r in records)
 
 
+@pytest.mark.procs
 class TestSendStat:
     """A callback sending the latest values of statistics."""
 

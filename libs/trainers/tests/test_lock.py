@@ -315,6 +315,7 @@ class TestKernelLock:
         with pytest.raises(LogdirLockedError, match=r"is a directory: remove it"):
             LogdirLock(str(tmp_path)).acquire()
 
+    @pytest.mark.procs
     def test_forked_child_does_not_keep_it(self, tmp_path):
         """A child forked while the lock is held (an input worker) does not hold it after."""
         lock = LogdirLock(str(tmp_path))
