@@ -155,8 +155,13 @@ def install_layers_alone(session: nox.Session) -> None:
 
 
 def pytest_env() -> dict[str, str]:
-    """Quiet TensorFlow's C++ logging in test runs."""
-    return {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0"}
+    """Quiet TensorFlow's C++ logging in test runs; oneDNN's kernels on every x86 CPU.
+
+    TensorFlow turns its oneDNN kernels on by itself on Intel CPUs only; without them
+    the CPU has no NCHW convolution or pooling, which the layers' tests run. Asking for
+    them makes the tests run the same kernels on AMD and Intel machines.
+    """
+    return {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "TF_ENABLE_ONEDNN_OPTS": "1"}
 
 
 PLUGINS = ROOT / "tests" / "plugins"
@@ -295,8 +300,11 @@ def crosslib(session: nox.Session) -> None:
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     # The wheels are tested by `build`, the simulated hosts by `hosts`.
     ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts"]
+    run_tiers(session, "crosslib", *paths, *ignore, env=pytest_env())
+    # The tools' doctests, apart: --doctest-modules over the test folders would import
+    # the tensorpack programs they keep as test data.
     doctests = ("--doctest-modules", "--pyargs", "towerkit.tools")
-    run_tiers(session, "crosslib", *paths, *ignore, *doctests, env=pytest_env())
+    run_tiers(session, "crosslib-doctests", *doctests, env=pytest_env(), tiers=("inproc",))
     # The callbacks lib's tests that drive callbacks through a training loop run again,
     # the loop now being the real trainer (the others are the same test twice).
     env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer", "TOWERKIT_ONLY_DRIVEN": "1"}

@@ -1159,15 +1159,15 @@ OUTPUT_TOOL_CASES = [
         "plot_stats",
         ["{tmp}/log", "--dpi", "20000"],
         good_stats_logdir,
-        r"dpi 20000 makes a 240000x120000-pixel image of 4 panels; the most is 16384 pixels a "
-        r"side: use a dpi of 1365 or less",
+        r"dpi 20000 makes a 160000x120000-pixel image of 4 panels; the most is 16384 pixels a "
+        r"side: use a dpi of 2048 or less",
     ),
     (
         "plot-stats-huge-dpi-dry-run",
         "plot_stats",
         ["{tmp}/log", "--dpi", "20000", "--dry-run"],
         good_stats_logdir,
-        r"dpi 20000 makes a 240000x120000-pixel image",
+        r"dpi 20000 makes a 160000x120000-pixel image",
     ),
 ]
 

@@ -232,6 +232,7 @@ class TestNothingVanishes:
             "from mylayers import *"
         )
 
+    @pytest.mark.procs
     def test_logger_prints_info_after_conversion(self, tmp_path, capsys):
         """tensorpack's logger.info lines still print from the converted program."""
         source = write(

@@ -43,7 +43,8 @@ _LIB_NAMES = {
     InferenceRunnerBase Inferencer InheritedCheckpoints InjectShell JSONWriter
     LoopBounds LoopEvent LoopPosition MaxSaver MeanState MergeAllSummaries MinSaver
     MissingStatError ModelSaver MonitorBase Monitors MovingAverageSummary
-    NON_FINITE_TOKENS Not ObjAttrParam OnKinds OnSchedule PeriodicCallback
+    NON_FINITE_TOKENS Not ObjAttrParam OnKinds OnSchedule ParallelIterable ParallelWorkerError
+    PeriodicCallback WorkerPlan
     PeriodicTrigger PiecewiseSchedule ProcessTensors ProgressBar ProxyCallback PrunePlan
     RunOp RunUpdateOps ScalarPrinter ScalarStats Schedule ScheduledHyperParamSetter
     SendMonitorData SendStat SessionRunTimeout SimpleMovingAverage StartProcOrThread

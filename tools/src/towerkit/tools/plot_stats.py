@@ -337,10 +337,10 @@ def check_image_size(panels: int, columns: int, dpi: int) -> tuple[int, int]:
 
     Examples:
         >>> check_image_size(4, 3, 100)
-        (1200, 600)
+        (800, 600)
         >>> check_image_size(4, 3, 20000)
         Traceback (most recent call last):
-        ValueError: dpi 20000 makes a 240000x120000-pixel image of 4 panels; the most is 16384 pixels a side: use a dpi of 1365 or less (or fewer columns)
+        ValueError: dpi 20000 makes a 160000x120000-pixel image of 4 panels; the most is 16384 pixels a side: use a dpi of 2048 or less (or fewer columns)
     """
     width, height = image_size(panels, columns, dpi)
     if max(width, height) > MAX_SIDE_PIXELS:
