@@ -14,6 +14,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 import zipfile
 from collections.abc import Callable
 from typing import Any
@@ -200,12 +202,28 @@ def trained_logdir(tmp):
     launch(tmp, callbacks=[C.ModelSaver()], monitors=[C.JSONWriter()])
 
 
+HOLDER = """
+import sys
+from towerkit.trainers import LogdirLock
+lock = LogdirLock(sys.argv[1])
+lock.acquire()
+print("ready", flush=True)
+sys.stdin.read()  # held until the test's end closes this pipe
+"""
+"""A run of another process holding a logdir's (kernel) lock."""
+
+
 def locked_logdir(tmp):
-    """A logdir whose lock names a live process of this host (this test's parent)."""
+    """A logdir whose lock another live process of this host holds; that process."""
     os.makedirs(os.path.join(tmp, "log"))
-    owner = T.LockOwner(pid=os.getppid(), host=socket.gethostname(), since=0)
-    with open(os.path.join(tmp, "log", T.LOCK_FILENAME), "w") as f:
-        f.write(T.format_lock(owner))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, os.path.join(tmp, "log")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "ready"
+    return holder
 
 
 def glob_checkpoint(tmp):
@@ -761,7 +779,7 @@ LOGDIRS = [
     Case(
         "logdir-locked",
         T.LogdirLockedError,
-        rf"log directory '.*log' is in use by another run \(pid {os.getppid()} on host "
+        rf"log directory '.*log' is in use by another run \(pid \d+ on host "
         rf"'{re.escape(socket.gethostname())}'",
         lambda tmp, _: launch(tmp, logdir_action="keep"),
         locked_logdir,

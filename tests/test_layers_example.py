@@ -12,7 +12,9 @@ from example_modules import load_example
 from layers_harness import HAVE_HOROVOD, multi_process_run
 from layers_job import EPOCHS, STEPS, tower_facts
 
-pytestmark = pytest.mark.procs
+# The tests share module fixtures that train in processes (one run per trainer):
+# one worker runs them all, so that each run is made once.
+pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("test_layers_example")]
 
 pytest.importorskip("tf_keras", reason="the layers example needs towerkit-towers[layers]")
 

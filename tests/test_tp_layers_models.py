@@ -23,7 +23,9 @@ from example_modules import load_example
 from layers_harness import HAVE_HOROVOD, multi_process_run
 from layers_job import EPOCHS, STEPS, tower_facts
 
-pytestmark = pytest.mark.procs
+# The tests share module fixtures that train in processes (one run per trainer):
+# one worker runs them all, so that each run is made once.
+pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("test_tp_layers_models")]
 
 MODELS = ("convnet", "resnet", "gan")
 

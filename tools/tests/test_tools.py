@@ -111,7 +111,7 @@ def test_blocker_blocks(tmp_path):
 
 
 TF_TOOLS = {
-    "ls-checkpoint": ["nowhere"],
+    "ls-checkpoint": ["model-1"],  # its index file exists: the path check passes first
     "dump-params": ["nowhere", "out.npz"],
     "load-params": ["nowhere.npz", "out/model-0"],
 }
@@ -123,6 +123,7 @@ TF_TOOLS = {
 @pytest.mark.parametrize("tool", sorted(TF_TOOLS))
 def test_without_tensorflow_one_line(tool, tmp_path):
     """Without TensorFlow, a tool prints one ``tool: error:`` line saying so and exits 2."""
+    (tmp_path / "model-1.index").write_bytes(b"")  # ls-checkpoint checks its path first
     done = run_blocked(f"towerkit.tools.{TOOLS[tool]}", TF_TOOLS[tool], ["tensorflow"], tmp_path)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.count("\n") == 1, done.stderr
