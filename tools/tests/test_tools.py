@@ -65,6 +65,7 @@ def test_help_and_module_all(module, capsys):
 
 DOCTESTED = (
     "_files",
+    "_plot_layout",
     "_vars",
     "_workspace",
     "bump_version",
