@@ -121,6 +121,22 @@ def install_local(session: nox.Session, *dists: str, tensorflow: bool = True) ->
 DISTS_BY_PATH = {path: name for name, path in DISTS.items()}
 
 
+def without_keras3(session: nox.Session) -> None:
+    """Remove Keras 3 (``keras``), which ``tensorflow-cpu`` installs, from the venv.
+
+    When Keras 3 is installed, ``import tensorflow`` imports it at once (TensorFlow looks
+    up ``keras._tf_keras`` at start-up), and Keras 3 imports scikit-learn and matplotlib
+    when they are installed too: on a 2-core CI machine that is 4 s more CPU per Python
+    process that imports TensorFlow, 11 s with both beside it, paid by every training
+    script, server and rank that a test starts. No towerkit lib uses Keras 3; the
+    `towers` session keeps it, as it tests how ``enable_tf_layers`` leaves ``tf.keras``.
+    """
+    if session.venv_backend == "uv":
+        session.run("uv", "pip", "uninstall", "--python", str(Path(session.bin) / "python"), "keras")
+    else:
+        session.run("python", "-m", "pip", "uninstall", "-y", "keras")
+
+
 def install_groups(session: nox.Session, *groups: str) -> None:
     """Install PEP 735 dependency groups from the root pyproject."""
     for group in groups:
@@ -277,6 +293,8 @@ def tests(session: nox.Session, lib: str) -> None:
     install_groups(session, "test")
     if lib == "towers":
         install_layers(session)
+    else:
+        without_keras3(session)
     # Callbacks are driven by the lib's small test loop here (the trainers lib is not in
     # this venv); crosslib runs the same tests with the real trainer.
     env = (
@@ -296,7 +314,8 @@ def crosslib(session: nox.Session) -> None:
         session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
     )
     install_groups(session, "test", "demo", "noxfile")
-    install_layers(session)
+    install_layers_alone(session)
+    without_keras3(session)
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     # The wheels are tested by `build`, the simulated hosts by `hosts`.
     ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts"]
@@ -443,6 +462,7 @@ def conformance(session: nox.Session) -> None:
     install_local(session, "towerkit-conformance", "towerkit-tools")
     install_groups(session, "test")
     install_horovod(session)
+    without_keras3(session)
     args = list(session.posargs)
     if not any(a.startswith(("--conformance-report", "--junitxml")) for a in args):
         args += ["--conformance-report", str(CI_REPORTS / "junit" / "conformance.xml")]
@@ -499,6 +519,7 @@ def horovod(session: nox.Session) -> None:
     install_groups(session, "test", "demo")
     install_layers_alone(session)
     install_horovod(session)
+    without_keras3(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
     # Every horovod test starts ranks, so all of them are the process tier.
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
@@ -551,6 +572,7 @@ def hosts(session: nox.Session) -> None:
     install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
     install_groups(session, "test")
     install_horovod(session)
+    without_keras3(session)
     env = {**pytest_env(), "TOWERKIT_REQUIRE_HOSTS": "1"}
     junit = f"--junitxml={CI_REPORTS / 'junit' / 'hosts.xml'}"
     try:
@@ -577,6 +599,7 @@ def layers_parity(session: nox.Session) -> None:
     install_groups(session, "test")
     install_layers_alone(session)
     session.install("tensorpack==0.11")
+    without_keras3(session)
     env = {**pytest_env(), "TF_USE_LEGACY_KERAS": "1"}
     run_tiers(session, "layers_parity", "libs/layers/parity", env=env)
 

@@ -73,14 +73,24 @@ class HandLoopTrainer(SimpleTrainer):
                         self._steps_done += 1
                         if not self.SKIP_TRIGGER_STEP:
                             cbs.trigger_step()
-                    cbs.after_epoch()
-                    cbs.trigger_epoch()
+                    self._end_epoch(cbs)
             except StopTraining:
                 stopped = True
             finally:
                 if self.AFTER_TRAIN_AFTER_STOP or not stopped:
                     cbs.after_train()
                 self.sess.close()
+
+
+    @staticmethod
+    def _end_epoch(cbs: Callbacks) -> None:
+        """after_epoch, then trigger_epoch even when after_epoch asked to stop (spec 003)."""
+        try:
+            cbs.after_epoch()
+        except StopTraining:
+            cbs.trigger_epoch()
+            raise
+        cbs.trigger_epoch()
 
 
 class SkipsTriggerStep(HandLoopTrainer):
