@@ -19,8 +19,14 @@ Every pytest run of a session is split in two tiers, one after the other:
   run after the first tier, on their own workers (``TOWERKIT_PROC_WORKERS``, default
   one per core, at least 2), so that their waits overlap rather than queue; where the
   tests wait more than they compute (a cluster's timeouts), more workers pay. On 2 cores
-  twice as many workers as cores made this tier slower: each worker and each process
-  it starts imports TensorFlow (about 10 s of CPU).
+  twice as many workers as cores made this tier slower: each worker and each fresh
+  process imports TensorFlow (10 to 20 s of CPU there).
+
+A test that starts a Python program importing TensorFlow starts it with
+``prefork.run`` or ``prefork.popen`` (``tests/plugins/prefork.py``, importable from
+every test folder): the program is a fork of a server that imported TensorFlow once per
+pytest worker, with its own pid, streams, environment and exit status, so it does not
+pay the import again; a test that reads TensorFlow's start-up lines uses `subprocess`.
 
 A test that starts a process gets ``@pytest.mark.procs`` (or a module-level
 ``pytestmark``): the guard ``tests/plugins/towerkit_tiers.py``, loaded in every tiered
@@ -132,7 +138,9 @@ def without_keras3(session: nox.Session) -> None:
     `towers` session keeps it, as it tests how ``enable_tf_layers`` leaves ``tf.keras``.
     """
     if session.venv_backend == "uv":
-        session.run("uv", "pip", "uninstall", "--python", str(Path(session.bin) / "python"), "keras")
+        session.run(
+            "uv", "pip", "uninstall", "--python", str(Path(session.bin) / "python"), "keras"
+        )
     else:
         session.run("python", "-m", "pip", "uninstall", "-y", "keras")
 

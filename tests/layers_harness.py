@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import prefork
 import pytest
 
 JOB = Path(__file__).with_name("layers_job.py")
@@ -67,7 +68,7 @@ def _cluster_run(kind: str, base: Path, job_args: Sequence[str] = ()) -> list[di
         argv = [sys.executable, str(JOB), kind, role, str(task), "--ports", ports]
         with open(log, "w") as out:
             procs.append(
-                subprocess.Popen(
+                prefork.popen(
                     [*argv, "--logdir", str(base), *job_args],
                     stdout=out,
                     stderr=subprocess.STDOUT,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 
+import prefork
 import pytest
 from example_modules import ROOT
 
@@ -59,15 +59,7 @@ def test_block_runs(lib, tmp_path):
     script.write_text(section_block(lib, heading))
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+    done = prefork.run([sys.executable, str(script)], cwd=tmp_path, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     for line in expected:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import prefork
 import pytest
 from example_modules import ROOT
 
@@ -56,19 +57,11 @@ def python_program(readme: str) -> str:
 
 
 def run_python(code: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    """Run `code` as a script in `cwd`, in a fresh interpreter."""
+    """Run `code` as a script in `cwd`, as a fresh interpreter would (`prefork`)."""
     script = cwd / "readme_blocks.py"
     script.write_text(code, encoding="utf-8")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
+    return prefork.run([sys.executable, str(script)], cwd=cwd, env=env, timeout=timeout)
 
 
 def quick_start() -> str:

@@ -81,7 +81,6 @@ class HandLoopTrainer(SimpleTrainer):
                     cbs.after_train()
                 self.sess.close()
 
-
     @staticmethod
     def _end_epoch(cbs: Callbacks) -> None:
         """after_epoch, then trigger_epoch even when after_epoch asked to stop (spec 003)."""

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+PLUGINS = Path(__file__).resolve().parents[2] / "tests" / "plugins"
+if str(PLUGINS) not in sys.path:  # prefork (test programs forked from one TF import)
+    sys.path.append(str(PLUGINS))
 
 VALUES = {
     "conv0/W": np.arange(3 * 3 * 1 * 4, dtype=np.float32).reshape(3, 3, 1, 4) / 10,

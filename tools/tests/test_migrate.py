@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import prefork
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -56,14 +57,7 @@ def train(directory: Path, script: str) -> subprocess.CompletedProcess:
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
     }
-    return subprocess.run(
-        [sys.executable, script],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    return prefork.run([sys.executable, script], cwd=directory, timeout=300, env=env)
 
 
 def epochs_recorded(logdir: Path) -> list[int]:

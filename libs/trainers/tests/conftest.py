@@ -1,9 +1,16 @@
 """Fixtures: a fresh graph for each test, made the default, and a log directory."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import tensorflow as tf
 
 from towerkit.towers.compat import tf1
+
+PLUGINS = Path(__file__).resolve().parents[3] / "tests" / "plugins"
+if str(PLUGINS) not in sys.path:  # prefork (test programs forked from one TF import)
+    sys.path.append(str(PLUGINS))
 
 
 @pytest.fixture

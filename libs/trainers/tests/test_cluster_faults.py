@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import prefork
 import pytest
 from test_distributed import SCRIPT, free_ports
 
@@ -62,7 +63,7 @@ class Cluster:
             argv += ["--logdir-base", str(tmp_path), "--max-epoch", "100000"]
             argv += ["--timeouts", timeouts, *extra]
             with open(self.logs[(role, task)], "w") as out:
-                self.procs[(role, task)] = subprocess.Popen(
+                self.procs[(role, task)] = prefork.popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
                 )
 

@@ -14,6 +14,7 @@ import sys
 import time
 
 import numpy as np
+import prefork
 import pytest
 from crash_script import MAX_EPOCH, SCHEDULES, STEPS_PER_EPOCH
 
@@ -39,13 +40,8 @@ pytestmark = [
 def run(logdir, schedule, *extra):
     """Run the script to its end or its kill; the completed process."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.run(
-        [sys.executable, SCRIPT, str(logdir), schedule, *extra],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
+    return prefork.run(
+        [sys.executable, SCRIPT, str(logdir), schedule, *extra], timeout=300, env=env
     )
 
 
@@ -262,7 +258,7 @@ def test_reader_racing_pruning_saver(tmp_path):
     """Reading a directory while a saver prunes it every step: never a false "corrupt"."""
     logdir = tmp_path / "log"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
+    proc = prefork.popen(
         [sys.executable, SCRIPT, str(logdir), "step", "--keep", "--max-epoch", "30"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

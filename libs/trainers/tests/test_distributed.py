@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import prefork
 import pytest
 import tensorflow as tf
 
@@ -66,7 +67,7 @@ def run_cluster(tmp_path: Path, trainer: str) -> dict:
     for role, task in roles:
         argv = [sys.executable, str(SCRIPT), role, str(task), "--ports", ports]
         argv += ["--trainer", trainer, "--logdir-base", str(tmp_path), "--max-epoch", str(EPOCHS)]
-        procs[(role, task)] = subprocess.Popen(
+        procs[(role, task)] = prefork.popen(
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+import prefork
 import pytest
 import tensorflow as tf
 from hypothesis import given
@@ -175,7 +176,7 @@ def tf_server():
     sock = listening()
     address = f"127.0.0.1:{sock.getsockname()[1]}"
     sock.close()
-    proc = subprocess.Popen(
+    proc = prefork.popen(
         [sys.executable, "-c", SERVER, address],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import prefork
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -86,7 +87,7 @@ class TestLockVerdict:
 def start_holder(logdir):
     """A real training process that takes `logdir` and waits at before_train; and its pid."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
+    proc = prefork.popen(
         [sys.executable, SCRIPT, str(logdir), "epoch", "--hold"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -105,7 +106,7 @@ def start_holder(logdir):
 
 def run_second(logdir):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, SCRIPT, str(logdir), "epoch", "--max-epoch", "1"],
         capture_output=True,
         text=True,
@@ -231,7 +232,7 @@ class TestRace:
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
         script = os.path.join(os.path.dirname(__file__), "lock_race_script.py")
         procs = [
-            subprocess.Popen(
+            prefork.popen(
                 [sys.executable, script, str(tmp_path), str(self.TRIALS)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,

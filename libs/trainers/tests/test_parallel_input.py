@@ -11,6 +11,7 @@ import threading
 import time
 
 import numpy as np
+import prefork
 import pytest
 from parallel_script import STEPS_PER_EPOCH, Model
 from parallel_sources import Augmented, Blocks, Indexed, RaisesAt, Streamed, UnpicklableAt, shard
@@ -251,14 +252,8 @@ class TestTraining:
 def run_script(logdir, workers, *extra, timeout=400):
     """Run parallel_script.py to its end (or its own SIGKILL); the completed process."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.run(
-        [sys.executable, SCRIPT, str(logdir), str(workers), *extra],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
+    argv = [sys.executable, SCRIPT, str(logdir), str(workers), *extra]
+    return prefork.run(argv, timeout=timeout, env=env)
 
 
 def seen_in(out):
@@ -304,7 +299,7 @@ def test_signal_leaves_no_process(tmp_path, sig):
     workers see the pipe they watch close.
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
+    proc = prefork.popen(
         [
             sys.executable,
             SCRIPT,

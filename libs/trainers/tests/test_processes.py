@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import prefork
 import pytest
 from resume_script import STEPS_PER_EPOCH, lr_in_epoch
 
@@ -26,7 +27,7 @@ pytestmark = [
 def run(logdir, *extra):
     """Run the training script; return the completed process (output captured)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, SCRIPT, str(logdir), str(MAX_EPOCH), *extra],
         capture_output=True,
         text=True,
@@ -111,7 +112,7 @@ class BlockedJob:
 
     def __init__(self, logdir, *args):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
+        self.proc = prefork.popen(
             [sys.executable, BLOCKING, str(logdir), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
