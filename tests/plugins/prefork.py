@@ -490,7 +490,7 @@ def run(
         proc = popen(args, stdout=out, stderr=err, env=env, cwd=cwd)
         try:
             code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException:  # a timeout, or the test's own timeout or Ctrl-C
             proc.kill()
             proc.wait()
             raise

@@ -136,33 +136,30 @@ class TestMigrateProgram:
 
 CHAR_RNN = Path(__file__).parent / "rnn_programs" / "char_rnn.py"
 
+PTB_LM = CHAR_RNN.with_name("ptb_lm.py")
+
 NO_KERAS = (
     "import sys, runpy; sys.modules['tf_keras'] = None; sys.modules['keras'] = None; "
-    "runpy.run_path('char_rnn.py', run_name='__main__')"
+    "runpy.run_path(sys.argv[1], run_name='__main__')"
 )
-"""Run the program with tf-keras and Keras unimportable."""
+"""Run the program named by the first argument with tf-keras and Keras unimportable (a
+fresh interpreter: the blocks must be in place before TensorFlow is imported)."""
 
 
-@pytest.mark.procs
-@pytest.mark.timeout(300)  # migration and 2 epochs of a while-loop LSTM on a shared CPU
-def test_char_rnn_migrates_and_trains_without_keras(tmp_path):
-    """tensorpack's char-rnn form converts with nothing by hand and trains 2 epochs, no Keras."""
-    out = tmp_path / "out"
+def migrate_and_train(program: Path, out: Path) -> str:
+    """Convert `program` into `out` (nothing left by hand) and train it without Keras; its source."""
     done = subprocess.run(
-        [sys.executable, "-m", "towerkit.tools.migrate", str(CHAR_RNN), "--out", str(out)],
+        [sys.executable, "-m", "towerkit.tools.migrate", str(program), "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.rstrip().endswith("0 left by hand"), done.stdout[-500:]
-    source = (out / "char_rnn.py").read_text()
-    assert "from towerkit.layers import" in source
-    assert "tf.contrib" not in source
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("TF_USE_LEGACY_KERAS", None)
     trained = subprocess.run(
-        [sys.executable, "-c", NO_KERAS],
+        [sys.executable, "-c", NO_KERAS, program.name],
         cwd=out,
         capture_output=True,
         text=True,
@@ -170,6 +167,52 @@ def test_char_rnn_migrates_and_trains_without_keras(tmp_path):
         env=env,
     )
     assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "WARNING:tensorflow" not in trained.stderr, trained.stderr[-3000:]
+    return (out / program.name).read_text()
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(300)  # migration and 2 epochs of a while-loop LSTM on a shared CPU
+def test_char_rnn_migrates_and_trains_without_keras(tmp_path):
+    """tensorpack's char-rnn form converts with nothing by hand and trains 2 epochs, no Keras."""
+    out = tmp_path / "out"
+    source = migrate_and_train(CHAR_RNN, out)
+    assert "from towerkit.layers import" in source
+    assert "tf.contrib" not in source
     stats = json.loads((out / "train_log" / "char_rnn" / "stats.json").read_text())
     assert [s["epoch_num"] for s in stats] == [1, 2]
     assert stats[-1]["validation_cost"] < stats[0]["validation_cost"]
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(300)  # migration and 3 epochs of a static LSTM, two inference runs each
+def test_ptb_lm_migrates_and_trains_without_keras(tmp_path):
+    """tensorpack's PTB form: self.training, a carried state, two InferenceRunners, no Keras.
+
+    The state variables are assigned the last state at each step (so the saved ones are
+    not zero), RunOp resets them around the inference runs, each runner has its tower
+    and its statistics, and the learning rate follows HyperParamSetterWithFunc.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    out = tmp_path / "out"
+    source = migrate_and_train(PTB_LM, out)
+    assert "tf.contrib" not in source
+    stats = json.loads((out / "train_log" / "ptb_lm" / "stats.json").read_text())
+    assert [s["epoch_num"] for s in stats] == [1, 2, 3]
+    assert [round(s["learning_rate"], 6) for s in stats] == [0.5, 0.4, 0.32]
+    for record in stats:
+        for name in ("validation", "test"):
+            expected = np.exp(record[f"{name}_cost"] / 10)
+            assert record[f"{name}_perplexity"] == pytest.approx(expected, rel=1e-5)
+    assert stats[-1]["validation_cost"] < stats[0]["validation_cost"]
+    assert stats[0]["test_cost"] != stats[0]["validation_cost"]
+    reader = tf.train.load_checkpoint(str(out / "train_log" / "ptb_lm"))
+    shapes = reader.get_variable_to_shape_map()
+    kernel = "LSTM/rnn/multi_rnn_cell/cell_1/basic_lstm_cell/kernel"
+    assert shapes[kernel] == [48, 96]
+    for k in range(2):
+        for part in ("c", "h"):
+            assert shapes[f"{part}{k}"] == [8, 24]
+    assert np.abs(reader.get_tensor("h1")).max() > 0, "the state is carried across steps"

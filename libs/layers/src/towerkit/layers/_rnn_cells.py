@@ -276,7 +276,7 @@ class GRUCell(RNNCell):
             "candidate/bias",
             [n],
             dtype=dtype,
-            initializer=bias if bias is not None else tf1.zeros_initializer(dtype=dtype),
+            initializer=bias if bias is not None else tf1.zeros_initializer(),
         )
 
     def call(self, inputs: Any, state: Any) -> tuple[Any, Any]:
@@ -336,7 +336,7 @@ class BasicLSTMCell(RNNCell):
         n = self._num_units
         self._kernel = self.get_variable("kernel", [input_depth + n, 4 * n], dtype=dtype)
         self._bias = self.get_variable(
-            "bias", [4 * n], dtype=dtype, initializer=tf1.zeros_initializer(dtype=dtype)
+            "bias", [4 * n], dtype=dtype, initializer=tf1.zeros_initializer()
         )
 
     def call(self, inputs: Any, state: Any) -> tuple[Any, Any]:
@@ -413,7 +413,7 @@ class LSTMCell(RNNCell):
             "kernel", [input_depth + p, 4 * n], dtype=dtype, initializer=init
         )
         self._bias = self.get_variable(
-            "bias", [4 * n], dtype=dtype, initializer=tf1.zeros_initializer(dtype=dtype)
+            "bias", [4 * n], dtype=dtype, initializer=tf1.zeros_initializer()
         )
         if self._use_peepholes:
             self._w_f = self.get_variable("w_f_diag", [n], dtype=dtype, initializer=init)
