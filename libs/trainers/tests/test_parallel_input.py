@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -221,6 +222,41 @@ class TestTraining:
         stats = (tmp_path / "two" / "log" / "stats.json").read_text()
         for key in ("queue_fill", "datapoints_per_s", "worker0_datapoints_per_s"):
             assert f'"IterableInput/{key}"' in stats
+
+    def test_dataflow_and_inference_runner_take_a_parallel_source(self, tmp_path):
+        """``TrainConfig(dataflow=ParallelIterable(...))`` trains on the datapoints in order, and
+        an ``InferenceRunner`` over a parallel source reports what it reports over the
+        source itself, every epoch; both pools stop with training."""
+        from towerkit.callbacks import InferenceRunner, ScalarStats
+
+        train_pool = ParallelIterable(Indexed(STEPS_PER_EPOCH), 2)
+        val_pool = ParallelIterable(Indexed(5), 2)
+        seen = Seen()
+        config = TrainConfig(
+            model=Model(),
+            dataflow=train_pool,
+            callbacks=[
+                seen,
+                InferenceRunner(val_pool, [ScalarStats("cost", prefix="parallel")]),
+                InferenceRunner(
+                    [Indexed(5)[i] for i in range(5)],
+                    [ScalarStats("cost", prefix="plain")],
+                    tower_name="Plain",
+                ),
+            ],
+            max_epoch=2,
+            logdir=str(tmp_path / "log"),
+        )
+        with tf1.Graph().as_default():
+            launch_train_with_config(config, SimpleTrainer())
+        assert seen.seen == list(range(STEPS_PER_EPOCH)) * 2
+        records = json.loads((tmp_path / "log" / "stats.json").read_text())
+        assert [r["epoch_num"] for r in records] == [1, 2]
+        for record in records:
+            assert record["parallel_cost"] == pytest.approx(record["plain_cost"], rel=1e-6)
+        assert records[0]["parallel_cost"] != records[1]["parallel_cost"], "the model trained"
+        assert train_pool.pids == [], "the workers stop with training"
+        assert val_pool.pids == [], "and with the inference runs"
 
     def test_worker_raises(self, tmp_path):
         """A raising worker stops training with its traceback and the datapoint's index."""

@@ -29,6 +29,7 @@ from towerkit.callbacks._inference_stats import (
     chunks,
 )
 from towerkit.callbacks._inferencers import Inferencer
+from towerkit.callbacks._parallel import ParallelIterable
 from towerkit.towers import TowerContext, build_placeholders, resolve_devices
 from towerkit.towers.compat import tf1
 
@@ -169,6 +170,8 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
     def _after_train(self) -> None:
         if self._source is not None:
             self._source.finish()
+        if isinstance(self._input, ParallelIterable):
+            self._input.close()  # its worker processes end with training, as the input's do
         for inf in self._infs:
             inf.after_train()
 
