@@ -415,17 +415,18 @@ class TestValuesInTheParamDtype:
 
     def test_integer_variable_fail(self):
         """A schedule that would set a non-integer into an integer variable fails at setup, listing it."""
-        with pytest.raises(
-            ValueError,
-            match=r"ScheduledHyperParamSetter\(count\): 'count' holds int32 values, but the schedule "
-            r"sets values that are not integers: #1 \(1, 2.7\); #2 \(3, 0.5\)$",
-        ):
+        # the message exactly (the real trainer adds a note about the traceback after it)
+        with pytest.raises(ValueError) as info:
             train([ScheduledHyperParamSetter("count", [(0, 2), (1, 2.7), (3, 0.5)])], count=1)
-        with pytest.raises(
-            ValueError,
-            match=r"values that are not integers: between #0 \(0, 1.0\) and #1 \(4, 3.0\): 1.5 at 1$",
-        ):
+        assert str(info.value) == (
+            "ScheduledHyperParamSetter(count): 'count' holds int32 values, but the schedule "
+            "sets values that are not integers: #1 (1, 2.7); #2 (3, 0.5)"
+        )
+        with pytest.raises(ValueError) as info:
             train([ScheduledHyperParamSetter("count", [(0, 1), (4, 3)], "linear")], count=1)
+        assert str(info.value).endswith(
+            "values that are not integers: between #0 (0, 1.0) and #1 (4, 3.0): 1.5 at 1"
+        )
 
     def test_integer_variable_other_setters(self):
         """Other setters check each value before setting it: the variable is never set to a rounded one."""
