@@ -135,7 +135,9 @@ def without_keras3(session: nox.Session) -> None:
     when they are installed too: on a 2-core CI machine that is 4 s more CPU per Python
     process that imports TensorFlow, 11 s with both beside it, paid by every training
     script, server and rank that a test starts. No towerkit lib uses Keras 3; the
-    `towers` session keeps it, as it tests how ``enable_tf_layers`` leaves ``tf.keras``.
+    `towers` session keeps it, as it tests how ``enable_tf_layers`` leaves ``tf.keras``,
+    and so do the sessions with horovod, whose TensorFlow module imports ``tf.keras``
+    (without Keras, horovodrun reports that gloo was not built).
     """
     if session.venv_backend == "uv":
         session.run(
@@ -470,7 +472,6 @@ def conformance(session: nox.Session) -> None:
     install_local(session, "towerkit-conformance", "towerkit-tools")
     install_groups(session, "test")
     install_horovod(session)
-    without_keras3(session)
     args = list(session.posargs)
     if not any(a.startswith(("--conformance-report", "--junitxml")) for a in args):
         args += ["--conformance-report", str(CI_REPORTS / "junit" / "conformance.xml")]
@@ -527,7 +528,6 @@ def horovod(session: nox.Session) -> None:
     install_groups(session, "test", "demo")
     install_layers_alone(session)
     install_horovod(session)
-    without_keras3(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
     # Every horovod test starts ranks, so all of them are the process tier.
     env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
@@ -580,7 +580,6 @@ def hosts(session: nox.Session) -> None:
     install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
     install_groups(session, "test")
     install_horovod(session)
-    without_keras3(session)
     env = {**pytest_env(), "TOWERKIT_REQUIRE_HOSTS": "1"}
     junit = f"--junitxml={CI_REPORTS / 'junit' / 'hosts.xml'}"
     try:
