@@ -25,6 +25,7 @@ from towerkit.callbacks import (
     StopTraining,
     plan_pruning,
 )
+from towerkit.callbacks.plumbing import read_positions
 from towerkit.sessinit import SaverRestore
 from towerkit.towers.compat import tf1
 
@@ -108,7 +109,11 @@ class TestModelSaver:
         assert listing(tmp_path) == [
             "checkpoint",
             *[f"model-{s}.{ext}" for s in (2, 4, 6) for ext in ("data-00000-of-00001", "index")],
+            "positions.json",
         ]
+        # where each was saved: at the end of epochs 1..3 of 2 steps
+        positions = read_positions(str(tmp_path))
+        assert [(p.step, p.epoch, p.done) for p in positions] == [(2, 1, 2), (4, 2, 2), (6, 3, 2)]
         state = tf1.train.get_checkpoint_state(str(tmp_path))
         assert os.path.basename(state.model_checkpoint_path) == "model-6"
         assert 'model_checkpoint_path: "model-6"' in (tmp_path / "checkpoint").read_text()

@@ -193,6 +193,26 @@ def _same(a: Any, b: Any, dtype: np.dtype | None = None) -> bool:
         return False
 
 
+def _as_stat(value: Any, dtype: np.dtype | None = None) -> Any:
+    """A scalar parameter's value as the statistic records it: the digits `_show` prints.
+
+    The value set (``0.1``) and the value read back from a float32 variable
+    (``0.10000000149011612``) are the same statistic, so a run resumed between two
+    settings records what an uninterrupted one does.
+
+    Examples:
+        >>> _as_stat(np.float32(0.1), np.dtype("float32")), _as_stat(0.1, np.dtype("float32"))
+        (0.1, 0.1)
+    """
+    try:
+        arr = _as_dtype(value, dtype)
+    except (TypeError, ValueError, OverflowError):
+        return value
+    if arr.ndim == 0 and arr.dtype.kind == "f":
+        return float(str(arr[()]))
+    return value
+
+
 def _show(value: Any, dtype: np.dtype | None = None) -> str:
     """``value`` as the parameter holds it, at the precision of its dtype.
 

@@ -16,6 +16,12 @@ from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError, StatsFileError
 from towerkit.callbacks._graph import _numerics_op, numerics_report
 from towerkit.callbacks._paths import check_file_name
+from towerkit.callbacks._positions import (
+    SavedPosition,
+    merge_positions,
+    read_positions,
+    write_positions,
+)
 from towerkit.callbacks._pruning import (
     SaverState,
     after_save,
@@ -95,6 +101,12 @@ class ModelSaver(Callback):
     the directory, with a copy of the state file (so ``SmartInit(folder)`` loads them),
     and a warning names them. The state file then names only the complete
     checkpoints left, and at every save only complete ones.
+
+    After each save, ``positions.json`` in the directory (written atomically) records
+    where in the loop each kept checkpoint was saved (`SavedPosition`: its epoch, the
+    steps of it done, the steps of data the input gave), so `AutoResumeTrainConfig`
+    can resume from one saved inside an epoch (every k steps, or by ``save_now`` when
+    a preemption signal stops training) at exactly its step.
 
     The first save of a run is logged at INFO with the directory and what is kept; the
     later ones at DEBUG, so the console keeps one line per epoch.
@@ -211,9 +223,11 @@ class ModelSaver(Callback):
             index = os.path.join(directory, name + ".index")
             if name in listed and os.path.isfile(index):
                 kept[step] = os.path.getmtime(index)
+        # a run resumed inside an epoch started its epoch that many steps earlier
+        into_epoch = int(getattr(self.trainer, "resumed_steps_in_epoch", 0) or 0)
         self._state = start_saver_state(
             kept,
-            start_step=self._start_step,
+            start_step=self._start_step - into_epoch,
             steps_per_epoch=self.trainer.steps_per_epoch,
             next_preserve_time=time.time() + self._hours * 3600,
         )
@@ -223,6 +237,9 @@ class ModelSaver(Callback):
         """Make the state file name only the complete checkpoints kept (none: no state file)."""
         written = self._state.written
         kept = sorted(written)
+        positions = read_positions(directory)
+        if any(p.step not in written for p in positions):
+            write_positions(directory, merge_positions(positions, None, kept))
         if [checkpoint_step(n) for n in listed] == kept:
             return
         state = os.path.join(directory, "checkpoint")
@@ -261,6 +278,16 @@ class ModelSaver(Callback):
         return names
 
     def _trigger(self) -> None:
+        self._save()
+
+    def save_now(self) -> None:
+        """Save at the current global step now (unless saved at it already), wherever the loop is.
+
+        The trainer calls it when a preemption signal stops training inside an epoch:
+        with the position recorded, `AutoResumeTrainConfig` resumes at exactly this step.
+        """
+        if self._start_step is None:
+            return
         self._save()
 
     def _after_train(self) -> None:
@@ -327,6 +354,9 @@ class ModelSaver(Callback):
         written = self._state.written
         kept = [os.path.join(directory, f"model-{s}") for s in plan.keep]
         write_checkpoint_state(directory, path, kept, timestamps=[written[s] for s in plan.keep])
+        write_positions(
+            directory, merge_positions(read_positions(directory), self._position(), plan.keep)
+        )
         for gone in plan.delete:
             _delete_checkpoint(directory, f"model-{gone}")
         self._last_saved = step
@@ -344,6 +374,19 @@ class ModelSaver(Callback):
             )
         else:
             logger.debug("model saved to %s", path)
+
+    def _position(self) -> SavedPosition | None:
+        """Where the loop is now, for the positions file (None outside an epoch)."""
+        t = self.trainer
+        if t.epoch_num < 1:
+            return None
+        data_steps = getattr(t, "data_steps", None)
+        return SavedPosition(
+            step=int(t.global_step),
+            epoch=int(t.epoch_num),
+            done=int(t.local_step) + 1,
+            data_steps=None if data_steps is None else int(data_steps),
+        )
 
 
 def _delete_checkpoint(directory: str, base: str) -> None:

@@ -15,6 +15,7 @@ from towerkit.callbacks._errors import MissingStatError
 from towerkit.callbacks._hyperparams import (
     HyperParam,
     _as_param,
+    _as_stat,
     _check_settable,
     _is_integer_dtype,
     _same,
@@ -113,7 +114,7 @@ class HyperParamSetter(Callback):
             self.trainer.global_step,
         )
         if put and (isinstance(value, numbers.Real) or np.ndim(value) == 0):
-            self.trainer.monitors.put_scalar(name, value)
+            self.trainer.monitors.put_scalar(name, _as_stat(value, dtype))
             self._put_at = self.trainer.global_step
 
     def _before_epoch(self) -> None:
@@ -122,7 +123,9 @@ class HyperParamSetter(Callback):
             return  # put by before_train already, into the same record
         value = self.get_current_value()
         if isinstance(value, numbers.Real) or np.ndim(value) == 0:
-            self.trainer.monitors.put_scalar(self._param.readable_name, value)
+            self.trainer.monitors.put_scalar(
+                self._param.readable_name, _as_stat(value, self._param.dtype)
+            )
             self._put_at = step
 
     def _set_param(self) -> None:

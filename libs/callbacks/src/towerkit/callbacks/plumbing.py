@@ -42,6 +42,15 @@ from towerkit.callbacks._parallel_core import (
     start_merge,
     worker_seed,
 )
+from towerkit.callbacks._positions import (
+    POSITIONS_FILENAME,
+    SavedPosition,
+    dumps_positions,
+    loads_positions,
+    merge_positions,
+    read_positions,
+    write_positions,
+)
 from towerkit.callbacks._procs import stop_process_group
 from towerkit.callbacks._shell_records import (
     SHELL_RECORDS,
@@ -57,6 +66,13 @@ from towerkit.callbacks._timeline import timeline_entry
 from towerkit.callbacks._triggers import periodic_record, trainer_event
 
 __all__ = [
+    "POSITIONS_FILENAME",
+    "SavedPosition",
+    "dumps_positions",
+    "loads_positions",
+    "merge_positions",
+    "read_positions",
+    "write_positions",
     "CONSOLE",
     "ConsoleStream",
     "console_lines",

@@ -35,11 +35,17 @@ from towerkit.trainers._lock import (
     parse_lock,
 )
 from towerkit.trainers._model import ModelDesc, ModelDescBase
+from towerkit.trainers._preempt import (
+    PREEMPTED_EXIT_STATUS,
+    PreemptionPolicy,
+    TrainingPreempted,
+)
 from towerkit.trainers._resume import (
     LOGDIR_ACTIONS,
     LogdirSnapshot,
     ResumePlan,
     plan_logdir,
+    resumable_position,
     resume_plan,
 )
 from towerkit.trainers._tower import SingleCostTrainer, TowerTrainer
@@ -147,6 +153,10 @@ __all__ = [
     "ResumePlan",
     "plan_logdir",
     "resume_plan",
+    "resumable_position",
+    "PREEMPTED_EXIT_STATUS",
+    "PreemptionPolicy",
+    "TrainingPreempted",
     "LogdirNotEmptyError",
     "LogdirLockedError",
     "LOCK_FILENAME",

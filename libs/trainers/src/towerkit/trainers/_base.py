@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import attrs
+
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
 from towerkit.callbacks.plumbing import console_lines
 from towerkit.towers.compat import tf1
@@ -28,6 +30,7 @@ from towerkit.trainers._interrupt import InterruptState, deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
 from towerkit.trainers._loop_end import end_epoch, stop_line
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
+from towerkit.trainers._preempt import PreemptionPolicy, TrainingPreempted, save_for_resume
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._traceback import filter_traceback
@@ -75,6 +78,12 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
     then raises ``KeyboardInterrupt``; a second Ctrl-C interrupts at once, a step
     waiting for an input too (``deferred_sigint``).
 
+    A preemption signal (SIGTERM, SIGUSR1: ``set_preemption``) on the chief stops the
+    loop after the session call in flight (an epoch's last step lets the epoch end
+    first), saves every `ModelSaver` at that step with its position in the epoch, runs
+    ``after_train``, and raises `TrainingPreempted` (exit status 143);
+    `AutoResumeTrainConfig` resumes at that step (``set_resume_position``).
+
     Attributes:
         is_chief: whether this process is the chief worker (it owns the logdir);
             callbacks with ``chief_only`` are not registered on other workers, or are
@@ -107,6 +116,10 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         self._interrupt: InterruptState | None = None
         self._failure: BaseException | None = None
         self._logdir_set = False
+        self._resumed_in_epoch = 0
+        self._data_steps_at_start: int | None = 0
+        self._preemption = PreemptionPolicy()
+        self._preempted = False
 
     # -- phase 0: the log directory ------------------------------------------------------
 
@@ -148,6 +161,73 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         taken = take_logdir(logdir, logdir_action, lock=self.is_chief)
         self._logdir = taken.path
         self._logdir_taken = taken
+
+    def set_resume_position(self, steps_in_epoch: int = 0, data_steps: int | None = 0) -> None:
+        """Start the first epoch of ``main_loop`` after `steps_in_epoch` of its steps.
+
+        A run resumed from a checkpoint saved inside an epoch (`AutoResumeTrainConfig`
+        calls this) runs only the rest of that epoch: ``before_epoch`` runs, then the
+        steps from ``local_step == steps_in_epoch`` on, then the epoch's end as usual.
+
+        Args:
+            steps_in_epoch: the steps of the first epoch done already (>= 0, a multiple
+                of ``steps_per_execution``, less than or equal to ``steps_per_epoch``).
+            data_steps: the global steps whose data the input produced before this
+                run (its input skips them: `InputSource.skip_steps`), or None when
+                unknown. It is recorded with each checkpoint (``positions.json``).
+
+        Raises:
+            ValueError: a negative count.
+            TrainerStateError: the loop started already.
+        """
+        if self._phase in ("running", "done"):
+            msg = "set_resume_position() must be called before main_loop"
+            raise TrainerStateError(msg)
+        for name, value in (("steps_in_epoch", steps_in_epoch), ("data_steps", data_steps)):
+            if value is None and name == "data_steps":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                msg = f"'{name}' must be an int >= 0; got {value!r}"
+                raise ValueError(msg)
+        self._resumed_in_epoch = steps_in_epoch
+        self._data_steps_at_start = data_steps
+
+    @property
+    def resumed_steps_in_epoch(self) -> int:
+        """The steps of the first epoch that an earlier run did (`set_resume_position`)."""
+        return self._resumed_in_epoch
+
+    @property
+    def data_steps(self) -> int | None:
+        """The global steps whose data the input has produced since it started from its first datapoint.
+
+        None when unknown (a run resumed from a checkpoint without a position record).
+        """
+        if self._data_steps_at_start is None:
+            return None
+        return self._data_steps_at_start + self.global_step - self._start_global_step
+
+    def set_preemption(
+        self, signals: Sequence[str | int] | None = None, grace_s: float | None = None
+    ) -> None:
+        """Choose the signals that preempt training and the grace the run has (`PreemptionPolicy`).
+
+        Args:
+            signals: signal names or numbers (default ``("SIGTERM", "SIGUSR1")``);
+                empty: none (a SIGTERM then ends the process as Python's default does).
+            grace_s: seconds from the signal to the exit (default 30).
+        """
+        changes: dict[str, Any] = {}
+        if signals is not None:
+            changes["signals"] = signals
+        if grace_s is not None:
+            changes["grace_s"] = grace_s
+        self._preemption = attrs.evolve(self._preemption, **changes)
+
+    @property
+    def preempted(self) -> bool:
+        """Whether a preemption signal stopped the loop (``main_loop`` then raises `TrainingPreempted`)."""
+        return self._preempted
 
     # -- phase 1: callbacks ------------------------------------------------------------
 
@@ -329,6 +409,15 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         )
         if self._steps_per_execution != 1:
             check_loop_for_k(steps_per_epoch, self._steps_per_execution)
+        done = self._resumed_in_epoch
+        if done > steps_per_epoch or done % self._steps_per_execution:
+            msg = (
+                f"the run resumes after {done} steps of epoch {starting_epoch}, which cannot "
+                f"continue with steps_per_epoch={steps_per_epoch} and steps_per_execution="
+                f"{self._steps_per_execution}: resume with the steps_per_epoch and "
+                "steps_per_execution of the interrupted run"
+            )
+            raise ValueError(msg)
         self._bounds = bounds
         self._epoch_num = bounds.starting_epoch - 1
         self._local_step = -1
@@ -344,7 +433,12 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         cbs = self._callbacks
         interrupted = False
         failed: BaseException | None = None
-        with self._graph.as_default(), self.sess.as_default(), deferred_sigint() as interrupt:
+        policy = self._preemption if self.is_chief else None
+        with (
+            self._graph.as_default(),
+            self.sess.as_default(),
+            deferred_sigint(policy) as interrupt,
+        ):
             self._interrupt = interrupt
             try:
                 logger.info(
@@ -358,7 +452,11 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
                 with frozen_heap():
                     self._loop(bounds, interrupt)
             except StopTraining as err:
-                if interrupt.requested:  # Ctrl-C: the run ends by KeyboardInterrupt below
+                if interrupt.preempted:  # saved here; the run ends by TrainingPreempted below
+                    self._preempted = True
+                    logger.warning("%s", stop_line(self._epoch_num, self.global_step, err))
+                    save_for_resume(self, self._registered)
+                elif interrupt.requested:  # Ctrl-C: the run ends by KeyboardInterrupt below
                     self._failure = KeyboardInterrupt()
                     logger.info("%s", stop_line(self._epoch_num, self.global_step, err))
                 else:  # the one line saying who stopped training and why
@@ -377,8 +475,10 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
                 interrupted = True
                 logger.warning("training aborted at global step %d", self.global_step)
             finally:
-                interrupted = interrupted or interrupt.requested
+                interrupted = interrupted or (interrupt.requested and not self._preempted)
                 self._finish(failed)
+        if self._preempted:
+            raise TrainingPreempted(self.global_step, self._preemption)
         if interrupted:
             raise KeyboardInterrupt
 
@@ -391,17 +491,21 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         should_stop = self.hooked_sess.should_stop
         k = self._steps_per_execution
         steps = range(k - 1, steps_per_epoch, k)  # each run_step makes k steps
+        first = range(self._resumed_in_epoch + k - 1, steps_per_epoch, k)
+        last = steps_per_epoch - 1
         for epoch in bounds.epochs:
             self._epoch_num = epoch
             self._local_step = -1
             start = time.perf_counter()
             cbs.before_epoch()
-            for step in steps:
+            for step in first if epoch == bounds.starting_epoch else steps:
                 self._local_step = step
                 run_step()
                 for trigger in triggers:
                     trigger()
                 if should_stop() or interrupt.requested:
+                    if interrupt.preempted and step == last and not should_stop():
+                        break  # the epoch's end first: its statistics and checkpoint
                     msg = "stop requested"
                     raise StopTraining(msg)
             elapsed = time.perf_counter() - start

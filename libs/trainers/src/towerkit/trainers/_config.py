@@ -215,9 +215,12 @@ class AutoResumeTrainConfig(TrainConfig):
     """A `TrainConfig` that continues the run found in its `logdir`.
 
     Running the same command again after the process died (even by SIGKILL in the
-    middle of an epoch) continues training: the newest checkpoint saved at the end
-    of an epoch that is consistent with the statistics file is restored (the
-    ``session_init`` of the run), the epoch after it is the ``starting_epoch``, and
+    middle of an epoch) or was preempted (SIGTERM) continues training: the newest
+    checkpoint it can continue exactly is restored (the ``session_init`` of the run):
+    one saved at the end of an epoch that is consistent with the statistics file, the
+    epoch after it being the ``starting_epoch``, or one saved inside an epoch whose
+    position `ModelSaver` recorded (``positions.json``), that epoch then continuing at
+    the next step with the input skipping the data already trained on; and
     statistics written after that checkpoint are dropped (the old file is kept as
     ``stats.json.bak``), so the global step, the epoch numbers, the hyper-parameters
     (restored with the variables) and ``stats.json`` continue from one consistent

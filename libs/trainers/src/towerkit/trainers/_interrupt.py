@@ -72,15 +72,18 @@ class InterruptState:
             are cancelled, when it was blocked in one).
         raised: True once that ``KeyboardInterrupt`` has been raised.
         signals: the SIGINTs counted so far.
+        preempted: True once a preemption signal arrived (`PreemptionPolicy`):
+            ``requested`` is then True too, and the loop saves before it stops.
     """
 
-    __slots__ = ("aborted", "raised", "requested", "signals")
+    __slots__ = ("aborted", "preempted", "raised", "requested", "signals")
 
     def __init__(self) -> None:
         self.requested = False
         self.aborted = False
         self.raised = False
         self.signals = 0
+        self.preempted = False
 
 
 # -- waits that the second Ctrl-C cancels -------------------------------------------------
@@ -137,8 +140,12 @@ _AGAIN = "signal %d again: training aborts now"
 class _Watcher:
     """Count SIGINTs from the interpreter's wakeup fd, in the main thread's handler or a thread."""
 
-    def __init__(self, state: InterruptState) -> None:
+    def __init__(
+        self, state: InterruptState, sigint: bool = True, preempt: Preempt | None = None
+    ) -> None:
         self._state = state
+        self._sigint = sigint
+        self._preempt = preempt
         self._lock = threading.RLock()
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
@@ -187,7 +194,12 @@ class _Watcher:
                 data = os.read(self._read, 4096)
             except OSError:
                 data = b""
-            for _ in range(data.count(signal.SIGINT)):
+            preempts = (
+                [b for b in data if b in self._preempt.policy.signals]
+                if self._preempt is not None
+                else []
+            )
+            for _ in range(data.count(signal.SIGINT) if self._sigint else 0):
                 step = sigint_step(state.signals)
                 state.signals = step.count
                 if step.request_stop:
@@ -202,6 +214,8 @@ class _Watcher:
                 state.raised = True
         # Logged outside the lock: the main thread may hold a logging lock when its
         # handler runs.
+        for signum in preempts:
+            self._preempt.arrived(signum)  # type: ignore[union-attr]
         for note in notes:
             logger.warning(note, signal.SIGINT)
         if raise_now:
@@ -237,8 +251,71 @@ class _Watcher:
         self._left.set()
 
 
+# -- preemption signals ------------------------------------------------------------------
+
+
+class Preempt:
+    """The first preemption signal asks the loop to save and stop; a second one, or the grace running out, exits."""
+
+    def __init__(self, state: InterruptState, policy: Any) -> None:
+        self.state = state
+        self.policy = policy
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def arrived(self, signum: int) -> None:
+        """Take one preemption signal (from the watcher thread or the main thread's handler)."""
+        from towerkit.trainers._preempt import PREEMPTED_EXIT_STATUS
+
+        name = signal.Signals(signum).name
+        with self._lock:
+            first = not self.state.preempted
+            if first:
+                self.state.preempted = self.state.requested = True
+                self._timer = threading.Timer(self.policy.grace_s, self._expired, (name,))
+                self._timer.daemon = True
+                self._timer.start()
+        if first:
+            logger.warning(
+                "%s: training saves after the session call in flight and exits (status %d); "
+                "grace %.0f s; a second signal exits at once",
+                name,
+                PREEMPTED_EXIT_STATUS,
+                self.policy.grace_s,
+            )
+            return
+        logger.error("%s again: the process exits now (status %d)", name, PREEMPTED_EXIT_STATUS)
+        _exit_now(PREEMPTED_EXIT_STATUS)
+
+    def _expired(self, name: str) -> None:
+        from towerkit.trainers._preempt import PREEMPTED_EXIT_STATUS
+
+        logger.error(
+            "%s: the %.0f s grace ran out before the run saved and stopped: the process "
+            "exits now (status %d); the next run resumes from the newest complete checkpoint",
+            name,
+            self.policy.grace_s,
+            PREEMPTED_EXIT_STATUS,
+        )
+        _exit_now(PREEMPTED_EXIT_STATUS)
+
+    def cancel(self) -> None:
+        """The loop is over: no forced exit."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+
+
+def _exit_now(status: int) -> None:
+    """Leave at once: every file is written atomically, so nothing is half-written."""
+    for handler in logging.getLogger().handlers + logger.handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(status)
+
+
 @contextlib.contextmanager
-def deferred_sigint() -> Iterator[InterruptState]:
+def deferred_sigint(policy: Any = None) -> Iterator[InterruptState]:
     """Turn the first SIGINT into a request to stop; a second one interrupts at once.
 
     Python's default handler raises ``KeyboardInterrupt`` wherever the main thread
@@ -250,22 +327,34 @@ def deferred_sigint() -> Iterator[InterruptState]:
     anywhere else Python cannot reach makes the process exit with status 130 after
     `ABORT_GRACE_S` seconds.
 
-    The handler is installed only in the main thread and only when SIGINT still has
-    Python's default handler (a handler the user installed is left alone); the
-    previous handler is restored on exit.
+    With a `PreemptionPolicy`, its signals (SIGTERM, SIGUSR1) set ``preempted`` and
+    ``requested``: the loop stops after the session call in flight and saves. A second
+    one, or ``grace_s`` seconds without the context ending, exits the process at once
+    with status 143.
+
+    Each handler is installed only in the main thread and only when the signal still
+    has Python's default handler (a handler the user installed is left alone); the
+    previous handlers are restored on exit.
 
     Yields:
         The `InterruptState` the loop polls.
     """
     state = InterruptState()
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    if threading.current_thread() is not threading.main_thread():
         yield state
         return
+    take_int = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    preempt_sigs = [
+        s
+        for s in (policy.signals if policy is not None else ())
+        if signal.getsignal(s) == signal.SIG_DFL
+    ]
+    if not take_int and not preempt_sigs:
+        yield state
+        return
+    preempt = Preempt(state, policy) if preempt_sigs else None
 
-    watcher: _Watcher | None = _Watcher(state)
+    watcher: _Watcher | None = _Watcher(state, sigint=take_int, preempt=preempt)
     if not watcher.install():  # type: ignore[union-attr]
         watcher = None
 
@@ -283,12 +372,27 @@ def deferred_sigint() -> Iterator[InterruptState]:
         state.requested = True
         logger.warning(_FIRST, signum)
 
+    def preempt_handler(signum: int, frame: Any) -> None:
+        del frame
+        if watcher is not None:
+            watcher.handle(in_main=True)
+        elif preempt is not None:
+            preempt.arrived(signum)
+
     _ABORTING.clear()
-    signal.signal(signal.SIGINT, handler)
+    if take_int:
+        signal.signal(signal.SIGINT, handler)
+    for s in preempt_sigs:
+        signal.signal(s, preempt_handler)
     try:
         yield state
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if take_int:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for s in preempt_sigs:
+            signal.signal(s, signal.SIG_DFL)
+        if preempt is not None:
+            preempt.cancel()
         if watcher is not None:
             watcher.raised_or_left()
             watcher.uninstall()

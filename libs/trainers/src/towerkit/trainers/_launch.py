@@ -99,6 +99,22 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         _launch(config, trainer, bounds)
 
 
+def _skip_input(trainer: SingleCostTrainer, data_steps: int | None) -> int:
+    """Make the trainer's input skip `data_steps` steps' data; the steps it skipped (0: none)."""
+    source = trainer.input_source
+    if not data_steps or source is None:
+        return 0
+    if source.skip_steps(data_steps):
+        return data_steps
+    logger.warning(
+        "%s cannot skip the data of the %d steps the interrupted run trained on: the resumed "
+        "run reads it from its first datapoint",
+        source,
+        data_steps,
+    )
+    return 0
+
+
 def _check_logdir(logdir: str, action: str) -> None:
     """Refuse a logdir the run may not write to now, before the graph is built (seconds later)."""
     path = os.path.abspath(logdir)
@@ -118,6 +134,7 @@ def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds)
             from towerkit.sessinit import SaverRestore
 
             session_init = SaverRestore(plan.checkpoint)
+            trainer.set_resume_position(plan.starting_step, _skip_input(trainer, plan.data_steps))
         bounds = attrs.evolve(bounds, starting_epoch=plan.starting_epoch)
         if plan.keep_stats_until_step is not None and trainer.is_chief:
             truncate_stats(str(config.logdir), plan.keep_stats_until_step)

@@ -11,6 +11,7 @@ import attrs
 from attrs.validators import ge, instance_of, optional
 
 from towerkit.callbacks import StatsFileError, dumps_stats, read_stats_file
+from towerkit.callbacks.plumbing import SavedPosition, read_positions
 from towerkit.sessinit import atomic_write_text, back_up_file
 from towerkit.trainers._errors import LogdirNotEmptyError
 
@@ -121,6 +122,10 @@ def _pairs(value: Iterable[Sequence[Any]]) -> tuple[tuple[Any, Any], ...]:
     return tuple((a, b) for a, b in value)
 
 
+def _positions(value: Iterable[SavedPosition]) -> tuple[SavedPosition, ...]:
+    return tuple(value)
+
+
 def _check_checkpoints(
     _inst: object,
     _attr: attrs.Attribute[tuple[tuple[str, int], ...]],
@@ -159,10 +164,12 @@ class LogdirSnapshot:
             is the global step (``hooked_sess.run`` calls) at which it was saved.
         epochs: ``(epoch_num, global_step)`` of each record of the statistics file, in
             file order (1-based epochs; the global step when the record was written).
+        positions: where in the loop each checkpoint was saved (`ModelSaver`'s
+            ``positions.json``), for those that have a record.
 
     Examples:
         >>> LogdirSnapshot(checkpoints=[("d/model-20", 20)], epochs=[(1, 10), (2, 20)])
-        LogdirSnapshot(checkpoints=(('d/model-20', 20),), epochs=((1, 10), (2, 20)))
+        LogdirSnapshot(checkpoints=(('d/model-20', 20),), epochs=((1, 10), (2, 20)), positions=())
     """
 
     checkpoints: tuple[tuple[str, int], ...] = attrs.field(
@@ -171,6 +178,7 @@ class LogdirSnapshot:
     epochs: tuple[tuple[int, int], ...] = attrs.field(
         default=(), converter=_pairs, validator=_check_epochs
     )
+    positions: tuple[SavedPosition, ...] = attrs.field(default=(), converter=_positions)
 
     def epoch_ends(self) -> dict[int, int]:
         """The last recorded global step of each epoch, ``{global_step: epoch_num}``.
@@ -199,6 +207,11 @@ class ResumePlan:
         reason: one sentence for the log.
         ignored: the checkpoints of the logdir passed over when none could be resumed
             from exactly (all saved within an epoch, or not recorded in the statistics).
+        starting_step: the steps of ``starting_epoch`` done already (0: it starts at its
+            beginning; more when the checkpoint was saved inside that epoch).
+        data_steps: the global steps whose data the input had produced at the
+            checkpoint, which the resumed input skips; None when unknown (the input
+            then starts from its first datapoint).
     """
 
     checkpoint: str | None = attrs.field(validator=optional(instance_of(str)))
@@ -209,11 +222,56 @@ class ResumePlan:
     )
     reason: str = attrs.field(default="", validator=instance_of(str))
     ignored: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    starting_step: int = attrs.field(default=0, validator=[instance_of(int), ge(0)])
+    data_steps: int | None = attrs.field(
+        default=None, validator=optional([instance_of(int), ge(0)])
+    )
 
     @property
     def resumes(self) -> bool:
         """Whether a checkpoint is restored."""
         return self.checkpoint is not None
+
+
+def resumable_position(
+    position: SavedPosition,
+    ends: Mapping[int, int],
+    *,
+    steps_per_epoch: int,
+    writes_stats: bool,
+) -> bool:
+    """Whether a checkpoint saved at `position` can be resumed from exactly.
+
+    It must lie strictly inside an epoch of this run's `steps_per_epoch` (the last
+    step's statistics are recorded with the epoch's end: a checkpoint saved there
+    counts once the statistics recorded that end), and, when the run writes
+    statistics, the statistics must have recorded the end of the epoch before it at
+    the step that epoch ended (``step - done``), unless it is the first epoch its input
+    ran (``data_steps == done``): so a checkpoint of an abandoned lineage, whose
+    earlier epochs the statistics no longer hold, is never resumed from.
+
+    Args:
+        position: the checkpoint's `SavedPosition`.
+        ends: ``{global_step: epoch_num}`` of the epoch ends the statistics recorded.
+        steps_per_epoch: this run's steps per epoch.
+        writes_stats: whether the run writes ``stats.json``.
+
+    Examples:
+        >>> p = SavedPosition(step=23, epoch=3, done=3, data_steps=23)
+        >>> resumable_position(p, {10: 1, 20: 2}, steps_per_epoch=10, writes_stats=True)
+        True
+        >>> resumable_position(p, {10: 1}, steps_per_epoch=10, writes_stats=True)
+        False
+        >>> resumable_position(p, {10: 1, 20: 2}, steps_per_epoch=2, writes_stats=True)
+        False
+    """
+    if not 0 < position.done < steps_per_epoch:
+        return False  # an epoch's end counts once the statistics recorded it
+    if not writes_stats:
+        return True
+    if position.data_steps is not None and position.data_steps == position.done:
+        return True
+    return ends.get(position.step - position.done) == position.epoch - 1
 
 
 def resume_plan(
@@ -226,21 +284,29 @@ def resume_plan(
     always_resume: bool = True,
     writes_stats: bool = False,
 ) -> ResumePlan:
-    """Decide which checkpoint to restore and which epoch to start, from a log directory.
+    """Decide which checkpoint to restore, and the epoch and step to start at, from a log directory.
 
-    A run resumes only from a checkpoint saved at the end of an epoch, so that it
-    ends at exactly the global step of an uninterrupted run whatever the schedule of
-    the saves (the data order of an epoch restarts with the epoch). The checkpoint
-    chosen is the newest one whose step ends an epoch in the statistics file; the run
-    continues with the epoch after it, and the statistics records written after it are
-    dropped. So a process killed at any point (mid-epoch, between saving and writing
-    statistics, or the other way round) restarts with the global step, epoch number
-    and statistics of one consistent moment. When the statistics record no
-    checkpoint and the run does not write statistics (`writes_stats` False), the
-    newest checkpoint whose step is a multiple of `steps_per_epoch` is used (its epoch
-    is ``step // steps_per_epoch``). Checkpoints saved within an epoch are never
-    resumed from: when no checkpoint qualifies, training starts afresh (the plan lists
-    the checkpoints it passed over in ``ignored``).
+    A run resumes from the newest checkpoint it can continue from exactly, so that it
+    ends at exactly the global step of an uninterrupted run, having run each step
+    once, whatever the schedule of the saves:
+
+    - a checkpoint whose step ends an epoch in the statistics file: the run continues
+      with the epoch after it;
+    - a checkpoint whose position (``positions.json``, written by `ModelSaver`) says it
+      was saved inside an epoch, after a preemption signal or by a saver triggered
+      every few steps, and whose epoch start the statistics recorded
+      (`resumable_position`): the run continues that epoch at the step after it;
+    - when the statistics record no checkpoint and the run does not write statistics
+      (`writes_stats` False), the newest checkpoint whose step is a multiple of
+      `steps_per_epoch` (its epoch is ``step // steps_per_epoch``).
+
+    The statistics records written after the chosen checkpoint are dropped. So a
+    process killed at any point (mid-epoch, between saving and writing statistics, or
+    the other way round) restarts with the global step, epoch number, step in the
+    epoch and statistics of one consistent moment. A checkpoint saved inside an epoch
+    without a position record is never resumed from; when no checkpoint qualifies,
+    training starts afresh (the plan lists the checkpoints it passed over in
+    ``ignored``).
 
     Args:
         snapshot: what the log directory holds.
@@ -251,7 +317,8 @@ def resume_plan(
         always_resume: when False, the user's ``session_init`` and ``starting_epoch``
             win over the resumed ones (each one separately); when True, resuming wins.
         writes_stats: whether the run writes ``stats.json`` (a ``JSONWriter``): then a
-            checkpoint counts only once the statistics recorded the end of its epoch.
+            checkpoint counts only once the statistics recorded the end of its epoch
+            (or, saved inside an epoch, of the epoch before).
 
     Returns:
         The `ResumePlan`.
@@ -262,8 +329,8 @@ def resume_plan(
         >>> snap = LogdirSnapshot(checkpoints=[("d/model-10", 10), ("d/model-20", 20)],
         ...                       epochs=[(1, 10), (2, 20)])
         >>> p = resume_plan(snap, steps_per_epoch=10)
-        >>> (p.checkpoint, p.starting_epoch, p.keep_stats_until_step)
-        ('d/model-20', 3, 20)
+        >>> (p.checkpoint, p.starting_epoch, p.starting_step, p.keep_stats_until_step)
+        ('d/model-20', 3, 0, 20)
 
         Killed after saving epoch 3 but before its statistics were written: epoch 3 runs again.
 
@@ -272,12 +339,22 @@ def resume_plan(
         >>> resume_plan(snap, steps_per_epoch=10).starting_epoch
         3
 
-        Saved every step, killed in epoch 3: the mid-epoch checkpoints are not used.
+        Saved every step without positions, killed in epoch 3: those checkpoints are not used.
 
         >>> snap = LogdirSnapshot(checkpoints=[(f"d/model-{s}", s) for s in (10, 20, 21, 22)],
         ...                       epochs=[(1, 10), (2, 20)])
         >>> resume_plan(snap, steps_per_epoch=10).checkpoint
         'd/model-20'
+
+        Stopped by SIGTERM after 4 steps of epoch 3, its position recorded: epoch 3
+        continues at its fifth step, the input skipping the 24 steps' data it gave.
+
+        >>> pos = SavedPosition(step=24, epoch=3, done=4, data_steps=24)
+        >>> snap = LogdirSnapshot(checkpoints=[("d/model-20", 20), ("d/model-24", 24)],
+        ...                       epochs=[(1, 10), (2, 20)], positions=[pos])
+        >>> p = resume_plan(snap, steps_per_epoch=10, writes_stats=True)
+        >>> (p.checkpoint, p.starting_epoch, p.starting_step, p.data_steps)
+        ('d/model-24', 3, 4, 24)
 
         Nothing to resume from:
 
@@ -289,17 +366,31 @@ def resume_plan(
         raise ValueError(msg)
     checkpoints = sorted(snapshot.checkpoints, key=lambda pair: pair[1])
     ends = snapshot.epoch_ends()
-    recorded = [(p, s) for p, s in checkpoints if s in ends]
-    aligned = [(p, s) for p, s in checkpoints if s % steps_per_epoch == 0 and s > 0]
-    if recorded:
-        path, step = recorded[-1]
-        epoch = ends[step]
-        why = f"the newest checkpoint recorded in the statistics ({path!r}, epoch {epoch})"
-    elif aligned and not writes_stats:
-        path, step = aligned[-1]
-        epoch = step // steps_per_epoch
-        why = f"the newest epoch-end checkpoint ({path!r}, epoch {epoch} from its step)"
-    else:
+    positions = {p.step: p for p in snapshot.positions}
+    # (step, path, epoch to start, steps of it done, why)
+    found: list[tuple[int, str, int, int, str]] = []
+    for path, step in checkpoints:
+        pos = positions.get(step)
+        if step in ends:
+            why = f"the newest checkpoint recorded in the statistics ({path!r}, epoch {ends[step]})"
+            found.append((step, path, ends[step] + 1, 0, why))
+        elif pos is not None and resumable_position(
+            pos, ends, steps_per_epoch=steps_per_epoch, writes_stats=writes_stats
+        ):
+            why = (
+                f"the newest checkpoint ({path!r}), saved after {pos.done} of the "
+                f"{steps_per_epoch} steps of epoch {pos.epoch}"
+            )
+            found.append((step, path, pos.epoch, pos.done, why))
+    if not any(step in ends for step, *_ in found) and not writes_stats:
+        for path, step in checkpoints:
+            pos = positions.get(step)
+            at_end = pos is None or pos.done == steps_per_epoch
+            if step % steps_per_epoch == 0 and step > 0 and at_end:
+                epoch = step // steps_per_epoch
+                why = f"the newest epoch-end checkpoint ({path!r}, epoch {epoch} from its step)"
+                found.append((step, path, epoch + 1, 0, why))
+    if not found:
         keep = 0 if snapshot.epochs else None
         ignored = tuple(p for p, _ in checkpoints)
         return ResumePlan(
@@ -315,20 +406,21 @@ def resume_plan(
             + "training starts afresh"
             + (" and the statistics of the earlier run are dropped" if keep == 0 else ""),
         )
+    step, path, resumed_epoch, done, why = max(found, key=lambda f: f[0])
+    pos = positions.get(step)
     use_ckpt = always_resume or not user_session_init
     use_epoch = always_resume or not user_starting_epoch
-    resumed_epoch = epoch + 1
+    within = use_ckpt and use_epoch and done > 0
+    at = f"; starting at epoch {resumed_epoch}" + (f", step {done + 1}" if within else "")
     return ResumePlan(
         checkpoint=path if use_ckpt else None,
         checkpoint_step=step if use_ckpt else 0,
         starting_epoch=resumed_epoch if use_epoch else starting_epoch,
+        starting_step=done if within else 0,
+        data_steps=pos.data_steps if use_ckpt and pos is not None else None,
         keep_stats_until_step=step if use_ckpt else None,
         reason=(f"resuming from {why}" if use_ckpt else "the user's session_init takes priority")
-        + (
-            f"; starting at epoch {resumed_epoch}"
-            if use_epoch
-            else f"; the user's starting_epoch={starting_epoch} takes priority"
-        ),
+        + (at if use_epoch else f"; the user's starting_epoch={starting_epoch} takes priority"),
     )
 
 
@@ -406,4 +498,8 @@ def truncate_stats(logdir: str, keep_until_step: int) -> list[dict[str, Any]]:
 
 def take_snapshot(logdir: str, checkpoints: Iterable[tuple[str, int]]) -> LogdirSnapshot:
     """A `LogdirSnapshot` of `logdir`, given its checkpoints (``(path, step)`` pairs)."""
-    return LogdirSnapshot(checkpoints=list(checkpoints), epochs=epoch_records(read_stats(logdir)))
+    return LogdirSnapshot(
+        checkpoints=list(checkpoints),
+        epochs=epoch_records(read_stats(logdir)),
+        positions=read_positions(logdir),
+    )

@@ -274,6 +274,31 @@ class InputSource(abc.ABC):
                 self._callbacks = list(self._get_callbacks())
         return list(self._callbacks)
 
+    def skip_steps(self, steps: int) -> bool:
+        """Start after the data that `steps` global steps consume: a run resumed at a step.
+
+        With ``k`` towers (``get_input_tensors`` calls), that is ``steps * k`` batches;
+        they are produced and dropped before the first step (the source's order must be
+        reproducible for the resumed run to see what an uninterrupted one would).
+        Call it after every tower took its tensors and before training starts.
+
+        Returns:
+            Whether the source can skip (`TFDatasetInput`, `NumpyInput`, `IterableInput`
+            and the sources wrapping them can); when False the source starts from its
+            first datapoint, as it does on any new run.
+
+        Raises:
+            ValueError: a negative count.
+        """
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            msg = f"'steps' must be an int >= 0; got {steps!r}"
+            raise ValueError(msg)
+        return self._skip_batches(steps * max(1, self._calls))
+
+    def _skip_batches(self, batches: int) -> bool:
+        """Drop the first `batches` batches before training; False when the source cannot."""
+        return batches == 0
+
     def reset_state(self) -> None:
         """Reset Python-side state (e.g. a data flow's ``reset_state``) before data is drawn.
 

@@ -102,6 +102,8 @@ class QueueFeeder:
         self._failure: BaseException | None = None
         self._sess: Any = None
         self._switching = False
+        self.skip = 0
+        """Datapoints the next ``start`` drops before feeding (a resumed run's, `skip_steps`)."""
 
     @property
     def failure(self) -> BaseException | None:
@@ -234,6 +236,7 @@ class QueueFeeder:
         timed = self._timeout is not None
         clock = time.monotonic
         passes = 0
+        to_skip, self.skip = self.skip, 0  # once: a later start feeds from the first datapoint
         while not stopping.is_set():
             passes += 1
             count = 0
@@ -245,6 +248,10 @@ class QueueFeeder:
                 for dp in it:
                     if timed:
                         self._waiting_since = None
+                    if to_skip:
+                        to_skip -= 1
+                        count += 1
+                        continue
                     try:
                         values = conform_datapoint(dp, layout, InputDataError)
                     except InputDataError as err:

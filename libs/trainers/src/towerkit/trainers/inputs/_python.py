@@ -187,6 +187,16 @@ class IterableInput(InputSource):
     def _size(self) -> int | None:
         return iterable_size(self._iterable)
 
+    def _skip_batches(self, batches: int) -> bool:
+        if self._feeder is None:
+            return False
+        self._feeder.skip = batches
+        if batches:
+            logger.info(
+                "%s: skipping %d datapoints (what the interrupted run consumed)", self, batches
+            )
+        return True
+
     def _reset_state(self) -> None:
         _reset_iterable(self._iterable)
 
@@ -263,6 +273,10 @@ class DummyConstantInput(InputSource):
         return [
             InitializeInput(str(self), self.reset_state, [v.initializer for v in self._variables])
         ]
+
+    def _skip_batches(self, batches: int) -> bool:
+        del batches  # every batch is the same
+        return True
 
     def __str__(self) -> str:
         return f"DummyConstantInput({[s.as_list() for s in self._shapes]})"

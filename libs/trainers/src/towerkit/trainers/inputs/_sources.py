@@ -188,6 +188,8 @@ class _IteratorInput(InputSource):
 
     _prefetch: int | None = None
     _iterator: Any = None
+    _skip_ph: Any = None
+    _skip: int = 0
 
     @abc.abstractmethod
     def _make_dataset(self, specs: tuple[tf.TensorSpec, ...]) -> tf.data.Dataset:
@@ -208,6 +210,11 @@ class _IteratorInput(InputSource):
             # an infinite dataset is read as it is.
             if not self._endless():
                 dataset = dataset.repeat()
+            # a resumed run skips what the interrupted one consumed (`skip_steps`)
+            self._skip_ph = tf1.placeholder_with_default(
+                tf.constant(0, tf.int64), [], name="skip_batches"
+            )
+            dataset = dataset.skip(self._skip_ph)
             if self._prefetch is not None:
                 dataset = dataset.prefetch(self._prefetch)
             self._iterator = tf1.data.make_initializable_iterator(dataset)
@@ -230,10 +237,24 @@ class _IteratorInput(InputSource):
                 str(self),
                 self.reset_state,
                 [self._iterator.initializer],
-                self._init_feed,
+                self._initializer_feed,
                 reads=tuple(self._reads),
             )
         ]
+
+    def _initializer_feed(self) -> dict[Any, Any] | None:
+        feed = dict(self._init_feed() or {})
+        if self._skip:
+            feed[self._skip_ph] = self._skip
+        return feed or None
+
+    def _skip_batches(self, batches: int) -> bool:
+        self._skip = batches
+        if batches:
+            logger.info(
+                "%s: skipping %d batches (what the interrupted run consumed)", self, batches
+            )
+        return True
 
 
 class TFDatasetInput(_IteratorInput):

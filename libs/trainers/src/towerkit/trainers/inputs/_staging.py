@@ -127,6 +127,10 @@ class StagingInput(InputSource):
     def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
         self._input.setup(specs)
 
+    def skip_steps(self, steps: int) -> bool:
+        """Skip in the wrapped source (`InputSource.skip_steps`)."""
+        return self._input.skip_steps(steps)
+
     def _get_input_tensors(self) -> list[tf.Tensor]:
         tower = len(self._puts)
         if self._devices is not None and tower >= len(self._devices):

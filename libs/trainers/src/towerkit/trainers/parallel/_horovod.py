@@ -349,7 +349,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         hvd = self._hvd
         with self._graph.as_default(), tf1.name_scope("horovod_broadcast"):
             self._broadcast_op = hvd.broadcast_variables(tf1.global_variables(), root_rank=0)
-            self._loop_feed = tf1.placeholder(tf.int64, [3], name="loop_parameters")
+            self._loop_feed = tf1.placeholder(tf.int64, [5], name="loop_parameters")
             self._loop_value = hvd.broadcast(self._loop_feed, 0, name="loop_parameters")
 
     # -- session and loop --------------------------------------------------------------------
@@ -403,22 +403,29 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             super().main_loop(*mine)
             return
         # a failure here is a failure before the first step: the logdir is given back
+        # where a resumed run starts inside its epoch, and the input steps it skips
+        position = (self._resumed_in_epoch, self._data_steps_at_start or 0)
         with self._failed_start_cleanup():
             try:
-                agreed = self.sess.run(self._loop_value, {self._loop_feed: np.asarray(mine)})
+                sent = np.asarray(mine + position)
+                agreed_all = self.sess.run(self._loop_value, {self._loop_feed: sent})
             except tf.errors.OpError as err:
                 self.sess.close()
                 what = "agreeing on the loop parameters"
                 raise self._collective_error(what, err) from err
-        agreed = tuple(int(x) for x in agreed)
-        if agreed != mine:
+        agreed_all = tuple(int(x) for x in agreed_all)
+        agreed, at = agreed_all[:3], agreed_all[3:]
+        if agreed_all != mine + position:
             logger.warning(
-                "rank %d: (steps_per_epoch, starting_epoch, max_epoch) = %s here, %s on rank 0: "
-                "using rank 0's",
+                "rank %d: (steps_per_epoch, starting_epoch, max_epoch, steps into the epoch, "
+                "data steps) = %s here, %s on rank 0: using rank 0's",
                 self._rank,
-                mine,
-                agreed,
+                mine + position,
+                agreed_all,
             )
+        if at != position:
+            skipped = self.input_source is not None and self.input_source.skip_steps(at[1])
+            self.set_resume_position(at[0], at[1] if skipped else 0)
         try:
             super().main_loop(*agreed)
         except tf.errors.OpError as err:
