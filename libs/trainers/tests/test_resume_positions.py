@@ -171,7 +171,9 @@ class TestPreemptionPolicy:
             PreemptionPolicy(signals=["SIGNOPE"])
         with pytest.raises(ValueError, match="SIGINT is Ctrl-C's"):
             signal_number("SIGINT")
-        with pytest.raises(ValueError, match=r"'grace_s' must be a number of seconds > 0; got 0\.0"):
+        with pytest.raises(
+            ValueError, match=r"'grace_s' must be a number of seconds > 0; got 0\.0"
+        ):
             PreemptionPolicy(grace_s=0)
         with pytest.raises(TypeError, match="a signal must be a name or a number"):
             signal_number(1.5)  # type: ignore[arg-type]

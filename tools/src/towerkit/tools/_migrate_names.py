@@ -70,6 +70,7 @@ _LIB_NAMES = {
     LeastLoadedDeviceSetter LockOwner LogdirLock LogdirLockedError LogdirNotEmptyError
     LogdirSnapshot MapGradient ModelDesc ModelDescBase NewSessionCreator NoOpTrainer
     NumpyInput PostProcessOptimizer PrintGradient ProxyOptimizer RankFailure ResumePlan
+    PREEMPTED_EXIT_STATUS PreemptionPolicy TrainingPreempted resumable_position
     ReuseSessionCreator ScaleGradient SessionCreatorAdapter SimpleTrainer
     SingleCostTrainer StagingInput SummaryGradient SyncMultiGPUTrainer
     SyncMultiGPUTrainerParameterServer SyncMultiGPUTrainerReplicated TFDatasetInput
