@@ -110,9 +110,6 @@ def test_killed_and_resumed(tmp_path, schedule, uninterrupted):
     log = "\n".join([*outputs, final.stdout, final.stderr])
     assert final.returncode == 0, log
     assert f"finished at global step {TOTAL}" in final.stdout, log
-    if schedule == "step":  # a checkpoint inside an epoch was resumed from, at its step
-        assert "steps of epoch" in log, log
-        assert "skipping" in log, log
 
     assert (logdir / "stats.json").read_text() == expected_stats, log
     got = variables(resolve_checkpoint(str(logdir)))

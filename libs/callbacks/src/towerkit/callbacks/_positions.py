@@ -31,6 +31,7 @@ __all__ = [
     "dumps_positions",
     "loads_positions",
     "merge_positions",
+    "position_now",
     "read_positions",
     "write_positions",
 ]
@@ -145,6 +146,19 @@ def merge_positions(
         by_step[new.step] = new
     wanted = set(keep)
     return tuple(sorted((p for s, p in by_step.items() if s in wanted), key=lambda p: p.step))
+
+
+def position_now(trainer: Any) -> SavedPosition | None:
+    """Where `trainer`'s loop is now, as a `SavedPosition` (None outside an epoch)."""
+    if trainer.epoch_num < 1:
+        return None
+    data_steps = getattr(trainer, "data_steps", None)
+    return SavedPosition(
+        step=int(trainer.global_step),
+        epoch=int(trainer.epoch_num),
+        done=int(trainer.local_step) + 1,
+        data_steps=None if data_steps is None else int(data_steps),
+    )
 
 
 def read_positions(directory: str) -> tuple[SavedPosition, ...]:

@@ -17,8 +17,8 @@ from towerkit.callbacks._errors import CallbackError, StatsFileError
 from towerkit.callbacks._graph import _numerics_op, numerics_report
 from towerkit.callbacks._paths import check_file_name
 from towerkit.callbacks._positions import (
-    SavedPosition,
     merge_positions,
+    position_now,
     read_positions,
     write_positions,
 )
@@ -355,7 +355,8 @@ class ModelSaver(Callback):
         kept = [os.path.join(directory, f"model-{s}") for s in plan.keep]
         write_checkpoint_state(directory, path, kept, timestamps=[written[s] for s in plan.keep])
         write_positions(
-            directory, merge_positions(read_positions(directory), self._position(), plan.keep)
+            directory,
+            merge_positions(read_positions(directory), position_now(self.trainer), plan.keep),
         )
         for gone in plan.delete:
             _delete_checkpoint(directory, f"model-{gone}")
@@ -374,19 +375,6 @@ class ModelSaver(Callback):
             )
         else:
             logger.debug("model saved to %s", path)
-
-    def _position(self) -> SavedPosition | None:
-        """Where the loop is now, for the positions file (None outside an epoch)."""
-        t = self.trainer
-        if t.epoch_num < 1:
-            return None
-        data_steps = getattr(t, "data_steps", None)
-        return SavedPosition(
-            step=int(t.global_step),
-            epoch=int(t.epoch_num),
-            done=int(t.local_step) + 1,
-            data_steps=None if data_steps is None else int(data_steps),
-        )
 
 
 def _delete_checkpoint(directory: str, base: str) -> None:

@@ -10,8 +10,6 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-import attrs
-
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
 from towerkit.callbacks.plumbing import console_lines
 from towerkit.towers.compat import tf1
@@ -30,7 +28,12 @@ from towerkit.trainers._interrupt import InterruptState, deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
 from towerkit.trainers._loop_end import end_epoch, stop_line
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
-from towerkit.trainers._preempt import PreemptionPolicy, TrainingPreempted, save_for_resume
+from towerkit.trainers._preempt import (
+    PreemptionPolicy,
+    ResumeAndPreemption,
+    TrainingPreempted,
+    save_for_resume,
+)
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._traceback import filter_traceback
@@ -47,7 +50,7 @@ logger = logging.getLogger("towerkit.trainers")
 _PHASES = ("new", "callbacks", "initialized", "running", "done")
 
 
-class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
+class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclass=TrainerMeta):
     """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
 
     A run has three phases, which ``train`` calls in order (call them yourself for
@@ -161,73 +164,6 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         taken = take_logdir(logdir, logdir_action, lock=self.is_chief)
         self._logdir = taken.path
         self._logdir_taken = taken
-
-    def set_resume_position(self, steps_in_epoch: int = 0, data_steps: int | None = 0) -> None:
-        """Start the first epoch of ``main_loop`` after `steps_in_epoch` of its steps.
-
-        A run resumed from a checkpoint saved inside an epoch (`AutoResumeTrainConfig`
-        calls this) runs only the rest of that epoch: ``before_epoch`` runs, then the
-        steps from ``local_step == steps_in_epoch`` on, then the epoch's end as usual.
-
-        Args:
-            steps_in_epoch: the steps of the first epoch done already (>= 0, a multiple
-                of ``steps_per_execution``, less than or equal to ``steps_per_epoch``).
-            data_steps: the global steps whose data the input produced before this
-                run (its input skips them: `InputSource.skip_steps`), or None when
-                unknown. It is recorded with each checkpoint (``positions.json``).
-
-        Raises:
-            ValueError: a negative count.
-            TrainerStateError: the loop started already.
-        """
-        if self._phase in ("running", "done"):
-            msg = "set_resume_position() must be called before main_loop"
-            raise TrainerStateError(msg)
-        for name, value in (("steps_in_epoch", steps_in_epoch), ("data_steps", data_steps)):
-            if value is None and name == "data_steps":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                msg = f"'{name}' must be an int >= 0; got {value!r}"
-                raise ValueError(msg)
-        self._resumed_in_epoch = steps_in_epoch
-        self._data_steps_at_start = data_steps
-
-    @property
-    def resumed_steps_in_epoch(self) -> int:
-        """The steps of the first epoch that an earlier run did (`set_resume_position`)."""
-        return self._resumed_in_epoch
-
-    @property
-    def data_steps(self) -> int | None:
-        """The global steps whose data the input has produced since it started from its first datapoint.
-
-        None when unknown (a run resumed from a checkpoint without a position record).
-        """
-        if self._data_steps_at_start is None:
-            return None
-        return self._data_steps_at_start + self.global_step - self._start_global_step
-
-    def set_preemption(
-        self, signals: Sequence[str | int] | None = None, grace_s: float | None = None
-    ) -> None:
-        """Choose the signals that preempt training and the grace the run has (`PreemptionPolicy`).
-
-        Args:
-            signals: signal names or numbers (default ``("SIGTERM", "SIGUSR1")``);
-                empty: none (a SIGTERM then ends the process as Python's default does).
-            grace_s: seconds from the signal to the exit (default 30).
-        """
-        changes: dict[str, Any] = {}
-        if signals is not None:
-            changes["signals"] = signals
-        if grace_s is not None:
-            changes["grace_s"] = grace_s
-        self._preemption = attrs.evolve(self._preemption, **changes)
-
-    @property
-    def preempted(self) -> bool:
-        """Whether a preemption signal stopped the loop (``main_loop`` then raises `TrainingPreempted`)."""
-        return self._preempted
 
     # -- phase 1: callbacks ------------------------------------------------------------
 
@@ -409,15 +345,7 @@ class Trainer(TrainerViewMixin, StepsPerExecution, metaclass=TrainerMeta):
         )
         if self._steps_per_execution != 1:
             check_loop_for_k(steps_per_epoch, self._steps_per_execution)
-        done = self._resumed_in_epoch
-        if done > steps_per_epoch or done % self._steps_per_execution:
-            msg = (
-                f"the run resumes after {done} steps of epoch {starting_epoch}, which cannot "
-                f"continue with steps_per_epoch={steps_per_epoch} and steps_per_execution="
-                f"{self._steps_per_execution}: resume with the steps_per_epoch and "
-                "steps_per_execution of the interrupted run"
-            )
-            raise ValueError(msg)
+        self._check_resume_position(steps_per_epoch, starting_epoch)
         self._bounds = bounds
         self._epoch_num = bounds.starting_epoch - 1
         self._local_step = -1

@@ -19,6 +19,8 @@ from typing import Any
 
 import attrs
 
+from towerkit.trainers._errors import TrainerStateError
+
 logger = logging.getLogger("towerkit.trainers")
 
 PREEMPTED_EXIT_STATUS = 143
@@ -160,3 +162,98 @@ def save_for_resume(trainer: Any, callbacks: Sequence[Any]) -> list[str]:
         ", ".join(dirs),
     )
     return dirs
+
+
+class ResumeAndPreemption:
+    """The trainer's part in resuming at a step and in preemption (a mixin of `Trainer`).
+
+    `Trainer.__init__` sets the state these methods read: ``_resumed_in_epoch``,
+    ``_data_steps_at_start``, ``_preemption`` and ``_preempted``.
+    """
+
+    _phase: str
+    _resumed_in_epoch: int
+    _data_steps_at_start: int | None
+    _preemption: PreemptionPolicy
+    _preempted: bool
+    _start_global_step: int
+    _steps_per_execution: int
+
+    def set_resume_position(self, steps_in_epoch: int = 0, data_steps: int | None = 0) -> None:
+        """Start the first epoch of ``main_loop`` after `steps_in_epoch` of its steps.
+
+        A run resumed from a checkpoint saved inside an epoch (`AutoResumeTrainConfig`
+        calls this) runs only the rest of that epoch: ``before_epoch`` runs, then the
+        steps from ``local_step == steps_in_epoch`` on, then the epoch's end as usual.
+
+        Args:
+            steps_in_epoch: the steps of the first epoch done already (>= 0, a multiple
+                of ``steps_per_execution``, less than or equal to ``steps_per_epoch``).
+            data_steps: the global steps whose data the input produced before this
+                run (its input skips them: `InputSource.skip_steps`), or None when
+                unknown. It is recorded with each checkpoint (``positions.json``).
+
+        Raises:
+            ValueError: a negative count.
+            TrainerStateError: the loop started already.
+        """
+        if self._phase in ("running", "done"):
+            msg = "set_resume_position() must be called before main_loop"
+            raise TrainerStateError(msg)
+        for name, value in (("steps_in_epoch", steps_in_epoch), ("data_steps", data_steps)):
+            if value is None and name == "data_steps":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                msg = f"'{name}' must be an int >= 0; got {value!r}"
+                raise ValueError(msg)
+        self._resumed_in_epoch = steps_in_epoch
+        self._data_steps_at_start = data_steps
+
+    @property
+    def resumed_steps_in_epoch(self) -> int:
+        """The steps of the first epoch that an earlier run did (`set_resume_position`)."""
+        return self._resumed_in_epoch
+
+    @property
+    def data_steps(self) -> int | None:
+        """The global steps whose data the input has produced since it started from its first datapoint.
+
+        None when unknown (a run resumed from a checkpoint without a position record).
+        """
+        if self._data_steps_at_start is None:
+            return None
+        return self._data_steps_at_start + int(self.global_step) - self._start_global_step  # type: ignore[attr-defined]
+
+    def set_preemption(
+        self, signals: Sequence[str | int] | None = None, grace_s: float | None = None
+    ) -> None:
+        """Choose the signals that preempt training and the grace the run has (`PreemptionPolicy`).
+
+        Args:
+            signals: signal names or numbers (default ``("SIGTERM", "SIGUSR1")``);
+                empty: none (a SIGTERM then ends the process as Python's default does).
+            grace_s: seconds from the signal to the exit (default 30).
+        """
+        changes: dict[str, Any] = {}
+        if signals is not None:
+            changes["signals"] = signals
+        if grace_s is not None:
+            changes["grace_s"] = grace_s
+        self._preemption = attrs.evolve(self._preemption, **changes)
+
+    @property
+    def preempted(self) -> bool:
+        """Whether a preemption signal stopped the loop (``main_loop`` then raises `TrainingPreempted`)."""
+        return self._preempted
+
+    def _check_resume_position(self, steps_per_epoch: int, starting_epoch: int) -> None:
+        """ValueError when the resumed steps of the first epoch do not fit this loop."""
+        done = self._resumed_in_epoch
+        if done > steps_per_epoch or done % self._steps_per_execution:
+            msg = (
+                f"the run resumes after {done} steps of epoch {starting_epoch}, which cannot "
+                f"continue with steps_per_epoch={steps_per_epoch} and steps_per_execution="
+                f"{self._steps_per_execution}: resume with the steps_per_epoch and "
+                "steps_per_execution of the interrupted run"
+            )
+            raise ValueError(msg)
