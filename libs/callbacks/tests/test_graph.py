@@ -305,6 +305,26 @@ class TestDumpTensors:
             assert data["snap"] in (k - 1, k)
             np.testing.assert_array_equal(data["pair"], [data["snap"], -data["snap"]])
 
+    def test_stale_temporaries_removed(self, graph, tmp_path, caplog):
+        """Temporaries a killed run left mid-write are removed at the next run; others stay."""
+        gone = 999_999_999  # above any pid_max: no process has it
+        stale = [
+            f".DumpTensors-3.tmp-{gone}-0123abcd.npz",
+            f".images-ep001-step2-0.tmp-{gone}-0123abcd.png",
+        ]
+        foreign = f".notes.tmp-{gone}-0123abcd.txt"
+        for name in (*stale, foreign):
+            (tmp_path / name).write_text("partial")
+        tf.constant(np.zeros((1, 2, 2, 1), np.float32), name="images")
+        callbacks = [DumpTensors("images"), DumpTensorAsImage("images")]
+        with caplog.at_level("WARNING", logger="towerkit.sessinit"):
+            LoopTrainer(
+                graph, train_op(), callbacks, logdir=tmp_path, max_epoch=1, steps_per_epoch=1
+            ).train()
+        assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == [foreign]
+        assert "of DumpTensors files" in caplog.text
+        assert "of image files" in caplog.text
+
     def test_needs_logdir(self, graph):
         """Without a logdir there is nowhere to write."""
         with pytest.raises(

@@ -62,6 +62,18 @@ class TestGraphProfiler:
         ).train()
         assert sorted(os.listdir(tmp_path)) == [f"chrome-trace-{k}.json" for k in (1, 2, 3)]
 
+    def test_stale_temporaries_removed(self, graph, tmp_path, caplog):
+        """Trace files a killed run left half-written are removed at the next run."""
+        gone = 999_999_999  # above any pid_max: no process has it
+        stale = f".chrome-trace-7.tmp-{gone}-0123abcd.json"
+        (tmp_path / stale).write_text("{")
+        with caplog.at_level("WARNING", logger="towerkit.sessinit"):
+            LoopTrainer(
+                graph, model(), [GraphProfiler()], logdir=tmp_path, steps_per_epoch=1, max_epoch=1
+            ).train()
+        assert sorted(os.listdir(tmp_path)) == ["chrome-trace-1.json"]
+        assert stale in caplog.text
+
     def test_fail(self, graph):
         """Nothing to write, or nowhere to write it, is refused."""
         with pytest.raises(ValueError, match=r"GraphProfiler would write nothing"):

@@ -499,6 +499,7 @@ class TestModelSaverPruning:
             f".model-4.tmp-{proc.pid}-0123abcd.index",
             f".model-4.tmp-{proc.pid}-0123abcd.data-00000-of-00001",
             f".checkpoint.tmp-{proc.pid}-0123abcd",
+            f".positions.tmp-{proc.pid}-0123abcd.json",
         ]
         foreign = f".notes.tmp-{proc.pid}-0123abcd.txt"
         for name in (*leftovers, foreign):
@@ -506,7 +507,7 @@ class TestModelSaverPruning:
         with caplog.at_level("WARNING", logger="towerkit.sessinit"):
             train([ModelSaver()], tmp_path, max_epoch=1)
         assert [n for n in listing(tmp_path) if n.startswith(".")] == [foreign]
-        assert "removed 3 stale temporary file(s) of checkpoint files" in caplog.text
+        assert "removed 4 stale temporary file(s) of checkpoint files" in caplog.text
 
 
 class TestCopiedDirectory:

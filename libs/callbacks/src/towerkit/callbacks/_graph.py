@@ -16,10 +16,13 @@ from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._paths import check_file_name
 from towerkit.callbacks._png import encode_png
-from towerkit.sessinit import atomic_write_bytes
+from towerkit.sessinit import atomic_write_bytes, remove_stale_temporaries
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
+
+_DUMP_FILE = re.compile(r"DumpTensors-\d+\.npz")
+"""The files DumpTensors writes: one per trigger, named by the global step."""
 
 
 def tensor_names(names: str | Sequence[str], what: str = "names") -> tuple[str, ...]:
@@ -387,6 +390,7 @@ class DumpTensors(ProcessTensors):
 
     def _setup_graph(self) -> None:
         self._dir = _need_logdir(self)
+        remove_stale_temporaries(self._dir, _DUMP_FILE.fullmatch, what="DumpTensors")
         super()._setup_graph()
 
     def _dump(self, *values: Any) -> None:
@@ -487,6 +491,8 @@ class DumpTensorAsImage(Callback):
         (self._tensor,) = fetchable_tensors(self, [self._name])
         if self._prefix is None:
             self._prefix = re.sub(r"[/:]", "-", self._tensor.op.name)
+        images = re.compile(re.escape(self._prefix) + r"-ep\d+-step\d+-\d+\.png")
+        remove_stale_temporaries(self._dir, images.fullmatch, what="image")
 
     def _trigger(self) -> None:
         value = self.trainer.sess.run(self._tensor)

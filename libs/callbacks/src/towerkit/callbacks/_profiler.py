@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any
 
 from tensorflow.core.util import event_pb2
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._errors import CallbackError
-from towerkit.sessinit import atomic_write_bytes
+from towerkit.sessinit import atomic_write_bytes, remove_stale_temporaries
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -27,6 +28,9 @@ def profile_file_names(global_step: int) -> dict[str, str]:
         "tracing": f"chrome-trace-{global_step}.json",
         "metadata": f"runmetadata-{global_step}.pb",
     }
+
+
+_PROFILE_FILE = re.compile(r"chrome-trace-\d+\.json|runmetadata-\d+\.pb")
 
 
 class GraphProfiler(Callback):
@@ -73,6 +77,7 @@ class GraphProfiler(Callback):
                 msg = f"{self} writes files under the trainer's logdir, but the trainer has none"
                 raise CallbackError(msg)
             self._dir = logdir
+            remove_stale_temporaries(logdir, _PROFILE_FILE.fullmatch, what="profile")
 
     def _before_run(self, run_context: Any) -> Any:
         del run_context

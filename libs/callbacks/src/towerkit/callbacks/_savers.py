@@ -17,6 +17,7 @@ from towerkit.callbacks._errors import CallbackError, StatsFileError
 from towerkit.callbacks._graph import _numerics_op, numerics_report
 from towerkit.callbacks._paths import check_file_name
 from towerkit.callbacks._positions import (
+    POSITIONS_FILENAME,
     merge_positions,
     position_now,
     read_positions,
@@ -56,7 +57,7 @@ _STATE_ENTRY = re.compile(
 
 
 def _is_saver_file(name: str) -> bool:
-    return name == "checkpoint" or _MODEL_FILE.fullmatch(name) is not None
+    return name in ("checkpoint", POSITIONS_FILENAME) or _MODEL_FILE.fullmatch(name) is not None
 
 
 def _collections(value: str | Sequence[str] | None) -> tuple[str, ...]:
