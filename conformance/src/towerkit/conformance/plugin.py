@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -118,7 +118,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "trainer_entry" not in metafunc.fixturenames:
         return
     entries = metafunc.config.stash[_STATE].entries()
-    metafunc.parametrize("trainer_entry", entries, ids=[e.name for e in entries])
+    metafunc.parametrize("trainer_entry", [_param(e) for e in entries])
+
+
+def _param(entry: TrainerEntry) -> Any:
+    """`entry` as a parameter; a multi-process trainer's checks share one ``xdist_group``.
+
+    Under ``pytest -n N --dist loadgroup`` the checks of a group go to one worker, which
+    launches the trainer's job once for all of them: each worker has runners of its
+    own, so checks spread over two workers would launch the whole job twice.
+    """
+    if entry.capabilities.launcher == "inprocess":
+        return pytest.param(entry, id=entry.name)
+    group = pytest.mark.xdist_group(f"conformance-{entry.name}")
+    return pytest.param(entry, id=entry.name, marks=group)
 
 
 def _group(item: pytest.Item) -> str:
