@@ -53,9 +53,9 @@ def test_group_runs_on_one_worker(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "GROUPS_OUT": str(out)}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2"]
-        + ["--dist", "loadgroup", "test_groups_suite.py"],
+        [*command, "--dist", "loadgroup", "test_groups_suite.py"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

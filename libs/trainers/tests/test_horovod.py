@@ -181,6 +181,82 @@ class TestHorovodResume:
         assert os.path.exists(jobs["logdir"] / "model-16.index")
 
 
+def preempted_reports(out: str) -> dict[int, dict]:
+    """Each rank's ``RANK-PREEMPTED`` line in a job's output, by rank."""
+    found = {}
+    for line in out.splitlines():
+        _, tag, rest = line.partition("RANK-PREEMPTED ")
+        if tag:
+            report = json.loads(rest)
+            found[report["rank"]] = report
+    return found
+
+
+@pytest.fixture(scope="module")
+def preempted(tmp_path_factory):
+    """The 2-epoch job of `jobs`, with SIGTERM sent to rank 1 alone after step 5; then resumed."""
+    if not HAVE_HOROVOD:
+        pytest.skip("horovod not installed: run nox -s horovod")
+    base = tmp_path_factory.mktemp("hvd-preempt")
+    logdir = base / "log"
+    code, out, _ = run_job(base, str(logdir), "2", "--term-at", "5", "--term-rank", "1")
+    files = sorted(os.listdir(logdir))
+    positions = json.loads((logdir / "positions.json").read_text())
+    stats = stats_records(logdir)
+    code2, out2, _ = run_job(base, str(logdir), "2")
+    return {
+        "code": code,
+        "out": out,
+        "stopped": preempted_reports(out),
+        "files": files,
+        "positions": positions,
+        "stats": stats,
+        "resumed_code": code2,
+        "resumed_out": out2,
+        "resumed": reports(out2),
+    }
+
+
+@pytest.mark.procs
+@pytest.mark.horovod
+@pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")
+class TestPreemption:
+    """A preemption signal to one rank stops every rank after the same step; the job resumes exactly."""
+
+    def test_every_rank_stops_at_one_step(self, preempted):
+        """Rank 1 alone gets SIGTERM after step 5: both ranks stop after step 6, with status 143."""
+        out = preempted["out"]
+        assert preempted["code"] != 0, out
+        assert "rank 1 sends itself SIGTERM at global step 5" in out
+        assert "rank 0: 1 other process(es) of the job were sent a preemption signal" in out
+        stopped = preempted["stopped"]
+        assert sorted(stopped) == [0, 1], out
+        assert [stopped[r]["global_step"] for r in (0, 1)] == [6, 6]
+        assert [len(stopped[r]["costs"]) for r in (0, 1)] == [6, 6]
+        assert reports(out) == {}
+        for rank in (0, 1):
+            assert f"Process {rank} exit with status code 143" in out, out
+
+    def test_chief_saved_at_that_step(self, preempted):
+        """model-6 and its position (epoch 2, 2 of its 4 steps) are on disk; stats.json has epoch 1."""
+        assert {"model-4.index", "model-6.index", "positions.json"} <= set(preempted["files"])
+        at6 = [p for p in preempted["positions"]["positions"] if p["step"] == 6]
+        assert at6 == [{"step": 6, "epoch": 2, "done": 2, "data_steps": 6}], preempted["positions"]
+        assert [r["global_step"] for r in preempted["stats"]] == [4]
+
+    def test_resumed_job_matches_the_uninterrupted_one(self, preempted, jobs):
+        """The same command resumes at step 6 on both ranks and ends where `jobs` ended, bit for bit."""
+        assert preempted["resumed_code"] == 0, preempted["resumed_out"]
+        resumed, whole = preempted["resumed"], jobs["first"]
+        for rank in (0, 1):
+            assert resumed[rank]["start"]["global_step"] == 6
+            assert (
+                preempted["stopped"][rank]["costs"] + resumed[rank]["costs"] == whole[rank]["costs"]
+            )
+            for name, value in whole[rank]["epochs"]["2"].items():
+                np.testing.assert_array_equal(resumed[rank]["epochs"]["2"][name], value, name)
+
+
 @pytest.mark.procs
 @pytest.mark.horovod
 @pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")

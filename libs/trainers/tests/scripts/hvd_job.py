@@ -1,7 +1,9 @@
 """One rank of a horovod training job (run by horovod's launcher); prints a JSON report.
 
 Usage: ``hvd_job.py LOGDIR MAX_EPOCH [--rank1-logdir DIR] [--fp16] [--die-at STEP]
-[--sum-check]``. Each rank prints one line ``RANK-REPORT {json}``.
+[--sum-check] [--term-at STEP --term-rank RANK]``. Each rank prints one line
+``RANK-REPORT {json}``; with ``--term-at``, rank RANK sends itself SIGTERM after global
+step STEP, and a rank that the preemption stops prints ``RANK-PREEMPTED {json}``.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -26,6 +29,7 @@ from towerkit.trainers import (
     HorovodTrainer,
     ModelDesc,
     NumpyInput,
+    TrainingPreempted,
     launch_train_with_config,
 )
 
@@ -64,8 +68,9 @@ class Watch(Callback):
 
     _chief_only = False
 
-    def __init__(self, die_at: int | None) -> None:
+    def __init__(self, die_at: int | None, term_at: int | None = None, term_rank: int = 1) -> None:
         self.die_at = die_at
+        self.term_at, self.term_rank = term_at, term_rank
         self.first_batch: list[float] | None = None
         self.epochs: dict[int, dict[str, list]] = {}
         self.costs: list[float] = []
@@ -98,6 +103,9 @@ class Watch(Callback):
         if self.die_at is not None and t.global_step >= self.die_at and t.rank == 1:
             print(f"rank 1 exits at global step {t.global_step}", flush=True)
             os._exit(3)
+        if t.global_step == self.term_at and t.rank == self.term_rank:
+            print(f"rank {t.rank} sends itself SIGTERM at global step {t.global_step}", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def _after_epoch(self):
         values = self.trainer.sess.run(self._vars)
@@ -168,6 +176,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--die-at", type=int, default=None)
     parser.add_argument("--sum-check", action="store_true")
     parser.add_argument("--leave-before-loop", action="store_true")
+    parser.add_argument("--term-at", type=int, default=None)
+    parser.add_argument("--term-rank", type=int, default=1)
     args = parser.parse_args(argv)
     import horovod.tensorflow as hvd
 
@@ -179,7 +189,7 @@ def main(argv: list[str]) -> int:
         trainer.BROADCAST_EVERY_EPOCH = False
         rank = trainer.rank
         logdir = args.logdir if rank == 0 or args.rank1_logdir is None else args.rank1_logdir
-        watch = Watch(args.die_at)
+        watch = Watch(args.die_at, args.term_at, args.term_rank)
         config = AutoResumeTrainConfig(
             logdir=logdir,
             data=NumpyInput(data(256, seed=10), batch_size=16, shuffle=True),
@@ -188,7 +198,12 @@ def main(argv: list[str]) -> int:
             steps_per_epoch=STEPS_PER_EPOCH,
             max_epoch=args.max_epoch,
         )
-        launch_train_with_config(config, trainer)
+        try:
+            launch_train_with_config(config, trainer)
+        except TrainingPreempted as stop:
+            stopped = {"rank": rank, "global_step": stop.global_step, "costs": watch.costs}
+            print("RANK-PREEMPTED " + json.dumps(stopped), flush=True)
+            raise
     last = watch.epochs[max(watch.epochs)]
     x, y = data(256, seed=99)
     report = {

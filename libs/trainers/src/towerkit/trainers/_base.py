@@ -81,11 +81,11 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
     then raises ``KeyboardInterrupt``; a second Ctrl-C interrupts at once, a step
     waiting for an input too (``deferred_sigint``).
 
-    A preemption signal (SIGTERM, SIGUSR1: ``set_preemption``) on the chief stops the
-    loop after the session call in flight (an epoch's last step lets the epoch end
-    first), saves every `ModelSaver` at that step with its position in the epoch, runs
-    ``after_train``, and raises `TrainingPreempted` (exit status 143);
-    `AutoResumeTrainConfig` resumes at that step (``set_resume_position``).
+    A preemption signal (SIGTERM, SIGUSR1: ``set_preemption``) on the chief (every
+    horovod rank: they stop together, `PreemptionVote`) stops the loop after the session
+    call in flight (an epoch's last step lets the epoch end first), saves every
+    `ModelSaver` at that step with its position, runs ``after_train``, and raises
+    `TrainingPreempted` (status 143); `AutoResumeTrainConfig` resumes there.
 
     Attributes:
         is_chief: whether this process is the chief worker (it owns the logdir);
@@ -361,11 +361,11 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
         cbs = self._callbacks
         interrupted = False
         failed: BaseException | None = None
-        policy = self._preemption if self.is_chief else None
+        policy, coordinated = self._preemption_here()
         with (
             self._graph.as_default(),
             self.sess.as_default(),
-            deferred_sigint(policy) as interrupt,
+            deferred_sigint(policy, coordinated=coordinated) as interrupt,
         ):
             self._interrupt = interrupt
             try:

@@ -72,18 +72,37 @@ class InterruptState:
             are cancelled, when it was blocked in one).
         raised: True once that ``KeyboardInterrupt`` has been raised.
         signals: the SIGINTs counted so far.
-        preempted: True once a preemption signal arrived (`PreemptionPolicy`):
-            ``requested`` is then True too, and the loop saves before it stops.
+        preempted: True once the loop is to save and stop for a preemption
+            (`PreemptionPolicy`): ``requested`` is then True too.
+        signalled: True once a preemption signal arrived in this process.
+        coordinated: whether the processes of the job agree on the step they stop
+            at (horovod ranks): a signal then only sets ``signalled``, and `agree`
+            sets ``preempted`` once every process has learnt of it (see
+            `PreemptionVote`); otherwise the signal sets ``preempted`` itself.
     """
 
-    __slots__ = ("aborted", "preempted", "raised", "requested", "signals")
+    __slots__ = (
+        "aborted",
+        "coordinated",
+        "preempted",
+        "raised",
+        "requested",
+        "signalled",
+        "signals",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, *, coordinated: bool = False) -> None:
         self.requested = False
         self.aborted = False
         self.raised = False
         self.signals = 0
         self.preempted = False
+        self.signalled = False
+        self.coordinated = coordinated
+
+    def agree(self) -> None:
+        """The job agreed to stop for a preemption: the loop saves and stops after this call."""
+        self.preempted = self.requested = True
 
 
 # -- waits that the second Ctrl-C cancels -------------------------------------------------
@@ -269,17 +288,25 @@ class Preempt:
 
         name = signal.Signals(signum).name
         with self._lock:
-            first = not self.state.preempted
+            first = not self.state.signalled
             if first:
-                self.state.preempted = self.state.requested = True
+                self.state.signalled = True
+                if not self.state.coordinated:
+                    self.state.agree()
                 self._timer = threading.Timer(self.policy.grace_s, self._expired, (name,))
                 self._timer.daemon = True
                 self._timer.start()
         if first:
+            when = (
+                "the job's processes stop together after the next step, the chief saves, and "
+                "each exits"
+                if self.state.coordinated
+                else "training saves after the session call in flight and exits"
+            )
             logger.warning(
-                "%s: training saves after the session call in flight and exits (status %d); "
-                "grace %.0f s; a second signal exits at once",
+                "%s: %s (status %d); grace %.0f s; a second signal exits at once",
                 name,
+                when,
                 PREEMPTED_EXIT_STATUS,
                 self.policy.grace_s,
             )
@@ -315,7 +342,7 @@ def _exit_now(status: int) -> None:
 
 
 @contextlib.contextmanager
-def deferred_sigint(policy: Any = None) -> Iterator[InterruptState]:
+def deferred_sigint(policy: Any = None, *, coordinated: bool = False) -> Iterator[InterruptState]:
     """Turn the first SIGINT into a request to stop; a second one interrupts at once.
 
     Python's default handler raises ``KeyboardInterrupt`` wherever the main thread
@@ -332,6 +359,9 @@ def deferred_sigint(policy: Any = None) -> Iterator[InterruptState]:
     one, or ``grace_s`` seconds without the context ending, exits the process at once
     with status 143.
 
+    With ``coordinated``, a preemption signal only sets ``signalled``: the processes
+    of the job agree on the step to stop at first (`InterruptState.agree`).
+
     Each handler is installed only in the main thread and only when the signal still
     has Python's default handler (a handler the user installed is left alone); the
     previous handlers are restored on exit.
@@ -339,7 +369,7 @@ def deferred_sigint(policy: Any = None) -> Iterator[InterruptState]:
     Yields:
         The `InterruptState` the loop polls.
     """
-    state = InterruptState()
+    state = InterruptState(coordinated=coordinated)
     if threading.current_thread() is not threading.main_thread():
         yield state
         return

@@ -142,6 +142,9 @@ def save_for_resume(trainer: Any, callbacks: Sequence[Any]) -> list[str]:
     from towerkit.trainers._callback_checks import _flatten
 
     savers = [cb for cb in _flatten(callbacks) if isinstance(cb, ModelSaver)]
+    if not savers and not trainer.is_chief:
+        logger.info("preempted at global step %d: the chief saves", trainer.global_step)
+        return []
     if not savers:
         logger.warning(
             "preempted at global step %d with no ModelSaver: nothing is saved; a resumed "
@@ -245,6 +248,10 @@ class ResumeAndPreemption:
     def preempted(self) -> bool:
         """Whether a preemption signal stopped the loop (``main_loop`` then raises `TrainingPreempted`)."""
         return self._preempted
+
+    def _preemption_here(self) -> tuple[PreemptionPolicy | None, bool]:
+        """The policy this process installs (the chief's alone), and whether its job agrees on the step."""
+        return (self._preemption if self.is_chief else None), False  # type: ignore[attr-defined]
 
     def _check_resume_position(self, steps_per_epoch: int, starting_epoch: int) -> None:
         """ValueError when the resumed steps of the first epoch do not fit this loop."""

@@ -19,6 +19,7 @@ from towerkit.trainers._tower import SingleCostTrainer
 from towerkit.trainers.parallel._elastic_core import LoopCommit, check_commit_every
 from towerkit.trainers.parallel._trainer_parts import (
     ChiefOwnsLogdir,
+    PreemptionVote,
     RunOpEachEpoch,
     SessionInitThenRun,
 )
@@ -335,9 +336,24 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             with self._graph.as_default():
                 self._elastic_state.build_sync(tf1.global_variables())
             return []
+        vote = PreemptionVote(
+            lambda t: hvd.allreduce(t, op=hvd.Sum), self._rank, lambda: self._interrupt
+        )
         if self.BROADCAST_EVERY_EPOCH:
-            return [RunOpEachEpoch(lambda: self._broadcast_op, "broadcast rank 0's variables")]
-        return []
+            return [
+                vote,
+                RunOpEachEpoch(lambda: self._broadcast_op, "broadcast rank 0's variables"),
+            ]
+        return [vote]
+
+    def _preemption_here(self) -> tuple[Any, bool]:
+        """Every rank takes the preemption signals, and the ranks agree on the step (`PreemptionVote`).
+
+        Elastic jobs keep the lone trainer's rule (the chief alone).
+        """
+        if self._elastic_state is not None:
+            return super()._preemption_here()
+        return self._preemption, True
 
     def _build_broadcasts(self) -> None:
         """The broadcasts from rank 0 of the model's global variables and the loop parameters.

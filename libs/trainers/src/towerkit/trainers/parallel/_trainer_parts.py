@@ -1,20 +1,25 @@
-"""Parts data-parallel trainers share: ops after the session init, an op each epoch, the logdir."""
+"""Parts data-parallel trainers share: ops after the session init, an op each epoch, the logdir, the preemption vote."""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from towerkit.callbacks import Callback
 from towerkit.sessinit import SessionInit
+from towerkit.towers.compat import tf1
 from towerkit.trainers._resume import plan_logdir
+
+if TYPE_CHECKING:
+    from towerkit.trainers._interrupt import InterruptState
 
 __all__ = [
     "ChiefOwnsLogdir",
+    "PreemptionVote",
     "RunOpEachEpoch",
     "SessionInitThenRun",
 ]
@@ -97,6 +102,68 @@ class RunOpEachEpoch(Callback):
 
     def __str__(self) -> str:
         return f"RunOpEachEpoch({self._what})"
+
+
+class PreemptionVote(Callback):
+    """Each step, the processes of a job learn whether a preemption signal reached any of them.
+
+    The processes of a horovod job must stop after the same step: one that stopped
+    alone would leave the others blocked in the next all-reduce. With every hooked
+    step this feeds whether a preemption signal arrived here (the loop's
+    `InterruptState.signalled`) to a sum over the processes, reduced by `reduce_sum`
+    in the same session call; when the sum is positive every process agrees to stop
+    (`InterruptState.agree`) after that call, so all stop at one global step, where
+    the chief saves. The signal takes effect one step later than on a lone trainer.
+
+    Args:
+        reduce_sum: builds the sum over the processes of an int32 scalar tensor.
+        rank: this process's rank, for the log.
+        interrupt: gives the running loop's `InterruptState` (None outside the loop).
+    """
+
+    _chief_only = False
+
+    def __init__(
+        self,
+        reduce_sum: Callable[[Any], Any],
+        rank: int,
+        interrupt: Callable[[], InterruptState | None],
+    ) -> None:
+        self._reduce_sum = reduce_sum
+        self._rank = rank
+        self._interrupt = interrupt
+        self._feed: Any = None
+        self._sum: Any = None
+
+    def _setup_graph(self) -> None:
+        with tf1.device("/cpu:0"), tf1.name_scope("preemption_vote"):
+            self._feed = tf1.placeholder_with_default(
+                tf.constant(0, tf.int32), [], name="signalled"
+            )
+            self._sum = self._reduce_sum(self._feed)
+
+    def _before_run(self, run_context: Any) -> Any:
+        del run_context
+        state = self._interrupt()
+        signalled = int(state is not None and state.signalled)
+        return tf1.train.SessionRunArgs(self._sum, {self._feed: signalled})
+
+    def _after_run(self, run_context: Any, run_values: Any) -> None:
+        del run_context
+        state = self._interrupt()
+        if state is None or state.preempted or int(run_values.results) <= 0:
+            return
+        if not state.signalled:
+            logger.warning(
+                "rank %d: %d other process(es) of the job were sent a preemption signal: "
+                "stopping with them after this step",
+                self._rank,
+                int(run_values.results),
+            )
+        state.agree()
+
+    def __str__(self) -> str:
+        return "PreemptionVote()"
 
 
 class ChiefOwnsLogdir:
