@@ -90,6 +90,19 @@ class Interrupt(Callback):
             os.kill(os.getpid(), signal.SIGINT)
 
 
+class Terminate(Callback):
+    """Sends this process SIGTERM (a preemption) after global step `at`."""
+
+    accepts_coarse_steps = True
+
+    def __init__(self, at):
+        self.at = at
+
+    def _trigger_step(self):
+        if self.global_step == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def data():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 8)).astype(np.float32)
@@ -146,6 +159,32 @@ class TestEarlyStopping:
         assert seen.seen == [6, 7, 8], "the resumed run starts after the stopping epoch"
         assert epochs_in_stats(logdir) == [1, 2, 3, 4, 5, 6, 7, 8]
         assert latest_step(logdir) == 8 * STEPS
+
+    @pytest.mark.parametrize("stop", ["epoch_end", "inside_epoch"])
+    def test_resumed_run_stops_where_an_uninterrupted_one_does(self, tmp_path, stop):
+        """A run ended after epoch 4 (or preempted inside epoch 5) resumes with the wait on.
+
+        Epoch 4 did not improve on epoch 3; the resumed run's epoch 5 does not either,
+        so it stops at epoch 5 as `test_epoch_whole_and_not_repeated`'s run does: the
+        wait of 1 came from stats.json, not from this run.
+        """
+        logdir = tmp_path / "log"
+        callbacks = [ModelSaver(), PutSeries(), EarlyStopping("val", patience=2)]
+        if stop == "epoch_end":
+            train(logdir, callbacks, max_epoch=4)
+        else:
+            with pytest.raises(SystemExit) as ended:
+                train(logdir, [*callbacks, Terminate(4 * STEPS + 2)])
+            assert ended.value.code == 143
+            assert latest_step(logdir) == 4 * STEPS + 2
+        assert epochs_in_stats(logdir) == [1, 2, 3, 4]
+        early = EarlyStopping("val", patience=2)
+        seen = SeenEpochs()
+        train(logdir, [ModelSaver(), PutSeries(), early, seen])
+        assert seen.seen == [5]
+        assert early.stopped_epoch == 5
+        assert (early.best, early.best_epoch, early.state.wait) == (3.0, 3, 2)
+        assert epochs_in_stats(logdir) == [1, 2, 3, 4, 5]
 
     def test_after_epoch_stop_keeps_trigger_epoch(self, tmp_path):
         """StopTraining raised in after_epoch: the epoch's trigger_epoch still runs everywhere."""

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from towerkit.callbacks._base import Callback
-from towerkit.callbacks._errors import MissingStatError, StopTraining
+from towerkit.callbacks._errors import MissingStatError, StatsFileError, StopTraining
 from towerkit.callbacks._stats import (
     EarlyStoppingState,
     advance_early_stopping,
     check_early_stopping,
+    is_real_number,
 )
+from towerkit.callbacks._stats_file import read_stats_file
 
 logger = logging.getLogger("towerkit.callbacks")
 
@@ -39,6 +42,12 @@ class EarlyStopping(Callback):
     the callback that puts the statistic and after the savers, so the last epoch is
     saved before training stops. A statistic never put at a trigger is logged as a
     warning, naming the statistics that were, and nothing is decided.
+
+    A resumed run (`AutoResumeTrainConfig`, at an epoch's end or inside an epoch)
+    carries the wait and the best on: ``before_train`` replays the statistic's values
+    that the logdir's ``stats.json`` holds for the epochs before the run's first, so
+    training stops at the epoch an uninterrupted run would. The replay takes one value
+    per epoch record, which is what the default trigger (every epoch's end) saw.
 
     Args:
         monitor: the statistic's name (``"validation_error"``).
@@ -104,6 +113,50 @@ class EarlyStopping(Callback):
         self._state = EarlyStoppingState()
         self._best_epoch = None
         self._stopped_epoch = None
+        self._replay_earlier_epochs()
+
+    def _replay_earlier_epochs(self) -> None:
+        """Take the values ``stats.json`` holds for the epochs before this run's first."""
+        logdir = self.trainer.logdir
+        path = os.path.join(logdir, "stats.json") if logdir else None
+        if path is None or not os.path.isfile(path):
+            return
+        try:
+            records = read_stats_file(path) or []
+        except (OSError, StatsFileError) as err:
+            logger.warning("%s: the epochs of the earlier runs are not known: %s", self, err)
+            return
+        start = self.trainer.starting_epoch
+        for rec in records:
+            epoch, step, value = (
+                rec.get("epoch_num"),
+                rec.get("global_step"),
+                rec.get(self._monitor),
+            )
+            if not (isinstance(epoch, int) and epoch < start and isinstance(step, int)):
+                continue
+            if not is_real_number(value):
+                continue
+            old = self._state
+            self._state, _ = advance_early_stopping(
+                old,
+                step,
+                float(value),  # type: ignore[arg-type]
+                mode=self._mode,
+                patience=self._patience,
+                min_delta=self._min_delta,
+            )
+            if self._state.best_step != old.best_step:
+                self._best_epoch = epoch
+        if self._state.best_step is not None or self._state.wait:
+            logger.info(
+                "%s: resumed from stats.json: best %s at epoch %s, %d epoch(s) without "
+                "improvement since",
+                self,
+                self._state.best,
+                self._best_epoch,
+                self._state.wait,
+            )
 
     def _trigger(self) -> None:
         try:
