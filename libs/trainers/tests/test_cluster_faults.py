@@ -260,3 +260,31 @@ def test_chief_never_starts(tmp_path):
         assert naming("worker", 1, job.address[("worker", 1)]).search(ps), ps
     finally:
         job.stop_all()
+
+
+class TestPreempted:
+    """SIGTERM to the worker that is not the chief: every process ends cleanly, the chief saves."""
+
+    def test_other_worker_signalled(self, cluster):
+        """Both workers stop with status 143 within BOUND; the chief's checkpoint has its step."""
+        job = cluster()
+        os.kill(job.procs[("worker", 1)].pid, signal.SIGTERM)
+        job.wait_until(
+            lambda: all(p.poll() is not None for p in job.procs.values()),
+            BOUND,
+            "the cluster did not end after worker 1 was sent SIGTERM",
+        )
+        outputs = job.outputs()
+        codes = {key: proc.returncode for key, proc in job.procs.items()}
+        assert codes == {("ps", 0): 0, ("worker", 0): 143, ("worker", 1): 143}, outputs
+        chief, other = outputs[("worker", 0)], outputs[("worker", 1)]
+        assert "SIGTERM: every process of the job stops after a step they agree on" in other
+        assert "another worker of the cluster was sent a preemption signal" in chief
+        saved = re.search(r"preempted: saved at global step (\d+) \(epoch (\d+)", chief)
+        assert saved, chief
+        step = int(saved.group(1))
+        logdir = job.logs[("worker", 0)].parent / "worker0"
+        assert (logdir / f"model-{step}.index").exists(), sorted(os.listdir(logdir))
+        positions = (logdir / "positions.json").read_text()
+        assert f'"step": {step}, "epoch": {saved.group(2)}' in positions, positions
+        assert not (job.logs[("worker", 1)].parent / "worker1").exists()

@@ -298,8 +298,8 @@ class Preempt:
                 self._timer.start()
         if first:
             when = (
-                "the job's processes stop together after the next step, the chief saves, and "
-                "each exits"
+                "every process of the job stops after a step they agree on (the chief "
+                "saves) and exits"
                 if self.state.coordinated
                 else "training saves after the session call in flight and exits"
             )

@@ -249,8 +249,17 @@ class ResumeAndPreemption:
         """Whether a preemption signal stopped the loop (``main_loop`` then raises `TrainingPreempted`)."""
         return self._preempted
 
+    _preempt_everywhere = False
+    """Whether every process of the job takes the signals and they agree on when to stop."""
+
     def _preemption_here(self) -> tuple[PreemptionPolicy | None, bool]:
-        """The policy this process installs (the chief's alone), and whether its job agrees on the step."""
+        """The policy this process installs, and whether the job's processes agree on the step.
+
+        The chief's alone by default; every process's, agreeing, where the trainer says
+        so (`_preempt_everywhere`: horovod's `PreemptionVote`, a cluster's `PreemptionFlag`).
+        """
+        if self._preempt_everywhere:
+            return self._preemption, True
         return (self._preemption if self.is_chief else None), False  # type: ignore[attr-defined]
 
     def _check_resume_position(self, steps_per_epoch: int, starting_epoch: int) -> None:

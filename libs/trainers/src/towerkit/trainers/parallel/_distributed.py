@@ -36,7 +36,11 @@ from towerkit.trainers.parallel._health import (
     TaskLostError,
     task_addresses,
 )
-from towerkit.trainers.parallel._trainer_parts import ChiefOwnsLogdir, SessionInitThenRun
+from towerkit.trainers.parallel._trainer_parts import (
+    ChiefOwnsLogdir,
+    PreemptionFlag,
+    SessionInitThenRun,
+)
 
 if TYPE_CHECKING:
     from towerkit.callbacks import MonitorBase, Monitors
@@ -81,9 +85,9 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     cluster, whose device filters default to the parameter servers and this worker
     (so a worker never waits for the others).
 
-    These trainers are kept for completeness: TensorFlow no longer maintains its
-    graph-mode distributed runtime, its performance is modest, and model saving
-    and restoring in distributed runs have seen little use. Prefer `HorovodTrainer`.
+    A preemption signal to any worker stops every worker after its call in flight, the
+    chief saving (`PreemptionFlag`). Kept for completeness (TensorFlow no longer
+    maintains this runtime, and saving in it has seen little use): prefer `HorovodTrainer`.
 
     No wait is unbounded (see `ClusterTimeouts`): every session operation of a
     worker has a deadline (``ConfigProto.operation_timeout_in_ms``, from
@@ -106,6 +110,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     """
 
     SUPPORTS_STEPS_PER_EXECUTION = False
+    _preempt_everywhere = True
 
     def _k_refusal(self) -> str:
         return (
@@ -140,6 +145,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         self._watch: ClusterWatch | None = None
         self._chief_finished_flag: Any = None
         self._finished_var: Any = None
+        self._preempt_flag: tuple[Any, Any, Any] | None = None
         self._server = server
         self._cluster = cluster
         self._task = task
@@ -198,6 +204,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 )
                 self._finished_var = finished
                 self._chief_finished_flag = finished.read_value()
+                flag = tf1.Variable(False, trainable=False, collections=[], name="preempted")
+                self._preempt_flag = (flag, flag.read_value(), flag.assign(True, read_value=False))
                 raise_finished = [finished.assign(True, read_value=False)] if self.is_chief else []
             with tf1.control_dependencies(raise_finished):
                 self._check_in = tf.group(
@@ -216,6 +224,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     ) -> None:
         """As `Trainer.setup_callbacks`, plus the check-in at the end, after the other callbacks."""
         cbs = list(callbacks or [])
+        if self._preempt_flag is not None:
+            cbs.append(PreemptionFlag(*self._preempt_flag[1:], self._task, lambda: self._interrupt))
         if self._check_in is not None:
             cbs.append(_CheckIn(self._check_in, self.CHECK_IN_TIMEOUT_MS, self._finishing))
         super().setup_callbacks(cbs, monitors)
@@ -261,7 +271,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 )
                 if self.is_chief and self._finished_var is not None:
                     chief_done = (
-                        tf.group(done.initializer, self._finished_var.initializer),
+                        tf.group(done.initializer, *self._chief_initializers()),
                         *chief_done[1:],
                     )
             # Both are run by the session creator, which TensorFlow's use-tracking of
@@ -318,6 +328,10 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         del task, why
         if self.hooked_sess is not None:
             self.hooked_sess.request_stop()
+
+    def _chief_initializers(self) -> list[Any]:
+        """The initializers of the flags the chief keeps on a parameter server (not saved)."""
+        return [v.initializer for v in [self._finished_var, *(self._preempt_flag or ())[:1]]]
 
     def _finishing(self) -> bool:
         """At the end of training: stop watching; whether the parameter servers are all up."""

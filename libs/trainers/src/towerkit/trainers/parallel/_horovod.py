@@ -152,7 +152,9 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
     whose collective fails ends its loop cleanly and raises `CollectiveError`. Set
     ``HOROVOD_GLOO_TIMEOUT_SECONDS`` (and ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``)
     to bound how long ranks wait for one that hangs. Processes that fork (e.g. a
-    multiprocess data flow) may misbehave under MPI.
+    multiprocess data flow) may misbehave under MPI. A preemption signal (SIGTERM,
+    SIGUSR1) to any rank stops every rank after the same step (`PreemptionVote`): rank
+    0 saves there, and each rank raises `TrainingPreempted` (exit status 143).
 
     Elastic (``elastic=True``, in a job launched in horovod's elastic mode: ``horovodrun
     --min-np A --max-np B --host-discovery-script SCRIPT``, or `launch_horovod_job`
@@ -352,7 +354,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         Elastic jobs keep the lone trainer's rule (the chief alone).
         """
         if self._elastic_state is not None:
-            return super()._preemption_here()
+            return (self._preemption if self.is_chief else None), False
         return self._preemption, True
 
     def _build_broadcasts(self) -> None:

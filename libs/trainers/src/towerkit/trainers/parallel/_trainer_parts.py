@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChiefOwnsLogdir",
+    "PreemptionFlag",
     "PreemptionVote",
     "RunOpEachEpoch",
     "SessionInitThenRun",
@@ -164,6 +165,65 @@ class PreemptionVote(Callback):
 
     def __str__(self) -> str:
         return "PreemptionVote()"
+
+
+class PreemptionFlag(Callback):
+    """A preemption signal to any worker of a TensorFlow cluster stops them all; the chief saves.
+
+    The workers of a cluster train asynchronously: there is no step they all share.
+    The job's flag lives on a parameter server; each worker reads it with every
+    session call. A worker that was sent a preemption signal raises the flag and
+    stops after its call in flight; the others stop after the call that read it
+    raised, the chief saving at its global step (the only checkpoint written).
+
+    Args:
+        read: the flag's value (a bool tensor on a parameter server).
+        raise_flag: the op that sets it.
+        task: this worker's index, for the log.
+        interrupt: gives the running loop's `InterruptState` (None outside the loop).
+    """
+
+    _chief_only = False
+    accepts_coarse_steps = True
+
+    def __init__(
+        self,
+        read: Any,
+        raise_flag: Any,
+        task: int,
+        interrupt: Callable[[], InterruptState | None],
+    ) -> None:
+        self._read = read
+        self._raise = raise_flag
+        self._task = task
+        self._interrupt = interrupt
+        self._args = tf1.train.SessionRunArgs(read)
+
+    def _before_run(self, run_context: Any) -> Any:
+        del run_context
+        return self._args
+
+    def _after_run(self, run_context: Any, run_values: Any) -> None:
+        del run_context
+        state = self._interrupt()
+        if state is None or state.preempted:
+            return
+        raised = bool(run_values.results)
+        if state.signalled and not raised:
+            self.trainer.sess.run(self._raise)
+            raised = True
+        if not raised:
+            return
+        if not state.signalled:
+            logger.warning(
+                "worker %d: another worker of the cluster was sent a preemption signal: "
+                "stopping after this step",
+                self._task,
+            )
+        state.agree()
+
+    def __str__(self) -> str:
+        return "PreemptionFlag()"
 
 
 class ChiefOwnsLogdir:
