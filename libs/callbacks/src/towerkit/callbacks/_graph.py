@@ -390,7 +390,9 @@ class DumpTensors(ProcessTensors):
 
     def _setup_graph(self) -> None:
         self._dir = _need_logdir(self)
-        remove_stale_temporaries(self._dir, _DUMP_FILE.fullmatch, what="DumpTensors")
+        remove_stale_temporaries(
+            self._dir, lambda n: _DUMP_FILE.fullmatch(n) is not None, what="DumpTensors"
+        )
         super()._setup_graph()
 
     def _dump(self, *values: Any) -> None:
@@ -492,7 +494,7 @@ class DumpTensorAsImage(Callback):
         if self._prefix is None:
             self._prefix = re.sub(r"[/:]", "-", self._tensor.op.name)
         images = re.compile(re.escape(self._prefix) + r"-ep\d+-step\d+-\d+\.png")
-        remove_stale_temporaries(self._dir, images.fullmatch, what="image")
+        remove_stale_temporaries(self._dir, lambda n: images.fullmatch(n) is not None, what="image")
 
     def _trigger(self) -> None:
         value = self.trainer.sess.run(self._tensor)

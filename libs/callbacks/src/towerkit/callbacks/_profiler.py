@@ -77,7 +77,9 @@ class GraphProfiler(Callback):
                 msg = f"{self} writes files under the trainer's logdir, but the trainer has none"
                 raise CallbackError(msg)
             self._dir = logdir
-            remove_stale_temporaries(logdir, _PROFILE_FILE.fullmatch, what="profile")
+            remove_stale_temporaries(
+                logdir, lambda n: _PROFILE_FILE.fullmatch(n) is not None, what="profile"
+            )
 
     def _before_run(self, run_context: Any) -> Any:
         del run_context
