@@ -56,11 +56,11 @@ def run_job(tmp_path: Path, *args: str) -> tuple[int, str, float]:
     return job.returncode, job.output, job.seconds
 
 
-def reports(out: str) -> dict[int, dict]:
-    """Each rank's report in a job's output, by rank."""
+def reports(out: str, kind: str = "RANK-REPORT") -> dict[int, dict]:
+    """Each rank's report in a job's output (lines ``KIND {json}``), by rank."""
     found = {}
     for line in out.splitlines():
-        _, tag, rest = line.partition("RANK-REPORT ")
+        _, tag, rest = line.partition(f"{kind} ")
         if tag:
             report = json.loads(rest)
             found[report["rank"]] = report
@@ -181,17 +181,6 @@ class TestHorovodResume:
         assert os.path.exists(jobs["logdir"] / "model-16.index")
 
 
-def preempted_reports(out: str) -> dict[int, dict]:
-    """Each rank's ``RANK-PREEMPTED`` line in a job's output, by rank."""
-    found = {}
-    for line in out.splitlines():
-        _, tag, rest = line.partition("RANK-PREEMPTED ")
-        if tag:
-            report = json.loads(rest)
-            found[report["rank"]] = report
-    return found
-
-
 @pytest.fixture(scope="module")
 def preempted(tmp_path_factory):
     """The 2-epoch job of `jobs`, with SIGTERM sent to rank 1 alone after step 5; then resumed."""
@@ -207,7 +196,7 @@ def preempted(tmp_path_factory):
     return {
         "code": code,
         "out": out,
-        "stopped": preempted_reports(out),
+        "stopped": reports(out, "RANK-PREEMPTED"),
         "files": files,
         "positions": positions,
         "stats": stats,
