@@ -9,18 +9,23 @@ here. `nox -t ci` is what CI runs.
 
 How a test run is laid out (where a new test goes)
 --------------------------------------------------
-Every pytest run of a session is split in two tiers, one after the other:
+A session's tests run in one pytest run, in parallel on pytest-xdist workers (one per
+core, at least 2: ``TOWERKIT_TEST_WORKERS``, a number or ``auto``), in two tiers told
+apart by a marker:
 
 - the in-process tier, ``-m "not procs"``: tests that run TensorFlow in the pytest
-  process itself. They run in parallel, one pytest-xdist worker per core
-  (``TOWERKIT_TEST_WORKERS``, default ``auto``). Most tests belong here.
+  process itself. Most tests belong here.
 - the process tier, ``-m procs``: tests that start processes (a training script, a
-  TensorFlow server, horovod ranks, a venv, a terminal) and mostly wait on them. They
-  run after the first tier, on their own workers (``TOWERKIT_PROC_WORKERS``, default
-  one per core, at least 2), so that their waits overlap rather than queue; where the
-  tests wait more than they compute (a cluster's timeouts), more workers pay. On 2 cores
-  twice as many workers as cores made this tier slower: each worker and each fresh
-  process imports TensorFlow (10 to 20 s of CPU there).
+  TensorFlow server, horovod ranks, a venv, a terminal) and mostly wait on them; they
+  share the workers with the first tier, so their waits overlap with its work. On 2
+  cores more workers than cores made the run slower: each worker and each fresh process
+  imports TensorFlow (4 s of CPU there, from compiled bytecode; see below).
+
+Every Python process of a session reads and writes compiled bytecode in one cache,
+``.nox/.pycache`` (``PYTHONPYCACHEPREFIX``), whatever ``PYTHONDONTWRITEBYTECODE`` the
+caller has set: the venvs are installed without bytecode, and importing TensorFlow from
+source costs 12 s of CPU where its bytecode costs 4, paid by every worker, script,
+server and rank a test starts.
 
 A test that starts a Python program importing TensorFlow starts it with
 ``prefork.run`` or ``prefork.popen`` (``tests/plugins/prefork.py``, importable from
@@ -38,10 +43,10 @@ of 240 s (the root pyproject); one that needs more says so with
 them at the same time.
 
 Each pytest run writes a JUnit report under ``reports/ci/junit/`` and each session its
-time to ``reports/ci/sessions.jsonl``; the last session of ``nox -t ci``,
-``ci_summary``, prints the 25 slowest tests of the run and each session's time, so a
-change that slows CI shows in its own run. ``-- -m "not procs"`` after a session's name
-runs its fast tier alone.
+time and the CPU time of its processes to ``reports/ci/sessions.jsonl``; the last
+session of ``nox -t ci``, ``ci_summary``, prints the 25 slowest tests of the run and
+each session's times, so a change that slows CI shows in its own run.
+``-- -m "not procs"`` after a session's name runs its fast tier alone.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import functools
 import json
 import os
 import re
+import resource
 import shutil
 import time
 from collections.abc import Callable
@@ -65,6 +71,10 @@ nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+
+# Compiled bytecode for every process the sessions start (see the module docstring).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("PYTHONPYCACHEPREFIX", str(ROOT / ".nox" / ".pycache"))
 
 LIBS = ["sessinit", "towers", "callbacks", "trainers", "export", "layers"]
 """The libs in dependency order: each depends only on libs before it."""
@@ -202,7 +212,7 @@ def timed(func: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(func)
     def wrapper(session: nox.Session, *args: Any, **kwargs: Any) -> None:
-        start = time.time()
+        start, cpu = time.time(), _children_cpu()
         outcome = "failed"
         try:
             func(session, *args, **kwargs)
@@ -211,11 +221,18 @@ def timed(func: Callable[..., None]) -> Callable[..., None]:
             if not getattr(session._runner.global_config, "install_only", False):
                 CI_REPORTS.mkdir(parents=True, exist_ok=True)
                 line = {"session": session.name, "seconds": round(time.time() - start, 1)}
+                line |= {"cpu": round(_children_cpu() - cpu, 1)}
                 line |= {"outcome": outcome, "ended": round(time.time(), 1)}
                 with open(CI_REPORTS / "sessions.jsonl", "a", encoding="utf-8") as f:
                     f.write(json.dumps(line) + "\n")
 
     return wrapper
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of this process's ended children and their children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _workers(variable: str, default: str) -> str:
@@ -226,9 +243,9 @@ def _workers(variable: str, default: str) -> str:
     return value
 
 
-def proc_workers() -> str:
-    """The process tier's workers: one per core, at least 2 (see the module docstring)."""
-    return _workers("TOWERKIT_PROC_WORKERS", str(max(2, os.cpu_count() or 1)))
+def test_workers() -> str:
+    """pytest-xdist workers: one per core, at least 2 (see the module docstring)."""
+    return _workers("TOWERKIT_TEST_WORKERS", str(max(2, os.cpu_count() or 1)))
 
 
 def junit_failures(path: Path) -> int:
@@ -242,56 +259,35 @@ def junit_failures(path: Path) -> int:
     return sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
 
 
-def run_tiers(
-    session: nox.Session,
-    name: str,
-    *args: str,
-    env: dict[str, str],
-    tiers: tuple[str, ...] = ("inproc", "procs"),
-) -> None:
-    """Run pytest on `args` as the two tiers (see the module docstring), each one reported.
+def run_tests(session: nox.Session, name: str, *args: str, env: dict[str, str]) -> None:
+    """One parallel pytest run of `args`, both tiers (see the module docstring), reported.
 
-    A tier that selects no test (pytest's status 5) is not a failure: a lib may have no
-    process tests. Both tiers run even when the first has failing tests, and the session
-    then fails naming them. The arguments after ``--`` go to both tiers.
+    A run that selects no test (pytest's status 5) is not a failure: ``-m procs`` may
+    select none in a lib. A run with failing tests fails the session, naming how many.
+    The arguments after ``--`` are added.
     """
-    select = {
-        "inproc": ("not procs", _workers("TOWERKIT_TEST_WORKERS", "auto")),
-        "procs": ("procs", proc_workers()),
-    }
-    posargs = list(session.posargs)
-    if any(a == "-m" or a.startswith("-m") for a in posargs):
-        # The caller chose the tests by marker: one run, in parallel, as they asked.
-        select = {"chosen": ("", select["inproc"][1])}
-        tiers = ("chosen",)
-    failed: list[str] = []
-    for tier in tiers:
-        marker, workers = select[tier]
-        junit = CI_REPORTS / "junit" / f"{name}-{tier}.xml"
-        junit.unlink(missing_ok=True)
-        session.run(
-            "pytest",
-            "-p",
-            "towerkit_tiers",
-            *args,
-            *(("-m", marker) if marker else ()),
-            "-n",
-            workers,
-            "--dist",
-            "loadgroup",
-            f"--junitxml={junit}",
-            "-o",
-            "junit_family=xunit2",
-            "--durations=5",
-            *posargs,
-            env={**env, "PYTHONPATH": str(PLUGINS)},
-            success_codes=[0, 1, 5],  # 1: tests failed; the report says which (below)
-        )
-        count = junit_failures(junit)
-        if count:
-            failed.append(f"{tier}: {count} failed")
-    if failed:
-        session.error(f"{name}: tests failed ({'; '.join(failed)}); see the summaries above")
+    junit = CI_REPORTS / "junit" / f"{name}.xml"
+    junit.unlink(missing_ok=True)
+    session.run(
+        "pytest",
+        "-p",
+        "towerkit_tiers",
+        *args,
+        "-n",
+        test_workers(),
+        "--dist",
+        "loadgroup",
+        f"--junitxml={junit}",
+        "-o",
+        "junit_family=xunit2",
+        "--durations=5",
+        *session.posargs,
+        env={**env, "PYTHONPATH": str(PLUGINS)},
+        success_codes=[0, 1, 5],  # 1: tests failed; the report says which (below)
+    )
+    count = junit_failures(junit)
+    if count:
+        session.error(f"{name}: {count} tests failed; see the summary above")
 
 
 @nox.session(tags=["ci"])
@@ -313,7 +309,7 @@ def tests(session: nox.Session, lib: str) -> None:
         else pytest_env()
     )
     targets = (f"libs/{lib}/tests", "--doctest-modules", "--pyargs", f"towerkit.{lib}")
-    run_tiers(session, f"tests-{lib}", *targets, env=env)
+    run_tests(session, f"tests-{lib}", *targets, env=env)
 
 
 @nox.session(tags=["ci"])
@@ -329,15 +325,15 @@ def crosslib(session: nox.Session) -> None:
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     # The wheels are tested by `build`, the simulated hosts by `hosts`.
     ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts"]
-    run_tiers(session, "crosslib", *paths, *ignore, env=pytest_env())
+    run_tests(session, "crosslib", *paths, *ignore, env=pytest_env())
     # The tools' doctests, apart: --doctest-modules over the test folders would import
     # the tensorpack programs they keep as test data.
     doctests = ("--doctest-modules", "--pyargs", "towerkit.tools")
-    run_tiers(session, "crosslib-doctests", *doctests, env=pytest_env(), tiers=("inproc",))
+    run_tests(session, "crosslib-doctests", *doctests, env=pytest_env())
     # The callbacks lib's tests that drive callbacks through a training loop run again,
     # the loop now being the real trainer (the others are the same test twice).
     env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer", "TOWERKIT_ONLY_DRIVEN": "1"}
-    run_tiers(session, "crosslib-callbacks", "libs/callbacks/tests", env=env)
+    run_tests(session, "crosslib-callbacks", "libs/callbacks/tests", env=env)
 
 
 CORE_MODULES = [
@@ -369,7 +365,7 @@ def core(session: nox.Session) -> None:
     )
     modules = [f"towerkit.callbacks.{m}" for m in CORE_MODULES]
     doctests = ("--doctest-modules", "--pyargs", *modules)
-    run_tiers(session, "core", "tests/test_core_without_tensorflow.py", *doctests, env=pytest_env())
+    run_tests(session, "core", "tests/test_core_without_tensorflow.py", *doctests, env=pytest_env())
 
 
 DIST = ROOT / "dist"
@@ -394,7 +390,7 @@ def build(session: nox.Session) -> None:
     built = sorted(str(p) for p in DIST.glob("towerkit_*"))
     session.run("twine", "check", "--strict", *built)
     env = {**pytest_env(), "TOWERKIT_DIST": str(DIST)}
-    run_tiers(session, "build", "tests/test_wheels.py", env=env)
+    run_tests(session, "build", "tests/test_wheels.py", env=env)
 
 
 LINT_TARGETS = [
@@ -481,7 +477,7 @@ def conformance(session: nox.Session) -> None:
         targets = ["conformance/tests", "--doctest-modules", "--pyargs", "towerkit.conformance"]
     # One run (the report is one file), in parallel: most trainers run in the worker's
     # process, the multi-process ones in jobs whose waits overlap with the others' work.
-    workers = ("-n", proc_workers(), "--dist", "loadgroup")
+    workers = ("-n", test_workers(), "--dist", "loadgroup")
     session.run("pytest", *targets, *workers, "--durations=5", *args, env=pytest_env())
 
 
@@ -540,7 +536,7 @@ def horovod(session: nox.Session) -> None:
             path,
             "--ignore=tests/hosts",
             "-n",
-            proc_workers(),
+            test_workers(),
             "--dist",
             "loadgroup",
             f"--junitxml={junit}",
@@ -608,7 +604,7 @@ def layers_parity(session: nox.Session) -> None:
     session.install("tensorpack==0.11")
     without_keras3(session)
     env = {**pytest_env(), "TF_USE_LEGACY_KERAS": "1"}
-    run_tiers(session, "layers_parity", "libs/layers/parity", env=env)
+    run_tests(session, "layers_parity", "libs/layers/parity", env=env)
 
 
 @nox.session(tags=["ci"], venv_backend="none")

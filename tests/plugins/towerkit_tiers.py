@@ -10,11 +10,17 @@ starts are not seen (and need not be).
 
 from __future__ import annotations
 
+import platform
 import sys
 from collections.abc import Generator
 from typing import Any
 
 import pytest
+
+# The standard library starts `uname -p` the first time anything asks for the processor's
+# name, then keeps the answer: ask now, so the first test to reach such a call is not
+# charged with a process it did not start.
+platform.processor()
 
 _EVENTS = {
     "subprocess.Popen",
