@@ -501,3 +501,26 @@ class TestNewNames:
         assert status == 1
         assert f"{source}:3: by hand: PrintData (from tensorpack.dataflow): " in report
         assert "fails under NumPy 2" in report
+
+    def test_feedfree_predictor(self, tmp_path, capsys):
+        """tensorpack.predict's FeedfreePredictor on a QueueInput: both have a towerkit home."""
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            from tensorpack import PredictConfig, QueueInput
+            from tensorpack.predict import FeedfreePredictor
+
+
+            def predictor(config, df):
+                return FeedfreePredictor(config, QueueInput(df))
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        text = (tmp_path / "out" / "prog.py").read_text()
+        assert "from towerkit.export import FeedfreePredictor" in text
+        assert "FeedfreePredictor(config, IterableInput(df))" in text
+        assert "tensorpack" not in text
+        namespace: dict[str, object] = {}
+        exec(compile(text, "prog.py", "exec"), namespace)
+        assert namespace["FeedfreePredictor"].__module__.startswith("towerkit.export")

@@ -83,7 +83,8 @@ _LIB_NAMES = {
     resume_plan serve_parameters session_creator_for_devices sync_replicas_op
     """,
     "export": """
-    InferenceOptimizationError ModelExporter MultiTowerOfflinePredictor OfflinePredictor
+    FeedfreePredictor InferenceOptimizationError ModelExporter MultiTowerOfflinePredictor
+    OfflinePredictor
     PredictConfig PredictSpec SimpleDatasetPredictor UnknownTensorError
     """,
     "layers": """

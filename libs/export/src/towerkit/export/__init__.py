@@ -4,6 +4,7 @@ from towerkit.export._config import PredictConfig, PredictSpec
 from towerkit.export._dataset_predictor import MultiTowerOfflinePredictor, SimpleDatasetPredictor
 from towerkit.export._errors import InferenceOptimizationError, UnknownTensorError
 from towerkit.export._export import ModelExporter
+from towerkit.export._feedfree import FeedfreePredictor
 from towerkit.export._predictor import OfflinePredictor
 from towerkit.export._version import __version__
 
@@ -16,6 +17,7 @@ __all__ = [
     "OfflinePredictor",
     "SimpleDatasetPredictor",
     "MultiTowerOfflinePredictor",
+    "FeedfreePredictor",
     # export
     "ModelExporter",
     # names and graphs (pure)
