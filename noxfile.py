@@ -632,10 +632,12 @@ def ci_summary(session: nox.Session) -> None:
         for line in path.read_text(encoding="utf-8").splitlines():
             entry = json.loads(line)
             latest[entry["session"]] = entry
-    print("\neach session's last time:")
+    print("\neach session's last time (wall; CPU of its processes):")
     for entry in sorted(latest.values(), key=lambda e: e["ended"]):
-        print(f"{entry['seconds']:8.1f} s  {entry['session']} ({entry['outcome']})")
-    print(f"{sum(e['seconds'] for e in latest.values()):8.1f} s  in all")
+        cpu = f"{entry['cpu']:8.1f} s CPU" if "cpu" in entry else " " * 14
+        print(f"{entry['seconds']:8.1f} s {cpu}  {entry['session']} ({entry['outcome']})")
+    total_cpu = sum(e.get("cpu", 0.0) for e in latest.values())
+    print(f"{sum(e['seconds'] for e in latest.values()):8.1f} s {total_cpu:8.1f} s CPU  in all")
 
 
 if __name__ == "__main__":
