@@ -505,6 +505,9 @@ def bench(session: nox.Session) -> None:
     install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
     install_groups(session, "bench")
     install_layers_alone(session)  # tf-keras: the tf.layers and tf.nn.rnn_cell baselines
+    # tensorpack's MultiProcessRunnerZMQ, a peer of the parallel-input benchmark (never a
+    # dependency of a lib); Keras 3, the other peer, comes with tensorflow-cpu.
+    session.install("tensorpack==0.11")
     install_horovod(session)
     args = session.posargs or ["--out", "reports/bench.md"]
     session.run("python", "benchmarks/run_all.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})

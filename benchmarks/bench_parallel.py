@@ -9,14 +9,24 @@ IterableInput(source, ...))``:
   (one core at most, and it shares the interpreter with the training loop);
 - ``workers=1``: ``IterableInput(source, workers=1)``, one producer process: the
   baseline;
-- ``workers=2``: ``IterableInput(source, workers=2)``, two producer processes.
+- ``workers=2``: ``IterableInput(source, workers=2)``, two producer processes;
+- ``tensorpack ZMQ``: tensorpack 0.11's ``MultiProcessRunnerZMQ(flow, num_proc=2)`` over
+  the same source as a DataFlow, under the same ``IterableInput`` (each of its processes
+  runs the whole flow, as tensorpack's do);
+- ``keras PyDataset``: Keras 3's ``model.fit`` on the same MLP (SGD, same batch), fed by a
+  ``keras.utils.PyDataset(workers=2, use_multiprocessing=True)`` over the same source.
 
 Each round trains every case for ``--warmup`` steps, then times ``--steps`` steps
-(the workers' start is in the warm-up); cases are interleaved round by round and the
-table gives the median steps/s and the ratio of medians to ``workers=1``. Goal on 2
-cores: ``workers=2`` >= 1.6x ``workers=1``. tensorpack's ``MultiProcessRunnerZMQ``
-and Keras 3's ``PyDataset(workers=2, use_multiprocessing=True)`` are not measured
-here yet (see the benchmarks README).
+(the workers' start is in the warm-up). The warm-up must be longer than the deepest
+buffer between the producers and the model (tensorpack's ZMQ sockets hold about 100
+datapoints, the input's queues some 50 more): filled while the graph is built, a
+buffer drains in the first steps at the model's speed, not the producers', so timing
+starts once every buffer is drained (400 steps). Cases are interleaved round by round and the
+table gives the median steps/s and the ratio of medians to ``workers=1``. The two
+peers run in a fresh interpreter each (tensorpack's import needs tf-keras's
+``tf.layers``; Keras runs eagerly); a peer that is not installed gets a cell saying so
+(``nox -s bench`` installs both). Goals on 2 cores: ``workers=2`` >= 1.6x
+``workers=1``, and >= 1.0x each peer.
 
 The source lives in this module, whose top imports NumPy only: the fork server that
 starts the workers imports it (not TensorFlow).
@@ -32,6 +42,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -39,9 +50,13 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-CASES = ("thread", "workers=1", "workers=2")
+OURS = ("thread", "workers=1", "workers=2")
+PEERS = ("tensorpack ZMQ", "keras PyDataset")
+CASES = OURS + PEERS
 GOAL = 1.6
 """The least ratio of workers=2's median steps/s to workers=1's."""
+PEER_GOAL = 1.0
+"""The least ratio of workers=2's median steps/s to each peer's."""
 
 BATCH, DIM, CLASSES = 32, 64, 10
 
@@ -74,18 +89,20 @@ class CostlySource:
 
 
 def steps_per_s(case: str, cost_s: float, warmup: int, steps: int) -> float:
-    """Train the MLP with one case's input; steps/s over the timed steps."""
+    """Train the MLP with one of towerkit's cases; steps/s over the timed steps."""
+    from towerkit.trainers import IterableInput
+
+    source = CostlySource(warmup + steps + 1, cost_s)
+    workers = None if case == "thread" else int(case.split("=")[1])
+    return _towerkit_rate(IterableInput(source, workers=workers), warmup, steps)
+
+
+def _towerkit_rate(data, warmup: int, steps: int) -> float:
     import tensorflow as tf
 
     from towerkit.callbacks import Callback
     from towerkit.towers.compat import tf1
-    from towerkit.trainers import (
-        IterableInput,
-        ModelDesc,
-        SimpleTrainer,
-        TrainConfig,
-        launch_train_with_config,
-    )
+    from towerkit.trainers import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 
     class Model(ModelDesc):
         def inputs(self):
@@ -116,12 +133,10 @@ def steps_per_s(case: str, cost_s: float, warmup: int, steps: int) -> float:
         def _trigger_step(self) -> None:
             self.times.append(time.perf_counter())
 
-    source = CostlySource(warmup + steps + 1, cost_s)
-    workers = None if case == "thread" else int(case.split("=")[1])
     clock = Clock()
     config = TrainConfig(
         model=Model(),
-        data=IterableInput(source, workers=workers),
+        data=data,
         callbacks=[clock],
         monitors=[],
         extra_callbacks=[],
@@ -133,35 +148,171 @@ def steps_per_s(case: str, cost_s: float, warmup: int, steps: int) -> float:
     return steps / (clock.times[-1] - clock.times[warmup - 1])
 
 
+def zmq_steps_per_s(cost_s: float, warmup: int, steps: int) -> float:
+    """tensorpack's MultiProcessRunnerZMQ (2 processes) under IterableInput."""
+    from tensorpack.dataflow import DataFlow, MultiProcessRunnerZMQ
+
+    from towerkit.trainers import IterableInput
+
+    class Flow(DataFlow):
+        def __init__(self, n: int) -> None:
+            self.source = CostlySource(n, cost_s)
+
+        def __len__(self) -> int:
+            return len(self.source)
+
+        def __iter__(self):
+            for i in range(len(self.source)):
+                yield list(self.source[i])
+
+    flow = MultiProcessRunnerZMQ(Flow(warmup + steps + 1), num_proc=2)
+    return _towerkit_rate(IterableInput(flow), warmup, steps)
+
+
+def keras_steps_per_s(cost_s: float, warmup: int, steps: int) -> float:
+    """Keras 3 model.fit on the same MLP, fed by a PyDataset with 2 worker processes."""
+    import keras
+
+    class Batches(keras.utils.PyDataset):
+        def __init__(self, n: int) -> None:
+            super().__init__(workers=2, use_multiprocessing=True)
+            self.source = CostlySource(n, cost_s)
+
+        def __len__(self) -> int:
+            return len(self.source)
+
+        def __getitem__(self, i: int):
+            return self.source[i]
+
+    model = keras.Sequential(
+        [
+            keras.Input((DIM,), batch_size=BATCH),
+            keras.layers.Dense(64, activation="relu", use_bias=False),
+            keras.layers.Dense(CLASSES, use_bias=False),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    times: list[float] = []
+    clock = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: times.append(time.perf_counter())
+    )
+    model.fit(Batches(warmup + steps), epochs=1, callbacks=[clock], verbose=0)
+    return steps / (times[-1] - times[warmup - 1])
+
+
+PEER_RUNNERS = {"tensorpack ZMQ": zmq_steps_per_s, "keras PyDataset": keras_steps_per_s}
+
+
+def peer_rate(case: str, cost_s: float, warmup: int, steps: int) -> float | str:
+    """A peer's steps/s, run in a fresh interpreter; a string saying why when it cannot run."""
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"} if case == "tensorpack ZMQ" else None
+    cmd = [sys.executable, __file__, "--peer", case, "--cost-ms", str(cost_s * 1000)]
+    cmd += ["--warmup", str(warmup), "--steps", str(steps)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"failed (exit {done.returncode}): {tail[:160]}"
+    result = json.loads(lines[-1])
+    return float(result["steps_per_s"]) if "steps_per_s" in result else str(result["error"])
+
+
+def _run_peer(case: str, cost_s: float, warmup: int, steps: int) -> int:
+    """The --peer mode: one JSON line, the rate or why the peer is missing."""
+    try:
+        rate = PEER_RUNNERS[case](cost_s, warmup, steps)
+    except ImportError as err:
+        print(json.dumps({"error": f"not installed ({err.name or err}): nox -s bench installs it"}))
+        return 0
+    print(json.dumps({"steps_per_s": rate}))
+    return 0
+
+
+def render(rates: dict[str, list[float]], missing: dict[str, str], cost_ms: float) -> str:
+    """The table (median, slowest, fastest, ratio to workers=1), then the goals.
+
+    >>> print(render({"thread": [10.0], "workers=1": [20.0], "workers=2": [36.0],
+    ...               "tensorpack ZMQ": [30.0], "keras PyDataset": []},
+    ...              {"keras PyDataset": "not installed"}, 4.0))
+    ## Parallel input: 4 ms of Python per datapoint, MLP 64-64-10
+    <BLANKLINE>
+    | case | steps/s (median) | slowest | fastest | vs workers=1 |
+    |---|---|---|---|---|
+    | thread | 10.0 | 10.0 | 10.0 | 0.50x |
+    | workers=1 | 20.0 | 20.0 | 20.0 | 1.00x |
+    | workers=2 | 36.0 | 36.0 | 36.0 | 1.80x |
+    | tensorpack ZMQ | 30.0 | 30.0 | 30.0 | 1.50x |
+    | keras PyDataset | not installed | - | - | - |
+    <BLANKLINE>
+    Goal workers=2 >= 1.6x workers=1: met (1.80x).
+    Goal workers=2 >= 1.0x tensorpack ZMQ: met (1.20x).
+    Goal workers=2 >= 1.0x keras PyDataset: not measured.
+    """
+    medians = {c: statistics.median(v) for c, v in rates.items() if v}
+    base = medians.get("workers=1")
+    lines = [f"## Parallel input: {cost_ms:g} ms of Python per datapoint, MLP 64-64-10", ""]
+    lines += [
+        "| case | steps/s (median) | slowest | fastest | vs workers=1 |",
+        "|---|---|---|---|---|",
+    ]
+    for c in CASES:
+        if c not in medians:
+            lines.append(f"| {c} | {missing.get(c, 'n/a')} | - | - | - |")
+            continue
+        ratio = f"{medians[c] / base:.2f}x" if base else "-"
+        lines.append(
+            f"| {c} | {medians[c]:.1f} | {min(rates[c]):.1f} | {max(rates[c]):.1f} | {ratio} |"
+        )
+    lines.append("")
+    ours = medians.get("workers=2")
+    for other, goal in (("workers=1", GOAL), *((p, PEER_GOAL) for p in PEERS)):
+        if ours is None or other not in medians:
+            lines.append(f"Goal workers=2 >= {goal}x {other}: not measured.")
+            continue
+        ratio = ours / medians[other]
+        verdict = "met" if ratio >= goal else "missed"
+        lines.append(f"Goal workers=2 >= {goal}x {other}: {verdict} ({ratio:.2f}x).")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cost-ms", type=float, default=4.0)
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # one peer, one line
     args = parser.parse_args(argv)
+    cost_s = args.cost_ms / 1000
+    if args.peer:
+        return _run_peer(args.peer, cost_s, args.warmup, args.steps)
     rates: dict[str, list[float]] = {c: [] for c in CASES}
+    missing: dict[str, str] = {}
     for r in range(args.repeats):
         order = CASES[r % len(CASES) :] + CASES[: r % len(CASES)]
         for case in order:
-            rates[case].append(steps_per_s(case, args.cost_ms / 1000, args.warmup, args.steps))
-    medians = {c: statistics.median(v) for c, v in rates.items()}
-    ratios = {c: medians[c] / medians["workers=1"] for c in CASES}
-    print(f"## Parallel input: {args.cost_ms:g} ms of Python per datapoint, MLP 64-64-10\n")
-    print(f"| case | steps/s (median of {args.repeats}) | slowest | fastest | vs workers=1 |")
-    print("|---|---|---|---|---|")
-    for c in CASES:
-        print(
-            f"| {c} | {medians[c]:.1f} | {min(rates[c]):.1f} | {max(rates[c]):.1f} | "
-            f"{ratios[c]:.2f}x |"
-        )
-    met = ratios["workers=2"] >= GOAL
-    print(f"\nGoal workers=2 >= {GOAL}x workers=1: {'met' if met else 'missed'}.")
-    print("tensorpack MultiProcessRunnerZMQ and Keras PyDataset: not measured.")
+            if case in missing:
+                continue
+            if case in PEERS:
+                rate = peer_rate(case, cost_s, args.warmup, args.steps)
+                if isinstance(rate, str):
+                    missing[case] = rate
+                    continue
+            else:
+                rate = steps_per_s(case, cost_s, args.warmup, args.steps)
+            rates[case].append(rate)
+            print(f"parallel {case} #{r + 1}: {rate:.1f} steps/s", file=sys.stderr)
+    print(render(rates, missing, args.cost_ms))
+    medians = {c: statistics.median(v) for c, v in rates.items() if v}
+    ratios = {c: medians[c] / medians["workers=1"] for c in medians}
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"medians": medians, "ratios": ratios, "rates": rates, "goal": GOAL}, f)
+            result = {"medians": medians, "ratios": ratios, "rates": rates, "missing": missing}
+            json.dump({**result, "goal": GOAL, "peer_goal": PEER_GOAL}, f)
     return 0
 
 

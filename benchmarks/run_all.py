@@ -126,7 +126,7 @@ BENCHES: dict[str, dict[str, Any]] = {
         "title": "Parallel input: IterableInput(workers=2) against workers=1 on a 4 ms Python source",
         "script": "bench_parallel.py",
         "json_flag": "--out",
-        "args": ["--steps", "400", "--warmup", "40", "--repeats", "3"],
+        "args": ["--steps", "400", "--warmup", "400", "--repeats", "3"],
         "quick": ["--steps", "60", "--warmup", "10", "--repeats", "1"],
         "baseline": "IterableInput(source, workers=1)",
     },
@@ -361,6 +361,12 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
             if isinstance(medians.get(case), int | float):
                 what = f"IterableInput {case} steps/s (vs workers=1)"
                 rows.append((what, f"{medians[case]:.1f}", _ratio(ratios.get(case))))
+        ours = medians.get("workers=2")
+        for peer in ("tensorpack ZMQ", "keras PyDataset"):
+            theirs = medians.get(peer)
+            if isinstance(ours, int | float) and isinstance(theirs, int | float) and theirs:
+                what = f"{peer} steps/s (vs baseline: IterableInput workers=2 over it)"
+                rows.append((what, f"{theirs:.1f}", _ratio(ours / theirs)))
     elif area == "rnn" and isinstance(data, Mapping):
         medians, ratios = data.get("medians", {}), data.get("ratios", {})
         ours = medians.get("towerkit.layers.rnn")

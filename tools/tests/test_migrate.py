@@ -16,8 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import prefork
 import pytest
+import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,13 +53,13 @@ def migrated(tmp_path_factory):
     return out, done
 
 
-def train(directory: Path, script: str) -> subprocess.CompletedProcess:
+def train(directory: Path, script: str, *args: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
     }
-    return prefork.run([sys.executable, script], cwd=directory, timeout=300, env=env)
+    return prefork.run([sys.executable, script, *args], cwd=directory, timeout=300, env=env)
 
 
 def epochs_recorded(logdir: Path) -> list[int]:
@@ -72,7 +74,7 @@ class TestPrograms:
         out, done = migrated
         assert done.returncode == 0, done.stderr[-3000:]
         report = done.stdout
-        assert report.rstrip().endswith("6 file(s), 74 change(s), 0 left by hand"), report[-500:]
+        assert report.rstrip().endswith("8 file(s), 112 change(s), 0 left by hand"), report[-500:]
         train_py = PROGRAMS / "convnet" / "train.py"
         expected = [
             f"{train_py}:9: changed: tensorpack.input_source.QueueInput -> towerkit.trainers.IterableInput",
@@ -127,6 +129,32 @@ class TestPrograms:
         stats = (out / "train_log" / "summaries" / "stats.json").read_text()
         assert "cost_in_graph" in stats
         assert "validation_cost" in stats
+
+    def test_boilerplate_load_set_after_the_config(self, migrated, tmp_path):
+        """get_config(), then ``config.session_init = SmartInit(args.load)`` as --load asks."""
+        out, _ = migrated
+        done = train(out, "boilerplate.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        logdir = out / "train_log" / "boilerplate"
+        assert epochs_recorded(logdir) == [1, 2]
+        assert (logdir / "min-validation_cost.tfmodel.index").exists()
+        first = shutil.copytree(logdir, tmp_path / "first")
+        ckpt = str(first / "model-16")
+        want = float(np.sum(tf.train.load_variable(ckpt, "fc/W")))
+        assert f"weights before training: {want:.6f}" not in done.stdout
+        done = train(out, "boilerplate.py", "--load", ckpt, "--epochs", "1")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"weights before training: {want:.6f}" in done.stdout
+        assert epochs_recorded(logdir) == [1]  # action='d': a new run in a new directory
+
+    def test_hed(self, migrated):
+        """Side outputs, float 0/1 edge maps into an int32 input, scaled gradients."""
+        out, _ = migrated
+        done = train(out, "hed.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "edge map (4, 16, 16, 1)" in done.stdout
+        last = json.loads((out / "train_log" / "hed" / "stats.json").read_text())[-1]
+        assert {"xentropy1", "xentropy3", "wd_cost", "train_error"} <= set(last), last
 
     def test_idempotent(self, migrated, tmp_path, capsys):
         """Migrating the migrated programs changes nothing."""
