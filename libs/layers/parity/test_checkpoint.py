@@ -66,10 +66,8 @@ def _data(n=32, seed=0):
     return x, y
 
 
-@pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
-def test_tensorpack_checkpoint_restores_into_towerkit(tmp_path, fmt):
-    """Trained a few steps by tensorpack, restored by SmartInit: same variables, same predictions."""
-    x, y = _data()
+def _tp_model(build, fmt, make_optimizer):
+    """A tensorpack ModelDesc whose tower is ``build(tp, image, fmt)`` with a softmax cost."""
 
     class Model(ModelDesc):
         def inputs(self):
@@ -79,21 +77,27 @@ def test_tensorpack_checkpoint_restores_into_towerkit(tmp_path, fmt):
             ]
 
         def build_graph(self, image, label):
-            logits = convnet(tp, image, fmt)
+            logits = build(tp, image, fmt)
             return tf.reduce_mean(
                 tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
                 name="cost",
             )
 
         def optimizer(self):
-            return tf1.train.MomentumOptimizer(0.1, 0.9)
+            return make_optimizer()
 
+    return Model()
+
+
+def _train_with_tensorpack(tmp_path, model):
+    """Six steps of tensorpack's SimpleTrainer on `model` (a function making it): the checkpoint."""
+    x, y = _data()
     logger.set_logger_dir(str(tmp_path / "log"), action="d")
     flow = DataFromList([[x[i : i + 8], y[i : i + 8]] for i in range(0, 32, 8)], shuffle=False)
     ckpt_dir = str(tmp_path / "ckpt")
     with tf.Graph().as_default():
         config = TrainConfig(
-            model=Model(),
+            model=model(),
             dataflow=flow,
             callbacks=[ModelSaver(checkpoint_dir=ckpt_dir)],
             steps_per_epoch=6,
@@ -102,6 +106,45 @@ def test_tensorpack_checkpoint_restores_into_towerkit(tmp_path, fmt):
         launch_train_with_config(config, SimpleTrainer())
     ckpt = tf1.train.latest_checkpoint(ckpt_dir)
     assert ckpt is not None
+    return ckpt
+
+
+def _tensorpack_logits(model, ckpt, test_x):
+    """tensorpack's OfflinePredictor on the checkpoint: the logits of `test_x`."""
+    with tf.Graph().as_default():
+        predictor = OfflinePredictor(
+            PredictConfig(
+                model=model(),
+                session_init=TPSmartInit(ckpt),
+                input_names=["x"],
+                output_names=["logits"],
+            )
+        )
+        (logits,) = predictor(test_x)
+    return logits
+
+
+def _towerkit_logits(build, fmt, ckpt, test_x):
+    """The same tower built with towerkit.layers, restored by SmartInit: its variables, logits."""
+    graph = tf1.Graph()
+    with graph.as_default():
+        image = tf1.placeholder(tf.float32, (None, *SHAPE), name="x")
+        with TowerContext("", is_training=False):
+            logits = build(tk, image, fmt)
+        model_vars = {v.op.name: v.shape.as_list() for v in tf1.global_variables()}
+        with tf1.Session(graph=graph) as sess:
+            SmartInit(ckpt).init(sess)
+            return model_vars, sess.run(logits, {image: test_x})
+
+
+@pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
+def test_tensorpack_checkpoint_restores_into_towerkit(tmp_path, fmt):
+    """Trained a few steps by tensorpack, restored by SmartInit: same variables, same predictions."""
+
+    def model():
+        return _tp_model(convnet, fmt, lambda: tf1.train.MomentumOptimizer(0.1, 0.9))
+
+    ckpt = _train_with_tensorpack(tmp_path, model)
     names = {name for name, _ in tf1.train.list_variables(ckpt)}
     # the moving averages moved during training (RunUpdateOps): the test would not see a
     # mismatch of the EMA variables if they were still at their initial values
@@ -109,29 +152,11 @@ def test_tensorpack_checkpoint_restores_into_towerkit(tmp_path, fmt):
     assert np.abs(ema).max() > 1e-3
 
     test_x = _data(6, seed=1)[0]
-    with tf.Graph().as_default():
-        predictor = OfflinePredictor(
-            PredictConfig(
-                model=Model(),
-                session_init=TPSmartInit(ckpt),
-                input_names=["x"],
-                output_names=["logits"],
-            )
-        )
-        (want,) = predictor(test_x)
-
-    graph = tf1.Graph()
-    with graph.as_default():
-        image = tf1.placeholder(tf.float32, (None, *SHAPE), name="x")
-        with TowerContext("", is_training=False):
-            logits = convnet(tk, image, fmt)
-        model_vars = {v.op.name for v in tf1.global_variables()}
-        assert model_vars <= names, f"not in the checkpoint: {sorted(model_vars - names)}"
-        weights = {n for n in names if n.endswith(("/EMA", "/gamma", "/beta", "/W", "/b"))}
-        assert weights == model_vars  # every weight of the checkpoint is a variable here
-        with tf1.Session(graph=graph) as sess:
-            SmartInit(ckpt).init(sess)
-            got = sess.run(logits, {image: test_x})
+    want = _tensorpack_logits(model, ckpt, test_x)
+    model_vars, got = _towerkit_logits(convnet, fmt, ckpt, test_x)
+    assert set(model_vars) <= names, f"not in the checkpoint: {sorted(set(model_vars) - names)}"
+    weights = {n for n in names if n.endswith(("/EMA", "/gamma", "/beta", "/W", "/b"))}
+    assert weights == set(model_vars)  # every weight of the checkpoint is a variable here
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert os.path.exists(ckpt + ".index")
 
@@ -179,66 +204,20 @@ def _tk_argscope(layers, fmt):
 @pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
 def test_generator_checkpoint_restores_into_towerkit(tmp_path, fmt):
     """InstanceNorm, Conv2DTranspose, split convolutions and a user layer: same outputs."""
-    x, y = _data()
 
-    class Model(ModelDesc):
-        def inputs(self):
-            return [
-                tf.TensorSpec((None, *SHAPE), tf.float32, "x"),
-                tf.TensorSpec((None,), tf.int32, "y"),
-            ]
+    def model():
+        return _tp_model(generator_blocks, fmt, lambda: tf1.train.AdamOptimizer(0.05))
 
-        def build_graph(self, image, label):
-            logits = generator_blocks(tp, image, fmt)
-            return tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                name="cost",
-            )
-
-        def optimizer(self):
-            return tf1.train.AdamOptimizer(0.05)
-
-    logger.set_logger_dir(str(tmp_path / "log"), action="d")
-    flow = DataFromList([[x[i : i + 8], y[i : i + 8]] for i in range(0, 32, 8)], shuffle=False)
-    ckpt_dir = str(tmp_path / "ckpt")
-    with tf.Graph().as_default():
-        config = TrainConfig(
-            model=Model(),
-            dataflow=flow,
-            callbacks=[ModelSaver(checkpoint_dir=ckpt_dir)],
-            steps_per_epoch=6,
-            max_epoch=1,
-        )
-        launch_train_with_config(config, SimpleTrainer())
-    ckpt = tf1.train.latest_checkpoint(ckpt_dir)
-    assert ckpt is not None
+    ckpt = _train_with_tensorpack(tmp_path, model)
     saved = dict(tf1.train.list_variables(ckpt))
     # trained away from the initial values, so a variable restored into the wrong place shows
     assert np.abs(tf1.train.load_variable(ckpt, "scale/scale") - 0.5).max() > 1e-3
     assert saved["gconv/W"] == [3, 3, 4, 8]  # a group convolution: in_channels / split
 
     test_x = _data(6, seed=1)[0]
-    with tf.Graph().as_default():
-        predictor = OfflinePredictor(
-            PredictConfig(
-                model=Model(),
-                session_init=TPSmartInit(ckpt),
-                input_names=["x"],
-                output_names=["logits"],
-            )
-        )
-        (want,) = predictor(test_x)
-
-    graph = tf1.Graph()
-    with graph.as_default():
-        image = tf1.placeholder(tf.float32, (None, *SHAPE), name="x")
-        with TowerContext("", is_training=False):
-            logits = generator_blocks(tk, image, fmt)
-        model_vars = {v.op.name: v.shape.as_list() for v in tf1.global_variables()}
-        weights = {n: s for n, s in saved.items() if not n.endswith(("Adam", "Adam_1"))}
-        weights = {n: s for n, s in weights.items() if "power" not in n and n != "global_step"}
-        assert model_vars == weights  # the same names and shapes, in both directions
-        with tf1.Session(graph=graph) as sess:
-            SmartInit(ckpt).init(sess)
-            got = sess.run(logits, {image: test_x})
+    want = _tensorpack_logits(model, ckpt, test_x)
+    model_vars, got = _towerkit_logits(generator_blocks, fmt, ckpt, test_x)
+    weights = {n: s for n, s in saved.items() if not n.endswith(("Adam", "Adam_1"))}
+    weights = {n: s for n, s in weights.items() if "power" not in n and n != "global_step"}
+    assert model_vars == weights  # the same names and shapes, in both directions
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -149,23 +149,23 @@ def build_inference_graph(config: PredictConfig, *, setup_restore: bool = True) 
     )
 
 
-def open_session(config: PredictConfig, built: InferenceGraph) -> Any:
-    """A session on `built.graph` with the variables initialized, then loaded by `session_init`.
+def open_session(config: PredictConfig, graph: Any, session_config: Any = None) -> Any:
+    """A session on `graph` with the variables initialized, then loaded by `session_init`.
 
     With ``config.session_creator`` set, it creates the session (under the graph as
     default) and is responsible for initializing variables; otherwise a plain
-    ``tf.compat.v1.Session`` is opened and every variable's initializer is run
-    (fetched as existing ops, so the graph may be finalized).
+    ``tf.compat.v1.Session`` (with `session_config`) is opened and every variable's
+    initializer is run (fetched as existing ops, so the graph may be finalized).
     """
-    with built.graph.as_default():
+    with graph.as_default():
         if config.session_creator is None:
-            sess = tf1.Session(graph=built.graph)
+            sess = tf1.Session(graph=graph, config=session_config)
             variables = tf1.global_variables() + tf1.local_variables()
             if variables:
                 sess.run([v.initializer for v in variables])
         else:
             sess = config.session_creator.create_session()
-            if sess.graph is not built.graph:
+            if sess.graph is not graph:
                 sess.close()
                 msg = (
                     "'session_creator' must create its session on the default graph "

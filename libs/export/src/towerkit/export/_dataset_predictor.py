@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from towerkit.export._build import resolve_inputs, resolve_outputs
+from towerkit.export._build import open_session, resolve_inputs, resolve_outputs
 from towerkit.export._config import PredictConfig
 from towerkit.export._predictor import OfflinePredictor
 from towerkit.towers import (
@@ -143,17 +143,7 @@ class MultiTowerOfflinePredictor(OnlinePredictor):
                     )
                 )
             config.session_init.setup_graph(graph)
-            if config.session_creator is None:
-                sess = tf1.Session(graph=graph, config=session_config_for_devices(devices))
-                sess.run(tf1.global_variables_initializer())
-                sess.run(tf1.local_variables_initializer())
-            else:
-                sess = config.session_creator.create_session()
-        try:
-            config.session_init.init(sess)
-        except BaseException:
-            sess.close()
-            raise
+        sess = open_session(config, graph, session_config_for_devices(devices))
         graph.finalize()
         self._config = config
         self._devices = devices

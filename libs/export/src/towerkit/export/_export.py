@@ -56,7 +56,7 @@ def _restored_values(config: PredictConfig) -> dict[str, Any]:
     built = build_inference_graph(config)
     with built.graph.as_default():
         variables = {v.op.name: v for v in tf1.global_variables()}
-    with open_session(config, built) as sess:
+    with open_session(config, built.graph) as sess:
         return sess.run(variables) if variables else {}
 
 
@@ -132,7 +132,7 @@ class ModelExporter:
         built = build_inference_graph(config)
         input_nodes = [t.op.name for t in built.inputs]
         output_nodes = list(dict.fromkeys(t.op.name for t in built.outputs))
-        with open_session(config, built) as sess:
+        with open_session(config, built.graph) as sess:
             graph_def = freeze_session_graph(sess, input_nodes, output_nodes)
         optimized = False
         if optimize:

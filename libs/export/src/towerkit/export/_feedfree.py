@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from towerkit.export._build import resolve_outputs
+from towerkit.export._build import open_session, resolve_outputs
 from towerkit.export._config import PredictConfig
 from towerkit.towers import TowerContext
 from towerkit.towers.compat import tf1
@@ -110,7 +110,7 @@ class FeedfreePredictor:
             for cb in self._callbacks:
                 cb.setup_graph(self._driver)
             config.session_init.setup_graph(self.graph)
-        self.sess = self._open_session()
+        self.sess = open_session(config, self.graph)
         self.graph.finalize()
         self._driver.sess = self.sess
         self._started: list[Any] = []
@@ -121,22 +121,6 @@ class FeedfreePredictor:
         except BaseException:
             self.close()
             raise
-
-    def _open_session(self) -> Any:
-        config = self._config
-        with self.graph.as_default():
-            if config.session_creator is None:
-                sess = tf1.Session(graph=self.graph)
-                sess.run(tf1.global_variables_initializer())
-                sess.run(tf1.local_variables_initializer())
-            else:
-                sess = config.session_creator.create_session()
-        try:
-            config.session_init.init(sess)
-        except BaseException:
-            sess.close()
-            raise
-        return sess
 
     def __repr__(self) -> str:
         return (

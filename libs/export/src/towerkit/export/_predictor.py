@@ -33,7 +33,7 @@ class OfflinePredictor(OnlinePredictor):
             msg = f"'config' must be a PredictConfig; got {type(config).__name__}"
             raise TypeError(msg)
         built = build_inference_graph(config)
-        sess = open_session(config, built)
+        sess = open_session(config, built.graph)
         built.graph.finalize()
         self._config = config
         self._built = built
