@@ -115,6 +115,10 @@ class PreemptionVote(Callback):
     in the same session call; when the sum is positive every process agrees to stop
     (`InterruptState.agree`) after that call, so all stop at one global step, where
     the chief saves. The signal takes effect one step later than on a lone trainer.
+    When they stopped so, every process meets the others in one more sum in
+    ``after_train``, which the chief reaches once its checkpoint is written: no process
+    exits before the chief saved (horovodrun ends a job's other processes when one
+    exits with a non-zero status).
 
     Args:
         reduce_sum: builds the sum over the processes of an int32 scalar tensor.
@@ -135,6 +139,7 @@ class PreemptionVote(Callback):
         self._interrupt = interrupt
         self._feed: Any = None
         self._sum: Any = None
+        self._meet: Any = None
 
     def _setup_graph(self) -> None:
         with tf1.device("/cpu:0"), tf1.name_scope("preemption_vote"):
@@ -142,6 +147,12 @@ class PreemptionVote(Callback):
                 tf.constant(0, tf.int32), [], name="signalled"
             )
             self._sum = self._reduce_sum(self._feed)
+            self._meet = self._reduce_sum(tf.constant(1, tf.int32, name="saved"))
+
+    def _after_train(self) -> None:
+        state = self._interrupt()
+        if state is not None and state.preempted:
+            self.trainer.sess.run(self._meet)  # after the chief's save (see the class doc)
 
     def _before_run(self, run_context: Any) -> Any:
         del run_context
