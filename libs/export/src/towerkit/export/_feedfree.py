@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from towerkit.export._build import open_session, resolve_outputs
@@ -11,7 +10,7 @@ from towerkit.towers import TowerContext
 from towerkit.towers.compat import tf1
 
 SOURCE_METHODS = ("setup", "get_input_tensors", "get_callbacks")
-"""What FeedfreePredictor calls on its input source (`towerkit.trainers.inputs` has them)."""
+"""What FeedfreePredictor calls on its input source (`towerkit.trainers`' sources have them)."""
 
 
 class _SourceDriver:
@@ -48,7 +47,7 @@ def _check_source(source: Any) -> None:
     missing = [m for m in SOURCE_METHODS if not callable(getattr(source, m, None))]
     if missing:
         msg = (
-            "'input_source' must be an input source (towerkit.trainers.inputs: QueueInput, "
+            "'input_source' must be an input source (towerkit.trainers: IterableInput, "
             f"TFDatasetInput, TensorInput, ...); got {type(source).__name__}, which lacks "
             f"{', '.join(missing)}"
         )
@@ -70,7 +69,7 @@ class FeedfreePredictor:
 
     Args:
         config: the model (or tower function), output names and values to load.
-        input_source: an input source of `towerkit.trainers.inputs`, not yet set up.
+        input_source: an input source of `towerkit.trainers`, not yet set up.
 
     Raises:
         TypeError: `config` is not a `PredictConfig`, or `input_source` is not an input source.
@@ -78,7 +77,7 @@ class FeedfreePredictor:
         UnknownTensorError: an output name names no tensor of the tower.
 
     Examples:
-        ``predictor = FeedfreePredictor(config, QueueInput(df))`` then ``prob, =
+        ``predictor = FeedfreePredictor(config, IterableInput(df))`` then ``prob, =
         predictor()``, once per batch; ``predictor.close()`` (or a ``with`` block) stops
         the source's threads. The sources of `towerkit.trainers` start another pass
         after their last batch, as in training: a program that wants one pass makes
@@ -146,7 +145,7 @@ class FeedfreePredictor:
         context = tf1.train.SessionRunContext(
             original_args=tf1.train.SessionRunArgs(self._outputs), session=self.sess
         )
-        asked: list[tuple[Any, Any]] = []
+        fetching: dict[int, Any] = {}  # id(callback) -> what it asked to fetch
         feed: dict[Any, Any] = {}
         for cb in self._callbacks:
             args = cb.before_run(context)
@@ -154,14 +153,15 @@ class FeedfreePredictor:
                 continue
             if not isinstance(args, tf1.train.SessionRunArgs):
                 args = tf1.train.SessionRunArgs(args)
-            asked.append((cb, args))
+            if args.fetches is not None:
+                fetching[id(cb)] = args.fetches
             feed.update(args.feed_dict or {})
-        fetching = [(cb, args.fetches) for cb, args in asked if args.fetches is not None]
         outputs, extra = self.sess.run(
-            [list(self._outputs), [fetches for _, fetches in fetching]], feed_dict=feed or None
+            [list(self._outputs), list(fetching.values())], feed_dict=feed or None
         )
-        for cb, value in _results(self._callbacks, fetching, extra):
-            cb.after_run(context, tf1.train.SessionRunValues(value, None, None))
+        values = dict(zip(fetching, extra))
+        for cb in self._callbacks:
+            cb.after_run(context, tf1.train.SessionRunValues(values.get(id(cb)), None, None))
         return list(outputs)
 
     def close(self) -> None:
@@ -180,11 +180,3 @@ class FeedfreePredictor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _results(
-    callbacks: Sequence[Any], asked: Sequence[tuple[Any, Any]], values: Sequence[Any]
-) -> list[tuple[Any, Any]]:
-    """Each callback with the values of what it asked to fetch (None when it asked nothing)."""
-    by_id = {id(cb): value for (cb, _), value in zip(asked, values)}
-    return [(cb, by_id.get(id(cb))) for cb in callbacks]
