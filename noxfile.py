@@ -1,11 +1,19 @@
 # /// script
-# dependencies = ["nox>=2025.2.9"]
+# dependencies = ["nox>=2026.10.20"]
 # ///
 """Every way to run towerkit: tests, conformance, lint, typecheck, build, demo, bench, horovod.
 
 Each lib's tests run in a virtual environment holding only that lib, the
 towerkit libs it declares, and their dependencies: a missing declaration fails
-here. `nox -t ci` is what CI runs.
+here. `nox -t ci -j 2` is what CI runs.
+
+Sessions run two at a time (``-j 2``, nox's ``--parallel``; ``-j 1`` or none: one after
+another), each in its own nox process, its output printed as one block when it ends.
+They start in the order they are defined here, the longest first (horovod, crosslib,
+conformance, hosts, the trainers lib's tests...), so the short ones fill the end; a
+session that mostly waits on processes (hosts, horovod) overlaps with one that
+computes. ``ci_summary`` runs alone, after all of them. Sessions must not share files
+outside their own venv and report: the horovod wheel cache has its own lock.
 
 How a test run is laid out (where a new test goes)
 --------------------------------------------------
@@ -25,7 +33,9 @@ Every Python process of a session reads and writes compiled bytecode in one cach
 ``.nox/.pycache`` (``PYTHONPYCACHEPREFIX``), whatever ``PYTHONDONTWRITEBYTECODE`` the
 caller has set: the venvs are installed without bytecode, and importing TensorFlow from
 source costs 12 s of CPU where its bytecode costs 4, paid by every worker, script,
-server and rank a test starts.
+server and rank a test starts. Before its tests, a session links into its venv's part of
+the cache the bytecode that other venvs compiled from the same (hard-linked) files
+(``share_bytecode``), so TensorFlow is compiled once per run, not once per session.
 
 A test that starts a Python program importing TensorFlow starts it with
 ``prefork.run`` or ``prefork.popen`` (``tests/plugins/prefork.py``, importable from
@@ -64,20 +74,26 @@ from typing import Any
 
 import nox
 
-nox.needs_version = ">=2025.2.9"
+nox.needs_version = ">=2026.10.20"  # --parallel (-j)
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
+nox.options.allow_parallel = True  # under -j N; ci_summary alone waits for the others
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 
 # Compiled bytecode for every process the sessions start (see the module docstring).
+PYCACHE = ROOT / ".nox" / ".pycache"
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-os.environ.setdefault("PYTHONPYCACHEPREFIX", str(ROOT / ".nox" / ".pycache"))
+os.environ.setdefault("PYTHONPYCACHEPREFIX", str(PYCACHE))
 
 LIBS = ["sessinit", "towers", "callbacks", "trainers", "export", "layers"]
 """The libs in dependency order: each depends only on libs before it."""
+
+TESTS_ORDER = ["trainers", "callbacks", "sessinit", "towers", "export", "layers"]
+"""The order of the libs' test sessions in ``nox -t ci``: the longest first (see the docstring)."""
+assert sorted(TESTS_ORDER) == sorted(LIBS), "TESTS_ORDER must list each lib once"
 
 DISTS = {f"towerkit-{lib}": ROOT / "libs" / lib for lib in LIBS}
 DISTS["towerkit-conformance"] = ROOT / "conformance"
@@ -135,6 +151,58 @@ def install_local(session: nox.Session, *dists: str, tensorflow: bool = True) ->
 
 
 DISTS_BY_PATH = {path: name for name, path in DISTS.items()}
+
+
+def share_bytecode(session: nox.Session) -> int:
+    """Link into this venv's bytecode cache what other venvs compiled from the same files.
+
+    uv hard-links each installed file from its cache, so TensorFlow's sources in two venvs
+    are one file on disk, and bytecode compiled from one is valid for the other (Python
+    checks the source's size and time, and names the importing path in tracebacks). A
+    file is shared only when both venvs' sources are the same inode; the rest is compiled
+    on first import as usual. Without this, the first import in each session compiles
+    TensorFlow again, in each pytest worker at once (12 s of CPU per process, not 4).
+
+    Returns:
+        How many files were linked.
+    """
+    prefix = Path(os.environ.get("PYTHONPYCACHEPREFIX", ""))
+    venvs = PYCACHE / ROOT.relative_to(ROOT.anchor) / ".nox"
+    if prefix != PYCACHE or not venvs.is_dir() or session.venv_backend == "none":
+        return 0
+    here = Path(session.virtualenv.location)
+    linked = 0
+    for site in here.glob("lib/python3*/site-packages"):
+        rel_site = site.relative_to(here)
+        mirror = PYCACHE / site.relative_to(site.anchor)
+        for other in sorted(venvs.iterdir()):
+            other_mirror = other / rel_site
+            if other.name == here.name or not other_mirror.is_dir():
+                continue
+            other_site = Path(other.anchor) / other.relative_to(PYCACHE)
+            linked += _link_bytecode(other_mirror, other_site / rel_site, mirror, site)
+    return linked
+
+
+def _link_bytecode(from_cache: Path, from_site: Path, to_cache: Path, to_site: Path) -> int:
+    """Link each ``*.pyc`` under `from_cache` whose source is the same file in both sites."""
+    linked = 0
+    for folder, _, files in os.walk(from_cache):
+        rel = Path(folder).relative_to(from_cache)
+        for name in files:
+            if not name.endswith(".pyc"):
+                continue  # a compile in progress (Python renames it into place when done)
+            source = rel / (name.split(".", 1)[0] + ".py")  # NAME.cpython-311[.opt-1].pyc
+            target = to_cache / rel / name
+            try:
+                if target.exists() or not (to_site / source).samefile(from_site / source):
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.link(Path(folder) / name, target)
+            except (FileNotFoundError, FileExistsError):
+                continue
+            linked += 1
+    return linked
 
 
 def without_keras3(session: nox.Session) -> None:
@@ -268,6 +336,7 @@ def run_tests(session: nox.Session, name: str, *args: str, env: dict[str, str]) 
     """
     junit = CI_REPORTS / "junit" / f"{name}.xml"
     junit.unlink(missing_ok=True)
+    share_bytecode(session)
     session.run(
         "pytest",
         "-p",
@@ -288,148 +357,6 @@ def run_tests(session: nox.Session, name: str, *args: str, env: dict[str, str]) 
     count = junit_failures(junit)
     if count:
         session.error(f"{name}: {count} tests failed; see the summary above")
-
-
-@nox.session(tags=["ci"])
-@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in LIBS])
-@timed
-def tests(session: nox.Session, lib: str) -> None:
-    """One lib's tests and doctests, in a venv with only that lib and its declared dependencies."""
-    install_local(session, f"towerkit-{lib}")
-    install_groups(session, "test")
-    if lib == "towers":
-        install_layers(session)
-    else:
-        without_keras3(session)
-    # Callbacks are driven by the lib's small test loop here (the trainers lib is not in
-    # this venv); crosslib runs the same tests with the real trainer.
-    env = (
-        {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "loop"}
-        if lib == "callbacks"
-        else pytest_env()
-    )
-    targets = (f"libs/{lib}/tests", "--doctest-modules", "--pyargs", f"towerkit.{lib}")
-    run_tests(session, f"tests-{lib}", *targets, env=env)
-
-
-@nox.session(tags=["ci"])
-@timed
-def crosslib(session: nox.Session) -> None:
-    """Tests that need several libs together (tools, examples, integration, README blocks)."""
-    install_local(
-        session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
-    )
-    install_groups(session, "test", "demo", "noxfile")
-    install_layers_alone(session)
-    without_keras3(session)
-    paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
-    # The wheels are tested by `build`, the simulated hosts by `hosts`.
-    ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts"]
-    run_tests(session, "crosslib", *paths, *ignore, env=pytest_env())
-    # The tools' doctests, apart: --doctest-modules over the test folders would import
-    # the tensorpack programs they keep as test data.
-    doctests = ("--doctest-modules", "--pyargs", "towerkit.tools")
-    run_tests(session, "crosslib-doctests", *doctests, env=pytest_env())
-    # The callbacks lib's tests that drive callbacks through a training loop run again,
-    # the loop now being the real trainer (the others are the same test twice).
-    env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer", "TOWERKIT_ONLY_DRIVEN": "1"}
-    run_tests(session, "crosslib-callbacks", "libs/callbacks/tests", env=env)
-
-
-CORE_MODULES = [
-    "_loop",
-    "_triggers",
-    "_schedules",
-    "_stats",
-    "_console",
-    "_timeline",
-    "_inference_stats",
-    "_pruning",
-    "_stats_file",
-    "_paths",
-]
-"""The callbacks lib's functional core: its doctests run in the `core` session too."""
-
-
-@nox.session(tags=["ci"])
-@timed
-def core(session: nox.Session) -> None:
-    """The functional core and the timeline tool, in a venv with every lib but no TensorFlow."""
-    install_local(session, "towerkit-tools", tensorflow=False)
-    install_groups(session, "test")
-    session.run(
-        "python",
-        "-c",
-        "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') and"
-        " 'this venv must not hold TensorFlow')",
-    )
-    modules = [f"towerkit.callbacks.{m}" for m in CORE_MODULES]
-    doctests = ("--doctest-modules", "--pyargs", *modules)
-    run_tests(session, "core", "tests/test_core_without_tensorflow.py", *doctests, env=pytest_env())
-
-
-DIST = ROOT / "dist"
-"""Where `build` writes the sdists and wheels."""
-
-
-@nox.session(tags=["ci"])
-@timed
-def build(session: nox.Session) -> None:
-    """An sdist and a wheel of every lib, conformance and tools into dist/, then checked.
-
-    twine checks the metadata (the README renders as the long description); the
-    wheels' tests check contents (``py.typed``), metadata against each pyproject, and
-    that each wheel installs alone into a fresh venv from dist/ plus the index, imports,
-    and (for the tools) answers --help, and fails in one line without TensorFlow.
-    """
-    install_groups(session, "test", "build")
-    for old in DIST.glob("towerkit_*"):
-        old.unlink()
-    for path in DISTS.values():
-        session.run("uv", "build", "-q", "--sdist", "--wheel", "--out-dir", str(DIST), str(path))
-    built = sorted(str(p) for p in DIST.glob("towerkit_*"))
-    session.run("twine", "check", "--strict", *built)
-    env = {**pytest_env(), "TOWERKIT_DIST": str(DIST)}
-    run_tests(session, "build", "tests/test_wheels.py", env=env)
-
-
-LINT_TARGETS = [
-    *[f"libs/{lib}" for lib in LIBS],
-    "conformance",
-    "tools",
-    "examples",
-    "benchmarks",
-    "tests",
-    "noxfile.py",
-]
-"""What `lint` checks: every lib, conformance, the tools and the rest of the tree."""
-
-
-@nox.session(tags=["lint", "ci"])
-@timed
-def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check on the whole tree, in one environment."""
-    install_groups(session, "lint")
-    session.run("ruff", "check", *LINT_TARGETS, *session.posargs)
-    session.run("ruff", "format", "--check", *LINT_TARGETS)
-
-
-TYPED = [*LIBS, "conformance", "tools"]
-"""What `typecheck` runs mypy on (``strict``, from the root pyproject)."""
-
-
-@nox.session(tags=["lint", "ci"])
-@timed
-def typecheck(session: nox.Session) -> None:
-    """mypy --strict on every lib, conformance and the tools, as installed, in one venv.
-
-    Each distribution is installed (not editable) and checked as a package of the venv,
-    so a lib is checked against the installed code of the libs it imports, as users get it.
-    """
-    install_local(session, *[f"towerkit-{lib}" for lib in TYPED])
-    install_groups(session, "typecheck")
-    packages = [arg for lib in TYPED for arg in ("-p", f"towerkit.{lib}")]
-    session.run("mypy", *packages, *session.posargs)
 
 
 HOROVOD_WHEELS = Path(
@@ -458,6 +385,67 @@ def install_horovod(session: nox.Session) -> None:
 
 @nox.session(tags=["ci"])
 @timed
+def horovod(session: nox.Session) -> None:
+    """Build horovod (gloo) against the installed TensorFlow and run the 2-process tests.
+
+    The graph-mode layers (tf-keras) and the demo group are installed too: the layers
+    example's model is trained by horovod ranks in ``tests/test_layers_example.py``.
+    """
+    install_local(
+        session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
+    )
+    install_groups(session, "test", "demo")
+    install_layers_alone(session)
+    install_horovod(session)
+    # One pytest run per folder: each test folder imports its own helpers by bare name.
+    # Every horovod test starts ranks, so all of them are the process tier.
+    env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
+    share_bytecode(session)
+    for path in ("tools/tests", "libs/trainers/tests", "tests"):
+        junit = CI_REPORTS / "junit" / f"horovod-{path.replace('/', '-')}.xml"
+        session.run(
+            "pytest",
+            "-m",
+            "horovod",
+            path,
+            "--ignore=tests/hosts",
+            "-n",
+            test_workers(),
+            "--dist",
+            "loadgroup",
+            f"--junitxml={junit}",
+            "--durations=5",
+            *session.posargs,
+            env=env,
+        )
+
+
+@nox.session(tags=["ci"])
+@timed
+def crosslib(session: nox.Session) -> None:
+    """Tests that need several libs together (tools, examples, integration, README blocks)."""
+    install_local(
+        session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
+    )
+    install_groups(session, "test", "demo", "noxfile")
+    install_layers_alone(session)
+    without_keras3(session)
+    paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
+    # The wheels are tested by `build`, the simulated hosts by `hosts`.
+    ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts"]
+    run_tests(session, "crosslib", *paths, *ignore, env=pytest_env())
+    # The tools' doctests, apart: --doctest-modules over the test folders would import
+    # the tensorpack programs they keep as test data.
+    doctests = ("--doctest-modules", "--pyargs", "towerkit.tools")
+    run_tests(session, "crosslib-doctests", *doctests, env=pytest_env())
+    # The callbacks lib's tests that drive callbacks through a training loop run again,
+    # the loop now being the real trainer (the others are the same test twice).
+    env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer", "TOWERKIT_ONLY_DRIVEN": "1"}
+    run_tests(session, "crosslib-callbacks", "libs/callbacks/tests", env=env)
+
+
+@nox.session(tags=["ci"])
+@timed
 def conformance(session: nox.Session) -> None:
     """The documented semantics, run against every shipped trainer (or yours: -- --trainer mod:fn).
 
@@ -478,75 +466,8 @@ def conformance(session: nox.Session) -> None:
     # One run (the report is one file), in parallel: most trainers run in the worker's
     # process, the multi-process ones in jobs whose waits overlap with the others' work.
     workers = ("-n", test_workers(), "--dist", "loadgroup")
+    share_bytecode(session)
     session.run("pytest", *targets, *workers, "--durations=5", *args, env=pytest_env())
-
-
-DEMO_DEFAULTS = ("--logdir", "train_log/digits", "--overwrite")
-"""The demo's arguments; those after `--` are added (a later --logdir wins), never replace them."""
-
-
-def demo_args(posargs: list[str]) -> list[str]:
-    """The demo script's arguments for `nox -s demo -- POSARGS`: the defaults, then POSARGS."""
-    return [*DEMO_DEFAULTS, *posargs]
-
-
-@nox.session(default=False)
-def demo(session: nox.Session) -> None:
-    """The main job: train a small convnet on scikit-learn's digits, export it, plot it."""
-    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
-    install_groups(session, "demo")
-    args = demo_args(session.posargs)  # `nox -s demo -- -v` keeps --overwrite
-    session.run("python", "examples/digits/train.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-
-
-@nox.session(default=False)
-def bench(session: nox.Session) -> None:
-    """Every benchmark, one Markdown report (default reports/bench.md; -- --out PATH to choose)."""
-    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
-    install_groups(session, "bench")
-    install_layers_alone(session)  # tf-keras: the tf.layers and tf.nn.rnn_cell baselines
-    # tensorpack's MultiProcessRunnerZMQ, a peer of the parallel-input benchmark (never a
-    # dependency of a lib); Keras 3, the other peer, comes with tensorflow-cpu.
-    session.install("tensorpack==0.11")
-    install_horovod(session)
-    args = session.posargs or ["--out", "reports/bench.md"]
-    session.run("python", "benchmarks/run_all.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-
-
-@nox.session(tags=["ci"])
-@timed
-def horovod(session: nox.Session) -> None:
-    """Build horovod (gloo) against the installed TensorFlow and run the 2-process tests.
-
-    The graph-mode layers (tf-keras) and the demo group are installed too: the layers
-    example's model is trained by horovod ranks in ``tests/test_layers_example.py``.
-    """
-    install_local(
-        session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
-    )
-    install_groups(session, "test", "demo")
-    install_layers_alone(session)
-    install_horovod(session)
-    # One pytest run per folder: each test folder imports its own helpers by bare name.
-    # Every horovod test starts ranks, so all of them are the process tier.
-    env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
-    for path in ("tools/tests", "libs/trainers/tests", "tests"):
-        junit = CI_REPORTS / "junit" / f"horovod-{path.replace('/', '-')}.xml"
-        session.run(
-            "pytest",
-            "-m",
-            "horovod",
-            path,
-            "--ignore=tests/hosts",
-            "-n",
-            test_workers(),
-            "--dist",
-            "loadgroup",
-            f"--junitxml={junit}",
-            "--durations=5",
-            *session.posargs,
-            env=env,
-        )
 
 
 @nox.session(tags=["ci"])
@@ -581,12 +502,35 @@ def hosts(session: nox.Session) -> None:
     install_horovod(session)
     env = {**pytest_env(), "TOWERKIT_REQUIRE_HOSTS": "1"}
     junit = f"--junitxml={CI_REPORTS / 'junit' / 'hosts.xml'}"
+    share_bytecode(session)
     try:
         # One at a time: the simulated hosts have fixed addresses on one bridge.
         session.run("pytest", "tests/hosts", junit, "--durations=5", *session.posargs, env=env)
     finally:
         code = "import simhosts; print('removed:', simhosts.remove_stale())"
         session.run("python", "-c", code, env={"PYTHONPATH": str(ROOT / "tests" / "hosts")})
+
+
+@nox.session(tags=["ci"])
+@nox.parametrize("lib", [nox.param(lib, id=lib) for lib in TESTS_ORDER])
+@timed
+def tests(session: nox.Session, lib: str) -> None:
+    """One lib's tests and doctests, in a venv with only that lib and its declared dependencies."""
+    install_local(session, f"towerkit-{lib}")
+    install_groups(session, "test")
+    if lib == "towers":
+        install_layers(session)
+    else:
+        without_keras3(session)
+    # Callbacks are driven by the lib's small test loop here (the trainers lib is not in
+    # this venv); crosslib runs the same tests with the real trainer.
+    env = (
+        {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "loop"}
+        if lib == "callbacks"
+        else pytest_env()
+    )
+    targets = (f"libs/{lib}/tests", "--doctest-modules", "--pyargs", f"towerkit.{lib}")
+    run_tests(session, f"tests-{lib}", *targets, env=env)
 
 
 @nox.session(tags=["ci"])
@@ -610,7 +554,135 @@ def layers_parity(session: nox.Session) -> None:
     run_tests(session, "layers_parity", "libs/layers/parity", env=env)
 
 
-@nox.session(tags=["ci"], venv_backend="none")
+DIST = ROOT / "dist"
+"""Where `build` writes the sdists and wheels."""
+
+
+@nox.session(tags=["ci"])
+@timed
+def build(session: nox.Session) -> None:
+    """An sdist and a wheel of every lib, conformance and tools into dist/, then checked.
+
+    twine checks the metadata (the README renders as the long description); the
+    wheels' tests check contents (``py.typed``), metadata against each pyproject, and
+    that each wheel installs alone into a fresh venv from dist/ plus the index, imports,
+    and (for the tools) answers --help, and fails in one line without TensorFlow.
+    """
+    install_groups(session, "test", "build")
+    for old in DIST.glob("towerkit_*"):
+        old.unlink()
+    for path in DISTS.values():
+        session.run("uv", "build", "-q", "--sdist", "--wheel", "--out-dir", str(DIST), str(path))
+    built = sorted(str(p) for p in DIST.glob("towerkit_*"))
+    session.run("twine", "check", "--strict", *built)
+    env = {**pytest_env(), "TOWERKIT_DIST": str(DIST)}
+    run_tests(session, "build", "tests/test_wheels.py", env=env)
+
+
+TYPED = [*LIBS, "conformance", "tools"]
+"""What `typecheck` runs mypy on (``strict``, from the root pyproject)."""
+
+
+@nox.session(tags=["lint", "ci"])
+@timed
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on every lib, conformance and the tools, as installed, in one venv.
+
+    Each distribution is installed (not editable) and checked as a package of the venv,
+    so a lib is checked against the installed code of the libs it imports, as users get it.
+    """
+    install_local(session, *[f"towerkit-{lib}" for lib in TYPED])
+    install_groups(session, "typecheck")
+    packages = [arg for lib in TYPED for arg in ("-p", f"towerkit.{lib}")]
+    session.run("mypy", *packages, *session.posargs)
+
+
+CORE_MODULES = [
+    "_loop",
+    "_triggers",
+    "_schedules",
+    "_stats",
+    "_console",
+    "_timeline",
+    "_inference_stats",
+    "_pruning",
+    "_stats_file",
+    "_paths",
+]
+"""The callbacks lib's functional core: its doctests run in the `core` session too."""
+
+
+@nox.session(tags=["ci"])
+@timed
+def core(session: nox.Session) -> None:
+    """The functional core and the timeline tool, in a venv with every lib but no TensorFlow."""
+    install_local(session, "towerkit-tools", tensorflow=False)
+    install_groups(session, "test")
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') and"
+        " 'this venv must not hold TensorFlow')",
+    )
+    modules = [f"towerkit.callbacks.{m}" for m in CORE_MODULES]
+    doctests = ("--doctest-modules", "--pyargs", *modules)
+    run_tests(session, "core", "tests/test_core_without_tensorflow.py", *doctests, env=pytest_env())
+
+
+LINT_TARGETS = [
+    *[f"libs/{lib}" for lib in LIBS],
+    "conformance",
+    "tools",
+    "examples",
+    "benchmarks",
+    "tests",
+    "noxfile.py",
+]
+"""What `lint` checks: every lib, conformance, the tools and the rest of the tree."""
+
+
+@nox.session(tags=["lint", "ci"])
+@timed
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check on the whole tree, in one environment."""
+    install_groups(session, "lint")
+    session.run("ruff", "check", *LINT_TARGETS, *session.posargs)
+    session.run("ruff", "format", "--check", *LINT_TARGETS)
+
+
+DEMO_DEFAULTS = ("--logdir", "train_log/digits", "--overwrite")
+"""The demo's arguments; those after `--` are added (a later --logdir wins), never replace them."""
+
+
+def demo_args(posargs: list[str]) -> list[str]:
+    """The demo script's arguments for `nox -s demo -- POSARGS`: the defaults, then POSARGS."""
+    return [*DEMO_DEFAULTS, *posargs]
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The main job: train a small convnet on scikit-learn's digits, export it, plot it."""
+    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "demo")
+    args = demo_args(session.posargs)  # `nox -s demo -- -v` keeps --overwrite
+    session.run("python", "examples/digits/train.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Every benchmark, one Markdown report (default reports/bench.md; -- --out PATH to choose)."""
+    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "bench")
+    install_layers_alone(session)  # tf-keras: the tf.layers and tf.nn.rnn_cell baselines
+    # tensorpack's MultiProcessRunnerZMQ, a peer of the parallel-input benchmark (never a
+    # dependency of a lib); Keras 3, the other peer, comes with tensorflow-cpu.
+    session.install("tensorpack==0.11")
+    install_horovod(session)
+    args = session.posargs or ["--out", "reports/bench.md"]
+    session.run("python", "benchmarks/run_all.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@nox.session(tags=["ci"], venv_backend="none", allow_parallel=False)
 def ci_summary(session: nox.Session) -> None:
     """The 25 slowest tests of the last run and each session's time (last in ``nox -t ci``).
 
@@ -641,6 +713,10 @@ def ci_summary(session: nox.Session) -> None:
         print(f"{entry['seconds']:8.1f} s {cpu}  {entry['session']} ({entry['outcome']})")
     total_cpu = sum(e.get("cpu", 0.0) for e in latest.values())
     print(f"{sum(e['seconds'] for e in latest.values()):8.1f} s {total_cpu:8.1f} s CPU  in all")
+    if latest:
+        first = min(e["ended"] - e["seconds"] for e in latest.values())
+        last = max(e["ended"] for e in latest.values())
+        print(f"{last - first:8.1f} s from the first session's start to the last one's end")
 
 
 if __name__ == "__main__":

@@ -108,7 +108,9 @@ def setup_commands() -> list[str]:
     return [m.group(2).strip() for m in blocks_ if m.group(1).strip() in ("", "sh", "shell")][:2]
 
 
-VENV_FIRST = 'python3 -m venv .venv && . .venv/bin/activate && pip install "nox[uv]" && nox '
+VENV_FIRST = (
+    'python3 -m venv .venv && . .venv/bin/activate && pip install "nox[uv]>=2026.10.20" && nox '
+)
 """How both set-up commands start: a venv first (a stock Debian or Ubuntu Python refuses
 ``pip install`` outside one), then nox from it."""
 
@@ -117,7 +119,7 @@ def test_setup_commands_make_a_venv():
     """Each set-up command is one line that makes and enters a venv before pip installs nox."""
     demo, ci = setup_commands()
     assert demo == VENV_FIRST + "-s demo"
-    assert ci == VENV_FIRST + "-t ci"
+    assert ci == VENV_FIRST + "-t ci -j 2"
 
 
 def externally_managed_python() -> str | None:
@@ -347,7 +349,7 @@ def nox_sessions() -> set[str]:
     names = set(re.findall(r"@nox\.session[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(", text))
     per_lib = set(
         re.findall(
-            r"@nox\.session[^\n]*\n@nox\.parametrize\([^\n]*LIBS[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(",
+            r"@nox\.session[^\n]*\n@nox\.parametrize\([^\n]*(?:LIBS|TESTS_ORDER)[^\n]*\n(?:@[^\n]*\n)*def (\w+)\(",
             text,
         )
     )
