@@ -369,6 +369,10 @@ HOROVOD_WHEELS = Path(
 installs from this cache, so a machine compiles horovod once."""
 
 
+LEGACY_KERAS = {"TF_USE_LEGACY_KERAS": "1"}
+"""The environment of the sessions that run horovod: ``tf.keras`` is tf-keras, not Keras 3."""
+
+
 def install_horovod(session: nox.Session) -> None:
     """Build (or take from the wheel cache) horovod with gloo into the session's venv."""
     session.run(
@@ -380,7 +384,21 @@ def install_horovod(session: nox.Session) -> None:
         "--wheel-cache",
         str(HOROVOD_WHEELS),
         "--skip-verify",
+        env=LEGACY_KERAS,
     )
+
+
+def install_horovod_lean(session: nox.Session) -> None:
+    """horovod, with tf-keras as ``tf.keras`` and without Keras 3 (run with `LEGACY_KERAS`).
+
+    horovod's TensorFlow module imports ``tf.keras`` (where none can be imported, horovodrun
+    reports that gloo was not built). With Keras 3 that import costs 8.5 s of CPU per
+    process in these venvs (Keras 3 also imports scikit-learn and matplotlib when they are
+    installed), with tf-keras 6 s: every rank, cluster task and pytest worker pays it.
+    """
+    install_layers_alone(session)
+    install_horovod(session)
+    without_keras3(session)
 
 
 @nox.session(tags=["ci"])
@@ -395,11 +413,10 @@ def horovod(session: nox.Session) -> None:
         session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
     )
     install_groups(session, "test", "demo")
-    install_layers_alone(session)
-    install_horovod(session)
+    install_horovod_lean(session)
     # One pytest run per folder: each test folder imports its own helpers by bare name.
     # Every horovod test starts ranks, so all of them are the process tier.
-    env = {**pytest_env(), "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
+    env = {**pytest_env(), **LEGACY_KERAS, "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
     share_bytecode(session)
     for path in ("tools/tests", "libs/trainers/tests", "tests"):
         junit = CI_REPORTS / "junit" / f"horovod-{path.replace('/', '-')}.xml"
@@ -455,7 +472,7 @@ def conformance(session: nox.Session) -> None:
     """
     install_local(session, "towerkit-conformance", "towerkit-tools")
     install_groups(session, "test")
-    install_horovod(session)
+    install_horovod_lean(session)
     args = list(session.posargs)
     if not any(a.startswith(("--conformance-report", "--junitxml")) for a in args):
         args += ["--conformance-report", str(CI_REPORTS / "junit" / "conformance.xml")]
@@ -467,7 +484,8 @@ def conformance(session: nox.Session) -> None:
     # process, the multi-process ones in jobs whose waits overlap with the others' work.
     workers = ("-n", test_workers(), "--dist", "loadgroup")
     share_bytecode(session)
-    session.run("pytest", *targets, *workers, "--durations=5", *args, env=pytest_env())
+    env = {**pytest_env(), **LEGACY_KERAS}
+    session.run("pytest", *targets, *workers, "--durations=5", *args, env=env)
 
 
 @nox.session(tags=["ci"])
@@ -499,8 +517,8 @@ def hosts(session: nox.Session) -> None:
         )
     install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
     install_groups(session, "test")
-    install_horovod(session)
-    env = {**pytest_env(), "TOWERKIT_REQUIRE_HOSTS": "1"}
+    install_horovod_lean(session)
+    env = {**pytest_env(), **LEGACY_KERAS, "TOWERKIT_REQUIRE_HOSTS": "1"}
     junit = f"--junitxml={CI_REPORTS / 'junit' / 'hosts.xml'}"
     share_bytecode(session)
     try:

@@ -7,11 +7,12 @@ import pytest
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, ModelSaver
-from towerkit.export import OfflinePredictor, PredictConfig
+from towerkit.export import ModelExporter, OfflinePredictor, PredictConfig
 from towerkit.layers import rnn
 from towerkit.sessinit import SmartInit
 from towerkit.towers.compat import tf1
 from towerkit.trainers import (
+    AsyncMultiGPUTrainer,
     ModelDesc,
     NumpyInput,
     SimpleTrainer,
@@ -81,15 +82,14 @@ class Costs(Callback):
 
 TRAINERS = {
     "simple": SimpleTrainer,
+    "async": lambda: AsyncMultiGPUTrainer(2),
     "ps": lambda: SyncMultiGPUTrainerParameterServer(2),
     "replicated": lambda: SyncMultiGPUTrainerReplicated(2),
 }
 
 
-@pytest.mark.timeout(300)  # two towers of a while-loop LSTM build slowly on a shared CPU
-@pytest.mark.parametrize("kind", sorted(TRAINERS))
-def test_trains_saves_predicts(tmp_path, kind):
-    """The cost falls under each trainer; the checkpoint holds TF 1's names; the predictor agrees."""
+def train(kind: str, directory, epochs: int = 2) -> list[float]:
+    """Train CharModel with trainer `kind`, checkpoints in `directory`; the costs per step."""
     costs = Costs()
     model = CharModel()
     with tf.Graph().as_default():
@@ -101,15 +101,32 @@ def test_trains_saves_predicts(tmp_path, kind):
             model.get_optimizer,
         )
         trainer.train_with_defaults(
-            callbacks=[costs, ModelSaver(checkpoint_dir=str(tmp_path))],
+            callbacks=[costs, ModelSaver(checkpoint_dir=str(directory))],
             monitors=[],
             extra_callbacks=[],
             steps_per_epoch=15,
-            max_epoch=2,
-            logdir=str(tmp_path / "log"),
+            max_epoch=epochs,
+            logdir=str(directory / "log"),
         )
-    assert len(costs.values) == 30
-    assert np.mean(costs.values[-5:]) < 0.6 * np.mean(costs.values[:5])
+    return costs.values
+
+
+def predictor(ckpt: str) -> PredictConfig:
+    return PredictConfig(
+        model=CharModel(),
+        session_init=SmartInit(ckpt),
+        input_names=["tokens"],
+        output_names=["prob"],
+    )
+
+
+@pytest.mark.timeout(300)  # two towers of a while-loop LSTM build slowly on a shared CPU
+@pytest.mark.parametrize("kind", sorted(TRAINERS))
+def test_trains_saves_predicts(tmp_path, kind):
+    """The cost falls under each trainer; the checkpoint holds TF 1's names; the predictor agrees."""
+    values = train(kind, tmp_path)
+    assert len(values) == 30
+    assert np.mean(values[-5:]) < 0.6 * np.mean(values[:5])
     ckpt = tf1.train.latest_checkpoint(str(tmp_path))
     names = {n for n, _ in tf1.train.list_variables(ckpt)}
     assert {
@@ -119,15 +136,34 @@ def test_trains_saves_predicts(tmp_path, kind):
 
     tokens = sequences(4, seed=5)[0]
     with tf.Graph().as_default():
-        predictor = OfflinePredictor(
-            PredictConfig(
-                model=CharModel(),
-                session_init=SmartInit(ckpt),
-                input_names=["tokens"],
-                output_names=["prob"],
-            )
-        )
-        first = predictor(tokens)[0]
-        again = predictor(tokens)[0]
+        offline = OfflinePredictor(predictor(ckpt))
+        first = offline(tokens)[0]
+        again = offline(tokens)[0]
     np.testing.assert_array_equal(first, again)  # no dropout in the inference tower
     np.testing.assert_allclose(first.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_exports_predict_as_the_predictor(tmp_path):
+    """The compact frozen graph (the while loop's variables folded into constants) and the
+    SavedModel give the one-tower predictor's probabilities."""
+    train("simple", tmp_path, epochs=1)
+    ckpt = tf1.train.latest_checkpoint(str(tmp_path))
+    tokens = sequences(4, seed=5)[0]
+    with tf.Graph().as_default():
+        expected = OfflinePredictor(predictor(ckpt))(tokens)[0]
+    with tf.Graph().as_default():
+        exporter = ModelExporter(predictor(ckpt))
+        compact = exporter.export_compact(str(tmp_path / "lm.pb"))
+        serving = exporter.export_serving(str(tmp_path / "saved"))
+    graph_def = tf1.GraphDef()
+    with open(compact, "rb") as f:
+        graph_def.ParseFromString(f.read())
+    assert not [n.name for n in graph_def.node if n.op in ("VarHandleOp", "VariableV2")]
+    with tf.Graph().as_default() as graph:
+        tf1.import_graph_def(graph_def, name="")
+        with tf1.Session(graph=graph) as sess:
+            frozen = sess.run("prob:0", {"tokens:0": tokens})
+    np.testing.assert_allclose(frozen, expected, atol=1e-5)
+    loaded = tf.saved_model.load(serving)
+    served = loaded.signatures["prediction_pipeline"](tokens=tf.constant(tokens))["prob"]
+    np.testing.assert_allclose(served.numpy(), expected, atol=1e-5)

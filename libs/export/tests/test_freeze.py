@@ -149,3 +149,30 @@ class TestOptimizeGraphDef:
         assert {"x", "y"} <= names
         assert "unused" not in names
         assert {n.op for n in optimized.node if n.name == "add"} == {"AddV2"}
+
+
+class TestWhileLoop:
+    """A graph with a while loop (its body a function of the library) freezes and optimizes."""
+
+    @pytest.mark.parametrize("optimize", [False, True])
+    def test_loop_reading_a_variable(self, optimize):
+        """The written graph keeps the loop's functions, with the variable folded inside."""
+        with tf.Graph().as_default() as graph:
+            x = tf1.placeholder(tf.float32, [None, 3], name="x")
+            w = tf1.get_variable("w", initializer=tf1.constant([[0.5, 0.0, 0.0]] * 3))
+            _, y = tf1.while_loop(
+                lambda i, h: i < 4, lambda i, h: (i + 1, tf1.matmul(h, w) + 1.0), (0, x)
+            )
+            tf1.identity(y, name="y")
+            with tf1.Session(graph=graph) as sess:
+                sess.run(tf1.global_variables_initializer())
+                feed = np.arange(6, dtype=np.float32).reshape(2, 3)
+                want = sess.run("y:0", {"x:0": feed})
+                frozen = freeze_session_graph(sess, ["x"], ["y"])
+        if optimize:
+            frozen = optimize_graph_def(frozen, ["x"], ["y"], [tf.float32])
+        assert frozen.library.function
+        with tf.Graph().as_default() as loaded:
+            tf1.import_graph_def(frozen, name="")
+            with tf1.Session(graph=loaded) as sess:
+                np.testing.assert_allclose(sess.run("y:0", {"x:0": feed}), want)

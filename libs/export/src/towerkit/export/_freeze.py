@@ -121,12 +121,32 @@ def freeze_session_graph(sess: Any, input_nodes: Sequence[str], output_nodes: Se
         frozen = convert_to_constants.convert_variables_to_constants_from_session_graph(
             sess, sess.graph.as_graph_def(), keep
         )
-        pruned = graph_util_impl.remove_training_nodes(frozen, protected_nodes=keep)
-    left = stateful_nodes((n.name, n.op) for n in pruned.node)
+        pruned = with_library(
+            graph_util_impl.remove_training_nodes(frozen, protected_nodes=keep), frozen
+        )
+    nodes = [(n.name, n.op) for n in pruned.node]
+    for function in pruned.library.function:  # a while loop's body and condition
+        nodes += [(f"{function.signature.name}/{n.name}", n.op) for n in function.node_def]
+    left = stateful_nodes(nodes)
     if left:
         msg = f"the frozen graph still holds variable ops: {left}; they could not be folded"
         raise RuntimeError(msg)
     return pruned
+
+
+def with_library(graph_def: Any, source: Any) -> Any:
+    """`graph_def` given `source`'s function library and versions, which it lacks.
+
+    TensorFlow's graph rewrites used here (``remove_training_nodes``, optimize-for-
+    inference) copy nodes into a new ``GraphDef`` and drop the library, where the bodies
+    of functional control flow live: a while loop (``tf.compat.v1.while_loop``, the
+    recurrent loops) would name a function the written graph no longer holds.
+    """
+    if not graph_def.library.function and source.library.function:
+        graph_def.library.CopyFrom(source.library)
+    if not graph_def.HasField("versions") and source.HasField("versions"):
+        graph_def.versions.CopyFrom(source.versions)
+    return graph_def
 
 
 def renamed_ops(nodes: Iterable[tuple[str, str]], old: str, new: str) -> dict[str, str]:
@@ -210,4 +230,5 @@ def optimize_graph_def(
     except (ValueError, KeyError, TypeError, IndexError) as err:
         msg = f"TensorFlow's optimize-for-inference failed on this graph: {_reason(err)}"
         raise InferenceOptimizationError(msg) from err
-    return _set_ops(optimized, dict.fromkeys(adds, "AddV2"), only_if="Add")
+    restored = _set_ops(optimized, dict.fromkeys(adds, "AddV2"), only_if="Add")
+    return with_library(restored, graph_def)
