@@ -5,7 +5,8 @@ predictor and exported:
 
 - ``convnet``: a batch-norm convnet on scikit-learn's 8x8 digits, written with
   ``argscope``, ``LinearWrap``, ``BNReLU`` as an activation, ``Dropout`` and an L2
-  weight decay on every ``W`` (``regularize_cost``);
+  weight decay on every ``W`` (``regularize_cost``), whose feature map's rows an LSTM
+  reads in order (``towerkit.layers.rnn``, TensorFlow 1's ``rnn/lstm_cell`` names);
 - ``resnet``: a residual block (``BNReLU``, a shortcut, ``GlobalAvgPooling``) whose
   ``BatchNorm`` layers can synchronize their batch statistics across the towers
   (``--sync nccl`` on GPUs, ``--sync horovod`` under horovod);
@@ -56,6 +57,7 @@ from towerkit.layers import (  # noqa: E402
     MaxPooling,
     l2_regularizer,
     regularize_cost,
+    rnn,
 )
 from towerkit.towers import add_moving_summary, argscope, freeze_variables  # noqa: E402
 from towerkit.trainers import (  # noqa: E402
@@ -119,7 +121,8 @@ def _classification_cost(logits: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
 
 
 class ConvNetModel(ModelDesc):
-    """conv 3x3x16 (BN-ReLU) - max-pool - conv 3x3x32 - BN - ReLU - dropout - fc 10, L2 on W."""
+    """conv 3x3x16 (BN-ReLU) - max-pool - conv 3x3x32 - BN - ReLU - dropout - LSTM 32 over
+    the 4 rows - fc 10 on its last state, L2 on W."""
 
     def inputs(self) -> list[tf.TensorSpec]:
         return [
@@ -132,16 +135,18 @@ class ConvNetModel(ModelDesc):
             argscope([Conv2D, FullyConnected], kernel_initializer=_initializer()),
             argscope(Conv2D, kernel_size=3, activation=BNReLU, use_bias=False),
         ):
-            logits = (
+            features = (
                 LinearWrap(image)
                 .Conv2D("conv0", 16)
                 .MaxPooling("pool0", 2)
                 .Conv2D("conv1", 32, activation=None)
                 .BatchNorm("bn")
                 .apply(tf.nn.relu)
-                .Dropout("drop", rate=0.25)
-                .FullyConnected("fc", 10)()
+                .Dropout("drop", rate=0.25)()
             )
+            rows = tf.reshape(features, [-1, 4, 4 * 32])  # [batch, time = row, depth]
+            _, state = rnn.dynamic_rnn(rnn.LSTMCell(32), rows, dtype=tf.float32)
+            logits = FullyConnected("fc", state.h, 10)
         cost = _classification_cost(logits, label)
         wd_cost = regularize_cost(".*/W", l2_regularizer(1e-4), name="wd_cost")
         add_moving_summary(wd_cost)
