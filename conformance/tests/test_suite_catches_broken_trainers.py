@@ -8,7 +8,11 @@ import pytest
 from broken import EXPECTED
 from conftest import run_suite
 
-pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("test_suite_catches_broken_trainers")]
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.xdist_group("test_suite_catches_broken_trainers"),
+    pytest.mark.timeout(660),  # a fixture runs the whole suite in a process (run_suite: 600 s)
+]
 
 
 @pytest.fixture(scope="module")

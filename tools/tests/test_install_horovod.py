@@ -1023,6 +1023,7 @@ class TestMain:
 
     @pytest.mark.slow
     @pytest.mark.horovod
+    @pytest.mark.timeout(660)  # a venv, an install and a 2-process check; asserted < 600 s
     def test_cached_wheel_installs_without_compiling(self, tmp_path, capsys, monkeypatch):
         """A wheel from the cache goes into a new venv and passes the 2-process check, no
         compiler needed."""

@@ -102,6 +102,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "conformance_group(name): the group of a conformance check in the summary"
     )
+    config.addinivalue_line(  # pytest-timeout's, where it is not installed
+        "markers", "timeout(seconds): the longest a test may run (pytest-timeout)"
+    )
     state = _State(config)
     config.stash[_STATE] = state
     config.pluginmanager.register(_Reporter(state), "towerkit-conformance-reporter")
@@ -126,12 +129,17 @@ def _param(entry: TrainerEntry) -> Any:
 
     Under ``pytest -n N --dist loadgroup`` the checks of a group go to one worker, which
     launches the trainer's job once for all of them: each worker has runners of its
-    own, so checks spread over two workers would launch the whole job twice.
+    own, so checks spread over two workers would launch the whole job twice. The check
+    that launches the job waits for it, so each may take as long as a job may
+    (``JOB_TIMEOUT``, then the job is stopped and reported) under pytest-timeout.
     """
+    from towerkit.conformance._session import JOB_TIMEOUT
+
     if entry.capabilities.launcher == "inprocess":
         return pytest.param(entry, id=entry.name)
     group = pytest.mark.xdist_group(f"conformance-{entry.name}")
-    return pytest.param(entry, id=entry.name, marks=group)
+    limit = pytest.mark.timeout(int(JOB_TIMEOUT) + 120)  # the job's, then stop it and read
+    return pytest.param(entry, id=entry.name, marks=[group, limit])
 
 
 def _group(item: pytest.Item) -> str:
