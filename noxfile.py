@@ -181,6 +181,8 @@ def share_bytecode(session: nox.Session) -> int:
                 continue
             other_site = Path(other.anchor) / other.relative_to(PYCACHE)
             linked += _link_bytecode(other_mirror, other_site / rel_site, mirror, site)
+    if linked:
+        session.log(f"linked {linked} compiled files from the other venvs' bytecode")
     return linked
 
 
