@@ -107,3 +107,42 @@ def test_moving_sequences_counts_every_order(steps, options, others):
     both = list(moving_sequences(start, [queue(steps), queue(others)], 0))
     want = sum(comb(steps + j, j) * options ** (steps + j) for j in range(others + 1))
     assert len(both) == want
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 2), st.integers(0, 2), st.booleans())
+def test_stale_reads_only_add_values(steps, options, others, own_is_none):
+    """Stale reads change nothing for a single queue and keep every value of the
+    ordered interleavings, adding those where an update lands on a value it did not read."""
+    rng = np.random.default_rng(steps * 100 + options * 10 + others)
+    start = {"bn/mean/EMA": np.zeros(3), "bn/variance/EMA": np.ones(3)}
+
+    def queue(k):
+        return [[rng.normal(size=(2, 3)) for _ in range(options)] for _ in range(k)]
+
+    def means(results):
+        return {tuple(np.round(r["bn/mean/EMA"], 9)) for r in results}
+
+    one = [queue(steps)]
+    assert means(moving_sequences(start, one, 0, stale_reads=True)) == means(
+        moving_sequences(start, one, 0)
+    )
+    queues = [queue(steps), queue(others)]
+    own = None if own_is_none else 0
+    ordered = means(moving_sequences(start, queues, own))
+    stale = means(moving_sequences(start, queues, own, stale_reads=True))
+    assert ordered <= stale
+    assert (len(stale) > len(ordered)) == (others > 0)
+
+
+def test_two_workers_reading_the_start_both_land():
+    """Two cluster workers whose first updates both read the initial averages leave
+    the sum of their decrements on the parameter server (seen in a real run of the
+    parameter-server trainer: shard 1's first batch and shard 0's second)."""
+    start = {"bn/mean/EMA": np.zeros(3), "bn/variance/EMA": np.ones(3)}
+    queues = [[[b[0] for b in first_batches(shard, 2)]] for shard in (0, 1)]
+    seen = np.array([0.193563, -0.030866, -0.187547])
+    ordered = list(moving_sequences(start, queues, None))
+    assert not any(np.allclose(r["bn/mean/EMA"], seen, atol=1e-5) for r in ordered)
+    stale = list(moving_sequences(start, queues, None, stale_reads=True))
+    assert any(np.allclose(r["bn/mean/EMA"], seen, atol=1e-5) for r in stale)

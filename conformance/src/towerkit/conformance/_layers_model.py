@@ -143,7 +143,11 @@ Updates = Sequence[Sequence[np.ndarray]]
 
 
 def moving_sequences(
-    start: Mapping[str, np.ndarray], queues: Sequence[Updates], own: int | None
+    start: Mapping[str, np.ndarray],
+    queues: Sequence[Updates],
+    own: int | None,
+    *,
+    stale_reads: bool = False,
 ) -> Iterator[dict[str, np.ndarray]]:
     """The moving averages after every order of `queues`' updates that ends `own`'s.
 
@@ -154,6 +158,13 @@ def moving_sequences(
     result is yielded at every point, the start included (a copy that a process
     reads while any of them may still be on the way).
 
+    With `stale_reads`, the queues are processes that update one shared copy
+    concurrently: an update reads the copy, computes its decrement from what it
+    read, and subtracts it later, so another process's update may land in between.
+    Each update then reads any value the copy held since its own process's
+    previous update landed (it cannot read older ones: a process's updates run
+    one after another).
+
     Examples:
         >>> s = {"bn/mean/EMA": np.zeros(1), "bn/variance/EMA": np.ones(1)}
         >>> a, b = np.array([[1.0], [3.0]]), np.array([[5.0], [7.0]])
@@ -163,12 +174,36 @@ def moving_sequences(
         3
         >>> len(list(moving_sequences(s, [[[a]], [[b]]], None)))  # and none; b
         5
+        >>> both = moving_sequences(s, [[[a]], [[b]]], None, stale_reads=True)
+        >>> sorted({round(float(r["bn/mean/EMA"][0]), 4) for r in both})  # 0.2 + 0.6: both read 0
+        [0.0, 0.2, 0.6, 0.74, 0.78, 0.8]
     """
+    first = {k: np.asarray(v, np.float64) for k, v in start.items()}
+    yield from _sequences(first, [first], queues, own, [0] * len(queues), stale_reads)
+
+
+def _sequences(
+    current: dict[str, np.ndarray],
+    history: list[dict[str, np.ndarray]],
+    queues: Sequence[Updates],
+    own: int | None,
+    since: list[int],
+    stale_reads: bool,
+) -> Iterator[dict[str, np.ndarray]]:
     if own is None or not queues[own]:
-        yield dict(start)
+        yield current
     for q, queue in enumerate(queues):
         if not queue:
             continue
         rest = [*queues[:q], queue[1:], *queues[q + 1 :]]
+        reads = history[since[q] :] if stale_reads else [current]
         for x in queue[0]:
-            yield from moving_sequences(moving_update(start, x), rest, own)
+            for read in reads:
+                if read is current:
+                    new = moving_update(current, x)
+                else:
+                    moved = moving_update(read, x)
+                    new = {k: current[k] + (moved[k] - read[k]) for k in STATISTICS}
+                after = [*history, new] if stale_reads else history
+                landed = [*since[:q], len(after) - 1, *since[q + 1 :]]
+                yield from _sequences(new, after, rest, own, landed, stale_reads)

@@ -58,7 +58,8 @@ def statistics(
     values (horovod broadcasts rank 0's variables after every epoch; a cluster's
     chief copies its own to the global copy), and in a cluster it lives on the
     parameter server, shared: every worker's updates land on it in some order, the
-    other workers' possibly not all applied yet when this one reads it.
+    other workers' possibly not all applied yet when this one reads it, and each
+    computed from the value its worker read, which may be stale by the time it lands.
     """
     del before  # the statistics start from their initializers, read or not
     caps = entry.capabilities
@@ -76,9 +77,11 @@ def statistics(
         out += list(moving_sequences(start, [options(0)], 0))
     if caps.launcher == "tf-distributed" and caps.processes > 1:
         # the parameter server's copy: any point of any interleaving (the chief may
-        # not have copied its own yet, the other workers may be part-way)
+        # not have copied its own yet, the other workers may be part-way); the
+        # workers update it concurrently, each from the value it read, which another
+        # worker's update may have changed before this one's lands
         queues = [options(shard) for shard in range(caps.processes)]
-        out += list(moving_sequences(start, queues, None))
+        out += list(moving_sequences(start, queues, None, stale_reads=True))
     return out
 
 
