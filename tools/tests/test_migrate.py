@@ -74,7 +74,7 @@ class TestPrograms:
         out, done = migrated
         assert done.returncode == 0, done.stderr[-3000:]
         report = done.stdout
-        assert report.rstrip().endswith("8 file(s), 112 change(s), 0 left by hand"), report[-500:]
+        assert report.rstrip().endswith("12 file(s), 177 change(s), 0 left by hand"), report[-500:]
         train_py = PROGRAMS / "convnet" / "train.py"
         expected = [
             f"{train_py}:9: changed: tensorpack.input_source.QueueInput -> towerkit.trainers.IterableInput",
@@ -113,6 +113,60 @@ class TestPrograms:
         assert done.returncode == 0, done.stderr[-3000:]
         assert "samples (300, 2)" in done.stdout
         assert epochs_recorded(out / "train_log" / "gan") == [1, 2]
+
+    @pytest.mark.parametrize(
+        "args", [["--towers", "2"], ["--separate"]], ids=["towers", "separate"]
+    )
+    def test_gan_zoo_tree(self, migrated, args):
+        """GAN.py beside the program (a TowerTrainer on several towers through
+        DataParallelBuilder, one alternating at a ratio), ``from GAN import ...``, tfutils
+        modules imported as modules, a balance variable under control_dependencies, a
+        scheduled learning-rate variable, argscope'd BatchNorm and Dropout, LinearWrap."""
+        out, _ = migrated
+        tree = out / "gan_zoo"
+        logdir = tree / "train_log" / "cond_gan"
+        shutil.rmtree(logdir, ignore_errors=True)
+        done = train(tree, "cond_gan.py", *args)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "samples (6, 8, 8, 1) range True True" in done.stdout
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["epoch_num"] for rec in stats] == [1, 2]
+        assert [rec["learning_rate"] for rec in stats] == pytest.approx([2e-3, 1e-3])
+        assert 0 < stats[0]["balance/kt"] < stats[1]["balance/kt"]
+        assert "d_loss_balanced" in stats[1]
+        assert "GAN_loss/discrim/accuracy_real" in stats[1]
+        assert sorted(p.name for p in logdir.glob("model-*.index")) == [
+            f"model-{stats[0]['global_step']}.index",
+            f"model-{stats[1]['global_step']}.index",
+        ]
+
+    def test_imagenet_style_tree(self, migrated):
+        """tfv1 as tf, star imports of tensorpack.callbacks and tensorpack.models, a layer
+        of the program's own (layer_register), under_name_scope, argscope over several
+        layers, LinearWrap's .tf calls, the top-k errors of a shared ImageNetModel, two
+        towers, and --flops printing describe_trainable_vars' table."""
+        out, _ = migrated
+        tree = out / "imagenet_style"
+        done = train(tree, "shufflenet.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        logdir = tree / "train_log" / "shufflenet-g2"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["epoch_num"] for rec in stats] == [1, 2]
+        assert [rec["learning_rate"] for rec in stats] == pytest.approx([0.05, 0.01])
+        for key in (
+            "val-error-top1",
+            "val-error-top2",
+            "train-error-top1",
+            "xentropy-loss",
+            "validation_xentropy-loss",
+            "param-summary/group1/block0/dconv/W-rms",
+        ):
+            assert key in stats[1], key
+        assert not [k for k in stats[1] if k.startswith("tower") or k.endswith("-summary")]
+        flops = train(tree, "shufflenet.py", "--flops")
+        assert flops.returncode == 0, flops.stderr[-3000:]
+        assert "group1/block1/dconv/W" in flops.stderr
+        assert "23 trainable variables, 548 parameters" in flops.stderr
 
     def test_resnet_on_two_towers(self, migrated):
         out, _ = migrated

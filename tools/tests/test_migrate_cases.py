@@ -192,6 +192,43 @@ class TestKeptOnTensorpack:
 
 
 class TestNothingVanishes:
+    def test_keras_example_reported_with_what_to_do(self, tmp_path, capsys):
+        """tensorpack's Keras example: its contrib.keras names have no counterpart; each is
+        reported with what to write instead, the rest converts."""
+        source = write(
+            tmp_path / "mnist_keras.py",
+            """\
+            import tensorflow as tf
+            from tensorflow import keras
+            from tensorpack import *
+            from tensorpack.contrib.keras import KerasModel, KerasPhaseCallback
+            from tensorpack.tfutils.tower import get_current_tower_context
+
+
+            def model_func(inputs):
+                training = get_current_tower_context().is_training
+                return keras.layers.Dense(10)(inputs[0], training=training)
+
+
+            M = KerasModel(model_func, inputs_desc=[], targets_desc=[], input=QueueInput([]))
+            CB = KerasPhaseCallback
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 1, report
+        assert (
+            f"{source}:4: by hand: KerasModel (from tensorpack.contrib.keras): build the model "
+            "in a ModelDesc"
+        ) in report
+        assert (
+            f"{source}:4: by hand: KerasPhaseCallback (from tensorpack.contrib.keras): a Keras "
+            "model called in a tower reads the training phase"
+        ) in report
+        text = (tmp_path / "out" / "mnist_keras.py").read_text()
+        assert "from towerkit.towers import get_current_tower_context" in text
+        assert "from towerkit.trainers import IterableInput" in text
+        assert report.rstrip().endswith("2 left by hand")
+
     def test_star_names_without_a_home(self, tmp_path, capsys):
         source = write(
             tmp_path / "prog.py",
@@ -267,6 +304,60 @@ class TestNothingVanishes:
         assert "__main__: working on it" in done.stderr
         again = migrate_source(text, "prog")
         assert again.source == text, "migrating again changes nothing"
+
+    def test_logger_from_the_top_level(self, tmp_path, capsys):
+        """``from tensorpack import logger`` (imagenet-resnet) is tensorpack's logger too."""
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            from tensorpack import QueueInput, logger
+
+
+            def main(df):
+                logger.info("input %s", QueueInput(df))
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        assert f"{source}:1: changed: tensorpack's logger -> logging.getLogger(__name__)" in report
+        text = (tmp_path / "out" / "prog.py").read_text()
+        assert "from tensorpack" not in text
+        assert "logger = logging.getLogger(__name__)" in text
+        assert text.count("import logging\n") == 1
+
+    @pytest.mark.procs
+    def test_describe_trainable_vars_prints_its_table(self, tmp_path, capsys):
+        """tensorpack printed describe_trainable_vars' table; the converted program sets
+        logging up so it still does, once (a second migration changes nothing)."""
+        source = write(
+            tmp_path / "flops.py",
+            """\
+            from tensorpack import tfv1 as tf
+            from tensorpack.tfutils import model_utils
+
+            if __name__ == "__main__":
+                with tf.Graph().as_default():
+                    tf.get_variable("W", [3, 4])
+                    model_utils.describe_trainable_vars()
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        assert f"{source}:1: changed: tensorpack.tfv1 -> tensorflow.compat.v1 (as tf)" in report
+        text = (tmp_path / "out" / "flops.py").read_text()
+        assert text.startswith("import logging\nimport tensorflow.compat.v1 as tf\n"), text
+        assert 'if __name__ == "__main__":\n    logging.basicConfig(level=logging.INFO' in text
+        assert migrate_source(text, "flops").source == text, "migrating again changes nothing"
+        done = subprocess.run(
+            [sys.executable, "flops.py"],
+            cwd=tmp_path / "out",
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "1 trainable variable, 12 parameters" in done.stderr, done.stderr[-2000:]
 
     def test_auto_set_dir_with_an_expression_trainer(self, tmp_path, capsys):
         source = write(

@@ -122,7 +122,9 @@ class Migrator(cst.CSTTransformer):
                 self.need(f"{home} as {bound}", "")
                 self.change(original_node, f"{module}.{name} -> {home} (as {bound})")
                 continue
-            if module.startswith("tensorpack.utils") and name == "logger":
+            if name == "logger" and (
+                module == "tensorpack" or module.startswith("tensorpack.utils")
+            ):
                 self.need_logging = True
                 self.change(original_node, "tensorpack's logger -> logging.getLogger(__name__)")
                 continue
@@ -465,16 +467,18 @@ class Migrator(cst.CSTTransformer):
             else:
                 lines.append(f"from {module} import {', '.join(names)}\n")
         logger = self.need_logging and self.scan.logger_uses > (0 if self.logger_from_star else 1)
-        if logger:
+        # tensorpack printed its INFO lines (describe_trainable_vars' table among them)
+        info = logger or (self.scan.logs_info and self.scan.main_block)
+        if info and not self.scan.imports_logging:
             lines.insert(0, "import logging\n")
         new: list[Any] = [cst.parse_statement(line) for line in lines]
         after: list[Any] = []
         if logger:
             after.append(cst.parse_statement("logger = logging.getLogger(__name__)\n"))
         body: list[Any] = list(updated_node.body)
-        if logger:
+        if info:
             body, placed = configure_logging(body)
-            if not placed and self.scan.config_scopes:
+            if logger and not placed and self.scan.config_scopes:
                 after.append(cst.parse_statement(BASIC_CONFIG))
         if not new and not after:
             return updated_node.with_changes(body=body)

@@ -162,6 +162,10 @@ GONE = {
     "BatchQueueInput": "batch the DataFlow (BatchData) and read it with IterableInput",
     "MultiThreadAsyncPredictor": "call an OfflinePredictor from your own threads",
     "FeedfreeInput": "subclass InputSource",
+    "KerasModel": "build the model in a ModelDesc (towerkit.layers, or a tf.keras model "
+    "called inside build_graph) and train it with a towerkit trainer",
+    "KerasPhaseCallback": "a Keras model called in a tower reads the training phase from "
+    "the tower context (TowerContext.is_training): pass training= yourself",
     "TFDatasetInput.dataflow_to_dataset": "pass the DataFlow to IterableInput",
 }
 """tensorpack names without a towerkit counterpart, and what to write instead."""
@@ -181,6 +185,7 @@ MODULE_HOMES = {
     "tensorpack.tfutils.sessinit": "towerkit.sessinit",
     "tensorpack.tfutils.compat.tfv1": "tensorflow.compat.v1",
     "tensorpack.compat.tfv1": "tensorflow.compat.v1",
+    "tensorpack.tfv1": "tensorflow.compat.v1",
     "tensorpack.predict": "towerkit.export",
     "tensorpack.callbacks": "towerkit.callbacks",
     "tensorpack.models": "towerkit.layers",

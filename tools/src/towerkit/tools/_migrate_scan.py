@@ -21,6 +21,8 @@ from towerkit.tools._migrate_syntax import (
 
 CONFIG_CALLS = ("TrainConfig", "AutoResumeTrainConfig")
 LOGDIR_CALLS = ("auto_set_dir", "set_logger_dir")
+INFO_CALLS = ("describe_trainable_vars",)
+"""Functions that print in tensorpack and log at INFO in towerkit (shown once logging is set)."""
 STAR_CANDIDATES = (
     frozenset(LIB_OF) | DATAFLOW_NAMES | UTILS_NAMES | {"QueueInput", "InputDesc", *GONE}
 )
@@ -47,6 +49,10 @@ class Scan(cst.CSTVisitor):
         self.unresolved: set[str] = set()
         self.other_star = False
         self.main_block = False
+        self.imports_logging = False
+        self.logs_info = (
+            False  # calls a towerkit function that logs at INFO what tensorpack printed
+        )
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.not_refs[node.attr.value] = self.not_refs.get(node.attr.value, 0) + 1
@@ -93,6 +99,8 @@ class Scan(cst.CSTVisitor):
             bound = alias_name(alias) or name.split(".")[0]
             if name == "tensorpack":
                 self.tp_aliases.add(bound)
+            if name == "logging" and bound == "logging":
+                self.imports_logging = True
             if name == "tensorflow" and bound == "tf":
                 self.tf_alias_is_v2 = True
 
@@ -118,5 +126,7 @@ class Scan(cst.CSTVisitor):
             found = logdir_of(node, self.stem)
             if found is not None:
                 self.logdir = (found[0], found[1], scope)
+        if name.split(".")[-1] in INFO_CALLS:
+            self.logs_info = True
         if name.split(".")[-1] in CONFIG_CALLS or name.endswith(".train_with_defaults"):
             self.config_scopes.append(scope)
