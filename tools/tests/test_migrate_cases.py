@@ -191,7 +191,318 @@ class TestKeptOnTensorpack:
         assert report.rstrip().endswith("2 left by hand")
 
 
+TENSORPACK_STAR = [
+    "AsyncMultiGPUTrainer",
+    "AugmentImageComponent",
+    "AugmentImageComponents",
+    "AugmentImageCoordinates",
+    "AutoResumeTrainConfig",
+    "AvgPooling",
+    "BNReLU",
+    "BatchData",
+    "BatchDataByShape",
+    "BatchNorm",
+    "BatchQueueInput",
+    "BatchRenorm",
+    "BinaryClassificationStats",
+    "BytePSTrainer",
+    "CacheData",
+    "CaffeLMDB",
+    "Callback",
+    "CallbackFactory",
+    "CallbackToHook",
+    "Callbacks",
+    "ChainInit",
+    "CheckNumerics",
+    "ClassificationError",
+    "CometMLMonitor",
+    "ConcatData",
+    "ConcatWith",
+    "Conv2D",
+    "Conv2DTranspose",
+    "DEFAULT_CALLBACKS",
+    "DEFAULT_MONITORS",
+    "DataFlow",
+    "DataFlowTerminated",
+    "DataFromGenerator",
+    "DataFromIterable",
+    "DataFromList",
+    "DataFromQueue",
+    "DataParallelInferenceRunner",
+    "DataParallelOfflinePredictor",
+    "DatasetPredictorBase",
+    "Deconv2D",
+    "DictRestore",
+    "DistributedTrainerParameterServer",
+    "DistributedTrainerReplicated",
+    "Dropout",
+    "DummyConstantInput",
+    "DumpParamAsImage",
+    "DumpTensor",
+    "DumpTensorAsImage",
+    "DumpTensors",
+    "EnableCallbackIf",
+    "EstimatedTimeLeft",
+    "FakeData",
+    "FeedInput",
+    "FeedfreeInput",
+    "FeedfreePredictor",
+    "FixedSizeData",
+    "FixedUnPooling",
+    "FullyConnected",
+    "GPUMemoryTracker",
+    "GPUUtilizationTracker",
+    "GlobalAvgPooling",
+    "GraphProfiler",
+    "GraphVarParam",
+    "HDF5Data",
+    "HDF5Serializer",
+    "HookToCallback",
+    "HorovodTrainer",
+    "HostMemoryTracker",
+    "HumanHyperParamSetter",
+    "HyperParam",
+    "HyperParamSetter",
+    "HyperParamSetterWithFunc",
+    "ImageFromFile",
+    "InferenceRunner",
+    "InferenceRunnerBase",
+    "Inferencer",
+    "InjectShell",
+    "InputSource",
+    "InstanceNorm",
+    "JSONWriter",
+    "JoinData",
+    "JustCurrentSession",
+    "LMDBData",
+    "LMDBDataDecoder",
+    "LMDBSerializer",
+    "LayerNorm",
+    "LinearWrap",
+    "LocallyShuffleData",
+    "MapData",
+    "MapDataComponent",
+    "MaxPooling",
+    "MaxSaver",
+    "Maxout",
+    "MergeAllSummaries",
+    "MinSaver",
+    "ModelDesc",
+    "ModelDescBase",
+    "ModelSaver",
+    "MonitorBase",
+    "Monitors",
+    "MovingAverageSummary",
+    "MultiProcessDatasetPredictor",
+    "MultiProcessMapAndBatchData",
+    "MultiProcessMapAndBatchDataZMQ",
+    "MultiProcessMapData",
+    "MultiProcessMapDataZMQ",
+    "MultiProcessPrefetchData",
+    "MultiProcessRunner",
+    "MultiProcessRunnerZMQ",
+    "MultiThreadAsyncPredictor",
+    "MultiThreadMapData",
+    "MultiThreadPrefetchData",
+    "MultiThreadRunner",
+    "MultiTowerOfflinePredictor",
+    "NoOpTrainer",
+    "NumpySerializer",
+    "ObjAttrParam",
+    "OfflinePredictor",
+    "OnlinePredictor",
+    "PReLU",
+    "PeakMemoryTracker",
+    "PeriodicCallback",
+    "PeriodicTrigger",
+    "PlaceholderInput",
+    "PredictConfig",
+    "PredictorBase",
+    "PrefetchData",
+    "PrefetchDataZMQ",
+    "PrintData",
+    "ProcessTensors",
+    "ProgressBar",
+    "ProxyCallback",
+    "ProxyDataFlow",
+    "QueueInput",
+    "QueueInputTrainer",
+    "RNGDataFlow",
+    "RandomChooseData",
+    "RandomMixData",
+    "RemoteDataZMQ",
+    "RepeatedData",
+    "RepeatedDataPoint",
+    "RunOp",
+    "RunUpdateOps",
+    "STATICA_HACK",
+    "SVMLightData",
+    "SaverRestore",
+    "SaverRestoreRelaxed",
+    "ScalarPrinter",
+    "ScalarStats",
+    "ScheduledHyperParamSetter",
+    "SelectComponent",
+    "SendMonitorData",
+    "SendStat",
+    "SessionInit",
+    "SessionRunTimeout",
+    "SimpleDatasetPredictor",
+    "SimpleMovingAverage",
+    "SimpleTrainer",
+    "SingleCostTrainer",
+    "SmartInit",
+    "StagingInput",
+    "StartProcOrThread",
+    "StatMonitorParamSetter",
+    "StopTraining",
+    "SyncMultiGPUTrainer",
+    "SyncMultiGPUTrainerParameterServer",
+    "SyncMultiGPUTrainerReplicated",
+    "TFDatasetInput",
+    "TFEventWriter",
+    "TFLocalCLIDebugHook",
+    "TFRecordSerializer",
+    "TensorInput",
+    "TensorPrinter",
+    "TestDataSpeed",
+    "ThroughputTracker",
+    "TowerContext",
+    "TowerTrainer",
+    "TrainConfig",
+    "Trainer",
+    "VariableHolder",
+    "ZMQInput",
+    "argscope",
+    "callbacks",
+    "change_env",
+    "collect_env_info",
+    "compat",
+    "dataflow",
+    "dataset",
+    "disable_layer_logging",
+    "enable_argscope_for_function",
+    "enable_argscope_for_module",
+    "execute_only_once",
+    "fix_rng_seed",
+    "get_arg_scope",
+    "get_current_tower_context",
+    "get_default_sess_config",
+    "get_global_step_value",
+    "get_global_step_var",
+    "get_model_loader",
+    "get_rng",
+    "get_tf_version_tuple",
+    "get_tqdm",
+    "gradproc",
+    "graph_builder",
+    "humanize_time_delta",
+    "imgaug",
+    "input_source",
+    "l1_regularizer",
+    "l2_regularizer",
+    "launch_train_with_config",
+    "layer_register",
+    "libinfo",
+    "logger",
+    "models",
+    "optimizer",
+    "predict",
+    "regularize_cost",
+    "regularize_cost_from_collection",
+    "remap_input_source",
+    "rename_tflayer_get_variable",
+    "send_dataflow_zmq",
+    "sesscreate",
+    "sessinit",
+    "summary",
+    "tfutils",
+    "tfv1",
+    "tower",
+    "train",
+    "utils",
+    "varreplace",
+]
+"""What ``from tensorpack import *`` binds in tensorpack 0.11 (read from an install of it)."""
+
+
 class TestNothingVanishes:
+    def test_every_star_name_has_a_fate(self):
+        """Each name tensorpack's star import gives is mapped, kept on tensorpack, a module
+        mapped as a module, reported with what to write, or known to have no counterpart."""
+        from towerkit.tools._migrate_names import GONE, STAR_MODULES, STAR_ONLY, home_of
+
+        fates = {}
+        for name in TENSORPACK_STAR:
+            if name in STAR_MODULES:
+                fates[name] = STAR_MODULES[name]
+            elif name in GONE or name in STAR_ONLY or name == "logger":
+                fates[name] = "reported"
+            else:
+                fates[name] = home_of(name)
+        assert [n for n, fate in fates.items() if fate is None] == []
+        assert fates["ImageFromFile"] == fates["DataFromQueue"] == "tensorpack.dataflow"
+        assert fates["summary"] == "towerkit.towers"
+        assert fates["optimizer"] == fates["sesscreate"] == "towerkit.trainers"
+
+    def test_modules_of_the_star_import(self, tmp_path, capsys):
+        """``summary.add_moving_summary`` after ``from tensorpack import *`` (boilerplate,
+        the Keras example), ``optimizer.apply_grad_processors`` in a method named
+        ``optimizer``: the module comes from its towerkit home; an undefined name is
+        reported as undefined, not as a missing counterpart."""
+        source = write(
+            tmp_path / "prog.py",
+            """\
+            import tensorflow as tf
+            from tensorpack import *
+
+
+            class Model:
+                def optimizer(self):
+                    return optimizer.apply_grad_processors(
+                        tf.train.AdamOptimizer(1e-3), [gradproc.GlobalNormClip(5)]
+                    )
+
+
+            def build(x, ds):
+                c = tf.reduce_mean(x, name="c")
+                summary.add_moving_summary(c)
+                opt = Model().optimizer()
+                return opt, varreplace.freeze_variables, sesscreate.NewSessionCreator
+
+
+            def data(ds):
+                return dataflow.MapData(ds, dp), ImageFromFile(["a.png"])
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 1, report
+        text = (tmp_path / "out" / "prog.py").read_text()
+        for line in (
+            "import towerkit.towers as summary",
+            "import towerkit.trainers as optimizer",
+            "import towerkit.trainers as gradproc",
+            "import towerkit.towers as varreplace",
+            "import towerkit.trainers as sesscreate",
+            "from tensorpack import dataflow",
+            "from tensorpack.dataflow import ImageFromFile",
+        ):
+            assert line in text, line
+        assert (
+            f"{source}:2: changed: tensorpack.summary (from the star import) -> towerkit.towers "
+            "(as summary)"
+        ) in report
+        assert (
+            f"{source}:2: by hand: dp (from tensorpack import *): not defined in this module, "
+            "and tensorpack's star import does not give it"
+        ) in report
+        assert f"{source}:2: by hand: tensorpack.dataflow stay on tensorpack" in report
+        namespace: dict[str, object] = {}
+        exec(compile(text.replace("from tensorpack", "# from tensorpack"), "p", "exec"), namespace)
+        with __import__("tensorflow").Graph().as_default():
+            x = __import__("tensorflow").constant([1.0])
+            assert namespace["build"](x, None)[0] is not None  # type: ignore[operator]
+
     def test_keras_example_reported_with_what_to_do(self, tmp_path, capsys):
         """tensorpack's Keras example: its contrib.keras names have no counterpart; each is
         reported with what to write instead, the rest converts."""
@@ -237,14 +548,18 @@ class TestNothingVanishes:
 
 
             def build(x):
-                return TensorInputLike(x), BatchNorm, len(x), __file__
+                return TensorInputLike(x), BatchNorm, len(x), __file__, libinfo.__version__
             """,
         )
         status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
         assert status == 1
         assert (
-            f"{source}:1: by hand: TensorInputLike (from tensorpack import *): "
+            f"{source}:1: by hand: libinfo (from tensorpack import *): "
             "no towerkit counterpart" in report
+        )
+        assert (
+            f"{source}:1: by hand: TensorInputLike (from tensorpack import *): not defined in "
+            "this module, and tensorpack's star import does not give it" in report
         )
         assert "len (" not in report
         assert "__file__" not in report

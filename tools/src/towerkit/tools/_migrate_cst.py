@@ -13,6 +13,8 @@ from towerkit.tools._migrate_names import (
     KEEP_TENSORPACK,
     KEPT_MODULES,
     MODULE_HOMES,
+    STAR_MODULES,
+    STAR_ONLY,
     home_of,
 )
 from towerkit.tools._migrate_rnn import rnn_move
@@ -102,10 +104,14 @@ class Migrator(cst.CSTTransformer):
             if module.startswith(KEPT_MODULES):
                 self.keep(original_node, module)
                 return updated_node
-            names = sorted((self.scan.used - self.scan.bound) & STAR_CANDIDATES)
+            wanted = self.scan.unresolved  # read in some scope, bound in none (scope analysis)
+            names = sorted(wanted & STAR_CANDIDATES)
             for name in names:
                 self._import_name(original_node, name, None, module, star=True)
-            self._star_leftovers(original_node, module, set(names))
+            modules = sorted(wanted & set(STAR_MODULES)) if module == "tensorpack" else []
+            for name in modules:
+                self._star_module(original_node, name)
+            self._star_leftovers(original_node, module, {*names, *modules})
             self.change(
                 original_node,
                 f"from {module} import * -> the names it used, each from its towerkit lib",
@@ -163,6 +169,17 @@ class Migrator(cst.CSTTransformer):
             self.change(node, f"{module}.{name} -> {home}.{target}")
         return True
 
+    def _star_module(self, node: cst.CSTNode, name: str) -> None:
+        """A module the star import bound (``summary``): imported from its home by name."""
+        home = STAR_MODULES[name]
+        if home.startswith("tensorpack"):
+            self.need("tensorpack", name)
+            self.keep(node, home)
+            return
+        self.module_aliases[name] = home
+        self.need(f"{home} as {name}", "")
+        self.change(node, f"tensorpack.{name} (from the star import) -> {home} (as {name})")
+
     def _star_leftovers(self, node: cst.CSTNode, module: str, mapped: set[str]) -> None:
         """Report the names a star import gave that have no towerkit home; map its logger."""
         left = {n for n in self.scan.unresolved - mapped if not n.startswith("__")}
@@ -173,7 +190,12 @@ class Migrator(cst.CSTTransformer):
         if self.scan.other_star:
             return  # another star import may give these names
         for name in sorted(left):
-            hint = GONE.get(name, "no towerkit counterpart")
+            if name in GONE:
+                hint = GONE[name]
+            elif module == "tensorpack" and name not in STAR_CANDIDATES | STAR_ONLY:
+                hint = "not defined in this module, and tensorpack's star import does not give it"
+            else:
+                hint = "no towerkit counterpart"
             self.manual(node, f"{name} (from {module} import *): {hint}")
 
     def leave_Import(self, original_node: cst.Import, updated_node: Any) -> Any:

@@ -146,11 +146,36 @@ DATAFLOW_NAMES = frozenset(
         "AugmentImageCoordinates",
         "imgaug",
         "dataset",
+        "DataFlowTerminated",
+        "DataFromQueue",
+        "HDF5Data",
+        "HDF5Serializer",
+        "TFRecordSerializer",
+        "SVMLightData",
+        "ImageFromFile",
+        "LMDBData",
+        "LMDBDataDecoder",
+        "CaffeLMDB",
+        "MultiProcessMapAndBatchData",
+        "MultiProcessMapAndBatchDataZMQ",
+        "MultiProcessPrefetchData",
+        "MultiThreadPrefetchData",
+        "RemoteDataZMQ",
+        "send_dataflow_zmq",
     ]
 )
 """Names of ``tensorpack.dataflow`` that a ``from tensorpack import *`` program may use."""
 
-UTILS_NAMES = frozenset(["get_rng", "fix_rng_seed", "get_tqdm", "execute_only_once", "change_env"])
+UTILS_NAMES = frozenset(
+    [
+        "get_rng",
+        "fix_rng_seed",
+        "get_tqdm",
+        "execute_only_once",
+        "change_env",
+        "humanize_time_delta",
+    ]
+)
 """Names of ``tensorpack.utils`` that a ``from tensorpack import *`` program may use."""
 
 RENAMED = {"InputDesc": "tf.TensorSpec", "QueueInput": "IterableInput"}
@@ -162,6 +187,19 @@ GONE = {
     "BatchQueueInput": "batch the DataFlow (BatchData) and read it with IterableInput",
     "MultiThreadAsyncPredictor": "call an OfflinePredictor from your own threads",
     "FeedfreeInput": "subclass InputSource",
+    "BytePSTrainer": "use HorovodTrainer (towerkit.trainers)",
+    "QueueInputTrainer": "use SimpleTrainer with IterableInput",
+    "ZMQInput": "read the DataFlow in the trainer's process with IterableInput(df, workers=N)",
+    "PlaceholderInput": "use FeedInput or IterableInput",
+    "remap_input_source": "rename the inputs in the model's inputs() instead",
+    "DataParallelOfflinePredictor": "use MultiTowerOfflinePredictor (towerkit.export)",
+    "DatasetPredictorBase": "use SimpleDatasetPredictor (towerkit.export)",
+    "MultiProcessDatasetPredictor": "use SimpleDatasetPredictor (towerkit.export)",
+    "PredictorBase": "subclass OnlinePredictor (towerkit.towers) or call an OfflinePredictor",
+    "DumpTensor": "use DumpTensors (towerkit.callbacks)",
+    "DumpParamAsImage": "use DumpTensorAsImage (towerkit.callbacks)",
+    "PeakMemoryTracker": "use GPUMemoryTracker or HostMemoryTracker (towerkit.callbacks)",
+    "collect_env_info": "print tf.sysconfig.get_build_info() and the versions you need",
     "KerasModel": "build the model in a ModelDesc (towerkit.layers, or a tf.keras model "
     "called inside build_graph) and train it with a towerkit trainer",
     "KerasPhaseCallback": "a Keras model called in a tower reads the training phase from "
@@ -191,9 +229,28 @@ MODULE_HOMES = {
     "tensorpack.models": "towerkit.layers",
     "tensorpack.train": "towerkit.trainers",
     "tensorpack.input_source": "towerkit.trainers",
+    "tensorpack.summary": "towerkit.towers",
+    "tensorpack.tower": "towerkit.towers",
+    "tensorpack.varreplace": "towerkit.towers",
+    "tensorpack.optimizer": "towerkit.trainers",
+    "tensorpack.gradproc": "towerkit.trainers",
+    "tensorpack.sesscreate": "towerkit.trainers",
+    "tensorpack.sessinit": "towerkit.sessinit",
+    "tensorpack.tfutils.sesscreate": "towerkit.trainers",
 }
-"""tensorpack modules imported as modules (``from tensorpack.tfutils import summary``) and
-the module that holds their names after migration (imported under the same name)."""
+"""tensorpack modules imported as modules (``from tensorpack.tfutils import summary``, also
+``from tensorpack import summary``) and the module that holds their names after migration
+(imported under the same name)."""
+
+STAR_MODULES = {
+    name.rpartition(".")[2]: home for name, home in MODULE_HOMES.items() if name.count(".") == 1
+} | {"dataflow": "tensorpack.dataflow", "utils": "tensorpack.utils"}
+"""Modules that ``from tensorpack import *`` binds (``summary.add_moving_summary(...)`` after
+it) and their home after migration; ``dataflow`` and ``utils`` stay on tensorpack."""
+
+STAR_ONLY = frozenset(["tfutils", "graph_builder", "compat", "libinfo", "STATICA_HACK"])
+"""What else ``from tensorpack import *`` binds (besides the names towerkit maps, the
+DataFlows, the utilities, ``logger`` and `GONE`): nothing towerkit has a counterpart for."""
 
 
 def home_of(name: str, module: str = "tensorpack") -> str | None:
