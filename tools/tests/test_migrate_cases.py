@@ -713,6 +713,82 @@ class TestNothingVanishes:
 class TestModules:
     """tensorpack modules imported as modules go to the towerkit module holding their names."""
 
+    @pytest.mark.procs
+    def test_tf_layers_through_tf_keras(self, tmp_path, capsys):
+        """``tf.layers`` (tensorpack's Caffe loaders, FlowNet, mnist-tflayers) becomes
+        ``tf.compat.v1.layers`` with ``enable_tf_layers()`` after the imports: converted,
+        nothing by hand, and the program trains; a second migration changes nothing."""
+        source = write(
+            tmp_path / "tflayers.py",
+            """\
+            import numpy as np
+            import tensorflow as tf
+            from tensorpack import *
+
+
+            class Model(ModelDesc):
+                def inputs(self):
+                    return [tf.placeholder(tf.float32, (None, 8, 8, 1), 'x'),
+                            tf.placeholder(tf.int32, (None,), 'y')]
+
+                def build_graph(self, x, y):
+                    h = tf.layers.conv2d(x, 4, 3, activation=tf.nn.relu, name='conv0')
+                    h = tf.layers.max_pooling2d(h, 2, 2, name='pool0')
+                    logits = tf.layers.dense(tf.layers.flatten(h), 3, name='fc')
+                    return tf.reduce_mean(
+                        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits),
+                        name='cost')
+
+                def optimizer(self):
+                    return tf.train.GradientDescentOptimizer(0.1)
+
+
+            class Data(object):
+                def reset_state(self):
+                    self.rng = np.random.RandomState(0)
+
+                def __len__(self):
+                    return 4
+
+                def __iter__(self):
+                    for _ in range(4):
+                        yield [self.rng.rand(8, 8, 8, 1).astype('float32'),
+                               self.rng.randint(3, size=8).astype('int32')]
+
+
+            if __name__ == '__main__':
+                logger.auto_set_dir()
+                launch_train_with_config(
+                    TrainConfig(model=Model(), dataflow=Data(), max_epoch=2), SimpleTrainer())
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        assert (
+            f"{source}:12: changed: tf.layers -> tf.compat.v1.layers "
+            "(tf-keras's, once enable_tf_layers() ran)"
+        ) in report
+        assert (
+            f"{source}:12: changed: tf.compat.v1.layers is tf-keras's: enable_tf_layers() goes "
+            "after the imports (pip install 'towerkit-towers[layers]')"
+        ) in report
+        text = (tmp_path / "out" / "tflayers.py").read_text()
+        assert "from towerkit.towers import enable_tf_layers\n" in text
+        assert text.count("enable_tf_layers()") == 1
+        assert text.index("enable_tf_layers()") < text.index("class Model")
+        assert migrate_source(text, "tflayers").source == text, "migrating again changes nothing"
+        done = subprocess.run(
+            [sys.executable, "tflayers.py"],
+            cwd=tmp_path / "out",
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        stats = (tmp_path / "out" / "train_log" / "tflayers" / "stats.json").read_text()
+        assert '"epoch_num": 2' in stats
+
     def test_tfutils_modules(self, tmp_path, capsys):
         source = write(
             tmp_path / "prog.py",

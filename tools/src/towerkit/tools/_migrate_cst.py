@@ -48,6 +48,7 @@ class Migrator(cst.CSTTransformer):
         self.notes: list[Note] = []
         self.imports: dict[str, set[str]] = {}
         self.need_logging = False
+        self.tf_layers_line = 0  # the first tf.layers use, when the module has one
         self.scopes: list[str] = []
         self._tf = scan.tf_alias_is_v2
         self.kept: list[tuple[int, str]] = []  # (line, tensorpack module kept)
@@ -267,11 +268,10 @@ class Migrator(cst.CSTTransformer):
             return updated_node
         new, why = found
         if new.startswith("tf.compat.v1.layers"):
-            self.manual(
-                original_node,
-                f"{name} -> {new}: tf.compat.v1.layers needs tf-keras: install towerkit-towers[layers] "
-                "and call towerkit.towers.enable_tf_layers() once (or use towerkit.layers)",
-            )
+            if not self.tf_layers_line:
+                self.tf_layers_line = self._line(original_node)
+            self.change(original_node, f"{name} -> {new} (tf-keras's, once enable_tf_layers() ran)")
+            return parse_expr(new)
         self.change(original_node, f"{name} -> {new} ({why})")
         return parse_expr(new)
 
@@ -481,6 +481,16 @@ class Migrator(cst.CSTTransformer):
                     manual=True,
                 )
             )
+        layers = self.tf_layers_line and not self.scan.enables_tf_layers
+        if layers:
+            self.need("towerkit.towers", "enable_tf_layers")
+            self.notes.append(
+                Note(
+                    line=self.tf_layers_line,
+                    text="tf.compat.v1.layers is tf-keras's: enable_tf_layers() goes after the "
+                    "imports (pip install 'towerkit-towers[layers]')",
+                )
+            )
         lines = []
         for module in sorted(self.imports):
             names = sorted(n for n in self.imports[module] if n)
@@ -497,6 +507,8 @@ class Migrator(cst.CSTTransformer):
         after: list[Any] = []
         if logger:
             after.append(cst.parse_statement("logger = logging.getLogger(__name__)\n"))
+        if layers:
+            after.append(cst.parse_statement("enable_tf_layers()\n"))
         body: list[Any] = list(updated_node.body)
         if info:
             body, placed = configure_logging(body)

@@ -50,9 +50,9 @@ class Scan(cst.CSTVisitor):
         self.other_star = False
         self.main_block = False
         self.imports_logging = False
-        self.logs_info = (
-            False  # calls a towerkit function that logs at INFO what tensorpack printed
-        )
+        # calls a towerkit function that logs at INFO what tensorpack printed
+        self.logs_info = False
+        self.enables_tf_layers = False
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.not_refs[node.attr.value] = self.not_refs.get(node.attr.value, 0) + 1
@@ -126,6 +126,8 @@ class Scan(cst.CSTVisitor):
             found = logdir_of(node, self.stem)
             if found is not None:
                 self.logdir = (found[0], found[1], scope)
+        if name.split(".")[-1] == "enable_tf_layers":
+            self.enables_tf_layers = True
         if name.split(".")[-1] in INFO_CALLS:
             self.logs_info = True
         if name.split(".")[-1] in CONFIG_CALLS or name.endswith(".train_with_defaults"):
