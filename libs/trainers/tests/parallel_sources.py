@@ -90,3 +90,17 @@ class UnpicklableAt:
 
     def __getitem__(self, i: int):
         return (lambda: i) if i == 2 else i
+
+
+class ExitsAt(Indexed):
+    """Like `Indexed`, but the worker producing index `bad` ends its process at once (status 0),
+    as a library calling ``os._exit`` would: no exception, no message."""
+
+    def __init__(self, n: int, bad: int) -> None:
+        super().__init__(n)
+        self.bad = bad
+
+    def __getitem__(self, i: int):
+        if i == self.bad:
+            os._exit(0)
+        return super().__getitem__(i)

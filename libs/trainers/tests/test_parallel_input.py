@@ -15,7 +15,16 @@ import numpy as np
 import prefork
 import pytest
 from parallel_script import STEPS_PER_EPOCH, Model
-from parallel_sources import Augmented, Blocks, Indexed, RaisesAt, Streamed, UnpicklableAt, shard
+from parallel_sources import (
+    Augmented,
+    Blocks,
+    ExitsAt,
+    Indexed,
+    RaisesAt,
+    Streamed,
+    UnpicklableAt,
+    shard,
+)
 
 from towerkit.callbacks import Callback, ParallelIterable, ParallelWorkerError, WorkerPlan
 from towerkit.towers.compat import tf1
@@ -160,6 +169,37 @@ class TestParallelIterable:
         assert "ValueError: bad datapoint 5" in str(err)
         assert "parallel_sources.py" in str(err), "the worker's traceback"
         assert pool.pids == []
+
+    @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+    def test_worker_exiting_quietly_is_named(self, ordered):
+        """A worker whose process ends without a word (``os._exit(0)`` in a library) is
+        named with its exit status as soon as its pipe closes, in either order mode."""
+        pool = ParallelIterable(ExitsAt(40, bad=5), 2, ordered=ordered)
+        started = time.monotonic()
+        with pytest.raises(ParallelWorkerError) as info:
+            list(pool)
+        assert time.monotonic() - started < 20
+        assert info.value.worker == 1
+        assert "worker 1 (pid " in str(info.value)
+        assert "exited with code 0 while producing datapoints" in str(info.value)
+        assert pool.pids == []
+
+    def test_queue_fill_reads_full_when_the_model_is_slow(self):
+        """Each worker's pipe holds `capacity` datapoints; a slow reader sees it full."""
+        pool = ParallelIterable(Indexed(200), 2, capacity=4)
+        try:
+            it = iter(pool)
+            next(it)
+            time.sleep(1.0)  # both workers fill their 4 slots meanwhile
+            pool.stats()
+            for _ in range(4):
+                next(it)
+                time.sleep(0.2)
+            stats = pool.stats()
+            assert stats["queue_fill"] > 0.6, stats
+            assert set(stats) >= {"datapoints_per_s", "worker0_datapoints_per_s"}
+        finally:
+            pool.close()
 
     @pytest.mark.parametrize("workers", [0, -1])
     def test_refuses_no_workers(self, workers):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import pickle
-import queue
 import random
+import select
 import signal
 import threading
 import time
@@ -79,13 +81,31 @@ def _pass_items(source: Any, plan: WorkerPlan, worker: int, cursor: _Cursor) -> 
         cursor.index = i + 1
 
 
+def _send(out: Any, slots: Any, message: tuple[Any, ...]) -> None:
+    """Put one message into the worker's pipe once a slot is free (the pipe holds `capacity`).
+
+    Pickled here, in the worker's only thread, so a datapoint that cannot be pickled is
+    reported as that datapoint's error, and the write needs no second thread.
+    """
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    slots.acquire()
+    out.send_bytes(payload)
+
+
 def _worker_main(
-    source: Any, plan: WorkerPlan, worker: int, out: Any, started: Any, alive: Any
+    source: Any,
+    plan: WorkerPlan,
+    worker: int,
+    out: Any,
+    slots: Any,
+    started: Any,
+    alive: Any,
 ) -> None:
-    """A worker's life: pass after pass over its share, each datapoint put into `out`.
+    """A worker's life: pass after pass over its share, each datapoint sent through `out`.
 
     Messages: ``("dp", worker, datapoint, busy_s)``, ``("end", worker, pass_number)``,
     and ``("err", worker, index, pass_number, traceback_text)``, after which it ends.
+    Each takes one of the `slots` the parent gives back when it reads a message.
     With `started` (unordered pools) a pass begins only once the parent has begun it,
     so one pass's datapoints never mix with the next's.
     """
@@ -108,16 +128,14 @@ def _worker_main(
             np.random.seed(seed)
             start = time.perf_counter()
             for dp in _pass_items(source, plan, worker, cursor):
-                # pickled here, not in the queue's thread, so a datapoint that cannot
-                # be pickled is reported as this datapoint's error
-                payload = pickle.dumps(dp, protocol=pickle.HIGHEST_PROTOCOL)
-                out.put(("dp", worker, payload, time.perf_counter() - start))
+                _send(out, slots, ("dp", worker, dp, time.perf_counter() - start))
                 start = time.perf_counter()
-            out.put(("end", worker, pass_number))
+            _send(out, slots, ("end", worker, pass_number))
     except BaseException:
-        out.put(("err", worker, cursor.index, pass_number, traceback.format_exc()))
+        text = traceback.format_exc()
+        with contextlib.suppress(OSError):
+            _send(out, slots, ("err", worker, cursor.index, pass_number, text))
         out.close()
-        out.join_thread()
 
 
 # -- the pool, seen from the parent ------------------------------------------------------------
@@ -162,7 +180,7 @@ class PoolStats:
 
 
 class _Pool:
-    """Running workers, their queues, and the messages read from them."""
+    """Running workers, the pipe each writes its messages into, and the messages read."""
 
     def __init__(self, source: Any, plan: WorkerPlan, name: str) -> None:
         self.plan = plan
@@ -171,52 +189,78 @@ class _Pool:
         ctx: Any = mp.get_context(plan.start_method)
         if plan.start_method == "forkserver":
             _preload_for(ctx, source)
-        n_queues = plan.workers if plan.ordered else 1
-        self.queues = [
-            ctx.Queue(plan.capacity * (1 if plan.ordered else plan.workers))
-            for _ in range(n_queues)
-        ]
         self.stats = PoolStats(plan.workers, plan.capacity)
         self.passes = 0
         self.started = None if plan.ordered else ctx.Value("i", 0, lock=False)
         self.procs: list[Any] = []
+        self.conns: list[Any] = []
+        self.slots: list[Any] = []
+        self._next = 0  # the worker an unordered read looks at first (fair turns)
         alive_r, alive_w = ctx.Pipe(duplex=False)
         alive = None if plan.start_method == "fork" else alive_r
+        self._finalizer = weakref.finalize(self, _terminate, self.procs, self.conns, alive_w)
         for k in range(plan.workers):
-            out = self.queues[k if plan.ordered else 0]
+            recv, send = ctx.Pipe(duplex=False)
+            slots = ctx.BoundedSemaphore(plan.capacity)
+            self.conns.append(recv)
+            self.slots.append(slots)
             proc = ctx.Process(
                 target=_worker_main,
-                args=(source, plan, k, out, self.started, alive),
+                args=(source, plan, k, send, slots, self.started, alive),
                 name=f"{name} worker {k}",
                 daemon=True,
             )
             self.procs.append(proc)
-        for proc in self.procs:
             proc.start()
+            send.close()  # the worker holds the only write end: its exit reads as the end
         alive_r.close()
-        self._finalizer = weakref.finalize(
-            self, _terminate, list(self.procs), list(self.queues), alive_w
-        )
+        self._poller = _Poller(self.conns)
 
     def waiting(self) -> int:
-        """Datapoints queued in all workers' queues (0 where the platform cannot tell)."""
+        """Messages sent and not yet read, all workers (0 where the platform cannot tell)."""
         try:
-            return sum(q.qsize() for q in self.queues)
+            return sum(self.plan.capacity - s.get_value() for s in self.slots)
         except NotImplementedError:  # macOS
             return 0
 
-    def get(self, queue_index: int) -> tuple[Any, ...]:
-        """The next message of a queue; raise when the pool is closed or a worker died."""
-        q = self.queues[queue_index]
+    def get(self, worker: int | None) -> tuple[Any, ...]:
+        """The next message of `worker`, or of any worker when None (in fair turns).
+
+        Raises `_PoolClosed` when the pool is closed, `ParallelWorkerError` when a worker died.
+        """
         while True:
             if self.closed:
                 raise _PoolClosed
-            try:
-                msg: tuple[Any, ...] = q.get(timeout=_POLL_S)
-            except queue.Empty:
+            wanted = range(len(self.conns)) if worker is None else (worker,)
+            ready = self._poller.ready(wanted, _POLL_S)
+            if not ready:
                 self.check_alive()
                 continue
+            k = (
+                worker
+                if worker is not None
+                else min(ready, key=lambda j: (j - self._next) % len(self.conns))
+            )
+            try:
+                payload = self.conns[k].recv_bytes()
+            except (EOFError, OSError):
+                self._ended(k)
+                continue
+            self.slots[k].release()
+            self._next = (k + 1) % len(self.conns)
+            msg: tuple[Any, ...] = pickle.loads(payload)
             return msg
+
+    def _ended(self, k: int) -> None:
+        """Worker `k`'s pipe closed with nothing to read: it exited; say how."""
+        self.procs[k].join(2.0)
+        self.check_alive()
+        if not self.closed:
+            msg = (
+                f"{self.name}: worker {k} (pid {self.procs[k].pid}) closed its pipe; training stops"
+            )
+            raise ParallelWorkerError(msg, worker=k)
+        raise _PoolClosed
 
     def check_alive(self) -> None:
         """Raise `ParallelWorkerError` naming the first worker that ended unasked."""
@@ -238,9 +282,41 @@ class _Pool:
             raise ParallelWorkerError(msg, worker=k)
 
     def close(self) -> None:
-        """Stop every worker now (SIGTERM, then SIGKILL) and release the queues."""
+        """Stop every worker now (SIGTERM, then SIGKILL) and close the pipes."""
         self.closed = True
         self._finalizer()
+
+
+class _Poller:
+    """Which of some pipes have something to read (a message, or their end), waiting a while.
+
+    One ``select.poll`` set up once, where the platform has it (a connection's own
+    ``poll`` builds a selector on every call); ``multiprocessing.connection.wait`` elsewhere.
+    """
+
+    def __init__(self, conns: list[Any]) -> None:
+        self._conns = conns
+        self._fds = [c.fileno() for c in conns]
+        self._polls: list[Any] = []
+        if hasattr(select, "poll"):
+            for fd in self._fds:
+                one = select.poll()
+                one.register(fd, select.POLLIN)
+                self._polls.append(one)
+            self._all = select.poll()
+            for fd in self._fds:
+                self._all.register(fd, select.POLLIN)
+
+    def ready(self, wanted: Any, timeout_s: float) -> list[int]:
+        """The indices among `wanted` whose pipe is readable (or ended) within `timeout_s`."""
+        wanted = list(wanted)
+        if not self._polls:
+            found = mp.connection.wait([self._conns[k] for k in wanted], timeout_s)
+            return [k for k in wanted if self._conns[k] in found]
+        poll = self._polls[wanted[0]] if len(wanted) == 1 else self._all
+        events = poll.poll(int(timeout_s * 1000))
+        fds = {fd for fd, _ in events}
+        return [k for k in wanted if self._fds[k] in fds]
 
 
 def _preload_for(ctx: Any, source: Any) -> None:
@@ -254,7 +330,7 @@ def _preload_for(ctx: Any, source: Any) -> None:
         ctx.set_forkserver_preload([__name__, module])
 
 
-def _terminate(procs: list[Any], queues: list[Any], alive_w: Any) -> None:
+def _terminate(procs: list[Any], conns: list[Any], alive_w: Any) -> None:
     alive_w.close()
     for proc in procs:
         if proc.exitcode is None:
@@ -265,9 +341,8 @@ def _terminate(procs: list[Any], queues: list[Any], alive_w: Any) -> None:
         if proc.exitcode is None:
             proc.kill()
             proc.join(1.0)
-    for q in queues:
-        q.cancel_join_thread()
-        q.close()
+    for conn in conns:
+        conn.close()
 
 
 class _PoolClosed(Exception):
@@ -433,14 +508,18 @@ class ParallelIterable:
         except _PoolClosed:
             msg = f"{self}: the workers were stopped during a pass"
             raise ParallelWorkerError(msg) from None
+        except ParallelWorkerError:
+            if self._pool is pool:
+                self.close()  # a worker died or raised: the others stop too
+            raise
         except GeneratorExit:
             # a pass left before its end: the workers are mid-pass, start afresh next time
             if self._pool is pool:
                 self.close()
             raise
 
-    def _message(self, pool: _Pool, queue_index: int) -> tuple[Any, ...]:
-        msg = pool.get(queue_index)
+    def _message(self, pool: _Pool, worker: int | None) -> tuple[Any, ...]:
+        msg = pool.get(worker)
         if msg[0] == "err":
             _, worker, index, pass_number, text = msg
             what = "index" if self._plan.split == "index" else "position"
@@ -463,19 +542,19 @@ class ParallelIterable:
                 continue
             pool.stats.record(msg[1], msg[3], pool.waiting())
             state = merge_after_datapoint(state)
-            yield pickle.loads(msg[2])
+            yield msg[2]
 
     def _unordered_pass(self, pool: _Pool) -> Iterator[Any]:
         pool.passes += 1
         pool.started.value = pool.passes  # type: ignore[union-attr]
         ended = 0
         while ended < self._plan.workers:
-            msg = self._message(pool, 0)
+            msg = self._message(pool, None)
             if msg[0] == "end":
                 ended += 1
                 continue
             pool.stats.record(msg[1], msg[3], pool.waiting())
-            yield pickle.loads(msg[2])
+            yield msg[2]
 
     def __str__(self) -> str:
         name = getattr(self._source, "__name__", type(self._source).__name__)
