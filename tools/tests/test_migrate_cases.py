@@ -37,6 +37,25 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def assert_lines(text: str, *lines: str) -> None:
+    """Each of `lines` is in `text` (a report or a converted source), named when missing."""
+    missing = [line for line in lines if line not in text]
+    assert not missing, f"missing {missing} in:\n{text}"
+
+
+def run_program(directory: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """Run a converted program in a fresh interpreter, in its directory, TensorFlow quiet."""
+    return subprocess.run(
+        [sys.executable, script],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        check=False,
+    )
+
+
 def tree_bytes(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes()
@@ -478,7 +497,8 @@ class TestNothingVanishes:
         status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
         assert status == 1, report
         text = (tmp_path / "out" / "prog.py").read_text()
-        for line in (
+        assert_lines(
+            text,
             "import towerkit.towers as summary",
             "import towerkit.trainers as optimizer",
             "import towerkit.trainers as gradproc",
@@ -486,17 +506,15 @@ class TestNothingVanishes:
             "import towerkit.trainers as sesscreate",
             "from tensorpack import dataflow",
             "from tensorpack.dataflow import ImageFromFile",
-        ):
-            assert line in text, line
-        assert (
+        )
+        assert_lines(
+            report,
             f"{source}:2: changed: tensorpack.summary (from the star import) -> towerkit.towers "
-            "(as summary)"
-        ) in report
-        assert (
+            "(as summary)",
             f"{source}:2: by hand: dp (from tensorpack import *): not defined in this module, "
-            "and tensorpack's star import does not give it"
-        ) in report
-        assert f"{source}:2: by hand: tensorpack.dataflow stay on tensorpack" in report
+            "and tensorpack's star import does not give it",
+            f"{source}:2: by hand: tensorpack.dataflow stay on tensorpack",
+        )
         namespace: dict[str, object] = {}
         exec(compile(text.replace("from tensorpack", "# from tensorpack"), "p", "exec"), namespace)
         with __import__("tensorflow").Graph().as_default():
@@ -527,17 +545,18 @@ class TestNothingVanishes:
         )
         status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
         assert status == 1, report
-        assert (
+        assert_lines(
+            report,
             f"{source}:4: by hand: KerasModel (from tensorpack.contrib.keras): build the model "
-            "in a ModelDesc"
-        ) in report
-        assert (
+            "in a ModelDesc",
             f"{source}:4: by hand: KerasPhaseCallback (from tensorpack.contrib.keras): a Keras "
-            "model called in a tower reads the training phase"
-        ) in report
-        text = (tmp_path / "out" / "mnist_keras.py").read_text()
-        assert "from towerkit.towers import get_current_tower_context" in text
-        assert "from towerkit.trainers import IterableInput" in text
+            "model called in a tower reads the training phase",
+        )
+        assert_lines(
+            (tmp_path / "out" / "mnist_keras.py").read_text(),
+            "from towerkit.towers import get_current_tower_context",
+            "from towerkit.trainers import IterableInput",
+        )
         assert report.rstrip().endswith("2 left by hand")
 
     def test_star_names_without_a_home(self, tmp_path, capsys):
@@ -663,14 +682,7 @@ class TestNothingVanishes:
         assert text.startswith("import logging\nimport tensorflow.compat.v1 as tf\n"), text
         assert 'if __name__ == "__main__":\n    logging.basicConfig(level=logging.INFO' in text
         assert migrate_source(text, "flops").source == text, "migrating again changes nothing"
-        done = subprocess.run(
-            [sys.executable, "flops.py"],
-            cwd=tmp_path / "out",
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        )
+        done = run_program(tmp_path / "out", "flops.py")
         assert done.returncode == 0, done.stderr[-3000:]
         assert "1 trainable variable, 12 parameters" in done.stderr, done.stderr[-2000:]
 
@@ -764,27 +776,19 @@ class TestModules:
         )
         status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
         assert status == 0, report
-        assert (
+        assert_lines(
+            report,
             f"{source}:12: changed: tf.layers -> tf.compat.v1.layers "
-            "(tf-keras's, once enable_tf_layers() ran)"
-        ) in report
-        assert (
+            "(tf-keras's, once enable_tf_layers() ran)",
             f"{source}:12: changed: tf.compat.v1.layers is tf-keras's: enable_tf_layers() goes "
-            "after the imports (pip install 'towerkit-towers[layers]')"
-        ) in report
+            "after the imports (pip install 'towerkit-towers[layers]')",
+        )
         text = (tmp_path / "out" / "tflayers.py").read_text()
-        assert "from towerkit.towers import enable_tf_layers\n" in text
+        assert_lines(text, "from towerkit.towers import enable_tf_layers\n")
         assert text.count("enable_tf_layers()") == 1
         assert text.index("enable_tf_layers()") < text.index("class Model")
         assert migrate_source(text, "tflayers").source == text, "migrating again changes nothing"
-        done = subprocess.run(
-            [sys.executable, "tflayers.py"],
-            cwd=tmp_path / "out",
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        )
+        done = run_program(tmp_path / "out", "tflayers.py")
         assert done.returncode == 0, done.stderr[-3000:]
         stats = (tmp_path / "out" / "train_log" / "tflayers" / "stats.json").read_text()
         assert '"epoch_num": 2' in stats
