@@ -104,3 +104,22 @@ class ExitsAt(Indexed):
         if i == self.bad:
             os._exit(0)
         return super().__getitem__(i)
+
+
+class SlowWorker:
+    """Datapoints ``[i, worker]`` by index; worker `slow` (read from the worker process's
+    name, ``"... worker k"``) spends `cost_s` on each of its datapoints."""
+
+    def __init__(self, n: int, slow: int, cost_s: float) -> None:
+        self.n, self.slow, self.cost_s = n, slow, cost_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        import multiprocessing
+
+        worker = int(multiprocessing.current_process().name.rsplit(" ", 1)[-1])
+        if worker == self.slow:
+            time.sleep(self.cost_s)
+        return [np.array([[float(i)]], np.float32), worker]

@@ -67,8 +67,25 @@ class _Cursor:
     index = 0
 
 
-def _pass_items(source: Any, plan: WorkerPlan, worker: int, cursor: _Cursor) -> Iterator[Any]:
-    """The datapoints worker `worker` produces in one pass; `cursor` says which is next."""
+def _pass_items(
+    source: Any, plan: WorkerPlan, worker: int, cursor: _Cursor, claim: Any
+) -> Iterator[Any]:
+    """The datapoints worker `worker` produces in one pass; `cursor` says which is next.
+
+    With `claim` (an unordered pool over an indexed source) the workers take the pass's
+    indices from one shared counter, each the next one not taken, so none sits idle at
+    the pass's end while another still has its share to do.
+    """
+    if claim is not None:
+        length = len(source)
+        while True:
+            with claim.get_lock():
+                i = claim.value
+                claim.value = i + 1
+            if i >= length:
+                return
+            cursor.index = i
+            yield source[i]
     if plan.split == "index":
         for i in shard_indices(len(source), plan.workers, worker):
             cursor.index = i
@@ -99,6 +116,7 @@ def _worker_main(
     out: Any,
     slots: Any,
     started: Any,
+    claim: Any,
     alive: Any,
 ) -> None:
     """A worker's life: pass after pass over its share, each datapoint sent through `out`.
@@ -127,7 +145,7 @@ def _worker_main(
             random.seed(seed)
             np.random.seed(seed)
             start = time.perf_counter()
-            for dp in _pass_items(source, plan, worker, cursor):
+            for dp in _pass_items(source, plan, worker, cursor, claim):
                 _send(out, slots, ("dp", worker, dp, time.perf_counter() - start))
                 start = time.perf_counter()
             _send(out, slots, ("end", worker, pass_number))
@@ -192,6 +210,8 @@ class _Pool:
         self.stats = PoolStats(plan.workers, plan.capacity)
         self.passes = 0
         self.started = None if plan.ordered else ctx.Value("i", 0, lock=False)
+        shared = not plan.ordered and plan.split == "index"
+        self.claim = ctx.Value("q", 0) if shared else None
         self.procs: list[Any] = []
         self.conns: list[Any] = []
         self.slots: list[Any] = []
@@ -206,7 +226,7 @@ class _Pool:
             self.slots.append(slots)
             proc = ctx.Process(
                 target=_worker_main,
-                args=(source, plan, k, send, slots, self.started, alive),
+                args=(source, plan, k, send, slots, self.started, self.claim, alive),
                 name=f"{name} worker {k}",
                 daemon=True,
             )
@@ -380,7 +400,8 @@ class ParallelIterable:
     How the source is split (`WorkerPlan.split`):
 
     - a source with ``__len__`` and ``__getitem__``: worker k produces
-      ``source[k], source[k + N], ...`` (``index``);
+      ``source[k], source[k + N], ...`` (``index``); unordered, each worker takes the
+      next index no worker has taken yet, so all of them work until the pass's end;
     - another iterable: each worker iterates the whole source and keeps every N-th
       datapoint (``stride``): the source's own iteration runs N times over, so this
       pays only where producing a datapoint costs more than skipping it;
@@ -546,6 +567,8 @@ class ParallelIterable:
 
     def _unordered_pass(self, pool: _Pool) -> Iterator[Any]:
         pool.passes += 1
+        if pool.claim is not None:
+            pool.claim.value = 0  # every worker has ended the last pass: none reads it now
         pool.started.value = pool.passes  # type: ignore[union-attr]
         ended = 0
         while ended < self._plan.workers:
