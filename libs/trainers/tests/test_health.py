@@ -350,3 +350,38 @@ class TestTrainerTimeouts:
             assert trainer.timeouts is given_
             with pytest.raises(TypeError, match="'timeouts' must be a ClusterTimeouts; got float"):
                 DistributedTrainerReplicated(1, server, timeouts=3.0)
+
+
+STUCK = """
+import sys, threading, time
+from towerkit.trainers import TaskLostError
+from towerkit.trainers.parallel._health import ClusterTimeouts, exit_if_stuck
+done = threading.Event()
+t = ClusterTimeouts(check_every=0.1, dead_after=1, operation_seconds=0.5, close_seconds=0.2)
+exit_if_stuck(done, t, lambda: TaskLostError("worker 0 lost a parameter server, ps 0", None))
+if sys.argv[1] == "finishes":
+    done.set()
+    time.sleep(2)
+    print("finished")
+else:
+    time.sleep(60)  # a call with no deadline
+"""
+
+
+@pytest.mark.procs
+@pytest.mark.parametrize("how", ["stuck", "finishes"])
+def test_exit_if_stuck(how):
+    """A worker still blocked past the bound after losing a ps ends (status 1) with the
+    error's line; one whose loop ended in time runs on."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", STUCK, how], capture_output=True, text=True, timeout=120
+    )
+    if how == "stuck":
+        assert done.returncode == 1, done.stderr
+        assert time.monotonic() - started < 30
+        line = "towerkit.trainers._errors.TaskLostError: worker 0 lost a parameter server, ps 0"
+        assert line in done.stderr.splitlines(), done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "finished\n"

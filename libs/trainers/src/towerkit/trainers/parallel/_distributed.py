@@ -34,6 +34,7 @@ from towerkit.trainers.parallel._health import (
     ClusterWatch,
     TaskAddress,
     TaskLostError,
+    exit_if_stuck,
     task_addresses,
 )
 from towerkit.trainers.parallel._trainer_parts import (
@@ -143,6 +144,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         super().__init__()
         self.timeouts = timeouts
         self._watch: ClusterWatch | None = None
+        self._loop_done = threading.Event()
         self._chief_finished_flag: Any = None
         self._finished_var: Any = None
         self._preempt_flag: tuple[Any, Any, Any] | None = None
@@ -325,9 +327,10 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             return True
 
     def _on_lost(self, task: TaskAddress, why: str) -> None:
-        del task, why
         if self.hooked_sess is not None:
             self.hooked_sess.request_stop()
+        if task.job == "ps":  # a call it blocks may have no deadline: bound the wait
+            exit_if_stuck(self._loop_done, self.timeouts, lambda: self._lost_error(task, why))
 
     def _chief_initializers(self) -> list[Any]:
         """The initializers of the flags the chief keeps on a parameter server (not saved)."""
@@ -379,19 +382,14 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             raise error from err
         finally:
             watch.stop()
+            self._loop_done.set()
         if watch.lost:
             error = self._lost_error(*watch.lost[0])
             logger.error("%s", error)
             raise error
 
     def _finish(self, failed: BaseException | None) -> None:
-        """``after_train``, on a closed session once a parameter server is lost.
-
-        A parameter server that stopped answering (stopped, hung, cut off) blocks every
-        call that involves it without a deadline (TensorFlow bounds the steps, not the
-        registration of a new fetch): with the session closed first, a callback's
-        ``after_train`` that reads the variables fails at once instead of waiting.
-        """
+        """``after_train`` on a closed session once a ps is lost (its calls: `exit_if_stuck`)."""
         watch = self._watch
         lost = [task for task, _ in watch.lost if task.job == "ps"] if watch is not None else []
         if lost:

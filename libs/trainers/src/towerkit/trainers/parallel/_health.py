@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -294,3 +296,31 @@ class ClusterWatch:
                 if self._on_dead is not None:
                     self._on_dead(task, why)
             self._stop.wait(max(0.0, timeouts.check_every - (time.monotonic() - began)))
+
+
+def exit_if_stuck(
+    done: threading.Event, timeouts: ClusterTimeouts, error: Callable[[], BaseException]
+) -> None:
+    """End the process with `error`'s line unless `done` is set in time.
+
+    In time: within the operation deadline, the close bound and two health checks. For
+    a worker whose parameter server stopped answering: TensorFlow bounds a step by the
+    operation deadline but not a call that registers new fetches (an epoch-end save),
+    and closing the session blocks as well, so such a call would wait forever. The lost
+    task is already named; the process ends as an uncaught `error` would end it (its
+    line on stderr, status 1), without running further Python cleanup.
+    """
+    after_s = timeouts.operation_seconds + timeouts.close_seconds + 2 * timeouts.check_every
+
+    def watch() -> None:
+        if done.wait(after_s):
+            return
+        err = error()
+        logger.error("%s; the training thread is still blocked after %.0f s: exiting", err, after_s)
+        print(
+            f"{type(err).__module__}.{type(err).__qualname__}: {err}", file=sys.stderr, flush=True
+        )
+        logging.shutdown()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-if-stuck", daemon=True).start()
