@@ -9,7 +9,6 @@ import multiprocessing.connection
 import os
 import pickle
 import random
-import select
 import signal
 import threading
 import time
@@ -33,6 +32,7 @@ from towerkit.callbacks._parallel_core import (
     start_merge,
     worker_seed,
 )
+from towerkit.callbacks._parallel_pipes import Poller
 
 __all__ = ["ParallelIterable", "PoolStats"]
 
@@ -234,7 +234,7 @@ class _Pool:
             proc.start()
             send.close()  # the worker holds the only write end: its exit reads as the end
         alive_r.close()
-        self._poller = _Poller(self.conns)
+        self._poller = Poller(self.conns)
 
     def waiting(self) -> int:
         """Messages sent and not yet read, all workers (0 where the platform cannot tell)."""
@@ -305,38 +305,6 @@ class _Pool:
         """Stop every worker now (SIGTERM, then SIGKILL) and close the pipes."""
         self.closed = True
         self._finalizer()
-
-
-class _Poller:
-    """Which of some pipes have something to read (a message, or their end), waiting a while.
-
-    One ``select.poll`` set up once, where the platform has it (a connection's own
-    ``poll`` builds a selector on every call); ``multiprocessing.connection.wait`` elsewhere.
-    """
-
-    def __init__(self, conns: list[Any]) -> None:
-        self._conns = conns
-        self._fds = [c.fileno() for c in conns]
-        self._polls: list[Any] = []
-        if hasattr(select, "poll"):
-            for fd in self._fds:
-                one = select.poll()
-                one.register(fd, select.POLLIN)
-                self._polls.append(one)
-            self._all = select.poll()
-            for fd in self._fds:
-                self._all.register(fd, select.POLLIN)
-
-    def ready(self, wanted: Any, timeout_s: float) -> list[int]:
-        """The indices among `wanted` whose pipe is readable (or ended) within `timeout_s`."""
-        wanted = list(wanted)
-        if not self._polls:
-            found = mp.connection.wait([self._conns[k] for k in wanted], timeout_s)
-            return [k for k in wanted if self._conns[k] in found]
-        poll = self._polls[wanted[0]] if len(wanted) == 1 else self._all
-        events = poll.poll(int(timeout_s * 1000))
-        fds = {fd for fd, _ in events}
-        return [k for k in wanted if self._fds[k] in fds]
 
 
 def _preload_for(ctx: Any, source: Any) -> None:
