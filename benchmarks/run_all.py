@@ -1,7 +1,7 @@
 """Run every benchmark back to back and write one Markdown report with the machine it ran on.
 
 Each benchmark script (``bench_loop.py``, ``bench_restore.py``, ``bench_scaling.py``,
-``bench_export.py``, ``bench_layers.py``, ``bench_parallel.py``, ``bench_rnn.py``) times the systems it compares inside one invocation, with warm-up
+``bench_export.py``, ``bench_layers.py``, ``bench_parallel.py``, ``bench_rnn.py``, ``bench_precision.py``) times the systems it compares inside one invocation, with warm-up
 runs and repeated, interleaved measurements, and reports medians. This script runs them
 one after the other as separate processes (so one benchmark's memory and threads do not
 disturb the next), collects the JSON each writes, and writes:
@@ -129,6 +129,14 @@ BENCHES: dict[str, dict[str, Any]] = {
         "args": ["--steps", "400", "--warmup", "400", "--repeats", "3"],
         "quick": ["--steps", "60", "--warmup", "10", "--repeats", "1"],
         "baseline": "IterableInput(source, workers=1)",
+    },
+    "precision": {
+        "title": "Mixed precision: a BN convnet in float32 and mixed_bfloat16, towerkit against Keras 3",
+        "script": "bench_precision.py",
+        "json_flag": "--out",
+        "args": ["--repeats", "3", "--steps", "30", "--warmup", "5"],
+        "quick": ["--repeats", "1", "--steps", "3", "--warmup", "1"],
+        "baseline": "the same network in towerkit, float32",
     },
     "rnn": {
         "title": "Recurrent cells: a 2-layer LSTM step, towerkit.layers.rnn against tf.nn.rnn_cell",
@@ -367,6 +375,16 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
             if isinstance(ours, int | float) and isinstance(theirs, int | float) and theirs:
                 what = f"{peer} steps/s (vs baseline: IterableInput workers=2 over it)"
                 rows.append((what, f"{theirs:.1f}", _ratio(ours / theirs)))
+    elif area == "precision" and isinstance(data, Mapping):
+        medians, ratios = data.get("medians", {}), data.get("ratios", {})
+        ours = medians.get("towerkit mixed_bfloat16")
+        if isinstance(ours, int | float):
+            what = "towerkit mixed_bfloat16 steps/s (vs towerkit float32)"
+            rows.append((what, f"{ours:.2f}", _ratio(ratios.get("towerkit float32"))))
+        theirs = medians.get("keras mixed_bfloat16")
+        if isinstance(theirs, int | float):
+            what = "keras mixed_bfloat16 steps/s (vs baseline: towerkit mixed_bfloat16 over it)"
+            rows.append((what, f"{theirs:.2f}", _ratio(ratios.get("keras mixed_bfloat16"))))
     elif area == "rnn" and isinstance(data, Mapping):
         medians, ratios = data.get("medians", {}), data.get("ratios", {})
         ours = medians.get("towerkit.layers.rnn")

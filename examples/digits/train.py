@@ -53,6 +53,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="move an existing logdir aside to <logdir>.old-<timestamp> instead of failing",
     )
     parser.add_argument(
+        "--precision",
+        default="float32",
+        choices=["float32", "mixed_bfloat16", "mixed_float16"],
+        help="what the training tower computes in; variables stay float32 (default float32)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="show TensorFlow's start-up lines"
     )
     args = parser.parse_args(argv)
@@ -203,7 +209,7 @@ class DigitsModel(ModelDesc):
             x = tf.nn.dropout(x, rate=DROPOUT, seed=SEED)
         with tf1.variable_scope("fc"):
             logits = tf.add(tf.matmul(x, _weights("W", [4 * 4 * 64, 10], 3)), _bias("b", 10))
-        logits = tf.identity(logits, name="logits")
+        logits = tf.identity(tf.cast(logits, tf.float32), name="logits")  # float32 under any policy
         tf.nn.softmax(logits, name="prob")
         correct = tf.nn.in_top_k(predictions=logits, targets=label, k=1)
         wrong = tf.cast(tf.logical_not(correct), tf.float32, name="incorrect_vector")
@@ -228,7 +234,7 @@ def batches(x: np.ndarray, y: np.ndarray, size: int = 128) -> list[list[np.ndarr
     return [[x[i : i + size], y[i : i + size]] for i in range(0, len(x), size)]
 
 
-def train(logdir: str, epochs: int, overwrite: bool) -> MinSaver:
+def train(logdir: str, epochs: int, overwrite: bool, precision: str = "float32") -> MinSaver:
     """Train the model; return the MinSaver (its file is the best model)."""
     (x_train, y_train), (x_val, y_val), (x_test, _) = load_data()
     print(
@@ -256,6 +262,7 @@ def train(logdir: str, epochs: int, overwrite: bool) -> MinSaver:
         max_epoch=epochs,
         logdir=logdir,
         logdir_action="overwrite" if overwrite else "error",
+        precision=precision,
     )
     launch_train_with_config(config, SimpleTrainer())
     return best
@@ -326,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logdir = os.path.abspath(args.logdir)
     start = time.perf_counter()
 
-    best = train(logdir, args.epochs, args.overwrite)
+    best = train(logdir, args.epochs, args.overwrite, args.precision)
     trained = time.perf_counter() - start
     best_checkpoint = os.path.join(logdir, best.filename)
     print(

@@ -1,5 +1,6 @@
-"""Fixtures: a fresh graph for each test, made the default, and a log directory."""
+"""Fixtures: a fresh graph for each test, made the default, a log directory, Ctrl-C."""
 
+import signal
 import sys
 from pathlib import Path
 
@@ -33,3 +34,17 @@ def sess(graph):
 def logdir(tmp_path):
     """A log directory path that does not exist yet."""
     return tmp_path / "log"
+
+
+@pytest.fixture
+def default_sigint():
+    """Python's own SIGINT handler during the test, the one found before restored after.
+
+    A runner started in the background (``cmd &``) hands its children SIGINT ignored, and
+    Python then installs no handler: a test that sends itself SIGINT needs the handler a
+    user's program has, whatever started the tests.
+    """
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

@@ -202,7 +202,7 @@ class TestTaskKilled:
         assert job.procs[("ps", 0)].returncode != 0, ps
         line = one_line(ps, lost)
         assert line.startswith("towerkit.trainers._errors.TaskLostError: ps task 0: lost")
-        assert "the workers done: [1]" in line
+        assert "the workers done: [1]" in line, f"worker 1's output:\n{other}\nthe ps's:\n{ps}"
 
     def test_other_worker(self, cluster):
         """The ps names the dead worker at once and keeps serving the chief, which trains on."""

@@ -993,11 +993,7 @@ class TestIterableInputErrors:
         with pytest.raises(ZeroDivisionError, match="boom"):
             train_linear(IterableInput(SlowFlow()), callbacks=[Boom()])
 
-    @pytest.mark.skipif(
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
-        reason="the test runner replaced Python's SIGINT handler, which the loop leaves alone",
-    )
-    def test_sigint(self, graph):
+    def test_sigint(self, graph, default_sigint):
         """A real SIGINT ends the run after the step, joins the thread, then KeyboardInterrupt."""
 
         class Interrupt(Callback):

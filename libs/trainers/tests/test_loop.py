@@ -184,11 +184,7 @@ class TestInterrupt:
             run_probe(1, 2, 2, probe=probe)
         assert probe.events[-1] == ("after_train", 2, 0, 3)
 
-    @pytest.mark.skipif(
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
-        reason="the test runner replaced Python's SIGINT handler, which the loop leaves alone",
-    )
-    def test_sigint_stops_after_the_step(self, graph):
+    def test_sigint_stops_after_the_step(self, graph, default_sigint):
         """A real SIGINT mid-step lets the step and its trigger_step finish, then stops."""
 
         class Interrupt(Callback):

@@ -244,7 +244,7 @@ class TestFailingRunSaves:
         assert latest_step(logdir) == STEPS
         assert "ModelSaver: training ended by RuntimeError at global step 8" in caplog.text
 
-    def test_ctrl_c_at_epoch_end_not_saved(self, tmp_path, caplog):
+    def test_ctrl_c_at_epoch_end_not_saved(self, tmp_path, caplog, default_sigint):
         """Ctrl-C in the last step of epoch 2: the run stops, its state is not the latest."""
         logdir = tmp_path / "log"
         with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):

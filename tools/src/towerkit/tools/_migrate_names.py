@@ -30,6 +30,8 @@ _LIB_NAMES = {
     has_own_variables is_main_training_tower remap_variables resolve_devices
     restore_collection session_config_for_devices tower_reuse under_name_scope
     under_variable_scope validate_input_signature visible_gpu_count
+    POLICIES Precision cast_inputs current_precision low_precision_variables
+    precision_policy precision_scope with_precision
     """,
     "callbacks": """
     AllOf AnyOf AtLastStep BinaryClassificationStats Callback CallbackError
@@ -80,6 +82,7 @@ _LIB_NAMES = {
     choose_allreduce_mode format_lock get_default_sess_config get_global_step_value
     get_global_step_var get_tf_version_tuple launch_horovod_job launch_train_with_config
     lock_verdict make_replicas_local match_tower_variables parse_lock plan_logdir
+    LossScaleMonitor LossScaleOptimizer LossScaleSchedule next_loss_scale
     resume_plan serve_parameters session_creator_for_devices sync_replicas_op
     """,
     "export": """

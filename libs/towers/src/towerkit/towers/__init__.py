@@ -29,6 +29,16 @@ from towerkit.towers._errors import (
 )
 from towerkit.towers._layers import check_tf_keras_version, enable_tf_layers
 from towerkit.towers._names import get_op_tensor_name
+from towerkit.towers._precision import (
+    POLICIES,
+    Precision,
+    cast_inputs,
+    current_precision,
+    low_precision_variables,
+    precision_policy,
+    precision_scope,
+    with_precision,
+)
 from towerkit.towers._predict import OnlinePredictor, handle_to_predictor
 from towerkit.towers._scope import (
     auto_reuse_variable_scope,
@@ -72,6 +82,15 @@ __all__ = [
     "TowerTensorHandles",
     "build_placeholders",
     "validate_input_signature",
+    # mixed precision
+    "POLICIES",
+    "Precision",
+    "precision_policy",
+    "precision_scope",
+    "cast_inputs",
+    "current_precision",
+    "with_precision",
+    "low_precision_variables",
     # prediction
     "OnlinePredictor",
     "handle_to_predictor",

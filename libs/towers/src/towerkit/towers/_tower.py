@@ -11,6 +11,7 @@ import tensorflow as tf
 from towerkit.towers._context import BaseTowerContext, get_current_tower_context
 from towerkit.towers._errors import TowerContextError
 from towerkit.towers._names import get_op_tensor_name, join_scope
+from towerkit.towers._precision import cast_inputs, current_precision
 from towerkit.towers.compat import tf1
 
 _VARIABLE_COLLECTIONS = ("variables", "local_variables", "model_variables")
@@ -306,6 +307,9 @@ class TowerFunc:
     def __call__(self, *inputs: Any) -> Any:
         """Build one tower from `inputs` (one tensor per input spec) and record its handle.
 
+        Under a mixed `precision_scope` the floating inputs reach the tower function
+        cast to the policy's compute dtype; the handle keeps the inputs as given.
+
         Raises:
             TowerContextError: called outside a tower context.
             TypeError: the number of inputs differs from the input signature.
@@ -323,6 +327,6 @@ class TowerFunc:
                 f"({[s.name for s in self._signature]}); got {len(inputs)}"
             )
             raise TypeError(msg)
-        outputs = self._tower_fn(*inputs)
+        outputs = self._tower_fn(*cast_inputs(inputs, current_precision()))
         self._handles.append(TowerTensorHandle(ctx, inputs, outputs, self._signature))
         return outputs

@@ -74,6 +74,12 @@ from towerkit.trainers._optimizer import (
     VariableAssignmentOptimizer,
     apply_grad_processors,
 )
+from towerkit.trainers._precision import (
+    LossScaleMonitor,
+    LossScaleOptimizer,
+    LossScaleSchedule,
+    next_loss_scale,
+)
 from towerkit.trainers._sesscreate import (
     NewSessionCreator,
     ReuseSessionCreator,
@@ -197,6 +203,10 @@ __all__ = [
     "PostProcessOptimizer",
     "VariableAssignmentOptimizer",
     "AccumGradOptimizer",
+    "LossScaleOptimizer",
+    "LossScaleSchedule",
+    "LossScaleMonitor",
+    "next_loss_scale",
     "NewSessionCreator",
     "ReuseSessionCreator",
     "SessionCreatorAdapter",

@@ -93,6 +93,11 @@ class TrainConfig:
             callbacks' per-step hooks run once per call (see the trainers README).
 
             .. versionadded:: 0.2
+        precision: the mixed-precision policy of the training towers, by Keras's names:
+            ``"float32"`` (the default), ``"mixed_bfloat16"`` or ``"mixed_float16"``
+            (with dynamic loss scaling); see ``SingleCostTrainer.setup_graph``.
+
+            .. versionadded:: 0.2
 
     Raises:
         TypeError: an option of the wrong kind, or an unknown keyword.
@@ -117,6 +122,7 @@ class TrainConfig:
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
         steps_per_execution: int = 1,
+        precision: str = "float32",
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -138,6 +144,7 @@ class TrainConfig:
             logdir=logdir,
             logdir_action=logdir_action,
             steps_per_execution=steps_per_execution,
+            precision=precision,
         )
         self._spec: TrainSpec | None = TrainSpec(**self._options)
 
@@ -190,6 +197,7 @@ class TrainConfig:
     logdir: _Option[str | None] = _Option("The run's directory (absolute), or None.")
     logdir_action: _Option[str] = _Option("What to do with a non-empty `logdir`.")
     steps_per_execution: _Option[int] = _Option("Training steps per session call (K).")
+    precision: _Option[str] = _Option("The mixed-precision policy's name.")
 
     def plan_resume(self, steps_per_epoch: int) -> ResumePlan | None:
         """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).

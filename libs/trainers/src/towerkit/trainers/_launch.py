@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -79,12 +79,11 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
     source = apply_default_prefetch(
         config.data if config.data is not None else config.dataflow, trainer
     )
+    options: dict[str, Any] = dict(_k_kwargs(config.steps_per_execution))
+    if config.precision != "float32":  # as a keyword only when asked (trainers of other signatures)
+        options["precision"] = config.precision
     trainer.setup_graph(
-        model.get_input_signature(),
-        source,
-        model.build_graph,
-        model.get_optimizer,
-        **_k_kwargs(config.steps_per_execution),
+        model.get_input_signature(), source, model.build_graph, model.get_optimizer, **options
     )
     if config.steps_per_epoch is None:
         bounds = config.loop_bounds(input_size=source.size())

@@ -13,18 +13,22 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.towers import (
     OnlinePredictor,
+    Precision,
     TowerContext,
     TowerFunc,
     TowerTensorHandle,
     TowerTensorHandles,
     build_placeholders,
     get_current_tower_context,
+    precision_policy,
+    precision_scope,
     visible_gpu_count,
 )
 from towerkit.towers.compat import tf1
 from towerkit.trainers._base import Trainer
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._multistep import build_steps_loop, refuse_per_step_feeds
+from towerkit.trainers._precision import loss_scaled, precision_callbacks
 
 if TYPE_CHECKING:
     from towerkit.trainers.inputs._base import InputSource
@@ -226,6 +230,12 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
     def __init__(self) -> None:
         super().__init__()
         self._input: InputSource | None = None
+        self._precision = precision_policy("float32")
+
+    @property
+    def precision(self) -> Precision:
+        """The mixed-precision policy of the training towers (given to ``setup_graph``)."""
+        return self._precision
 
     @property
     def input_source(self) -> InputSource | None:
@@ -240,6 +250,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         get_opt_fn: Callable[[], Any],
         *,
         steps_per_execution: int = 1,
+        precision: str | Precision = "float32",
     ) -> list[Callback]:
         """Build the training graph from an input signature, an input, a cost and an optimizer.
 
@@ -258,9 +269,14 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
                 its own batch, and ``train_op`` runs the loop; the input must dequeue
                 in the graph and the trainer must support it
                 (``SUPPORTS_STEPS_PER_EXECUTION``). ``train`` then runs K steps per call.
+            precision: a mixed-precision policy (``"float32"``, ``"mixed_bfloat16"``,
+                ``"mixed_float16"``): the training towers compute in its dtype under
+                `towerkit.towers.precision_scope`, the cost is cast to float32 and
+                variables stay float32; ``"mixed_float16"`` wraps the optimizer in
+                `LossScaleOptimizer` and reports ``loss_scale`` every epoch.
 
         .. versionchanged:: 0.2
-           ``steps_per_execution``.
+           ``steps_per_execution``, ``precision``.
 
         Returns:
             The callbacks registered.
@@ -286,9 +302,10 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
             if isinstance(get_cost_fn, TowerFunc)
             else TowerFunc(get_cost_fn, inputs_desc)
         )
+        self._precision = precision_policy(precision)
         if self.CHECK_TOWER_RULES:
             self._check_tower_rules(func)
-        get_opt_fn = call_only_once(get_opt_fn)
+        get_opt_fn = call_only_once(loss_scaled(get_opt_fn, self._precision))
         k = self._set_steps_per_execution(steps_per_execution)
         refuse_per_step_feeds(input, k)
         with self._graph.as_default():
@@ -307,7 +324,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
 
                 self.train_op = build_steps_loop(self._graph, k, one_step)
                 own = built[0]
-            own = [*own, *self._finish_graph()]
+            own = [*own, *self._finish_graph(), *precision_callbacks(get_opt_fn, self._precision)]
             input_cbs = input.get_callbacks()
         cbs = [*input_cbs, *own]
         self.register_callback(cbs)
@@ -360,9 +377,12 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         colocate = bool(self.COLOCATE_GRADIENTS_WITH_OPS)
         aggregation = self.AGGREGATION_METHOD
 
+        policy = self._precision
+
         def get_cost(*inputs: Any) -> Any:
-            cost = get_cost_fn(*inputs)
-            return check_cost(cost)
+            with precision_scope(policy):
+                cost = check_cost(get_cost_fn(*inputs))
+            return cost if cost.dtype.base_dtype == tf.float32 else tf.cast(cost, tf.float32)
 
         def get_grads() -> list[tuple[Any, Any]]:
             inputs = input.get_input_tensors()

@@ -10,6 +10,7 @@ import attrs
 
 from towerkit.callbacks import Callback, LoopBounds
 from towerkit.callbacks.plumbing import check_steps_per_execution, input_kind
+from towerkit.towers import precision_policy
 from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._multistep import check_k
@@ -97,6 +98,10 @@ def _logdir_action(_: Any, __: attrs.Attribute[Any], action: str) -> None:
         raise ValueError(msg)
 
 
+def _precision_name(value: Any) -> str:
+    return precision_policy(value).name
+
+
 @attrs.frozen(kw_only=True)
 class TrainSpec:
     """Every option of a single-cost training run, validated once, when it is built.
@@ -122,6 +127,8 @@ class TrainSpec:
         logdir: the run's directory, absolute, or None.
         logdir_action: ``"error"``, ``"overwrite"`` or ``"keep"``.
         steps_per_execution: steps per session call (K).
+        precision: the mixed-precision policy's name (``"float32"``, ``"mixed_bfloat16"``,
+            ``"mixed_float16"``).
 
     Examples:
         >>> spec = TrainSpec(max_epoch=3, steps_per_epoch=10)
@@ -158,6 +165,7 @@ class TrainSpec:
     logdir: str | None = attrs.field(default=None, converter=_logdir)
     logdir_action: str = attrs.field(default="error", validator=_logdir_action)
     steps_per_execution: int = attrs.field(default=1, converter=check_k)
+    precision: str = attrs.field(default="float32", converter=_precision_name)
 
     def __attrs_post_init__(self) -> None:
         # the loop's bounds, by the loop's own record (steps_per_epoch may wait for the input)

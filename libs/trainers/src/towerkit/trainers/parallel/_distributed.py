@@ -191,6 +191,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         get_opt_fn: Callable[[], Any],
         *,
         steps_per_execution: int = 1,
+        precision: Any = "float32",
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`; the global step goes to the parameter servers."""
         self._require_phase("setup_graph", "new")
@@ -217,7 +218,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                     ],
                     name="check_in",
                 )
-        return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn)
+        return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn, precision=precision)
 
     def setup_callbacks(
         self,

@@ -303,6 +303,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         get_opt_fn: Callable[[], Any],
         *,
         steps_per_execution: int = 1,
+        precision: Any = "float32",
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`, with the graph seed offset by the rank."""
         self._set_steps_per_execution(steps_per_execution)
@@ -310,7 +311,8 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         if seed is not None and self._rank > 0:
             self._graph.seed = seed + self._rank
             logger.info("rank %d: graph seed %d -> %d", self._rank, seed, self._graph.seed)
-        return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn)
+        args = (inputs_desc, input, get_cost_fn, get_opt_fn)
+        return super().setup_graph(*args, precision=precision)
 
     def _device(self) -> str:
         return "/cpu:0" if self._gpu is None else "/gpu:0"

@@ -1,0 +1,304 @@
+"""Mixed precision in the trainers: dynamic loss scaling for float16, and its statistic.
+
+The core is `LossScaleSchedule` and `next_loss_scale` (pure); `LossScaleOptimizer`
+builds the same rule in the graph around any ``tf.compat.v1.train.Optimizer``, and
+`LossScaleMonitor` reports the scale every epoch.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import tensorflow as tf
+from tensorflow.python.framework import kernels
+
+from towerkit.callbacks import Callback
+from towerkit.towers import Precision, low_precision_variables
+from towerkit.towers.compat import tf1
+from towerkit.trainers._optimizer import ProxyOptimizer
+
+__all__ = [
+    "LOSS_SCALE_NAME",
+    "LossScaleMonitor",
+    "LossScaleOptimizer",
+    "LossScaleSchedule",
+    "loss_scaled",
+    "next_loss_scale",
+    "ops_without_half_kernels",
+    "precision_callbacks",
+]
+
+logger = logging.getLogger("towerkit.trainers")
+
+#: The name of the loss-scale variable (a float32 scalar, saved in checkpoints).
+LOSS_SCALE_NAME = "loss_scale"
+
+
+def _positive(_: Any, attribute: Any, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        msg = f"LossScaleSchedule.{attribute.name} must be a finite number > 0; got {value!r}"
+        raise ValueError(msg)
+
+
+def _growth(_: Any, attribute: Any, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"LossScaleSchedule.{attribute.name} must be an int >= 1; got {value!r}"
+        raise ValueError(msg)
+
+
+def _factor(_: Any, attribute: Any, value: float) -> None:
+    _positive(_, attribute, value)
+    if value <= 1:
+        msg = f"LossScaleSchedule.{attribute.name} must be > 1; got {value!r}"
+        raise ValueError(msg)
+
+
+@attrs.frozen
+class LossScaleSchedule:
+    """How a dynamic loss scale moves.
+
+    The loss is multiplied by the scale before differentiating and the gradients
+    divided by it. After `growth_interval` steps in a row with finite gradients the
+    scale is multiplied by `factor`; a step with a non-finite gradient is skipped
+    and divides it by `factor` (not below `minimum`).
+
+    Attributes:
+        initial: the scale of the first step.
+        growth_interval: finite steps in a row before the scale grows.
+        factor: how much it grows or shrinks at once (> 1).
+        minimum: the smallest scale.
+    """
+
+    initial: float = attrs.field(default=2.0**15, validator=_positive)
+    growth_interval: int = attrs.field(default=2000, validator=_growth)
+    factor: float = attrs.field(default=2.0, validator=_factor)
+    minimum: float = attrs.field(default=1.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.initial < self.minimum:
+            msg = (
+                f"LossScaleSchedule: 'initial' {self.initial!r} is below 'minimum' {self.minimum!r}"
+            )
+            raise ValueError(msg)
+
+
+def next_loss_scale(
+    scale: float, good_steps: int, finite: bool, schedule: LossScaleSchedule
+) -> tuple[float, int]:
+    """The scale and the count of finite steps in a row after one step.
+
+    >>> s = LossScaleSchedule(initial=8.0, growth_interval=2)
+    >>> next_loss_scale(8.0, 0, True, s), next_loss_scale(8.0, 1, True, s)
+    ((8.0, 1), (16.0, 0))
+    >>> next_loss_scale(8.0, 1, False, s)
+    (4.0, 0)
+    """
+    if not finite:
+        return max(scale / schedule.factor, schedule.minimum), 0
+    if good_steps + 1 >= schedule.growth_interval:
+        return scale * schedule.factor, 0
+    return scale, good_steps + 1
+
+
+def _graph_update(scale: Any, good: Any, finite: Any, schedule: LossScaleSchedule) -> Any:
+    """`next_loss_scale` as ops assigning the two variables."""
+    grown = good + 1 >= schedule.growth_interval
+    new_scale = tf.where(
+        finite,
+        tf.where(grown, scale * schedule.factor, scale),
+        tf.maximum(scale / schedule.factor, schedule.minimum),
+    )
+    new_good = tf.where(
+        tf.logical_and(finite, tf.logical_not(grown)), good + 1, tf.zeros_like(good)
+    )
+    return tf.group(
+        scale.assign(new_scale, read_value=False),
+        good.assign(new_good, read_value=False),
+        name="update_loss_scale",
+    )
+
+
+def _values(grad: Any) -> Any:
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
+
+
+def _times(grad: Any, factor: Any) -> Any:
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values * factor, grad.indices, grad.dense_shape)
+    return grad * factor
+
+
+class LossScaleOptimizer(ProxyOptimizer):
+    """An optimizer with dynamic loss scaling (mixed float16 training).
+
+    ``compute_gradients`` differentiates ``loss * scale`` and returns the gradients
+    divided by the scale, in float32: gradient processors and ``CheckNumerics`` in the
+    wrapped optimizer see unscaled values. ``apply_gradients`` applies them only when
+    all are finite (otherwise the step is skipped: no variable or slot changes) and
+    moves the scale by `schedule` (`next_loss_scale`). Several ``apply_gradients``
+    calls in one step (one per tower) move it once.
+
+    The scale is the float32 variable ``loss_scale`` (with ``loss_scale_good_steps``),
+    global and not trainable: saved in checkpoints, restored on resume.
+
+    Args:
+        opt: the wrapped ``tf.compat.v1.train.Optimizer``.
+        schedule: how the scale moves (default `LossScaleSchedule()`).
+    """
+
+    def __init__(self, opt: Any, schedule: LossScaleSchedule | None = None) -> None:
+        super().__init__(opt, name="LossScaleOptimizer")
+        schedule = LossScaleSchedule() if schedule is None else schedule
+        if not isinstance(schedule, LossScaleSchedule):
+            msg = f"'schedule' must be a LossScaleSchedule; got {type(schedule).__name__}"
+            raise TypeError(msg)
+        self.schedule = schedule
+        self._state: tuple[Any, Any] | None = None
+        self._update: Any = None
+
+    @property
+    def loss_scale(self) -> Any:
+        """The ``loss_scale`` variable (made on first use, next to the global step)."""
+        return self._variables()[0]
+
+    def _variables(self) -> tuple[Any, Any]:
+        if self._state is None:
+            step = tf1.train.get_global_step()
+            place = tf1.colocate_with(step) if step is not None else tf1.name_scope(None)
+            with tf.init_scope(), tf1.name_scope(None), place:
+                scale = tf1.Variable(
+                    float(self.schedule.initial),
+                    trainable=False,
+                    dtype=tf.float32,
+                    name=LOSS_SCALE_NAME,
+                )
+                good = tf1.Variable(
+                    0, trainable=False, dtype=tf.int64, name=f"{LOSS_SCALE_NAME}_good_steps"
+                )
+            self._state = (scale, good)
+        return self._state
+
+    def compute_gradients(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
+        scale, _ = self._variables()
+        scaled = loss * tf.cast(scale, loss.dtype)
+        pairs = self._opt.compute_gradients(scaled, *args, **kwargs)
+        inverse = 1.0 / scale
+        return [(None if g is None else _times(g, tf.cast(inverse, g.dtype)), v) for g, v in pairs]
+
+    def apply_gradients(
+        self, grads_and_vars: Sequence[tuple[Any, Any]], global_step: Any = None, name: Any = None
+    ) -> Any:
+        pairs = list(grads_and_vars)
+        scale, good = self._variables()
+        grads = [_values(g) for g, _ in pairs if g is not None]
+        with tf1.name_scope("loss_scale_check"):
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+
+        def apply() -> Any:
+            return tf.group(self._opt.apply_gradients(pairs, global_step=global_step))
+
+        applied = tf.cond(finite, apply, tf.no_op, name="apply_if_finite")
+        if self._update is not None:
+            return tf.group(applied, name=name)
+        with tf1.control_dependencies([applied]):
+            self._update = _graph_update(scale, good, finite, self.schedule)
+        return tf.group(applied, self._update, name=name)
+
+
+class LossScaleMonitor(Callback):
+    """Report the loss scale (``loss_scale`` in the monitors, ``stats.json``) every epoch."""
+
+    _chief_only = True
+
+    def __init__(self, scale: Any) -> None:
+        self._scale = scale
+
+    def _trigger_epoch(self) -> None:
+        value = self.trainer.sess.run(self._scale)
+        self.trainer.monitors.put_scalar(LOSS_SCALE_NAME, float(value))
+
+
+def loss_scaled(get_opt_fn: Callable[[], Any], policy: Precision) -> Callable[[], Any]:
+    """`get_opt_fn`, its optimizer wrapped in `LossScaleOptimizer` when `policy` needs scaling."""
+    if not policy.loss_scaling:
+        return get_opt_fn
+
+    def get_opt() -> Any:
+        opt = get_opt_fn()
+        return opt if isinstance(opt, LossScaleOptimizer) else LossScaleOptimizer(opt)
+
+    return get_opt
+
+
+def precision_callbacks(get_opt_fn: Callable[[], Any], policy: Precision) -> list[Callback]:
+    """After a mixed graph is built: check it, and the callbacks its policy needs.
+
+    Warns about variables stored in low precision (made by hand, outside the policy);
+    under ``mixed_float16`` refuses ops that have no float16 kernel on their device,
+    and reports the loss scale every epoch.
+
+    Raises:
+        TypeError: an op computes in float16 on a device with no float16 kernel for it.
+    """
+    if not policy.mixed:
+        return []
+    opt = get_opt_fn()
+    slots = {
+        id(opt.get_slot(v, n)) for v in tf1.trainable_variables() for n in opt.get_slot_names()
+    }
+    low = low_precision_variables([v for v in tf1.global_variables() if id(v) not in slots])
+    if low:
+        logger.warning(
+            "precision %r: variables %s are stored in low precision (made by hand, not "
+            "through get_variable): the policy keeps variables in float32; these train "
+            "with rounding errors",
+            policy.name,
+            low,
+        )
+    if not policy.loss_scaling:
+        return []
+    missing = ops_without_half_kernels(tf1.get_default_graph())
+    if missing:
+        lines = "; ".join(f"{name} ({kind} on {device})" for name, kind, device in missing[:10])
+        msg = (
+            f"precision 'mixed_float16': {len(missing)} op(s) compute in float16 where "
+            f"TensorFlow has no float16 kernel for them: {lines}. Use 'mixed_bfloat16', or "
+            "cast these ops' inputs to float32"
+        )
+        raise TypeError(msg)
+    return [LossScaleMonitor(opt.loss_scale)] if isinstance(opt, LossScaleOptimizer) else []
+
+
+_HALF = tf.float16.as_datatype_enum
+
+
+@functools.cache
+def _half_devices(op_type: str, attr: str) -> frozenset[str]:
+    """The device types with a kernel of `op_type` that takes float16 for type attr `attr`."""
+    found = set()
+    for kernel in kernels.get_registered_kernels_for_op(op_type).kernel:
+        allowed = {c.name: list(c.allowed_values.list.type) for c in kernel.constraint}
+        if attr not in allowed or _HALF in allowed[attr]:
+            found.add(kernel.device_type)
+    return frozenset(found)
+
+
+def ops_without_half_kernels(graph: Any) -> list[tuple[str, str, str]]:
+    """(name, type, device type) of each op of `graph` set to float16 with no kernel for it."""
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    missing = []
+    for op in graph.get_operations():
+        device = op.device.upper()
+        kind = "GPU" if "GPU" in device or (gpu and "CPU" not in device) else "CPU"
+        for name, value in op.node_def.attr.items():
+            if value.type != _HALF:
+                continue
+            if kind not in _half_devices(op.type, name):
+                missing.append((op.name, op.type, kind))
+            break
+    return missing

@@ -1,0 +1,303 @@
+"""Mixed precision: policies, float32 storage, dynamic loss scaling; real sessions and files."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from towerkit.callbacks import JSONWriter, ModelSaver, ScalarPrinter
+from towerkit.sessinit import load_checkpoint_vars
+from towerkit.towers import (
+    TowerContext,
+    TowerFunc,
+    add_moving_summary,
+    precision_policy,
+    precision_scope,
+)
+from towerkit.towers.compat import tf1
+from towerkit.trainers import (
+    AutoResumeTrainConfig,
+    LossScaleOptimizer,
+    LossScaleSchedule,
+    ModelDesc,
+    NumpyInput,
+    SimpleTrainer,
+    SyncMultiGPUTrainerReplicated,
+    TrainConfig,
+    launch_train_with_config,
+    next_loss_scale,
+)
+from towerkit.trainers._precision import ops_without_half_kernels
+
+SEED = 3
+
+
+def data(n: int = 128) -> list[np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    x = rng.random((n, 8, 8, 1)).astype(np.float32)
+    y = (x.reshape(n, -1).mean(1) > 0.5).astype(np.int32)
+    return [x, y]
+
+
+class ConvNet(ModelDesc):
+    """conv - BN - pool, then a plain ``get_variable`` matmul: both kinds follow the policy."""
+
+    def __init__(self, schedule: LossScaleSchedule | None = None, lr: float = 1e-2) -> None:
+        self.schedule = schedule
+        self.lr = lr
+        self.dtypes: list[tf.DType] = []
+
+    def inputs(self) -> list[tf.TensorSpec]:
+        return [
+            tf.TensorSpec((None, 8, 8, 1), tf.float32, "image"),
+            tf.TensorSpec((None,), tf.int32, "label"),
+        ]
+
+    def build_graph(self, image: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
+        self.dtypes.append(image.dtype)
+        init = tf1.glorot_uniform_initializer(seed=SEED)
+        with tf1.variable_scope("conv0"):
+            x = tf.nn.conv2d(
+                image, tf1.get_variable("W", [3, 3, 1, 8], initializer=init), 1, "SAME"
+            )
+            x = tf.nn.relu(x + tf1.get_variable("b", [8], initializer=tf1.zeros_initializer()))
+        # statistics in float32, as the policy wants them
+        mean, var = tf.nn.moments(tf.cast(x, tf.float32), [0, 1, 2])
+        x = tf.cast(
+            tf.nn.batch_normalization(tf.cast(x, tf.float32), mean, var, None, None, 1e-5), x.dtype
+        )
+        x = tf.nn.max_pool2d(x, 2, 2, "VALID")
+        w = tf1.get_variable("head/W", [4 * 4 * 8, 2], initializer=init)
+        logits = tf.cast(tf.matmul(tf.reshape(x, [-1, 4 * 4 * 8]), w), tf.float32)
+        cost = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
+            name="cost",
+        )
+        add_moving_summary(cost)
+        return cost
+
+    def optimizer(self) -> tf1.train.Optimizer:
+        opt = tf1.train.AdamOptimizer(self.lr)
+        return opt if self.schedule is None else LossScaleOptimizer(opt, self.schedule)
+
+
+def train(tmp_path, precision, *, model=None, trainer=None, epochs=2, config=TrainConfig, **kw):
+    model = ConvNet() if model is None else model
+    cfg = config(
+        model=model,
+        data=NumpyInput(data(), batch_size=16, shuffle=False),
+        callbacks=[ModelSaver(max_to_keep=10)],
+        monitors=[JSONWriter(), ScalarPrinter()],
+        max_epoch=epochs,
+        steps_per_epoch=8,
+        logdir=str(tmp_path),
+        precision=precision,
+        **kw,
+    )
+    tf1.set_random_seed(SEED)
+    launch_train_with_config(cfg, SimpleTrainer() if trainer is None else trainer)
+    return json.loads((tmp_path / "stats.json").read_text())
+
+
+# -- the pure core ------------------------------------------------------------------------
+
+schedules = st.builds(
+    LossScaleSchedule,
+    initial=st.sampled_from([1.0, 8.0, 2.0**15]),
+    growth_interval=st.integers(1, 5),
+    factor=st.sampled_from([2.0, 4.0]),
+    minimum=st.sampled_from([1.0]),
+)
+
+
+@given(schedules, st.lists(st.booleans(), max_size=30))
+def test_next_loss_scale_grows_after_a_run_and_shrinks_on_overflow(schedule, steps):
+    scale, good = schedule.initial, 0
+    run = 0
+    for finite in steps:
+        before = scale
+        scale, good = next_loss_scale(scale, good, finite, schedule)
+        assert scale >= schedule.minimum
+        if not finite:
+            run = 0
+            assert scale == max(before / schedule.factor, schedule.minimum)
+            assert good == 0
+        else:
+            run += 1
+            grew = run % schedule.growth_interval == 0
+            assert scale == (before * schedule.factor if grew else before)
+            assert good == run % schedule.growth_interval
+
+
+@settings(max_examples=15, deadline=None)
+@given(schedules, st.lists(st.booleans(), min_size=1, max_size=12))
+def test_the_graph_update_is_next_loss_scale(schedule, steps):
+    """The update op built by LossScaleOptimizer moves the scale as the pure function does."""
+    g = tf.Graph()
+    with g.as_default():
+        w = tf1.Variable(1.0, name="w")
+        x = tf1.placeholder(tf.float32, [])
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), schedule)
+        train_op = opt.apply_gradients(opt.compute_gradients(w * x))
+        with tf1.Session(graph=g) as sess:
+            sess.run(tf1.global_variables_initializer())
+            scale, good = schedule.initial, 0
+            for finite in steps:
+                sess.run(train_op, {x: 1.0 if finite else np.inf})
+                scale, good = next_loss_scale(scale, good, finite, schedule)
+                assert sess.run(opt.loss_scale) == pytest.approx(scale)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"growth_interval": 0}, "growth_interval must be an int >= 1; got 0"),
+        ({"factor": 1.0}, "factor must be > 1; got 1.0"),
+        ({"initial": float("inf")}, "initial must be a finite number > 0"),
+        ({"initial": 0.5, "minimum": 1.0}, "'initial' 0.5 is below 'minimum' 1.0"),
+    ],
+)
+def test_a_bad_schedule_names_the_field(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        LossScaleSchedule(**kwargs)
+
+
+def test_an_unknown_policy_lists_the_valid_ones(tmp_path):
+    expected = (
+        "unknown precision policy 'mixed_fp16'; valid: 'float32', 'mixed_bfloat16', 'mixed_float16'"
+    )
+    with pytest.raises(ValueError, match=expected):
+        precision_policy("mixed_fp16")
+    with pytest.raises(ValueError, match=expected):
+        TrainConfig(model=ConvNet(), precision="mixed_fp16")
+    assert not list(tmp_path.iterdir())
+
+
+# -- the graph ----------------------------------------------------------------------------
+
+
+def test_towers_compute_in_bfloat16_with_float32_variables():
+    g = tf.Graph()
+    with g.as_default():
+        model = ConvNet()
+        func = TowerFunc(model.build_graph, model.get_input_signature())
+        image = tf1.placeholder(tf.float32, [None, 8, 8, 1])
+        label = tf1.placeholder(tf.int32, [None])
+        with TowerContext("", is_training=True), precision_scope("mixed_bfloat16"):
+            cost = func(image, label)
+        assert model.dtypes == [tf.bfloat16]
+        assert cost.dtype == tf.float32
+        assert {v.dtype.base_dtype for v in tf1.global_variables()} == {tf.float32}
+        convs = [op for op in g.get_operations() if op.type == "Conv2D"]
+        assert [op.get_attr("T") for op in convs] == [tf.bfloat16]
+        # the handle keeps the inputs as given (what a predictor feeds)
+        assert func.towers[0].inputs[0] is image
+
+
+def test_gradients_reach_the_processors_unscaled():
+    g = tf.Graph()
+    with g.as_default():
+        w = tf1.Variable([1.0, 2.0], name="w")
+        x = tf1.constant([3.0, -5.0])
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1.0))
+        ((grad, _),) = opt.compute_gradients(tf.reduce_sum(w * x))
+        with tf1.Session(graph=g) as sess:
+            sess.run(tf1.global_variables_initializer())
+            assert sess.run(opt.loss_scale) == 2.0**15
+            np.testing.assert_allclose(sess.run(grad), [3.0, -5.0])
+
+
+def test_an_overflow_step_is_skipped_and_halves_the_scale():
+    """No variable or slot changes on a non-finite gradient; the next finite step applies."""
+    g = tf.Graph()
+    with g.as_default():
+        w = tf1.Variable([1.0, 2.0], name="w")
+        x = tf1.placeholder(tf.float16, [2])
+        cost = tf.cast(tf.reduce_sum(tf.cast(w, tf.float16) * x), tf.float32)
+        opt = LossScaleOptimizer(tf1.train.AdamOptimizer(0.1))
+        train_op = opt.apply_gradients(opt.compute_gradients(cost))
+        with tf1.Session(graph=g) as sess:
+            sess.run(tf1.global_variables_initializer())
+            slots = [opt.get_slot(w, "m"), opt.get_slot(w, "v")]
+            before = sess.run([w, *slots])
+            # 60000 * 32768 overflows float16 in the scaled gradient
+            sess.run(train_op, {x: [60000.0, 1.0]})
+            after = sess.run([w, *slots])
+            for b, a in zip(before, after):
+                np.testing.assert_array_equal(b, a)
+            assert sess.run(opt.loss_scale) == 2.0**14
+            sess.run(train_op, {x: [1.0, 1.0]})
+            assert not np.array_equal(sess.run(w), before[0])
+
+
+def test_float16_ops_without_a_kernel_are_named():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float16, [3, 3], name="x")
+        tf.linalg.cholesky(x, name="chol")
+        tf.matmul(x, x, name="mm")
+    assert [(n, t) for n, t, _ in ops_without_half_kernels(g)] == [("chol", "Cholesky")]
+
+
+# -- training runs ------------------------------------------------------------------------
+
+
+def test_a_bfloat16_run_keeps_float32_checkpoints_and_ends_near_float32(tmp_path):
+    mixed = train(tmp_path / "bf16", "mixed_bfloat16")
+    plain = train(tmp_path / "f32", "float32")
+    for ckpt in sorted((tmp_path / "bf16").glob("model-*.index")):
+        values = load_checkpoint_vars(str(ckpt)[: -len(".index")])
+        floats = {k: v.dtype for k, v in values.items() if v.dtype.kind == "f"}
+        assert set(floats.values()) == {np.dtype(np.float32)}, floats
+    assert "loss_scale" not in mixed[-1]
+    # same seed, same data: bfloat16's 8-bit mantissa moves the cost by little
+    assert mixed[-1]["cost"] == pytest.approx(plain[-1]["cost"], abs=0.05)
+    assert mixed[-1]["cost"] < mixed[0]["cost"]
+
+
+def test_a_float16_run_reports_the_scale_and_resumes_with_it(tmp_path):
+    schedule = LossScaleSchedule(initial=256.0, growth_interval=3)
+    whole = train(tmp_path / "whole", "mixed_float16", model=ConvNet(schedule), epochs=4)
+    scales = [row["loss_scale"] for row in whole]
+    assert scales[0] > 256.0  # it grew: 8 finite steps in the first epoch
+    part = tmp_path / "part"
+    train(part, "mixed_float16", model=ConvNet(schedule), epochs=2, config=AutoResumeTrainConfig)
+    saved = load_checkpoint_vars(tf1.train.latest_checkpoint(str(part)))
+    assert saved["loss_scale"].dtype == np.float32
+    assert float(saved["loss_scale"]) == scales[1]
+    resumed = train(
+        part, "mixed_float16", model=ConvNet(schedule), epochs=4, config=AutoResumeTrainConfig
+    )
+    assert [row["loss_scale"] for row in resumed] == scales
+    assert resumed[-1]["cost"] == pytest.approx(whole[-1]["cost"], rel=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_replicated_towers_and_several_steps_per_call(tmp_path, precision):
+    stats = train(
+        tmp_path,
+        precision,
+        trainer=SyncMultiGPUTrainerReplicated(2),
+        steps_per_execution=4,
+    )
+    assert [row["global_step"] for row in stats] == [8, 16]
+    assert ("loss_scale" in stats[-1]) == (precision == "mixed_float16")
+    values = load_checkpoint_vars(tf1.train.latest_checkpoint(str(tmp_path)))
+    assert {v.dtype for k, v in values.items() if v.dtype.kind == "f"} == {np.dtype(np.float32)}
+
+
+def test_a_variable_made_by_hand_in_low_precision_is_named(tmp_path, caplog):
+    class HandMade(ConvNet):
+        def build_graph(self, image, label):
+            bias = tf1.Variable(tf.zeros([], tf.bfloat16), name="hand_bias")
+            return super().build_graph(image, label) + tf.cast(bias, tf.float32)
+
+    with caplog.at_level(logging.WARNING, logger="towerkit.trainers"):
+        train(tmp_path, "mixed_bfloat16", model=HandMade(), epochs=1)
+    assert "['hand_bias']" in caplog.text
