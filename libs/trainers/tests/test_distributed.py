@@ -53,7 +53,7 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def run_cluster(tmp_path: Path, trainer: str) -> dict:
+def run_cluster(tmp_path: Path, trainer: str, precision: str = "float32") -> dict:
     """Start the ps and both workers; wait for all three; return their reports and outputs.
 
     Every process runs in its own process group; past JOB_TIMEOUT all are stopped and
@@ -67,6 +67,7 @@ def run_cluster(tmp_path: Path, trainer: str) -> dict:
     for role, task in roles:
         argv = [sys.executable, str(SCRIPT), role, str(task), "--ports", ports]
         argv += ["--trainer", trainer, "--logdir-base", str(tmp_path), "--max-epoch", str(EPOCHS)]
+        argv += ["--precision", precision]
         procs[(role, task)] = prefork.popen(
             argv,
             stdout=subprocess.PIPE,
@@ -105,15 +106,17 @@ def run_cluster(tmp_path: Path, trainer: str) -> dict:
     }
 
 
-@pytest.fixture(scope="module", params=["ps", "replicated"])
+@pytest.fixture(scope="module", params=["ps", "replicated", "replicated-mixed_float16"])
 def cluster(request, tmp_path_factory):
-    """One finished job per trainer kind."""
+    """One finished job per trainer kind (and one in mixed float16)."""
     gpus = visible_gpu_count()
     if 0 < gpus < 2:
         pytest.skip(f"2 towers per worker need 2 visible GPUs, or none; {gpus} visible")
+    kind, _, precision = request.param.partition("-")
     tmp = tmp_path_factory.mktemp(f"dist-{request.param}")
-    job = run_cluster(tmp, request.param)
-    job["kind"] = request.param
+    job = run_cluster(tmp, kind, precision or "float32")
+    job["kind"] = kind
+    job["precision"] = precision or "float32"
     job["base"] = tmp
     return job
 
@@ -163,6 +166,20 @@ class TestCluster:
         chief = cluster["reports"][("worker", 0)]
         assert chief["trainer_global_step"] == STEPS * EPOCHS
         assert chief["global_step"] == STEPS * EPOCHS
+
+    def test_precision(self, cluster):
+        """Checkpoints hold float32 variables; in mixed float16 also the loss scale, reported."""
+        from towerkit.sessinit import load_checkpoint_vars
+
+        logdir = cluster["base"] / "worker0"
+        values = load_checkpoint_vars(str(logdir / f"model-{STEPS * EPOCHS}"))
+        assert {v.dtype for v in values.values() if v.dtype.kind == "f"} == {np.dtype(np.float32)}
+        stats = json.loads((logdir / "stats.json").read_text())
+        if cluster["precision"] == "mixed_float16":
+            assert values["loss_scale"] == stats[-1]["loss_scale"] > 0
+        else:
+            assert "loss_scale" not in values
+            assert "loss_scale" not in stats[-1]
 
     def test_devices_and_copies(self, cluster):
         """Two towers per worker on its logical CPUs; replicated copies are local and equal."""

@@ -181,6 +181,32 @@ class TestHorovodResume:
         assert os.path.exists(jobs["logdir"] / "model-16.index")
 
 
+@pytest.mark.procs
+@pytest.mark.horovod
+@pytest.mark.skipif(not HAVE_HOROVOD, reason="horovod not installed: run nox -s horovod")
+def test_mixed_float16_with_fp16_gradients(tmp_path):
+    """Two ranks in mixed_float16, fp16 all-reduce: equal float32 variables, one loss scale."""
+    from towerkit.sessinit import load_checkpoint_vars
+
+    logdir = tmp_path / "log"
+    code, out, _ = run_job(tmp_path, str(logdir), "2", "--precision", "mixed_float16", "--fp16")
+    assert code == 0, out
+    found = reports(out)
+    a, b = found[0]["epochs"], found[1]["epochs"]
+    assert sorted(a) == ["1", "2"]
+    for epoch in a:
+        for name in a[epoch]:
+            np.testing.assert_array_equal(a[epoch][name], b[epoch][name], err_msg=name)
+    assert found[0]["costs"][-1] < found[0]["costs"][0]
+    records = stats_records(logdir)
+    scales = [r["loss_scale"] for r in records]
+    assert len(scales) == 2 and all(np.log2(v) == int(np.log2(v)) <= 15 for v in scales), scales
+    ckpt = sorted(logdir.glob("model-*.index"), key=lambda p: int(p.stem.split("-")[1]))[-1]
+    values = load_checkpoint_vars(str(ckpt)[: -len(".index")])
+    assert values["loss_scale"] == scales[-1]
+    assert {v.dtype for v in values.values() if v.dtype.kind == "f"} == {np.dtype(np.float32)}
+
+
 @pytest.fixture(scope="module")
 def preempted(tmp_path_factory):
     """The 2-epoch job of `jobs`, with SIGTERM sent to rank 1 alone after step 5; then resumed."""

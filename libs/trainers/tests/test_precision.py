@@ -22,12 +22,15 @@ from towerkit.towers import (
 )
 from towerkit.towers.compat import tf1
 from towerkit.trainers import (
+    AccumGradOptimizer,
+    AsyncMultiGPUTrainer,
     AutoResumeTrainConfig,
     LossScaleOptimizer,
     LossScaleSchedule,
     ModelDesc,
     NumpyInput,
     SimpleTrainer,
+    SyncMultiGPUTrainerParameterServer,
     SyncMultiGPUTrainerReplicated,
     TrainConfig,
     launch_train_with_config,
@@ -301,3 +304,77 @@ def test_a_variable_made_by_hand_in_low_precision_is_named(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="towerkit.trainers"):
         train(tmp_path, "mixed_bfloat16", model=HandMade(), epochs=1)
     assert "['hand_bias']" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SyncMultiGPUTrainerParameterServer(2, ps_device="cpu"),
+        lambda: AsyncMultiGPUTrainer(2),
+    ],
+    ids=["ps", "async"],
+)
+def test_the_other_multi_tower_trainers(tmp_path, make):
+    stats = train(tmp_path, "mixed_float16", trainer=make())
+    assert [row["global_step"] for row in stats] == [8, 16]
+    assert stats[-1]["loss_scale"] > 0
+    assert stats[-1]["cost"] < stats[0]["cost"]
+
+
+class Accumulating(ConvNet):
+    def optimizer(self):
+        return AccumGradOptimizer(tf1.train.AdamOptimizer(self.lr), 2)
+
+
+def test_accumulated_gradients_under_loss_scaling(tmp_path):
+    """AccumGradOptimizer inside LossScaleOptimizer: every second step applies, scaled once."""
+    stats = train(tmp_path, "mixed_float16", model=Accumulating())
+    # 16 steps, none long enough to grow the scale: each halving is one skipped step,
+    # which the accumulator never counted
+    skipped = int(np.log2(2.0**15 / stats[-1]["loss_scale"]))
+    values = load_checkpoint_vars(tf1.train.latest_checkpoint(str(tmp_path)))
+    assert values["AccumGrad/counter"] == 16 - skipped
+    assert values["loss_scale"] == stats[-1]["loss_scale"]
+
+
+class Dense(ModelDesc):
+    """A model XLA can compile: no summaries, static shapes."""
+
+    def inputs(self):
+        return [
+            tf.TensorSpec((16, 64), tf.float32, "image"),
+            tf.TensorSpec((16,), tf.int32, "label"),
+        ]
+
+    def build_graph(self, image, label):
+        w = tf1.get_variable("W", [64, 2], initializer=tf1.glorot_uniform_initializer(seed=SEED))
+        logits = tf.cast(tf.matmul(image, w), tf.float32)
+        return tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits)
+        )
+
+    def optimizer(self):
+        return tf1.train.GradientDescentOptimizer(0.5)
+
+
+class XlaTrainer(SimpleTrainer):
+    XLA_COMPILE = True
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_xla_compiled_towers(tmp_path, precision):
+    x, y = data()
+    cfg = TrainConfig(
+        model=Dense(),
+        data=NumpyInput([x.reshape(-1, 64), y], batch_size=16, shuffle=False),
+        monitors=[JSONWriter()],
+        max_epoch=2,
+        steps_per_epoch=8,
+        logdir=str(tmp_path),
+        precision=precision,
+    )
+    launch_train_with_config(cfg, XlaTrainer())
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert ("loss_scale" in stats[-1]) == (precision == "mixed_float16")
+    matmuls = [op for op in tf1.get_default_graph().get_operations() if op.type == "MatMul"]
+    assert matmuls == [] or {op.get_attr("T") for op in matmuls} <= {tf.bfloat16, tf.float16}

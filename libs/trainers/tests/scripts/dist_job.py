@@ -78,6 +78,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--logdir-base", required=True)
     parser.add_argument("--max-epoch", type=int, default=3)
     parser.add_argument("--pause-at-epoch-end", type=float, default=None)
+    parser.add_argument("--precision", default="float32")
     parser.add_argument(
         "--timeouts",
         help="check_every,dead_after,close_seconds[,start_within[,operation_seconds]]",
@@ -115,7 +116,7 @@ def main(argv: list[str]) -> int:
             trainer = DistributedTrainerReplicated(TOWERS, server, timeouts=timeouts)
         source = NumpyInput(data(240, seed=20 + args.task), batch_size=12, seed=args.task)
         opt = lambda: tf1.train.MomentumOptimizer(0.05, 0.9)  # noqa: E731
-        trainer.setup_graph(SIG, source, cost_fn, opt)
+        trainer.setup_graph(SIG, source, cost_fn, opt, precision=args.precision)
         costs, snap = CostLog(), Snapshot()
         pause = (
             [] if args.pause_at_epoch_end is None else [PauseAtEpochEnd(args.pause_at_epoch_end)]

@@ -1,7 +1,7 @@
 """One rank of a horovod training job (run by horovod's launcher); prints a JSON report.
 
 Usage: ``hvd_job.py LOGDIR MAX_EPOCH [--rank1-logdir DIR] [--fp16] [--die-at STEP]
-[--sum-check] [--term-at STEP --term-rank RANK]``. Each rank prints one line
+[--sum-check] [--term-at STEP --term-rank RANK] [--precision POLICY]``. Each rank prints one line
 ``RANK-REPORT {json}``; with ``--term-at``, rank RANK sends itself SIGTERM after global
 step STEP, and a rank that the preemption stops prints ``RANK-PREEMPTED {json}``.
 """
@@ -178,6 +178,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--leave-before-loop", action="store_true")
     parser.add_argument("--term-at", type=int, default=None)
     parser.add_argument("--term-rank", type=int, default=1)
+    parser.add_argument("--precision", default="float32")
     args = parser.parse_args(argv)
     import horovod.tensorflow as hvd
 
@@ -197,6 +198,7 @@ def main(argv: list[str]) -> int:
             callbacks=[watch, ModelSaver(max_to_keep=10), ChiefState()],
             steps_per_epoch=STEPS_PER_EPOCH,
             max_epoch=args.max_epoch,
+            precision=args.precision,
         )
         try:
             launch_train_with_config(config, trainer)

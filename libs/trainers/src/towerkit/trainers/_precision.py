@@ -168,9 +168,12 @@ class LossScaleOptimizer(ProxyOptimizer):
 
     def _variables(self) -> tuple[Any, Any]:
         if self._state is None:
-            step = tf1.train.get_global_step()
-            place = tf1.colocate_with(step) if step is not None else tf1.name_scope(None)
-            with tf.init_scope(), tf1.name_scope(None), place:
+            step = tf1.train.get_global_step()  # its device: a parameter server in a cluster
+            with (
+                tf.init_scope(),
+                tf1.name_scope(None),
+                tf1.device(None if step is None else step.device),
+            ):
                 scale = tf1.Variable(
                     float(self.schedule.initial),
                     trainable=False,
@@ -183,12 +186,21 @@ class LossScaleOptimizer(ProxyOptimizer):
             self._state = (scale, good)
         return self._state
 
-    def compute_gradients(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
+    def scale_loss(self, loss: Any) -> Any:
+        """`loss` times the current scale (what is differentiated)."""
         scale, _ = self._variables()
-        scaled = loss * tf.cast(scale, loss.dtype)
-        pairs = self._opt.compute_gradients(scaled, *args, **kwargs)
-        inverse = 1.0 / scale
-        return [(None if g is None else _times(g, tf.cast(inverse, g.dtype)), v) for g, v in pairs]
+        return loss * tf.cast(scale, loss.dtype)
+
+    def unscale(self, grads_and_vars: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        """The pairs with each gradient divided by the current scale."""
+        inverse = 1.0 / self._variables()[0]
+        return [
+            (None if g is None else _times(g, tf.cast(inverse, g.dtype)), v)
+            for g, v in grads_and_vars
+        ]
+
+    def compute_gradients(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.unscale(self._opt.compute_gradients(self.scale_loss(loss), *args, **kwargs))
 
     def apply_gradients(
         self, grads_and_vars: Sequence[tuple[Any, Any]], global_step: Any = None, name: Any = None

@@ -28,7 +28,7 @@ from towerkit.towers.compat import tf1
 from towerkit.trainers._base import Trainer
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._multistep import build_steps_loop, refuse_per_step_feeds
-from towerkit.trainers._precision import loss_scaled, precision_callbacks
+from towerkit.trainers._precision import LossScaleOptimizer, loss_scaled, precision_callbacks
 
 if TYPE_CHECKING:
     from towerkit.trainers.inputs._base import InputSource
@@ -388,7 +388,13 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
             inputs = input.get_input_tensors()
             opt = get_opt_fn()
             if self.XLA_COMPILE:
-                return _xla_grads(get_cost, inputs, colocate, aggregation, gate)
+                if not isinstance(opt, LossScaleOptimizer):
+                    return _xla_grads(get_cost, inputs, colocate, aggregation, gate)
+
+                def scaled(*xs: Any) -> Any:
+                    return opt.scale_loss(get_cost(*xs))
+
+                return opt.unscale(_xla_grads(scaled, inputs, colocate, aggregation, gate))
             cost = get_cost(*inputs)
             grads = opt.compute_gradients(
                 cost,
