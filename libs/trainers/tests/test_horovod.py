@@ -200,7 +200,8 @@ def test_mixed_float16_with_fp16_gradients(tmp_path):
     assert found[0]["costs"][-1] < found[0]["costs"][0]
     records = stats_records(logdir)
     scales = [r["loss_scale"] for r in records]
-    assert len(scales) == 2 and all(np.log2(v) == int(np.log2(v)) <= 15 for v in scales), scales
+    assert len(scales) == 2, records
+    assert all(np.log2(v) == int(np.log2(v)) <= 15 for v in scales), scales
     ckpt = sorted(logdir.glob("model-*.index"), key=lambda p: int(p.stem.split("-")[1]))[-1]
     values = load_checkpoint_vars(str(ckpt)[: -len(".index")])
     assert values["loss_scale"] == scales[-1]
