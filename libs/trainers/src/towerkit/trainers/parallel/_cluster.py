@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -138,6 +139,12 @@ def serve_parameters(
                             f"{timeout:g} s (done: {done})"
                         )
                         raise TimeoutError(msg) from None
+            # a worker that checked in and ended at once may be found dead before its
+            # check-in was taken: it is done, not lost
+            drain = tf1.RunOptions(timeout_in_ms=200)
+            with contextlib.suppress(tf.errors.DeadlineExceededError):
+                while len(done) < num_workers:
+                    done.append(int(sess.run(take, options=drain)))
     finally:
         watch.stop()
     lost = [(t, why) for t, why in watch.lost if t.index not in done]
