@@ -378,3 +378,31 @@ def test_xla_compiled_towers(tmp_path, precision):
     assert ("loss_scale" in stats[-1]) == (precision == "mixed_float16")
     matmuls = [op for op in tf1.get_default_graph().get_operations() if op.type == "MatMul"]
     assert matmuls == [] or {op.get_attr("T") for op in matmuls} <= {tf.bfloat16, tf.float16}
+
+
+def test_train_takes_the_precision_the_graph_was_built_for():
+    """A program that builds its own trainer gives the policy to setup_graph; train checks it."""
+    with tf.Graph().as_default():
+        model = ConvNet()
+        trainer = SimpleTrainer()
+        source = NumpyInput(data(), batch_size=16, shuffle=False)
+        trainer.setup_graph(
+            model.get_input_signature(),
+            source,
+            model.build_graph,
+            model.get_optimizer,
+            precision="mixed_bfloat16",
+        )
+        assert trainer.precision.name == "mixed_bfloat16"
+        expected = (
+            r"train\(precision='float32'\): the graph of SimpleTrainer was built in "
+            r"'mixed_bfloat16'; pass precision='float32' to setup_graph"
+        )
+        with pytest.raises(ValueError, match=expected):
+            trainer.train_with_defaults(precision="float32", monitors=[], steps_per_epoch=2)
+        with pytest.raises(ValueError, match="unknown precision policy 'bf16'"):
+            trainer.train_with_defaults(precision="bf16", monitors=[], steps_per_epoch=2)
+        trainer.train_with_defaults(
+            precision="mixed_bfloat16", callbacks=[], monitors=[], steps_per_epoch=2, max_epoch=1
+        )
+        assert trainer.global_step == 2

@@ -269,6 +269,16 @@ NUMERICS = {
     for steps in (1, 3)
     for kind in ("quadratic", "linear")
 }
+NUMERICS_MIXED = {
+    kind: Scenario(
+        name=f"numerics-mixed_bfloat16-3-steps-{kind}",
+        loop=LoopSpec(starting_epoch=1, max_epoch=1, steps_per_epoch=3),
+        model=kind,
+        callbacks=[VariablesSpec()],
+        precision="mixed_bfloat16",
+    )
+    for kind in ("quadratic", "linear")
+}
 LAYERS = {
     steps: Scenario(
         name=f"layers-{steps}-steps",
@@ -302,5 +312,5 @@ def named_scenarios() -> tuple[Scenario, ...]:
     out += [SAVER, SAVER_KEEP, BEST_SAVERS]
     for first, second in RESUME.values():
         out += [first, second]
-    out += [TOWERS, *NUMERICS.values(), *LAYERS.values()]
+    out += [TOWERS, *NUMERICS.values(), *NUMERICS_MIXED.values(), *LAYERS.values()]
     return tuple(out)

@@ -73,6 +73,9 @@ class Capabilities:
         steps_per_execution: whether ``setup_graph(..., steps_per_execution=K)`` builds a
             K-step loop (several steps per session call); the scenarios with K > 1 are
             skipped for a trainer that declares False.
+        precision: whether ``setup_graph(..., precision=...)`` builds the towers in a
+            mixed-precision policy; the mixed scenarios are skipped for a trainer that
+            declares False.
 
     Examples:
         >>> Capabilities(num_towers=2, variables="replicated").is_data_parallel
@@ -99,6 +102,7 @@ class Capabilities:
     processes: int = attrs.field(default=1, validator=[_int, ge(1)])
     towers: bool = attrs.field(default=True, validator=instance_of(bool))
     steps_per_execution: bool = attrs.field(default=True, validator=instance_of(bool))
+    precision: bool = attrs.field(default=True, validator=instance_of(bool))
 
     @property
     def is_data_parallel(self) -> bool:
@@ -156,7 +160,7 @@ class TrainerEntry:
 
     Examples:
         >>> TrainerEntry(name="mine", factory="my_pkg.trainers:make")
-        TrainerEntry(name='mine', factory='my_pkg.trainers:make', capabilities=Capabilities(num_towers=1, variables='shared', trains=True, gradients='average', synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True, steps_per_execution=True), requires=())
+        TrainerEntry(name='mine', factory='my_pkg.trainers:make', capabilities=Capabilities(num_towers=1, variables='shared', trains=True, gradients='average', synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True, steps_per_execution=True, precision=True), requires=())
     """
 
     name: str = attrs.field(validator=instance_of(str))

@@ -46,7 +46,14 @@ from towerkit.conformance._scenario import (
 logger = logging.getLogger("towerkit.conformance")
 
 
-def make_trainer(entry: TrainerEntry, model: SuiteModel, *, setup: bool = True, k: int = 1) -> Any:
+def make_trainer(
+    entry: TrainerEntry,
+    model: SuiteModel,
+    *,
+    setup: bool = True,
+    k: int = 1,
+    precision: str = "float32",
+) -> Any:
     """A trainer of `entry` for `model`, in the default graph.
 
     A factory that takes the model builds the graph; otherwise the suite calls
@@ -63,6 +70,7 @@ def make_trainer(entry: TrainerEntry, model: SuiteModel, *, setup: bool = True, 
             model.build_cost,
             model.make_optimizer,
             **({} if k == 1 else {"steps_per_execution": k}),
+            **({} if precision == "float32" else {"precision": precision}),
         )
     return trainer
 
@@ -252,6 +260,8 @@ def _auto_resume(
     options: dict[str, Any] = {}
     if spec.starting_epoch is not None:
         options["starting_epoch"] = spec.starting_epoch
+    if scenario.precision != "float32":
+        options["precision"] = scenario.precision
     if spec.marker is not None:
         marker = next(s for s in scenario.callbacks if isinstance(s, MarkerSpec))
         options["session_init"] = DictRestore({marker.name: np.float32(spec.marker)})
@@ -354,6 +364,7 @@ def execute(
                 model,
                 setup=scenario.auto_resume is None,
                 k=scenario.loop.steps_per_execution,
+                precision=scenario.precision,
             )
             if scenario.non_chief:
                 trainer.is_chief = False

@@ -411,6 +411,9 @@ class Scenario:
         model: ``"quadratic"`` (mean squared error), ``"linear"`` (a cost whose
             gradient does not depend on the variables) or ``"layers"`` (the
             regression built with towerkit.layers' ``BatchNorm`` and ``FullyConnected``).
+        precision: the mixed-precision policy the trainer builds in (``setup_graph(...,
+            precision=...)``, ``TrainConfig(precision=...)``): ``"float32"``,
+            ``"mixed_bfloat16"`` or ``"mixed_float16"``.
 
     Examples:
         >>> s = Scenario(name="order", loop=LoopSpec(max_epoch=2, steps_per_epoch=2))
@@ -437,6 +440,9 @@ class Scenario:
     )
     model: Literal["quadratic", "linear", "layers"] = attrs.field(
         default="quadratic", validator=one_of("quadratic", "linear", "layers")
+    )
+    precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = attrs.field(
+        default="float32", validator=one_of("float32", "mixed_bfloat16", "mixed_float16")
     )
 
     def __attrs_post_init__(self) -> None:

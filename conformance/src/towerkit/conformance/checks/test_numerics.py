@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from towerkit.conformance._catalog import NUMERICS
+from towerkit.conformance._catalog import NUMERICS, NUMERICS_MIXED
 from towerkit.conformance._checks import check_no_error, require
 from towerkit.conformance._model import SHAPES, VARIABLES, sgd_step, step_batches
 
 if TYPE_CHECKING:
     from towerkit.conformance._entries import TrainerEntry
+    from towerkit.conformance._scenario import Scenario
     from towerkit.conformance.plugin import _Runner
 
 pytestmark = pytest.mark.conformance_group("numerics")
@@ -38,9 +39,29 @@ def test_steps_equal_the_single_tower_reference(
     trainer_entry: TrainerEntry, conformance_runner: _Runner, steps: int
 ) -> None:
     """Spec 000 (SyncMultiGPUTrainer*, AsyncMultiGPUTrainer, HorovodTrainer; NoOpTrainer) and the data-parallel design: with plain SGD, each step equals one step of a single tower on the concatenation of every tower's batch (averaged or summed gradients); a NoOpTrainer changes nothing."""
+    kind = "quadratic" if trainer_entry.capabilities.synchronous else "linear"
+    check_steps(trainer_entry, conformance_runner, NUMERICS[(steps, kind)], steps, 1e-5, 1e-6)
+
+
+def test_mixed_bfloat16_steps_near_the_single_tower_reference(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner
+) -> None:
+    """Mixed precision (``precision="mixed_bfloat16"``): the towers compute in bfloat16 and the variables stay float32, so 3 steps land within bfloat16's rounding (a relative 2^-8 per operation) of the float32 single-tower reference."""
+    kind = "quadratic" if trainer_entry.capabilities.synchronous else "linear"
+    check_steps(trainer_entry, conformance_runner, NUMERICS_MIXED[kind], 3, 3e-2, 3e-3)
+
+
+def check_steps(
+    trainer_entry: TrainerEntry,
+    conformance_runner: _Runner,
+    scenario: Scenario,
+    steps: int,
+    rtol: float,
+    atol: float,
+) -> None:
+    """Run `scenario`; every copy starts from rank 0's values and ends at the reference."""
     caps = trainer_entry.capabilities
-    kind = "quadratic" if caps.synchronous else "linear"
-    scenario = NUMERICS[(steps, kind)]
+    kind = scenario.model
     results = conformance_runner.run(scenario)
     check_no_error(trainer_entry, results)
     start = results[0].variable_values("before_train")
@@ -68,8 +89,9 @@ def test_steps_equal_the_single_tower_reference(
         for name, vals in result.variable_values("after_train").items():
             m = next(v for v in VARIABLES if name == v or name.endswith("/" + v))
             require(
-                np.allclose(vals, want[m].ravel(), rtol=1e-5, atol=1e-6),
-                f"{who}: {name!r} after {steps} step(s) is {np.round(vals, 6).tolist()}; the "
-                f"single-tower reference ({kind} cost, SGD lr 0.1, {what}) gives "
+                np.allclose(vals, want[m].ravel(), rtol=rtol, atol=atol),
+                f"{who}: {name!r} after {steps} step(s) in {scenario.precision} is "
+                f"{np.round(vals, 6).tolist()}; the single-tower reference ({kind} cost, SGD "
+                f"lr 0.1, {what}, float32; tolerance rtol {rtol:g}, atol {atol:g}) gives "
                 f"{np.round(want[m].ravel(), 6).tolist()}",
             )

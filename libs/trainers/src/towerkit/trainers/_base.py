@@ -61,9 +61,8 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
     2. ``initialize(session_creator, session_init)``: creates the session, loads
        values with ``session_init``, finalizes the graph and makes ``hooked_sess``.
     3. ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``: the loop. Epochs
-       run from ``starting_epoch`` to ``max_epoch`` inclusive (1-based), each
-       ``steps_per_epoch`` calls of ``run_step`` followed by the ``trigger_step`` of
-       the callbacks that have one.
+       run from ``starting_epoch`` to ``max_epoch`` inclusive (1-based), each ``steps_per_epoch``
+       calls of ``run_step``, each followed by the callbacks' ``trigger_step``.
 
     The trainer works in the default graph of its creation (``self.graph``); created at the
     top level (eagerly), in a new graph its whole construction runs in (`TrainerMeta`).
@@ -77,9 +76,8 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
     step's 0-based index in its epoch; ``global_step`` counts steps, ``steps_per_execution``
     (K, default 1) per ``hooked_sess.run``; with K > 1 the per-step hooks run once per call.
 
-    Ctrl-C (SIGINT) in the loop stops it after the current step as `StopTraining` does,
-    then raises ``KeyboardInterrupt``; a second Ctrl-C interrupts at once, a step
-    waiting for an input too (``deferred_sigint``).
+    Ctrl-C (SIGINT) in the loop stops it after the current step, then raises
+    ``KeyboardInterrupt``; a second one interrupts at once (``deferred_sigint``).
 
     A preemption signal (SIGTERM, SIGUSR1: ``set_preemption``) on the chief (every
     horovod rank: they stop together, `PreemptionVote`) stops the loop after the session
@@ -505,15 +503,16 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
         steps_per_execution: int | None = None,
+        precision: Any = None,
     ) -> None:
         """Set the log directory, set up callbacks, initialize and run the loop.
 
         Same as ``set_logdir(logdir, logdir_action)``, ``setup_callbacks(callbacks,
         monitors)``, ``initialize(session_creator, session_init)``,
         ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``. ``steps_per_execution``
-        (steps per session call), when given, must be the one the graph was built for.
+        and ``precision``, when given, must be those the graph was built for.
         """
-        self._check_train_k(steps_per_execution)
+        self._check_train_k(steps_per_execution, precision)
         if self._phase == "new" and not self._logdir_set:
             self.set_logdir(logdir, logdir_action)
         elif logdir is not None and self._phase != "new":
@@ -545,14 +544,14 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
         steps_per_execution: int | None = None,
+        precision: Any = None,
     ) -> None:
         """``train`` with defaults for every option but ``steps_per_epoch``.
 
         Callbacks are ``callbacks + extra_callbacks`` (default ``DEFAULT_CALLBACKS()``);
         ``monitors`` default to ``DEFAULT_MONITORS()`` (they write files: a ``logdir``
         is needed), ``session_creator`` to ``NewSessionCreator`` with the default
-        config, ``session_init`` to none, ``steps_per_epoch`` to the input's size when
-        known. All arguments are keywords.
+        config, ``session_init`` to none, ``steps_per_epoch`` to the input's size. Keywords only.
 
         Raises:
             TypeError: positional arguments.
@@ -578,10 +577,10 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
             logdir=logdir,
             logdir_action=logdir_action,
             steps_per_execution=steps_per_execution,
+            precision=precision,
         )
 
-    def _default_steps_per_epoch(self) -> int:
-        """The ``steps_per_epoch`` to use when none is given: none for the base trainer."""
+    def _default_steps_per_epoch(self) -> int:  # none for the base trainer
         msg = "'steps_per_epoch' is required: this trainer has no input whose size could give it"
         raise ValueError(msg)
 
