@@ -84,14 +84,18 @@ class TestExampleTrainers:
 
     def test_every_check_passes(self, example_run):
         """No check fails; only the tower and layers checks of the trainer without towers skip,
-        and its K-steps-per-call loop checks (a factory that builds the graph cannot be given K)."""
+        its K-steps-per-call loop checks and its mixed-precision numerics check (a factory that
+        builds the graph cannot be given K or a precision policy)."""
         assert example_run.code == 0, example_run.output[-4000:]
         skipped = sorted(k for k, v in example_run.cases.items() if v == "skipped")
         assert skipped
         assert all("make_plain_trainer" in k and k.startswith("test_") for k in skipped)
-        assert {example_run.properties[k]["group"] for k in skipped} == {"towers", "layers", "loop"}
+        groups = {example_run.properties[k]["group"] for k in skipped}
+        assert groups == {"towers", "layers", "loop", "numerics"}
         loop = [k for k in skipped if example_run.properties[k]["group"] == "loop"]
         assert all("several_steps" in k for k in loop), loop
+        numerics = [k for k in skipped if example_run.properties[k]["group"] == "numerics"]
+        assert all("mixed_bfloat16" in k for k in numerics), numerics
 
     def test_every_group_ran(self, example_run):
         """Each trainer ran checks of every group."""

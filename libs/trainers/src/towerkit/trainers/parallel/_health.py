@@ -161,6 +161,19 @@ def observe(state: LivenessState, task: TaskAddress, up: bool, now: float) -> Li
     return attrs.evolve(state, last_seen=(*seen, (task, now)))
 
 
+def answer_within(timeouts: ClusterTimeouts) -> float:
+    """How long one health check waits for a task's answer: ``check_every``, 2 to 5 s.
+
+    At least 2 s: a live task on a loaded machine (CPU-bound processes on every core)
+    can take over a second to answer, and a check that gives up sooner would count it
+    as unreachable for as long as the load lasts.
+
+    >>> answer_within(ClusterTimeouts(check_every=1)), answer_within(ClusterTimeouts(check_every=30))
+    (2.0, 5.0)
+    """
+    return min(max(timeouts.check_every, 2.0), 5.0)
+
+
 def dead_tasks(
     state: LivenessState, tasks: Iterable[TaskAddress], now: float, timeouts: ClusterTimeouts
 ) -> tuple[tuple[TaskAddress, str], ...]:
@@ -271,7 +284,7 @@ class ClusterWatch:
         """Check every watched task once, now; the first one down, with a reason, or None."""
         if self.lost:
             return self.lost[0]
-        wait = min(self._timeouts.check_every, 5.0)
+        wait = answer_within(self._timeouts)
         for task in list(self._tasks):
             if not is_up(task.address, wait):
                 return task, "not answering"
@@ -283,7 +296,7 @@ class ClusterWatch:
             began = time.monotonic()
             tasks = list(self._tasks)
             for task in tasks:
-                up = is_up(task.address, min(timeouts.check_every, 5.0))
+                up = is_up(task.address, answer_within(timeouts))
                 self._state = observe(self._state, task, up, time.monotonic())
             for task, why in dead_tasks(self._state, tasks, time.monotonic(), timeouts):
                 if self._stop.is_set():
