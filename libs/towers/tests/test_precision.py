@@ -127,3 +127,19 @@ def test_the_scope_is_left_on_an_error():
             raise RuntimeError("boom")
         assert current_precision().name == "float32"
         assert tf1.get_variable_scope().dtype == tf.float32
+
+
+def test_a_part_marked_float32_inside_a_mixed_scope():
+    """``precision_scope("float32")`` inside a mixed scope: float32 variables read uncast."""
+    with tf.Graph().as_default():
+        with precision_scope("mixed_bfloat16"):
+            low = tf1.get_variable("low", [2])
+            with precision_scope("float32"):
+                assert current_precision().name == "float32"
+                exact = tf1.get_variable("exact", [2])
+                total = tf.reduce_sum(tf.cast(low, tf.float32) * exact)
+            assert current_precision().name == "mixed_bfloat16"
+            again = tf1.get_variable("again", [2])
+        assert low.dtype == tf.bfloat16 and again.dtype == tf.bfloat16
+        assert exact.dtype.base_dtype == tf.float32 and hasattr(exact, "assign")
+        assert total.dtype == tf.float32

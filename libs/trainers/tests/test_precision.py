@@ -406,3 +406,43 @@ def test_train_takes_the_precision_the_graph_was_built_for():
             precision="mixed_bfloat16", callbacks=[], monitors=[], steps_per_epoch=2, max_epoch=1
         )
         assert trainer.global_step == 2
+
+
+def test_a_custom_tower_trainer_composed_from_the_primitives():
+    """A TowerTrainer of its own: precision_scope around its tower, LossScaleOptimizer."""
+    from towerkit.trainers import TowerTrainer
+
+    class MyTrainer(TowerTrainer):
+        def __init__(self, model, source, policy):
+            super().__init__()
+            self.tower_func = TowerFunc(model.build_graph, model.get_input_signature())
+            source.setup(self.tower_func.input_signature)
+            self.opt = LossScaleOptimizer(model.get_optimizer())
+            with TowerContext("", is_training=True), precision_scope(policy):
+                cost = tf.cast(self.tower_func(*source.get_input_tensors()), tf.float32)
+            self.train_op = self.opt.minimize(cost)
+            self.register_callback(source.get_callbacks())
+
+    with tf.Graph().as_default():
+        model = ConvNet()
+        trainer = MyTrainer(model, NumpyInput(data(), batch_size=16), "mixed_float16")
+        assert model.dtypes == [tf.float16]
+        trainer.train_with_defaults(callbacks=[], monitors=[], steps_per_epoch=4, max_epoch=1)
+        assert trainer.global_step == 4
+
+
+def test_gradient_processors_see_unscaled_gradients():
+    """A norm clip at 10 leaves the true gradient (norm 5.8) alone; scaled, it would clip."""
+    from towerkit.trainers import GlobalNormClip, apply_grad_processors
+
+    g = tf.Graph()
+    with g.as_default():
+        w = tf1.Variable([1.0, 2.0], name="w")
+        x = tf1.constant([3.0, -5.0])
+        inner = apply_grad_processors(tf1.train.GradientDescentOptimizer(1.0), [GlobalNormClip(10)])
+        opt = LossScaleOptimizer(inner)
+        train_op = opt.minimize(tf.reduce_sum(w * x))
+        with tf1.Session(graph=g) as sess:
+            sess.run(tf1.global_variables_initializer())
+            sess.run(train_op)
+            np.testing.assert_allclose(sess.run(w), [1.0 - 3.0, 2.0 + 5.0])

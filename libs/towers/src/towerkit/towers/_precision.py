@@ -123,7 +123,9 @@ def precision_scope(policy: str | Precision) -> Iterator[Precision]:
     A `TowerFunc` called inside casts its floating inputs to the compute dtype. The
     current variable scope is re-opened with the compute dtype as its default dtype
     and the float32-storage getter (composed with any enclosing getter); the name
-    scope is unchanged. Under ``"float32"`` only the policy is recorded.
+    scope is unchanged. ``precision_scope("float32")`` inside a mixed one marks a part
+    of the model to compute in float32: variables made there are float32 and read
+    uncast (cast its inputs with ``tf.cast(x, tf.float32)``).
 
     Yields:
         The policy.
@@ -132,11 +134,13 @@ def precision_scope(policy: str | Precision) -> Iterator[Precision]:
     stack: list[Precision] = getattr(_ACTIVE, "stack", None) or []
     _ACTIVE.stack = [*stack, policy]
     try:
+        scope = tf1.get_variable_scope()
         if not policy.mixed:
-            yield policy
+            # inside a mixed scope: float32 again (what a model marks as sensitive)
+            with tf1.variable_scope(scope, dtype=tf.float32, auxiliary_name_scope=False):
+                yield policy
             return
         compute = tf.as_dtype(policy.compute_dtype)
-        scope = tf1.get_variable_scope()
         with tf1.variable_scope(
             scope,
             custom_getter=_float32_storage(compute),
