@@ -268,3 +268,28 @@ def test_nox_demo_keeps_overwrite():
     spec.loader.exec_module(noxfile)
     assert noxfile.demo_args(["-v"]) == ["--logdir", "train_log/digits", "--overwrite", "-v"]
     assert noxfile.demo_args([]) == ["--logdir", "train_log/digits", "--overwrite"]
+
+
+def _test_accuracy(precision: str, logdir: str) -> float:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, str(example_path("digits")), "--logdir", logdir, "--precision", precision],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    match = re.search(r"^test accuracy: (0\.\d+|1\.0+) ", done.stdout, re.M)
+    assert match is not None, done.stdout[-2000:]
+    return float(match.group(1))
+
+
+@pytest.mark.procs
+@pytest.mark.slow
+def test_mixed_bfloat16_reaches_the_float32_accuracy(tmp_path):
+    """``--precision mixed_bfloat16`` (the default 12 epochs) ends within 0.5 points of float32."""
+    plain = _test_accuracy("float32", str(tmp_path / "f32"))
+    mixed = _test_accuracy("mixed_bfloat16", str(tmp_path / "bf16"))
+    assert mixed >= plain - 0.005, (mixed, plain)
