@@ -50,6 +50,23 @@ class Net(ModelDesc):
         return tf1.train.AdamOptimizer(1e-2)
 
 
+def train_net(logdir, precision: str, epochs: int) -> str:
+    """Train `Net` in `precision`; its last checkpoint."""
+    config = TrainConfig(
+        model=Net(),
+        data=NumpyInput(images(256, 0), batch_size=32, shuffle=True, seed=0),
+        callbacks=[ModelSaver()],
+        monitors=[],
+        max_epoch=epochs,
+        steps_per_epoch=8,
+        logdir=str(logdir),
+        precision=precision,
+    )
+    with tf.Graph().as_default():
+        launch_train_with_config(config, SimpleTrainer())
+    return tf1.train.latest_checkpoint(str(logdir))
+
+
 def predict_config(ckpt: str) -> PredictConfig:
     return PredictConfig(
         model=Net(), session_init=SmartInit(ckpt), input_names=["image"], output_names=["prob"]
@@ -58,19 +75,7 @@ def predict_config(ckpt: str) -> PredictConfig:
 
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
 def test_predictor_and_exports_are_float32(tmp_path, precision):
-    config = TrainConfig(
-        model=Net(),
-        data=NumpyInput(images(256, 0), batch_size=32, shuffle=True, seed=0),
-        callbacks=[ModelSaver()],
-        monitors=[],
-        max_epoch=3,
-        steps_per_epoch=8,
-        logdir=str(tmp_path / "log"),
-        precision=precision,
-    )
-    with tf.Graph().as_default():
-        launch_train_with_config(config, SimpleTrainer())
-    ckpt = tf1.train.latest_checkpoint(str(tmp_path / "log"))
+    ckpt = train_net(tmp_path / "log", precision, epochs=3)
     x, y = images(64, 1)
     with tf.Graph().as_default():
         prob = OfflinePredictor(predict_config(ckpt))(x)[0]
@@ -91,3 +96,34 @@ def test_predictor_and_exports_are_float32(tmp_path, precision):
             np.testing.assert_allclose(sess.run("prob:0", {"image:0": x}), prob, atol=1e-5)
     served = tf.saved_model.load(serving).signatures["prediction_pipeline"](image=tf.constant(x))
     np.testing.assert_allclose(served["prob"].numpy(), prob, atol=1e-5)
+
+
+def test_exports_in_bfloat16_when_asked(tmp_path):
+    """``PredictConfig(precision="mixed_bfloat16")``: the predictor and the compact graph
+    compute in bfloat16 from the float32 checkpoint, near the float32 probabilities."""
+    ckpt = train_net(tmp_path / "log", "float32", epochs=2)
+    x, _ = images(64, 1)
+
+    def low(path):
+        return PredictConfig(
+            model=Net(),
+            session_init=SmartInit(path),
+            input_names=["image"],
+            output_names=["prob"],
+            precision="mixed_bfloat16",
+        )
+
+    with tf.Graph().as_default():
+        exact = OfflinePredictor(predict_config(ckpt))(x)[0]
+    with tf.Graph().as_default():
+        rough = OfflinePredictor(low(ckpt))(x)[0]
+    np.testing.assert_allclose(rough, exact, atol=3e-2)
+    with tf.Graph().as_default():
+        compact = ModelExporter(low(ckpt)).export_compact(str(tmp_path / "net.pb"))
+    graph_def = tf1.GraphDef()
+    with open(compact, "rb") as f:
+        graph_def.ParseFromString(f.read())
+    kinds = {n.attr["T"].type for n in graph_def.node if n.op in ("Conv2D", "MatMul")}
+    assert kinds == {tf.bfloat16.as_datatype_enum}
+    with pytest.raises(ValueError, match="unknown precision policy 'bf16'"):
+        PredictConfig(model=Net(), output_names=["prob"], precision="bf16")

@@ -33,7 +33,7 @@ class TestPredictSpec:
         spec = PredictSpec(input_signature=SIGNATURE, output_names=["prob"])
         assert repr(spec).startswith("PredictSpec(input_signature=(TensorSpec(")
         assert (
-            "input_names=('image', 'label'), output_names=('prob',), return_input=False)"
+            "input_names=('image', 'label'), output_names=('prob',), return_input=False, precision='float32')"
             in repr(spec)
         )
 

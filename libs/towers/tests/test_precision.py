@@ -140,6 +140,8 @@ def test_a_part_marked_float32_inside_a_mixed_scope():
                 total = tf.reduce_sum(tf.cast(low, tf.float32) * exact)
             assert current_precision().name == "mixed_bfloat16"
             again = tf1.get_variable("again", [2])
-        assert low.dtype == tf.bfloat16 and again.dtype == tf.bfloat16
-        assert exact.dtype.base_dtype == tf.float32 and hasattr(exact, "assign")
+        assert low.dtype == tf.bfloat16
+        assert again.dtype == tf.bfloat16
+        assert exact.dtype.base_dtype == tf.float32
+        assert hasattr(exact, "assign")
         assert total.dtype == tf.float32

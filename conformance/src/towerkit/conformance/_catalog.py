@@ -214,7 +214,9 @@ RESUME_EPOCHS = (2, 4)
 """Epochs of the first run, and the ``max_epoch`` of the run that resumes it."""
 
 
-def _resume(name: str, logdir: str, max_epoch: int, spec: AutoResumeSpec) -> Scenario:
+def _resume(
+    name: str, logdir: str, max_epoch: int, spec: AutoResumeSpec, precision: str = "float32"
+) -> Scenario:
     return Scenario(
         name=name,
         loop=LoopSpec(starting_epoch=1, max_epoch=max_epoch, steps_per_epoch=2),
@@ -222,6 +224,7 @@ def _resume(name: str, logdir: str, max_epoch: int, spec: AutoResumeSpec) -> Sce
         json_writer=True,
         auto_resume=spec,
         callbacks=[RESUME_STATS, SaverSpec(), MarkerSpec(initial=0.0)],
+        precision=precision,
     )
 
 
@@ -248,6 +251,23 @@ RESUME = {
         _resume("resume-plain-first-run", "resume_plain", RESUME_EPOCHS[0], AutoResumeSpec()),
         _resume(
             "resume-plain", "resume_plain", RESUME_EPOCHS[1], AutoResumeSpec(always_resume=False)
+        ),
+    ),
+    # a run in mixed precision saves float32 variables, and the next run resumes from them
+    "mixed_bfloat16": (
+        _resume(
+            "resume-mixed-first-run",
+            "resume_mixed",
+            RESUME_EPOCHS[0],
+            AutoResumeSpec(),
+            "mixed_bfloat16",
+        ),
+        _resume(
+            "resume-mixed",
+            "resume_mixed",
+            RESUME_EPOCHS[1],
+            AutoResumeSpec(always_resume=False),
+            "mixed_bfloat16",
         ),
     ),
 }

@@ -121,7 +121,7 @@ _RESUME_RULE = (
 
 @pytest.mark.parametrize("case", list(RESUME), ids=list(RESUME))
 def test_auto_resume(trainer_entry: TrainerEntry, conformance_runner: _Runner, case: str) -> None:
-    """Spec 000 (AutoResumeTrainConfig): a checkpoint and a JSON history in the log directory make the next run continue the epoch, global step and stats.json; always_resume decides whether the user's session_init/starting_epoch win."""
+    """Spec 000 (AutoResumeTrainConfig): a checkpoint and a JSON history in the log directory make the next run continue the epoch, global step and stats.json; always_resume decides whether the user's session_init/starting_epoch win. Also in mixed_bfloat16, whose checkpoints hold the float32 variables."""
     first, second = RESUME[case]
     auto = second.auto_resume
     if auto is None:

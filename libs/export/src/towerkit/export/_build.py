@@ -9,7 +9,7 @@ import attrs
 from towerkit.export._config import PredictConfig
 from towerkit.export._errors import UnknownTensorError
 from towerkit.export._names import render_unknown
-from towerkit.towers import TowerContext, TowerTensorHandle, build_placeholders
+from towerkit.towers import TowerContext, TowerTensorHandle, build_placeholders, precision_scope
 from towerkit.towers.compat import tf1
 
 
@@ -119,7 +119,8 @@ def resolve_inputs(handle: TowerTensorHandle, input_names: tuple[str, ...]) -> l
 def build_inference_graph(config: PredictConfig, *, setup_restore: bool = True) -> InferenceGraph:
     """Build `config`'s tower for inference in a new graph, on placeholders.
 
-    The tower is built under ``TowerContext('', is_training=False)``. With
+    The tower is built under ``TowerContext('', is_training=False)``, in the config's
+    precision (`towerkit.towers.precision_scope`). With
     `setup_restore`, ``config.session_init.setup_graph()`` then builds its restore
     ops in the graph (a faster restore); without, the graph holds the tower only and
     the restore feeds values through the variables' initializers. The graph is left
@@ -133,7 +134,7 @@ def build_inference_graph(config: PredictConfig, *, setup_restore: bool = True) 
     with graph.as_default():
         placeholders = build_placeholders(config.input_signature)
         tower_func = config.tower_func
-        with TowerContext("", is_training=False):
+        with TowerContext("", is_training=False), precision_scope(config.precision):
             tower_func(*placeholders)
         handle = tower_func.towers[0]
         inputs = resolve_inputs(handle, config.input_names)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from towerkit.export._names import as_names, check_input_names, check_output_names
 from towerkit.sessinit import JustCurrentSession, SessionInit
-from towerkit.towers import TowerFunc, validate_input_signature
+from towerkit.towers import TowerFunc, precision_policy, validate_input_signature
 
 
 def _all_input_names(spec: PredictSpec) -> tuple[str, ...]:
@@ -25,6 +25,10 @@ def _check_input_names(
     spec: PredictSpec, _attr: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]
 ) -> None:
     check_input_names(value, _all_input_names(spec))
+
+
+def _policy_name(value: Any) -> str:
+    return precision_policy(value).name
 
 
 @attrs.frozen(kw_only=True)
@@ -55,6 +59,7 @@ class PredictSpec:
     )
     output_names: tuple[str, ...] = attrs.field(converter=check_output_names)
     return_input: bool = attrs.field(default=False, converter=bool)
+    precision: str = attrs.field(default="float32", converter=_policy_name)
 
     @property
     def input_specs(self) -> tuple[tf.TensorSpec, ...]:
@@ -121,6 +126,7 @@ class PredictConfig:
         session_init: SessionInit | None = None,
         session_creator: Any = None,
         return_input: bool = False,
+        precision: str = "float32",
     ) -> None:
         """Check every argument; nothing is built yet.
 
@@ -138,6 +144,10 @@ class PredictConfig:
                 default graph with variables initialized; default: a new session on the
                 predictor's graph, variables initialized by their initializers.
             return_input: predictors return ``(inputs, outputs)`` instead of ``outputs``.
+            precision: the mixed-precision policy the tower is built in (``"float32"``,
+                the default; ``"mixed_bfloat16"`` or ``"mixed_float16"``: it computes in
+                the low precision from the float32 variables, for predictors and for the
+                exported graphs; outputs the model computes in low precision come out so).
 
         Raises:
             TypeError: an argument of the wrong kind.
@@ -161,6 +171,7 @@ class PredictConfig:
             input_signature=signature,
             output_names=output_names,
             return_input=return_input,
+            precision=precision,
             **names,
         )
         if session_init is None:
@@ -240,3 +251,8 @@ class PredictConfig:
     def return_input(self) -> bool:
         """Whether predictors return ``(inputs, outputs)``."""
         return self._spec.return_input
+
+    @property
+    def precision(self) -> str:
+        """The mixed-precision policy the tower is built in (``"float32"`` by default)."""
+        return self._spec.precision

@@ -12,6 +12,7 @@ from towerkit.towers import (
     OnlinePredictor,
     TowerContext,
     build_placeholders,
+    precision_scope,
     resolve_devices,
     session_config_for_devices,
 )
@@ -133,7 +134,11 @@ class MultiTowerOfflinePredictor(OnlinePredictor):
         with graph.as_default():
             tower_func = config.tower_func
             for k, device in enumerate(devices):
-                with tf1.device(device), TowerContext(f"towerp{k}", is_training=False):
+                with (
+                    tf1.device(device),
+                    TowerContext(f"towerp{k}", is_training=False),
+                    precision_scope(config.precision),
+                ):
                     tower_func(*build_placeholders(config.input_signature))
                 handle = tower_func.towers[k]
                 io.append(

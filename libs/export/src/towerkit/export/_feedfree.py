@@ -6,7 +6,7 @@ from typing import Any
 
 from towerkit.export._build import open_session, resolve_outputs
 from towerkit.export._config import PredictConfig
-from towerkit.towers import TowerContext
+from towerkit.towers import TowerContext, precision_scope
 from towerkit.towers.compat import tf1
 
 SOURCE_METHODS = ("setup", "get_input_tensors", "get_callbacks")
@@ -102,7 +102,7 @@ class FeedfreePredictor:
         with self.graph.as_default():
             input_source.setup(config.input_signature)
             tower_func = config.tower_func
-            with TowerContext("", is_training=False):
+            with TowerContext("", is_training=False), precision_scope(config.precision):
                 tower_func(*input_source.get_input_tensors())
             self._outputs = resolve_outputs(tower_func.towers[0], config.output_names)
             self._callbacks = list(input_source.get_callbacks())
