@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from towerkit.callbacks import EventKind
 from towerkit.conformance._scenario import (
     AutoResumeSpec,
@@ -215,7 +217,11 @@ RESUME_EPOCHS = (2, 4)
 
 
 def _resume(
-    name: str, logdir: str, max_epoch: int, spec: AutoResumeSpec, precision: str = "float32"
+    name: str,
+    logdir: str,
+    max_epoch: int,
+    spec: AutoResumeSpec,
+    precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = "float32",
 ) -> Scenario:
     return Scenario(
         name=name,
