@@ -77,8 +77,17 @@ class Cluster:
         end = time.monotonic() + limit
         while not what():
             if time.monotonic() > end:
+                self.dump_stacks()
                 pytest.fail(f"{message} within {limit:g} s: {self.outputs()}")
             time.sleep(0.5)
+
+    def dump_stacks(self) -> None:
+        """Each live process prints its threads' stacks to its output (SIGUSR2)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGUSR2)
+        time.sleep(2)
 
     def training(self) -> bool:
         """Both workers made a step; a process that already ended fails the test."""

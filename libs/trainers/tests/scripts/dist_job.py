@@ -10,8 +10,10 @@ Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 [--hosts PS,W0,W1] --trainer ps|
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 
@@ -69,6 +71,8 @@ class PauseAtEpochEnd(Callback):
 
 
 def main(argv: list[str]) -> int:
+    # SIGUSR2 prints every thread's stack (the fault tests ask for it before failing)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("role", choices=["ps", "worker"])
     parser.add_argument("task", type=int)
