@@ -146,7 +146,8 @@ def test_host_added_joins(tmp_path):
 
     The newcomer starts from rank 0's committed state (its first step follows that
     commit), all three end at the same global step as an uninterrupted run, and
-    stats.json has each epoch once.
+    stats.json has each epoch once. The job trains in mixed_bfloat16 with a loss scale
+    that doubles after every step: the newcomer takes it with the committed state.
     """
     script = tmp_path / "discover.sh"
     discovery(script, "localhost:2")
@@ -178,6 +179,9 @@ def test_host_added_joins(tmp_path):
         "0.5",
         "--progress",
         str(progress),
+        # in bfloat16 with a loss scale that doubles after every applied step: the
+        # newcomer takes it with the committed state (one scale on every rank)
+        *("--precision", "mixed_bfloat16", "--grow-scale"),
         gloo_timeout=JOIN_GLOO_TIMEOUT,
     )
     adder.join(5)
@@ -200,6 +204,7 @@ def test_host_added_joins(tmp_path):
     assert sum(r["is_chief"] for r in found) == 1
     ends = [r["end"] for r in found]
     assert ends[0] == ends[1] == ends[2]
+    assert ends[0]["loss_scale"] == 2.0**final
     logdir = tmp_path / "log"
     assert epochs_in_stats(logdir) == list(range(1, epochs + 1))
     chief = next(r for r in found if r["is_chief"])

@@ -36,6 +36,8 @@ from towerkit.towers import add_moving_summary
 from towerkit.towers.compat import tf1
 from towerkit.trainers import (
     HorovodTrainer,
+    LossScaleOptimizer,
+    LossScaleSchedule,
     ModelDesc,
     NumpyInput,
     TrainConfig,
@@ -43,10 +45,13 @@ from towerkit.trainers import (
 )
 
 STEPS_PER_EPOCH = 4
-MODEL_VARS = ("fc0/W", "fc0/b", "fc1/W", "fc1/b", "learning_rate", "global_step")
+MODEL_VARS = ("fc0/W", "fc0/b", "fc1/W", "fc1/b", "learning_rate", "global_step", "loss_scale")
 
 
 class Model(ModelDesc):
+    def __init__(self, grow_scale: bool = False) -> None:
+        self.grow_scale = grow_scale
+
     def inputs(self):
         return SIG
 
@@ -57,7 +62,10 @@ class Model(ModelDesc):
 
     def optimizer(self):
         lr = tf1.get_variable("learning_rate", initializer=0.05, trainable=False)
-        return tf1.train.MomentumOptimizer(lr, 0.9)
+        opt = tf1.train.MomentumOptimizer(lr, 0.9)
+        if self.grow_scale:  # the scale doubles after every applied step: 2**steps
+            opt = LossScaleOptimizer(opt, LossScaleSchedule(initial=1.0, growth_interval=1))
+        return opt
 
 
 class Watch(Callback):
@@ -137,6 +145,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kill-at-epoch-end", type=int, default=None)
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--progress", default=None)
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--grow-scale", action="store_true", help="a loss scale doubling each step")
     args = parser.parse_args(argv)
 
     graph = tf.Graph()
@@ -148,7 +158,8 @@ def main(argv: list[str]) -> int:
         config = TrainConfig(
             logdir=args.logdir,
             data=NumpyInput(data(256, seed=10), batch_size=16, shuffle=True),
-            model=Model(),
+            model=Model(args.grow_scale),
+            precision=args.precision,
             callbacks=[
                 watch,
                 ModelSaver(max_to_keep=20),
