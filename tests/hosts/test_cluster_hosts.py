@@ -76,9 +76,18 @@ class ClusterOnHosts:
         start = time.monotonic()
         while not what():
             if time.monotonic() - start > limit:
+                self.dump_stacks()
                 pytest.fail(f"{message} within {limit:g} s: {self.outputs()}")
             time.sleep(0.5)
         return time.monotonic() - start
+
+    def dump_stacks(self) -> None:
+        """Each live process prints its threads' stacks to its output (SIGUSR2)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGUSR2)
+        time.sleep(2)
 
     def ended(self, keys=ROLES) -> bool:
         return all(self.procs[k].poll() is not None for k in keys)

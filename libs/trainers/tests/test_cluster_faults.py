@@ -271,6 +271,37 @@ def test_chief_never_starts(tmp_path):
         job.stop_all()
 
 
+@pytest.mark.slow
+def test_parameter_server_lost_while_a_worker_starts(tmp_path):
+    """Worker 1 waits for a chief that never comes; the ps dies meanwhile: worker 1 ends
+    within BOUND, naming the ps, before its first step (its session is closed)."""
+    if 0 < visible_gpu_count() < 2:
+        pytest.skip("2 towers per worker need 2 visible GPUs, or none")
+    roles = [("ps", 0), ("worker", 1)]
+    job = Cluster(tmp_path, roles=roles, timeouts="1,5,5,600", extra=("--log-info",))
+    try:
+        job.wait_until(
+            lambda: "waiting for the chief to initialize" in job.output(("worker", 1)),
+            START_LIMIT,
+            "worker 1 did not start waiting for the chief",
+        )
+        job.kill(("ps", 0))
+        job.wait_until(
+            lambda: job.procs[("worker", 1)].poll() is not None,
+            BOUND,
+            "worker 1 did not end after the parameter server was killed",
+        )
+        out = job.output(("worker", 1))
+        assert job.procs[("worker", 1)].returncode != 0, out
+        line = one_line(out, naming("ps", 0, job.address[("ps", 0)]))
+        assert line.startswith(
+            "towerkit.trainers._errors.TaskLostError: worker 1 lost a parameter server"
+        )
+        assert line.endswith("before the first step (the session was starting)"), line
+    finally:
+        job.stop_all()
+
+
 class TestPreempted:
     """SIGTERM to the worker that is not the chief: every process ends cleanly, the chief saves."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
+import logging
 import os
 import signal
 import sys
@@ -83,11 +84,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-epoch", type=int, default=3)
     parser.add_argument("--pause-at-epoch-end", type=float, default=None)
     parser.add_argument("--precision", default="float32")
+    parser.add_argument("--log-info", action="store_true", help="print towerkit's INFO lines")
     parser.add_argument(
         "--timeouts",
         help="check_every,dead_after,close_seconds[,start_within[,operation_seconds]]",
     )
     args = parser.parse_args(argv)
+    if args.log_info:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     timeouts = None
     if args.timeouts:
         check, dead, close, *rest = map(float, args.timeouts.split(","))

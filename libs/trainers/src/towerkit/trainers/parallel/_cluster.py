@@ -19,6 +19,7 @@ from towerkit.trainers.parallel._health import (
     LivenessState,
     TaskAddress,
     TaskLostError,
+    close_within,
     dead_tasks,
     is_up,
     observe,
@@ -155,6 +156,37 @@ def serve_parameters(
     return done
 
 
+def session_start_ops(
+    chief_init: Sequence[Any] | None,
+) -> tuple[Any, list[Any], tuple[Any, Any, Any], Any]:
+    """The ops of a worker's session start, in the default graph.
+
+    Returns ``(ready, local_init, chief_done, raise_done)``: the names of the parameter
+    servers' variables not initialized yet; the initializers of every other variable
+    and of the tables; the (initializer, is-initialized, value) of the flag the chief
+    raises once its ``session_init`` has run (only then are the global values final),
+    the initializer grouped with `chief_init` when given; the op that raises it.
+    """
+    global_vars = tf1.global_variables()
+    on_ps = [v for v in global_vars if "/job:ps" in v.device]
+    others = [v for v in global_vars + tf1.local_variables() if "/job:ps" not in v.device]
+    ready = tf1.report_uninitialized_variables(on_ps, name="ps_variables_not_ready")
+    local_init = [v.initializer for v in others]
+    local_init += list(tf1.get_collection(tf1.GraphKeys.TABLE_INITIALIZERS))
+    with tf1.device(on_ps[0].device if on_ps else None), tf1.name_scope(None):
+        # Outside every collection: never saved, restored or initialized by others.
+        done = tf1.Variable(False, trainable=False, collections=[], name="chief_init_done")
+        raise_done = done.assign(True, read_value=False)
+        init = done.initializer if chief_init is None else tf.group(done.initializer, *chief_init)
+        chief_done = (init, tf1.is_variable_initialized(done), done.read_value())
+    # Both are run by the session creator, which TensorFlow's use-tracking of these two
+    # functions' results does not see: without this, it logs an error ("Object was
+    # never used") when they are collected.
+    ready.mark_used()
+    chief_done[1].mark_used()
+    return ready, local_init, chief_done, raise_done
+
+
 class _DistributedSessionCreator:
     """Sessions on the cluster: the chief initializes, the other workers wait for it."""
 
@@ -198,13 +230,28 @@ class _DistributedSessionCreator:
         return bool(sess.run(self._done_exists)) and bool(sess.run(self._done_value))
 
     def create_session(self) -> Any:
+        """The chief's session once it initialized the variables, another's once the chief has.
+
+        A session whose start fails is closed (waiting the close bound at most).
+        """
         if self._is_chief:
             sess = NewSessionCreator(target=self._target, config=self._config).create_session()
-            sess.run(self._done_init)
-            logger.info("chief: initialized the variables on the parameter servers")
-            return sess
-        graph = tf1.get_default_graph()
-        sess = tf1.Session(target=self._target, graph=graph, config=self._config)
+        else:
+            sess = tf1.Session(
+                target=self._target, graph=tf1.get_default_graph(), config=self._config
+            )
+        try:
+            if self._is_chief:
+                sess.run(self._done_init)
+                logger.info("chief: initialized the variables on the parameter servers")
+            else:
+                self._wait_for_chief(sess)
+        except BaseException:
+            close_within(sess, self._timeouts.close_seconds)
+            raise
+        return sess
+
+    def _wait_for_chief(self, sess: Any) -> None:
         deadline = time.monotonic() + self._timeout
         waited = False
         state = LivenessState(since=time.monotonic())
@@ -212,13 +259,8 @@ class _DistributedSessionCreator:
             pending = sess.run(self._ready_op)
             if len(pending) == 0 and self._chief_finished(sess):
                 break
-            try:
-                state = self._check_chief(state)
-            except TaskLostError:
-                sess.close()
-                raise
+            state = self._check_chief(state)
             if time.monotonic() > deadline:
-                sess.close()
                 names = [p.decode() if isinstance(p, bytes) else str(p) for p in pending[:10]]
                 msg = f"the chief did not initialize the variables within {self._timeout:g} s; " + (
                     f"still uninitialized: {names}"
@@ -232,7 +274,6 @@ class _DistributedSessionCreator:
             time.sleep(0.5)
         if self._local_init:
             sess.run(self._local_init)
-        return sess
 
 
 class _CheckIn(Callback):

@@ -26,6 +26,7 @@ from towerkit.trainers.parallel._cluster import (
     _server_facts,
     _target,
     serve_parameters,
+    session_start_ops,
 )
 from towerkit.trainers.parallel._dataparallel import tower_variable_key
 from towerkit.trainers.parallel._grad_sync import align_tower_grads, make_replicas_local
@@ -34,6 +35,7 @@ from towerkit.trainers.parallel._health import (
     ClusterWatch,
     TaskAddress,
     TaskLostError,
+    close_within,
     exit_if_stuck,
     task_addresses,
 )
@@ -93,9 +95,10 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     No wait is unbounded (see `ClusterTimeouts`): every session operation of a
     worker has a deadline (``ConfigProto.operation_timeout_in_ms``, from
     ``timeouts.operation_seconds`` unless the session creator's config sets one),
-    and while the loop runs a thread checks that the parameter servers (and, on the
-    other workers, the chief) still answer a connection (a stopped or hung process
-    accepts one but answers nothing). When one dies, training stops after the
+    and from the session's start a thread checks that the parameter servers (and, in
+    the loop, on the other workers, the chief) still answer a connection (a stopped or
+    hung process accepts one but answers nothing); one lost while the session starts
+    is named in the same way, the session closed. When one dies, training stops after the
     current step (or the failed step ends it), ``after_train`` runs (on a closed
     session once a parameter server is lost, so that no callback waits on it),
     closing the session waits ``timeouts.close_seconds`` at most, and `TaskLostError`
@@ -255,33 +258,13 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 session_creator.target,
             )
         with self._graph.as_default():
-            global_vars = tf1.global_variables()
-            on_ps = [v for v in global_vars if "/job:ps" in v.device]
-            others = [v for v in global_vars + tf1.local_variables() if "/job:ps" not in v.device]
-            ready = tf1.report_uninitialized_variables(on_ps, name="ps_variables_not_ready")
-            local_init = [v.initializer for v in others] + list(
-                tf1.get_collection(tf1.GraphKeys.TABLE_INITIALIZERS)
-            )
             after = self._after_init_ops()
-            with tf1.device(on_ps[0].device if on_ps else None), tf1.name_scope(None):
-                # Outside every collection: never saved, restored or initialized by others.
-                done = tf1.Variable(False, trainable=False, collections=[], name="chief_init_done")
-                raise_done = done.assign(True, read_value=False)
-                chief_done = (
-                    done.initializer,
-                    tf1.is_variable_initialized(done),
-                    done.read_value(),
-                )
-                if self.is_chief and self._finished_var is not None:
-                    chief_done = (
-                        tf.group(done.initializer, *self._chief_initializers()),
-                        *chief_done[1:],
-                    )
-            # Both are run by the session creator, which TensorFlow's use-tracking of
-            # these two functions' results does not see: without this, it logs an error
-            # ("Object was never used") when they are collected.
-            ready.mark_used()
-            chief_done[1].mark_used()
+            chief_init = (
+                self._chief_initializers()
+                if self.is_chief and self._finished_var is not None
+                else None
+            )
+            ready, local_init, chief_done, raise_done = session_start_ops(chief_init)
         if self.is_chief:
             after = [*after, raise_done]
         config = tf1.ConfigProto()
@@ -305,7 +288,30 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             logger.info("worker %d: session_init runs on the chief only: skipped", self._task)
             session_init = None
         wrapped = SessionInitThenRun(session_init, after, "copied the global variables locally")
-        super().initialize(creator, wrapped)
+        tasks, started = self._watched_tasks(), threading.Event()
+
+        def lost_at_start(task: TaskAddress, why: str) -> None:
+            exit_if_stuck(
+                started, self.timeouts, lambda: self._lost_error(task, why), starting=True
+            )
+
+        ps = [t for t in tasks if t.job == "ps"]  # watched from the start
+        watch = ClusterWatch(ps, self.timeouts, on_dead=lost_at_start, name="start-watch").start()
+        try:
+            super().initialize(creator, wrapped)
+        except Exception as err:
+            started.set()
+            if self.sess is not None:
+                close_within(self.sess, self.timeouts.close_seconds)
+            found = watch.blame(isinstance(err, tf.errors.OpError), tasks)
+            if found is None:
+                raise
+            error = self._lost_error(*found)
+            logger.error("%s", error)
+            raise error from err
+        finally:
+            started.set()
+            watch.stop()
         warn_missing_devices(self.sess, self._devices)
 
     def _after_init_ops(self) -> list[Any]:
@@ -347,9 +353,10 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
 
     def _lost_error(self, task: TaskAddress, why: str) -> TaskLostError:
         role = "the chief" if task.job == "worker" else "a parameter server"
-        msg = (
-            f"worker {self._task} lost {role}, {task}: {why}; training stopped at epoch "
-            f"{self._epoch_num}, global step {self.global_step}"
+        msg = f"worker {self._task} lost {role}, {task}: {why}; " + (
+            f"training stopped at epoch {self._epoch_num}, global step {self.global_step}"
+            if self.hooked_sess is not None
+            else "before the first step (the session was starting)"
         )
         if task.job == "worker":
             msg += " (only the chief saves: a worker does not train on without it)"
@@ -375,7 +382,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         except Exception as err:
             # a failed step, or (the session closed for a lost parameter server) a
             # failed after_train: either way the task lost is what the user must read
-            found = watch.check_now() if isinstance(err, tf.errors.OpError) or watch.lost else None
+            found = watch.blame(isinstance(err, tf.errors.OpError))
             if found is None:
                 raise
             error = self._lost_error(*found)
@@ -400,9 +407,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 self._task,
                 lost[0],
             )
-            closer = threading.Thread(target=self.sess.close, name="close-session", daemon=True)
-            closer.start()
-            closer.join(self.timeouts.close_seconds)
+            close_within(self.sess, self.timeouts.close_seconds)
         super()._finish(failed)
 
     def _close_session(self) -> None:
@@ -411,11 +416,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         Closing a session whose parameter server died blocks in TensorFlow; past
         the bound the close is left to a daemon thread and the process's exit.
         """
-        sess = self.sess
-        closer = threading.Thread(target=sess.close, name="close-session", daemon=True)
-        closer.start()
-        closer.join(self.timeouts.close_seconds)
-        if closer.is_alive():
+        if not close_within(self.sess, self.timeouts.close_seconds):
             logger.warning(
                 "worker %d: closing the session did not end within %g s (a task of the "
                 "cluster is gone); leaving it",

@@ -290,6 +290,18 @@ class ClusterWatch:
                 return task, "not answering"
         return None
 
+    def blame(
+        self, session_error: bool, tasks: Iterable[TaskAddress] | None = None
+    ) -> tuple[TaskAddress, str] | None:
+        """The task to name for a failure, or None.
+
+        The first task lost; else, after a failed session call, the first of `tasks`
+        (default: the watched ones) that is down now.
+        """
+        if self.lost or not session_error:
+            return self.lost[0] if self.lost else None
+        return (self if tasks is None else ClusterWatch(tasks, self._timeouts)).check_now()
+
     def _run(self) -> None:
         timeouts = self._timeouts
         while not self._stop.is_set():
@@ -312,18 +324,25 @@ class ClusterWatch:
 
 
 def exit_if_stuck(
-    done: threading.Event, timeouts: ClusterTimeouts, error: Callable[[], BaseException]
+    done: threading.Event,
+    timeouts: ClusterTimeouts,
+    error: Callable[[], BaseException],
+    *,
+    starting: bool = False,
 ) -> None:
     """End the process with `error`'s line unless `done` is set in time.
 
-    In time: within the operation deadline, the close bound and two health checks. For
+    In time: within the operation deadline, the close bound and two health checks; while
+    the session starts (`starting`), within the close bound and two health checks: a
+    session being created waits for every task it may use, a lost one forever. For
     a worker whose parameter server stopped answering: TensorFlow bounds a step by the
     operation deadline but not a call that registers new fetches (an epoch-end save),
     and closing the session blocks as well, so such a call would wait forever. The lost
     task is already named; the process ends as an uncaught `error` would end it (its
     line on stderr, status 1), without running further Python cleanup.
     """
-    after_s = timeouts.operation_seconds + timeouts.close_seconds + 2 * timeouts.check_every
+    after_s = timeouts.close_seconds + 2 * timeouts.check_every
+    after_s += 0.0 if starting else timeouts.operation_seconds
 
     def watch() -> None:
         if done.wait(after_s):
@@ -337,3 +356,16 @@ def exit_if_stuck(
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-if-stuck", daemon=True).start()
+
+
+def close_within(sess: Any, seconds: float) -> bool:
+    """Close `sess`, waiting `seconds` at most; whether it closed in time.
+
+    Closing a session one of whose tasks is gone blocks in TensorFlow (and so would
+    the session's finalizer at the process's exit): past the bound the close is left
+    to a daemon thread, which the process's exit ends.
+    """
+    closer = threading.Thread(target=sess.close, name="close-session", daemon=True)
+    closer.start()
+    closer.join(seconds)
+    return not closer.is_alive()
