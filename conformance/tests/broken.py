@@ -3,7 +3,8 @@
 `HandLoopTrainer` drives the callbacks itself from the public pieces of a trainer
 (``callbacks``, ``sess``, ``hooked_sess``, ``run_step``), the way a user writing
 their own loop would. Each subclass breaks one documented semantic; the suite must
-fail each of them with a message naming that semantic.
+fail each of them with a message naming that semantic. `IgnoresPrecision` keeps the
+stock loop and breaks the mixed-precision policy instead.
 """
 
 from __future__ import annotations
@@ -116,6 +117,13 @@ class NoAfterTrainAfterStop(HandLoopTrainer):
     AFTER_TRAIN_AFTER_STOP = False
 
 
+class IgnoresPrecision(SimpleTrainer):
+    """Takes ``setup_graph(..., precision=...)`` and builds in float32 all the same."""
+
+    def setup_graph(self, *args, precision="float32", **kwargs):
+        return super().setup_graph(*args, **kwargs)
+
+
 ENTRIES = [
     # The hand-written loop calls run_step once per step: one step per session call.
     TrainerEntry(
@@ -130,7 +138,7 @@ ENTRIES = [
         GlobalStepCountsSteps,
         NoAfterTrainAfterStop,
     )
-]
+] + [TrainerEntry(name="IgnoresPrecision", factory="broken:IgnoresPrecision")]
 """One row per trainer above (the factory is the class: it takes no argument)."""
 
 EXPECTED = {
@@ -149,6 +157,11 @@ EXPECTED = {
     "NoAfterTrainAfterStop": (
         "test_stop_training_from_each_method[NoAfterTrainAfterStop-trigger_step]",
         r"after_train is never called \(expected 1 call\)",
+    ),
+    "IgnoresPrecision": (
+        "test_mixed_bfloat16_steps_near_the_single_tower_reference[IgnoresPrecision]",
+        r"every variable equals the float32 reference within float32's rounding .*: the "
+        r"towers did not compute in the policy's low precision",
     ),
 }
 """For each defect: a check that must fail, and a pattern its message must match."""

@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from towerkit.conformance import SuiteModel, sgd_step
-from towerkit.conformance._model import VARIABLES, first_batches, gradients, shard_data
+from towerkit.conformance._model import (
+    VARIABLES,
+    first_batches,
+    gradient_magnitudes,
+    gradients,
+    shard_data,
+)
 from towerkit.towers import check_tower_function
 from towerkit.towers.compat import tf1
 
@@ -28,6 +34,33 @@ class TestReference:
         one = sgd_step(params, [joined], kind=kind, combine="average")
         for n in VARIABLES:
             np.testing.assert_allclose(two[n], one[n], rtol=1e-12)
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        st.integers(0, 3),
+        st.sampled_from(["quadratic", "linear"]),
+        st.floats(-4, 4),
+        st.floats(-4, 4),
+    )
+    def test_magnitudes_bound_the_gradient_and_its_rounding(self, shard, kind, w0, b0):
+        """The gradient with every term by its absolute value bounds the gradient, and the
+        gradient on inputs rounded to bfloat16 (relative 2^-8) is within a few units of
+        2^-8 times it."""
+        params = {"linear/w": np.array([[w0], [-w0], [0.5]]), "linear/b": np.array([b0])}
+        batch = first_batches(shard, 1)[0]
+        exact = gradients(params, batch, kind)
+        mags = gradient_magnitudes(params, batch, kind)
+        rng = np.random.default_rng(shard)
+        rounded = tuple(a * (1 + rng.uniform(-(2.0**-8), 2.0**-8, a.shape)) for a in batch)
+        off = gradients(params, rounded, kind)
+        for n in VARIABLES:
+            assert (np.abs(exact[n]) <= mags[n] + 1e-12).all(), n
+            assert (np.abs(off[n] - exact[n]) <= 4 * 2.0**-8 * mags[n] + 1e-12).all(), n
+
+    def test_magnitudes_kind_fail(self):
+        """An unknown cost is named by the magnitudes too."""
+        with pytest.raises(ValueError, match="'kind' must be 'quadratic' or 'linear'; got 'cubic'"):
+            gradient_magnitudes({}, first_batches(0, 1)[0], "cubic")
 
     def test_shards_differ(self):
         """Each process reads other data."""

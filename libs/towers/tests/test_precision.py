@@ -108,6 +108,38 @@ def test_a_tower_func_casts_its_float_inputs_and_keeps_them_in_its_handle():
             assert func(x, label).dtype == tf.float32  # outside the scope: float32
 
 
+def test_a_tower_func_bound_to_a_policy_shares_its_towers():
+    """``under_precision``: the towers follow the policy outside any scope; the same towers."""
+
+    def tower(x):
+        with tf1.variable_scope("m", reuse=tf1.AUTO_REUSE):
+            return tf.reduce_sum(x * tf1.get_variable("w", [3]), name="out")
+
+    spec = [tf.TensorSpec((None, 3), tf.float32, "x")]
+    with tf.Graph().as_default() as g:
+        x = tf1.placeholder(tf.float32, [None, 3])
+        func = TowerFunc(tower, spec)
+        assert func.under_precision("float32") is func
+        bound = func.under_precision("mixed_bfloat16")
+        def casts():
+            return sum(op.type == "Cast" for op in g.get_operations())
+
+        with TowerContext("", is_training=True):
+            out = bound(x)
+        first = casts()
+        assert out.dtype == tf.bfloat16
+        assert current_precision().name == "float32"
+        assert [v.dtype.base_dtype for v in tf1.global_variables()] == [tf.float32]
+        with TowerContext("again", is_training=True), precision_scope("mixed_bfloat16"):
+            assert bound(x).dtype == tf.bfloat16  # the same scope is not entered twice
+        assert casts() == 2 * first  # as many casts as alone: not cast twice
+        assert len(func.towers) == len(bound.towers) == 2
+        assert func.towers[0].inputs[0] is x
+        with TowerContext("infer", is_training=False):
+            assert func(x).dtype == tf.float32  # the unbound function: float32
+        assert len(bound.towers) == 3
+
+
 def test_with_precision_and_cast_inputs():
     with tf.Graph().as_default():
         x = tf1.placeholder(tf.float64, [2])

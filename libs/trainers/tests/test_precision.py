@@ -431,6 +431,41 @@ def test_a_custom_tower_trainer_composed_from_the_primitives():
         assert trainer.global_step == 4
 
 
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_a_custom_setup_graph_builds_under_the_policy(precision):
+    """A `SingleCostTrainer` whose ``_setup_graph`` calls the tower function itself (the
+    README's composed trainer) gets it bound to the policy: its towers follow it."""
+    from towerkit.trainers import GlobalNormClip, SingleCostTrainer, apply_grad_processors
+
+    class ClippedTrainer(SingleCostTrainer):
+        def _setup_graph(self, input, get_cost_fn, get_opt_fn):
+            with TowerContext("", is_training=True):
+                cost = get_cost_fn(*input.get_input_tensors())
+            opt = apply_grad_processors(get_opt_fn(), [GlobalNormClip(5.0)])
+            self.train_op = opt.minimize(cost, name="train_op")
+            return []
+
+    dtype = {"mixed_bfloat16": tf.bfloat16, "mixed_float16": tf.float16}[precision]
+    g = tf.Graph()
+    with g.as_default():
+        model = ConvNet()
+        trainer = ClippedTrainer()
+        trainer.setup_graph(
+            model.get_input_signature(),
+            NumpyInput(data(), batch_size=16),
+            model.build_graph,
+            model.get_optimizer,
+            precision=precision,
+        )
+        assert model.dtypes == [dtype]
+        assert {v.dtype.base_dtype for v in tf1.trainable_variables()} == {tf.float32}
+        assert len(trainer.tower_func.towers) == 1
+        trainer.train_with_defaults(
+            precision=precision, callbacks=[], monitors=[], steps_per_epoch=3, max_epoch=1
+        )
+        assert trainer.global_step == 3
+
+
 def test_gradient_processors_see_unscaled_gradients():
     """A norm clip at 10 leaves the true gradient (norm 5.8) alone; scaled, it would clip."""
     from towerkit.trainers import GlobalNormClip, apply_grad_processors

@@ -102,6 +102,34 @@ def gradients(
     raise ValueError(msg)
 
 
+def gradient_magnitudes(
+    params: Mapping[str, np.ndarray], batch: tuple[np.ndarray, np.ndarray], kind: str
+) -> dict[str, np.ndarray]:
+    """`gradients` with every term taken by its absolute value: what rounding error scales with.
+
+    A gradient computed in a low precision is off by a few units of that precision's
+    rounding times this, not times the gradient itself (terms may cancel).
+
+    Examples:
+        >>> p = {"linear/w": np.ones((3, 1)), "linear/b": np.ones(1)}
+        >>> batch = (np.ones((2, 3)), np.full((2, 1), 4.0))
+        >>> gradients(p, batch, "quadratic")["linear/b"], gradient_magnitudes(p, batch, "quadratic")["linear/b"]
+        (array([0.]), array([16.]))
+    """
+    x = np.abs(batch[0].astype(np.float64))
+    y = np.abs(batch[1].astype(np.float64))
+    n = len(x)
+    if kind == "quadratic":
+        w = np.abs(np.asarray(params["linear/w"], np.float64).reshape(INPUT_DIM, 1))
+        b = np.abs(np.asarray(params["linear/b"], np.float64).reshape(1))
+        terms = x @ w + b + y
+        return {"linear/w": 2.0 / n * x.T @ terms, "linear/b": 2.0 / n * terms.sum(0)}
+    if kind == "linear":
+        return {"linear/w": x.T @ y / n, "linear/b": y.sum(0) / n}
+    msg = f"'kind' must be 'quadratic' or 'linear'; got {kind!r}"
+    raise ValueError(msg)
+
+
 def sgd_step(
     params: Mapping[str, np.ndarray],
     batches: Sequence[tuple[np.ndarray, np.ndarray]],

@@ -11,7 +11,13 @@ import tensorflow as tf
 from towerkit.towers._context import BaseTowerContext, get_current_tower_context
 from towerkit.towers._errors import TowerContextError
 from towerkit.towers._names import get_op_tensor_name, join_scope
-from towerkit.towers._precision import cast_inputs, current_precision
+from towerkit.towers._precision import (
+    Precision,
+    cast_inputs,
+    current_precision,
+    precision_policy,
+    precision_scope,
+)
 from towerkit.towers.compat import tf1
 
 _VARIABLE_COLLECTIONS = ("variables", "local_variables", "model_variables")
@@ -284,6 +290,23 @@ class TowerFunc:
         self._tower_fn = tower_fn
         self._signature = validate_input_signature(input_signature)
         self._handles: list[TowerTensorHandle] = []
+        self._policy: Precision | None = None
+
+    def under_precision(self, policy: str | Precision) -> TowerFunc:
+        """This tower function building every tower under `policy` (`precision_scope`).
+
+        The returned function shares this one's towers (a call of either is recorded in
+        both), so a trainer can hand it to code that calls the tower function itself
+        (a custom ``_setup_graph``) and the policy still applies. Under float32 it is
+        this function.
+        """
+        policy = precision_policy(policy)
+        if not policy.mixed:
+            return self
+        bound = TowerFunc(self._tower_fn, self._signature)
+        bound._handles = self._handles
+        bound._policy = policy
+        return bound
 
     def __repr__(self) -> str:
         fn = getattr(self._tower_fn, "__qualname__", repr(self._tower_fn))
@@ -327,6 +350,10 @@ class TowerFunc:
                 f"({[s.name for s in self._signature]}); got {len(inputs)}"
             )
             raise TypeError(msg)
-        outputs = self._tower_fn(*cast_inputs(inputs, current_precision()))
+        if self._policy is not None and current_precision() != self._policy:
+            with precision_scope(self._policy):
+                outputs = self._tower_fn(*cast_inputs(inputs, self._policy))
+        else:
+            outputs = self._tower_fn(*cast_inputs(inputs, current_precision()))
         self._handles.append(TowerTensorHandle(ctx, inputs, outputs, self._signature))
         return outputs

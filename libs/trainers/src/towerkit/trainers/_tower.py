@@ -273,7 +273,10 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
                 ``"mixed_float16"``): the training towers compute in its dtype under
                 `towerkit.towers.precision_scope`, the cost is cast to float32 and
                 variables stay float32; ``"mixed_float16"`` wraps the optimizer in
-                `LossScaleOptimizer` and reports ``loss_scale`` every epoch.
+                `LossScaleOptimizer` and reports ``loss_scale`` every epoch. A
+                subclass's ``_setup_graph`` gets the tower function bound to the
+                policy (`TowerFunc.under_precision`): its towers follow it (the
+                cost it gets may be in the compute dtype).
 
         .. versionchanged:: 0.2
            ``steps_per_execution``, ``precision``.
@@ -313,13 +316,14 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
             input.setup(func.input_signature)
             self._input = input
             self.tower_func = func
+            bound = func.under_precision(self._precision)  # also for a custom _setup_graph
             if k == 1:
-                own = self._setup_graph(input, func, get_opt_fn)
+                own = self._setup_graph(input, bound, get_opt_fn)
             else:
                 built: list[list[Callback]] = []
 
                 def one_step() -> Any:
-                    built.append(self._setup_graph(input, func, get_opt_fn))
+                    built.append(self._setup_graph(input, bound, get_opt_fn))
                     return self.train_op
 
                 self.train_op = build_steps_loop(self._graph, k, one_step)
