@@ -2,6 +2,7 @@
 
 Usage: python parallel_script.py LOGDIR WORKERS [--source indexed|raises|blocks]
 [--max-epoch E] [--kill-after N] [--step-sleep S] [--timeout T] [--resume]
+[--start-method M]
 
 It trains a one-weight model on datapoints ``x = i`` (i = 0 .. STEPS_PER_EPOCH - 1,
 the same every epoch) and prints ``SEEN <x>`` for the datapoint of each step,
@@ -91,6 +92,7 @@ def main(argv=None) -> int:
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--start-method", default=None)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
@@ -101,7 +103,9 @@ def main(argv=None) -> int:
         "raises": lambda: RaisesAt(STEPS_PER_EPOCH, bad=3),
         "blocks": lambda: Blocks(),
     }[args.source]()
-    source = IterableInput(data, workers=args.workers, prefetch=2, timeout=args.timeout)
+    source = IterableInput(
+        data, workers=args.workers, prefetch=2, timeout=args.timeout, start_method=args.start_method
+    )
     config_cls = AutoResumeTrainConfig if args.resume else TrainConfig
     callbacks = [Report(source, args.kill_after, args.step_sleep)]
     if args.resume:

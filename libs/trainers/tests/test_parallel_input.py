@@ -383,13 +383,18 @@ def test_exact_resume_after_sigkill(tmp_path):
 
 # a TensorFlow process on a shared 2-core machine
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
-def test_signal_leaves_no_process(tmp_path, sig):
+@pytest.mark.parametrize(
+    ("sig", "method"),
+    [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGTERM, "fork")],
+    ids=["sigint", "sigterm", "sigterm-fork"],
+)
+def test_signal_leaves_no_process(tmp_path, sig, method):
     """Ctrl-C or SIGTERM mid-run: no worker is left behind.
 
     Ctrl-C ends training after the step (``after_train`` runs, the pool is stopped);
     SIGTERM preempts: the step finishes, ``after_train`` stops the pool, and the
-    process exits with status 143.
+    process exits with status 143. Forked workers (``start_method="fork"``) take the
+    SIGTERM that stops them as their own: one preemption line, the trainer's.
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     proc = prefork.popen(
@@ -402,6 +407,7 @@ def test_signal_leaves_no_process(tmp_path, sig):
             "1000",
             "--step-sleep",
             "0.1",
+            *(["--start-method", method] if method else []),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -434,5 +440,19 @@ def test_signal_leaves_no_process(tmp_path, sig):
         assert "FINAL" in "".join(lines), "".join(lines) + err
     else:
         assert proc.returncode == PREEMPTED_EXIT_STATUS, "".join(lines) + err
-        assert "SIGTERM: training saves after the session call in flight" in err
+        assert err.count("SIGTERM: training saves after the session call in flight") == 1, err
     assert wait_gone(pids) == [], "workers left behind"
+
+
+# a TensorFlow process on a shared 2-core machine
+@pytest.mark.timeout(600)
+def test_forked_workers_stopped_at_the_end_are_not_a_preemption(tmp_path):
+    """Forked workers inherit the training process's signal handlers; the SIGTERM that
+    stops them at the end of training is theirs: no preemption line, status 0."""
+    done = run_script(tmp_path / "log", 2, "--start-method", "fork")
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log
+    assert "FINAL" in done.stdout, log
+    assert "SIGTERM" not in done.stderr, log
+    assert seen_in(done.stdout) == list(range(STEPS_PER_EPOCH)) * 2, log
+    assert wait_gone(pids_in(done.stdout)) == [], "workers left behind"

@@ -341,6 +341,31 @@ def _exit_now(status: int) -> None:
     os._exit(status)
 
 
+_TAKEN: dict[int, Any] = {}
+"""The signals a `deferred_sigint` context of this process handles now, each with the
+handler it replaced."""
+
+
+def _signals_back_in_child() -> None:
+    """In a process forked while training (a data worker): its signals are its own again.
+
+    It inherits the training process's handlers and wakeup fd; without this, a SIGTERM
+    that ends it (a pool's ``terminate``) would run the preemption handler there and
+    write to the training process's wakeup fd, which would take it for its own.
+    """
+    if not _TAKEN:
+        return
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)
+    for signum, previous in _TAKEN.items():
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signum, previous)
+    _TAKEN.clear()
+
+
+os.register_at_fork(after_in_child=_signals_back_in_child)
+
+
 @contextlib.contextmanager
 def deferred_sigint(policy: Any = None, *, coordinated: bool = False) -> Iterator[InterruptState]:
     """Turn the first SIGINT into a request to stop; a second one interrupts at once.
@@ -412,15 +437,19 @@ def deferred_sigint(policy: Any = None, *, coordinated: bool = False) -> Iterato
     _ABORTING.clear()
     if take_int:
         signal.signal(signal.SIGINT, handler)
+        _TAKEN[signal.SIGINT] = signal.default_int_handler
     for s in preempt_sigs:
         signal.signal(s, preempt_handler)
+        _TAKEN[s] = signal.SIG_DFL
     try:
         yield state
     finally:
         if take_int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            _TAKEN.pop(signal.SIGINT, None)
         for s in preempt_sigs:
             signal.signal(s, signal.SIG_DFL)
+            _TAKEN.pop(s, None)
         if preempt is not None:
             preempt.cancel()
         if watcher is not None:
