@@ -121,6 +121,7 @@ def test_a_tower_func_bound_to_a_policy_shares_its_towers():
         func = TowerFunc(tower, spec)
         assert func.under_precision("float32") is func
         bound = func.under_precision("mixed_bfloat16")
+
         def casts():
             return sum(op.type == "Cast" for op in g.get_operations())
 
