@@ -27,7 +27,7 @@ from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._interrupt import InterruptState, deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
 from towerkit.trainers._loop_end import end_epoch, stop_line
-from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k, check_loop_for_k
+from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k
 from towerkit.trainers._preempt import (
     PreemptionPolicy,
     ResumeAndPreemption,
@@ -338,11 +338,7 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
             KeyboardInterrupt: after a clean shutdown, when Ctrl-C stopped the loop.
         """
         self._require_phase("main_loop", "initialized")
-        bounds = LoopBounds(
-            starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
-        )
-        if self._steps_per_execution != 1:
-            check_loop_for_k(steps_per_epoch, self._steps_per_execution)
+        bounds = self._bounds_for(steps_per_epoch, starting_epoch, max_epoch)
         self._check_resume_position(steps_per_epoch, starting_epoch)
         self._bounds = bounds
         self._epoch_num = bounds.starting_epoch - 1

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from towerkit.callbacks import Callback
+from towerkit.callbacks import Callback, LoopBounds
 from towerkit.callbacks.plumbing import check_steps_per_execution
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY, precision_policy
 from towerkit.towers.compat import tf1
@@ -172,6 +172,14 @@ class StepsPerExecution:
         .. versionadded:: 0.2
         """
         return self._steps_per_execution
+
+    def _bounds_for(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> LoopBounds:
+        """The loop's record of these bounds (validated); the steps per call must divide."""
+        bounds = LoopBounds(
+            starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
+        )
+        check_loop_for_k(steps_per_epoch, self._steps_per_execution)
+        return bounds
 
     def _set_steps_per_execution(self, value: object) -> int:
         """Set K while the graph is being built; refuse it for a trainer that cannot run it."""

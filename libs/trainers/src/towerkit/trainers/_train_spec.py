@@ -168,14 +168,8 @@ class TrainSpec:
     precision: str = attrs.field(default="float32", converter=_precision_name)
 
     def __attrs_post_init__(self) -> None:
-        # the loop's bounds, by the loop's own record (steps_per_epoch may wait for the input)
-        LoopBounds(
-            starting_epoch=self.starting_epoch,
-            max_epoch=self.max_epoch,
-            steps_per_epoch=1 if self.steps_per_epoch is None else self.steps_per_epoch,
-        )
-        if self.steps_per_epoch is not None:
-            check_steps_per_execution(self.steps_per_epoch, self.steps_per_execution)
+        # checked by the loop's own record now (steps_per_epoch may wait for the input)
+        self._bounds(self.steps_per_epoch)
 
     def loop_bounds(self, input_size: int | None = None) -> LoopBounds:
         """The run's `LoopBounds`: ``steps_per_epoch``, or `input_size` when it is None.
@@ -191,8 +185,15 @@ class TrainSpec:
         if steps is None:
             msg = "'steps_per_epoch' is needed: it was not given and the input's size is unknown"
             raise ValueError(msg)
+        return self._bounds(steps)
+
+    def _bounds(self, steps: int | None) -> LoopBounds:
+        """The bounds with `steps` per epoch (1, and K unchecked, while it is None)."""
         bounds = LoopBounds(
-            starting_epoch=self.starting_epoch, max_epoch=self.max_epoch, steps_per_epoch=steps
+            starting_epoch=self.starting_epoch,
+            max_epoch=self.max_epoch,
+            steps_per_epoch=1 if steps is None else steps,
         )
-        check_steps_per_execution(bounds.steps_per_epoch, self.steps_per_execution)
+        if steps is not None:
+            check_steps_per_execution(bounds.steps_per_epoch, self.steps_per_execution)
         return bounds

@@ -492,9 +492,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             steps_per_epoch, starting_epoch, max_epoch = bounds
             if self._took_over_at is not None:
                 starting_epoch = self._took_over_at
-            self._bounds = LoopBounds(
-                starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
-            )
+            self._bounds = self._bounds_for(steps_per_epoch, starting_epoch, max_epoch)
 
     def _take_over_logdir(self, commit: LoopCommit) -> None:
         """Own the logdir from `commit` on: its owner was lost and this process is rank 0 now.
