@@ -247,7 +247,7 @@ def test_quick_start_trains(tmp_path):
     assert shown_error[1].endswith(", in <module>")
     assert shown_error[2].strip() == "launch_train_with_config(config, SimpleTrainer())"
     message = shown_error[3]
-    assert message.startswith("towerkit.trainers._errors.LogdirNotEmptyError: the logdir ")
+    assert message.startswith("towerkit.trainers.LogdirNotEmptyError: the logdir ")
     assert repr(str(logdir)) in message
     assert "logdir_action='overwrite'" in message
     assert len(message) < 600

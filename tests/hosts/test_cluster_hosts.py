@@ -158,7 +158,7 @@ def test_parameter_server_killed(clusters):
         assert job.procs[(role, task)].returncode != 0, out
         lines = lost.findall(out)
         assert lines, out[-3000:]
-        assert lines[-1].startswith(f"towerkit.trainers._errors.TaskLostError: worker {task} lost")
+        assert lines[-1].startswith(f"towerkit.trainers.TaskLostError: worker {task} lost")
     steps = epoch_steps(logdir)
     assert [e for e, _ in steps] == list(range(1, len(steps) + 1))
     assert all(s == e * STEPS for e, s in steps)

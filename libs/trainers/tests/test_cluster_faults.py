@@ -154,7 +154,7 @@ def workers_name_the_lost_ps(job: Cluster, what: str) -> list[str]:
         out = job.output((role, task))
         assert job.procs[(role, task)].returncode != 0, out
         line = one_line(out, lost)
-        assert line.startswith(f"towerkit.trainers._errors.TaskLostError: worker {task} lost")
+        assert line.startswith(f"towerkit.trainers.TaskLostError: worker {task} lost")
         assert "a parameter server" in line
         lines.append(line)
     return lines
@@ -205,12 +205,12 @@ class TestTaskKilled:
         other = job.output(("worker", 1))
         assert job.procs[("worker", 1)].returncode != 0, other
         line = one_line(other, lost)
-        assert line.startswith("towerkit.trainers._errors.TaskLostError: worker 1 lost the chief")
+        assert line.startswith("towerkit.trainers.TaskLostError: worker 1 lost the chief")
         assert "only the chief saves" in line
         ps = job.output(("ps", 0))
         assert job.procs[("ps", 0)].returncode != 0, ps
         line = one_line(ps, lost)
-        assert line.startswith("towerkit.trainers._errors.TaskLostError: ps task 0: lost")
+        assert line.startswith("towerkit.trainers.TaskLostError: ps task 0: lost")
         assert "the workers done: [1]" in line, f"worker 1's output:\n{other}\nthe ps's:\n{ps}"
 
     def test_other_worker(self, cluster):
@@ -265,7 +265,7 @@ def test_chief_never_starts(tmp_path):
         assert line.endswith("died before initializing the variables: never came up within 20 s")
         ps = job.output(("ps", 0))
         assert job.procs[("ps", 0)].returncode != 0, ps
-        assert one_line(ps, chief).startswith("towerkit.trainers._errors.TaskLostError: ps task 0")
+        assert one_line(ps, chief).startswith("towerkit.trainers.TaskLostError: ps task 0")
         assert naming("worker", 1, job.address[("worker", 1)]).search(ps), ps
     finally:
         job.stop_all()
@@ -295,7 +295,7 @@ def test_parameter_server_lost_while_a_worker_starts(tmp_path):
         assert job.procs[("worker", 1)].returncode != 0, out
         line = one_line(out, naming("ps", 0, job.address[("ps", 0)]))
         assert line.startswith(
-            "towerkit.trainers._errors.TaskLostError: worker 1 lost a parameter server"
+            "towerkit.trainers.TaskLostError: worker 1 lost a parameter server"
         )
         assert line.endswith("before the first step (the session was starting)"), line
     finally:

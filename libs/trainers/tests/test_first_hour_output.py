@@ -181,7 +181,7 @@ class TestProgramOutput:
         assert tail[1].endswith(", in <module>"), tail
         assert "launch_train_with_config(config, SimpleTrainer())" in tail[2]
         assert tail[3].startswith(
-            f"towerkit.trainers._errors.LogdirNotEmptyError: the logdir '{logdir}'"
+            f"towerkit.trainers.LogdirNotEmptyError: the logdir '{logdir}'"
         )
         assert "logdir_action='overwrite'" in tail[3]
         assert tail[4:] == [NOTE]

@@ -380,7 +380,7 @@ def test_exit_if_stuck(how):
     if how == "stuck":
         assert done.returncode == 1, done.stderr
         assert time.monotonic() - started < 30
-        line = "towerkit.trainers._errors.TaskLostError: worker 0 lost a parameter server, ps 0"
+        line = "towerkit.trainers.TaskLostError: worker 0 lost a parameter server, ps 0"
         assert line in done.stderr.splitlines(), done.stderr
     else:
         assert done.returncode == 0, done.stderr

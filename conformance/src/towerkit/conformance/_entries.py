@@ -226,7 +226,7 @@ def parse_target(text: str) -> tuple[str, str]:
         >>> parse_target("make_trainer")
         Traceback (most recent call last):
         ...
-        towerkit.conformance._errors.EntryError: '--trainer' takes MODULE:ATTR (e.g. my_pkg.trainers:make_trainer) or the name of a built-in row; got 'make_trainer'
+        towerkit.conformance.EntryError: '--trainer' takes MODULE:ATTR (e.g. my_pkg.trainers:make_trainer) or the name of a built-in row; got 'make_trainer'
     """
     m = _TARGET.match(text.strip()) if isinstance(text, str) else None
     if m is None:

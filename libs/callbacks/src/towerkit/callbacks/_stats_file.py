@@ -219,7 +219,7 @@ def loads_stats(data: str | bytes, source: str = "stats.json") -> list[dict[str,
         >>> loads_stats(b'[{"epoch_num": 1}, 3]', "log/stats.json")
         Traceback (most recent call last):
         ...
-        towerkit.callbacks._errors.StatsFileError: 'log/stats.json' must hold a JSON list of records (objects of numbers): record #1 at line 1, column 20 (char 19) is int
+        towerkit.callbacks.StatsFileError: 'log/stats.json' must hold a JSON list of records (objects of numbers): record #1 at line 1, column 20 (char 19) is int
     """
     if isinstance(data, bytes):
         try:

@@ -74,7 +74,7 @@ def check_member(path: str, info: zipfile.ZipInfo) -> str:
         >>> check_member("p.npz", info)
         Traceback (most recent call last):
         ...
-        towerkit.sessinit._errors.NotACheckpointError: 'p.npz' is not an npz file of arrays: member 'fc/W.npy' is stored with 200 bytes but declares 1000000000 uncompressed bytes
+        towerkit.sessinit.NotACheckpointError: 'p.npz' is not an npz file of arrays: member 'fc/W.npy' is stored with 200 bytes but declares 1000000000 uncompressed bytes
     """
     member = info.filename
     name = normalize_name(member.removesuffix(".npy"))
@@ -147,7 +147,7 @@ def check_npy_header(
         ...                  header_bytes=128, member_bytes=128 + 24)
         Traceback (most recent call last):
         ...
-        towerkit.sessinit._errors.NotACheckpointError: 'p.npz' is not an npz file of arrays: member 'w.npy' declares shape (1000000000000,) of float32 (4000000000000 bytes of values) but holds 24 bytes after its header
+        towerkit.sessinit.NotACheckpointError: 'p.npz' is not an npz file of arrays: member 'w.npy' declares shape (1000000000000,) of float32 (4000000000000 bytes of values) but holds 24 bytes after its header
     """
     if not (isinstance(shape, tuple) and all(isinstance(d, int) for d in shape)):
         raise not_npz(path, f"member {member!r} declares shape {shape!r}: expected a tuple of ints")
@@ -191,7 +191,7 @@ def read_npy_header(path: str, member: str, f: Any) -> tuple[Any, bool, np.dtype
         >>> read_npy_header("p.npz", "w.npy", io.BytesIO(b"PK not npy"))
         Traceback (most recent call last):
         ...
-        towerkit.sessinit._errors.NotACheckpointError: 'p.npz' is not an npz file of arrays: member 'w.npy' is not a .npy array (the magic string is not correct; expected b'\x93NUMPY', got b'PK not')
+        towerkit.sessinit.NotACheckpointError: 'p.npz' is not an npz file of arrays: member 'w.npy' is not a .npy array (the magic string is not correct; expected b'\x93NUMPY', got b'PK not')
     """
     fmt = np.lib.format
     start = f.tell()

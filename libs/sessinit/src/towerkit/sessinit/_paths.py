@@ -55,7 +55,7 @@ def require_globless(path: str | os.PathLike[str], what: str, *, reading: bool =
         >>> require_globless("runs/lr[0.1]", "logdir")
         Traceback (most recent call last):
         ...
-        towerkit.sessinit._errors.GlobPathError: 'logdir' 'runs/lr[0.1]' holds '[', ']': TensorFlow reads checkpoint paths as glob patterns, so checkpoints there could be written but never read back; choose a path without any of '[', ']', '*', '?', '\\'
+        towerkit.sessinit.GlobPathError: 'logdir' 'runs/lr[0.1]' holds '[', ']': TensorFlow reads checkpoint paths as glob patterns, so checkpoints there could be written but never read back; choose a path without any of '[', ']', '*', '?', '\\'
     """
     text = os.fspath(path)
     found = glob_characters(os.path.abspath(text))

@@ -17,3 +17,12 @@ class TowerCheckError(RuntimeError):
 
 class LayersUnavailableError(ImportError):
     """``tf.compat.v1.layers`` cannot be used: tf-keras is missing, of another version, or not routed."""
+
+
+# Every error here is public: tracebacks and pickles name it where users import it from
+# (``towerkit.<lib>.SomeError``), not by this private module.
+for _error in [
+    v for v in list(globals().values()) if isinstance(v, type) and v.__module__ == __name__
+]:
+    _error.__module__ = __name__.rpartition(".")[0]
+del _error

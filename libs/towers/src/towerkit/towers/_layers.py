@@ -36,7 +36,7 @@ def check_tf_keras_version(tf_version: str, tf_keras_version: str) -> None:
         >>> check_tf_keras_version("2.21.0", "2.18.0")
         Traceback (most recent call last):
         ...
-        towerkit.towers._errors.LayersUnavailableError: tf-keras 2.18.0 does not match TensorFlow 2.21.0: expected tf-keras 2.21.x (pip install 'tf-keras~=2.21.0')
+        towerkit.towers.LayersUnavailableError: tf-keras 2.18.0 does not match TensorFlow 2.21.0: expected tf-keras 2.21.x (pip install 'tf-keras~=2.21.0')
     """
     want = parse_tf_version(tf_version)
     if parse_tf_version(tf_keras_version) != want:

@@ -51,3 +51,12 @@ class TaskLostError(CollectiveError):
     def __init__(self, message: str, task: Any) -> None:
         super().__init__(message)
         self.task = task
+
+
+# Every error here is public: tracebacks and pickles name it where users import it from
+# (``towerkit.<lib>.SomeError``), not by this private module.
+for _error in [
+    v for v in list(globals().values()) if isinstance(v, type) and v.__module__ == __name__
+]:
+    _error.__module__ = __name__.rpartition(".")[0]
+del _error

@@ -66,7 +66,7 @@ def plan_logdir(
         >>> plan_logdir(["stats.json", "checkpoint"], "error", path="train_log/run")
         Traceback (most recent call last):
         ...
-        towerkit.trainers._errors.LogdirNotEmptyError: the logdir 'train_log/run' is not empty (it holds 'checkpoint', 'stats.json'): pass logdir_action='overwrite' to move it aside to 'train_log/run.old-<timestamp>' and start afresh, 'keep' to write into it, use AutoResumeTrainConfig to resume from it, or choose another logdir
+        towerkit.trainers.LogdirNotEmptyError: the logdir 'train_log/run' is not empty (it holds 'checkpoint', 'stats.json'): pass logdir_action='overwrite' to move it aside to 'train_log/run.old-<timestamp>' and start afresh, 'keep' to write into it, use AutoResumeTrainConfig to resume from it, or choose another logdir
 
     .. versionchanged:: 0.2
         `path`; the message shows 3 entries (was 20) and puts ``'overwrite'`` first.

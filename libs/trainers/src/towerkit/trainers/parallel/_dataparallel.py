@@ -222,7 +222,7 @@ def match_tower_variables(names_per_tower: Sequence[Sequence[str]]) -> tuple[tup
         >>> match_tower_variables([["fc/W", "fc/b"], ["tower1/fc/W"]])
         Traceback (most recent call last):
         ...
-        towerkit.trainers._errors.TowerVariableMismatchError: towers train different variables: 'fc/b' in towers [0] only (of 2)
+        towerkit.trainers.TowerVariableMismatchError: towers train different variables: 'fc/b' in towers [0] only (of 2)
     """
     if isinstance(names_per_tower, (str, bytes)) or not names_per_tower:
         msg = f"'names_per_tower' must be a non-empty list of name lists; got {names_per_tower!r}"
