@@ -294,9 +294,7 @@ def test_parameter_server_lost_while_a_worker_starts(tmp_path):
         out = job.output(("worker", 1))
         assert job.procs[("worker", 1)].returncode != 0, out
         line = one_line(out, naming("ps", 0, job.address[("ps", 0)]))
-        assert line.startswith(
-            "towerkit.trainers.TaskLostError: worker 1 lost a parameter server"
-        )
+        assert line.startswith("towerkit.trainers.TaskLostError: worker 1 lost a parameter server")
         assert line.endswith("before the first step (the session was starting)"), line
     finally:
         job.stop_all()

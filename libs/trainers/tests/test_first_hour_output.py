@@ -180,9 +180,7 @@ class TestProgramOutput:
         tail = again.stderr[again.stderr.index("Traceback") :].splitlines()
         assert tail[1].endswith(", in <module>"), tail
         assert "launch_train_with_config(config, SimpleTrainer())" in tail[2]
-        assert tail[3].startswith(
-            f"towerkit.trainers.LogdirNotEmptyError: the logdir '{logdir}'"
-        )
+        assert tail[3].startswith(f"towerkit.trainers.LogdirNotEmptyError: the logdir '{logdir}'")
         assert "logdir_action='overwrite'" in tail[3]
         assert tail[4:] == [NOTE]
         assert "towerkit/trainers" not in again.stderr

@@ -303,12 +303,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             started.set()
             if self.sess is not None:
                 close_within(self.sess, self.timeouts.close_seconds)
-            found = watch.blame(isinstance(err, tf.errors.OpError), tasks)
-            if found is None:
-                raise
-            error = self._lost_error(*found)
-            logger.error("%s", error)
-            raise error from err
+            self._raise_lost(watch.blame(isinstance(err, tf.errors.OpError), tasks), err)
+            raise
         finally:
             started.set()
             watch.stop()
@@ -382,19 +378,19 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         except Exception as err:
             # a failed step, or (the session closed for a lost parameter server) a
             # failed after_train: either way the task lost is what the user must read
-            found = watch.blame(isinstance(err, tf.errors.OpError))
-            if found is None:
-                raise
-            error = self._lost_error(*found)
-            logger.error("%s", error)
-            raise error from err
+            self._raise_lost(watch.blame(isinstance(err, tf.errors.OpError)), err)
+            raise
         finally:
             watch.stop()
             self._loop_done.set()
-        if watch.lost:
-            error = self._lost_error(*watch.lost[0])
+        self._raise_lost(watch.lost[0] if watch.lost else None, None)
+
+    def _raise_lost(self, found: tuple[TaskAddress, str] | None, err: Exception | None) -> None:
+        """Raise `TaskLostError` naming `found` (logged first), from `err`; nothing when None."""
+        if found is not None:
+            error = self._lost_error(*found)
             logger.error("%s", error)
-            raise error
+            raise error from err
 
     def _finish(self, failed: BaseException | None) -> None:
         """``after_train`` on a closed session once a ps is lost (its calls: `exit_if_stuck`)."""
