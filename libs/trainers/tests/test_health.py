@@ -33,6 +33,7 @@ from towerkit.trainers.parallel._health import (
     dead_tasks,
     is_up,
     observe,
+    probe,
     task_addresses,
 )
 
@@ -132,6 +133,35 @@ class TestDeadTasks:
         if dead:
             assert dead[0][1] == f"never came up within {start_within:g} s"
 
+    @given(tasks, seconds, seconds, seconds, seconds)
+    def test_listening_but_never_answering_then_gone(
+        self, task, heard_at, dead_after, start, later
+    ):
+        """A task never seen up but seen accepting connections (a live server that answers
+        late on a loaded machine) is dead once it has accepted none for more than
+        dead_after; until then only start_within could end it, as before."""
+        timeouts = ClusterTimeouts(dead_after=dead_after, start_within=start)
+        state = observe(LivenessState(since=0.0), task, False, heard_at, listening=True)
+        assert state.last_seen == ()
+        assert state.last_listening == ((task, heard_at),)
+        now = heard_at + later
+        dead = dead_tasks(state, [task], now, timeouts)
+        assert bool(dead) == (now - heard_at > dead_after)
+        if dead:
+            assert dead[0][1].startswith("accepts no connection for ")
+            assert dead[0][1].endswith("(it never answered in time)")
+
+    @given(tasks, seconds, seconds)
+    def test_answering_counts_as_listening(self, task, at, later):
+        """A check that is answered is also a connection accepted; one seen up keeps the old rule."""
+        state = observe(LivenessState(since=0.0), task, True, at)
+        assert state.last_listening == state.last_seen == ((task, at),)
+        later_state = observe(state, task, False, at + later, listening=True)
+        assert later_state.last_seen == ((task, at),)
+        timeouts = ClusterTimeouts(dead_after=1.0)
+        dead = dead_tasks(later_state, [task], at + later + 0.5, timeouts)
+        assert bool(dead) == (later + 0.5 > 1.0)  # answered last at `at`: the seen-up rule
+
     @given(st.lists(tasks, unique=True, min_size=1, max_size=4), seconds)
     def test_latest_sighting_counts(self, group, step):
         """Seeing a task again replaces its earlier sighting; others are untouched."""
@@ -230,12 +260,25 @@ class TestWatch:
         assert wait_for(lambda: is_up(address, 1.0))
 
     def test_port_that_accepts_but_never_answers(self):
-        """A listening socket that answers nothing is not up; closed, it is not either."""
+        """A listening socket that answers nothing is not up; closed, it is not either.
+
+        `probe` tells the two apart: the first accepts the connection, the second does not.
+        """
         sock = listening()
         address = f"127.0.0.1:{sock.getsockname()[1]}"
         assert not is_up(address, 0.3)
+        assert probe(address, 0.3) == (False, True)
         sock.close()
         assert not is_up(address, 0.3)
+        assert probe(address, 0.3) == (False, False)
+
+    def test_probe_of_a_server(self, tf_server):
+        """A TensorFlow server answers and accepts; stopped, it only accepts."""
+        proc, address = tf_server
+        assert probe(address, 1.0) == (True, True)
+        with frozen(proc):
+            assert probe(address, 0.5) == (False, True)
+        assert wait_for(lambda: probe(address, 1.0) == (True, True))
 
     def test_reports_a_stopped_server(self, tf_server):
         """A server that stops answering is reported once, named, and dropped from the watch."""

@@ -19,10 +19,11 @@ from towerkit.trainers.parallel._health import (
     LivenessState,
     TaskAddress,
     TaskLostError,
+    answer_within,
     close_within,
     dead_tasks,
-    is_up,
     observe,
+    probe,
     task_addresses,
 )
 
@@ -218,8 +219,8 @@ class _DistributedSessionCreator:
         """One health check of the chief while waiting; raise when it is dead."""
         if self._chief is None:
             return state
-        up = is_up(self._chief.address, min(self._timeouts.check_every, 5.0))
-        state = observe(state, self._chief, up, time.monotonic())
+        up, accepted = probe(self._chief.address, answer_within(self._timeouts))
+        state = observe(state, self._chief, up, time.monotonic(), listening=accepted)
         for task, why in dead_tasks(state, [self._chief], time.monotonic(), self._timeouts):
             msg = f"the chief, {task}, died before initializing the variables: {why}"
             logger.error("%s", msg)

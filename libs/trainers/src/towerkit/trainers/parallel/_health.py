@@ -141,24 +141,42 @@ class LivenessState:
     Attributes:
         since: when the watch started (seconds, any monotonic clock).
         last_seen: ``(task, time)`` of the last successful check of each task seen up.
+        last_listening: ``(task, time)`` of the last check whose connection each task
+            accepted, answered in time or not (its server was there).
     """
 
     since: float
     last_seen: tuple[tuple[TaskAddress, float], ...] = attrs.field(default=(), converter=_sightings)
+    last_listening: tuple[tuple[TaskAddress, float], ...] = attrs.field(
+        default=(), converter=_sightings
+    )
 
 
-def observe(state: LivenessState, task: TaskAddress, up: bool, now: float) -> LivenessState:
-    """The state after one health check of `task` at time `now` (`up`: it answered).
+def _sighted(
+    sightings: tuple[tuple[TaskAddress, float], ...], task: TaskAddress, now: float
+) -> tuple[tuple[TaskAddress, float], ...]:
+    return (*((t, s) for t, s in sightings if t != task), (task, now))
+
+
+def observe(
+    state: LivenessState, task: TaskAddress, up: bool, now: float, *, listening: bool | None = None
+) -> LivenessState:
+    """The state after one health check of `task` at time `now`.
+
+    `up`: it answered in time; `listening`: it accepted the connection (default: `up`).
 
     Examples:
         >>> t = TaskAddress(job="ps", index=0, address="h:1")
         >>> observe(LivenessState(since=0.0), t, True, 3.0).last_seen == ((t, 3.0),)
         True
+        >>> observe(LivenessState(since=0.0), t, False, 3.0, listening=True).last_listening
+        ((TaskAddress(job='ps', index=0, address='h:1'), 3.0),)
     """
-    if not up:
-        return state
-    seen = tuple((t, s) for t, s in state.last_seen if t != task)
-    return attrs.evolve(state, last_seen=(*seen, (task, now)))
+    if up:
+        state = attrs.evolve(state, last_seen=_sighted(state.last_seen, task, now))
+    if up or listening:
+        state = attrs.evolve(state, last_listening=_sighted(state.last_listening, task, now))
+    return state
 
 
 def answer_within(timeouts: ClusterTimeouts) -> float:
@@ -180,8 +198,10 @@ def dead_tasks(
     """The tasks of `tasks` that are dead at `now`, each with the reason, in order.
 
     A task seen up is dead once it has not answered for more than ``dead_after``
-    seconds; a task never seen up, once ``start_within`` seconds have passed since
-    the watch began.
+    seconds. A task never seen up (on a loaded machine a live server may answer late
+    every time) but seen accepting connections is dead once it has accepted none for
+    more than ``dead_after`` seconds: its server is gone. Any other task never seen up
+    is dead once ``start_within`` seconds have passed since the watch began.
 
     Examples:
         >>> t = TaskAddress(job="ps", index=0, address="h:1")
@@ -192,10 +212,16 @@ def dead_tasks(
         [("job 'ps' task 0 (h:1)", 'unreachable for 11 s')]
     """
     seen = dict(state.last_seen)
+    listened = dict(state.last_listening)
     out = []
     for task in tasks:
         last = seen.get(task)
-        if last is None:
+        heard = listened.get(task)
+        if last is None and heard is not None:
+            if now - heard > timeouts.dead_after:
+                gone = f"accepts no connection for {now - heard:.0f} s (it never answered in time)"
+                out.append((task, gone))
+        elif last is None:
             if now - state.since > timeouts.start_within:
                 out.append((task, f"never came up within {timeouts.start_within:g} s"))
         elif now - last > timeouts.dead_after:
@@ -218,24 +244,31 @@ def is_up(address: str, timeout: float) -> bool:
     for a process that is stopped (SIGSTOP, a frozen container) or hung, and such a
     task would otherwise look up while every operation on it blocks.
     """
+    return probe(address, timeout)[0]
+
+
+def probe(address: str, timeout: float) -> tuple[bool, bool]:
+    """``(answers, accepts)``: `is_up`, and whether the connection was accepted at all."""
     host, _, port = address.rpartition(":")
     end = time.monotonic() + timeout
+    accepted = False
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            accepted = True
             sock.sendall(_HTTP2_PREFACE)
             head = b""
             while len(head) < 9:
                 left = end - time.monotonic()
                 if left <= 0:
-                    return False
+                    return False, True
                 sock.settimeout(left)
                 chunk = sock.recv(9 - len(head))
                 if not chunk:
-                    return False
+                    return False, True
                 head += chunk
-            return head[3] == _SETTINGS
+            return head[3] == _SETTINGS, True
     except (OSError, ValueError):
-        return False
+        return False, accepted
 
 
 class ClusterWatch:
@@ -308,8 +341,9 @@ class ClusterWatch:
             began = time.monotonic()
             tasks = list(self._tasks)
             for task in tasks:
-                up = is_up(task.address, answer_within(timeouts))
-                self._state = observe(self._state, task, up, time.monotonic())
+                up, accepted = probe(task.address, answer_within(timeouts))
+                now = time.monotonic()
+                self._state = observe(self._state, task, up, now, listening=accepted)
             for task, why in dead_tasks(self._state, tasks, time.monotonic(), timeouts):
                 if self._stop.is_set():
                     return
