@@ -131,11 +131,6 @@ def check_callbacks_for_k(callbacks: Sequence[Callback], k: int) -> None:
         raise ValueError(msg)
 
 
-def check_loop_for_k(steps_per_epoch: int, k: int) -> None:
-    """Raise when ``k`` steps per call do not divide ``steps_per_epoch`` (both named)."""
-    check_steps_per_execution(steps_per_epoch, k)
-
-
 def refuse_per_step_feeds(input: InputSource, k: int) -> None:
     """Raise when `input` is fed from Python with every step: such an input cannot run K steps."""
     if k == 1:
@@ -178,7 +173,7 @@ class StepsPerExecution:
         bounds = LoopBounds(
             starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
         )
-        check_loop_for_k(steps_per_epoch, self._steps_per_execution)
+        check_steps_per_execution(steps_per_epoch, self._steps_per_execution)
         return bounds
 
     def _set_steps_per_execution(self, value: object) -> int:
