@@ -20,7 +20,6 @@ from towerkit.trainers._callback_checks import (
     _expand_input_callbacks,
     _reject_monitors,
 )
-from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._heap import frozen_heap
@@ -35,8 +34,7 @@ from towerkit.trainers._preempt import (
     save_for_resume,
 )
 from towerkit.trainers._resume import plan_logdir
-from towerkit.trainers._sesscreate import default_session_creator
-from towerkit.trainers._traceback import filter_traceback
+from towerkit.trainers._train_calls import TrainCalls
 from towerkit.trainers._trainer_view import TrainerViewMixin
 from towerkit.trainers.inputs._callbacks import input_failure
 
@@ -50,7 +48,9 @@ logger = logging.getLogger("towerkit.trainers")
 _PHASES = ("new", "callbacks", "initialized", "running", "done")
 
 
-class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclass=TrainerMeta):
+class Trainer(
+    TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, TrainCalls, metaclass=TrainerMeta
+):
     """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
 
     A run has three phases, which ``train`` calls in order (call them yourself for
@@ -338,8 +338,12 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
             KeyboardInterrupt: after a clean shutdown, when Ctrl-C stopped the loop.
         """
         self._require_phase("main_loop", "initialized")
-        bounds = self._bounds_for(steps_per_epoch, starting_epoch, max_epoch)
-        self._check_resume_position(steps_per_epoch, starting_epoch)
+        self._main_loop(self._bounds_for(steps_per_epoch, starting_epoch, max_epoch))
+
+    def _main_loop(self, bounds: LoopBounds) -> None:
+        """`main_loop` over the record `bounds` (validated): the seam trainers override."""
+        self._require_phase("main_loop", "initialized")
+        self._check_resume_position(bounds.steps_per_epoch, bounds.starting_epoch)
         self._bounds = bounds
         self._epoch_num = bounds.starting_epoch - 1
         self._local_step = -1
@@ -483,102 +487,27 @@ class Trainer(TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, metaclas
                 _give_back(taken)  # releases the lock; main_loop releases it otherwise
             raise
 
-    # -- all three -------------------------------------------------------------------------
+    # -- all three (``train`` and ``train_with_defaults``: `TrainCalls`) ---------------
 
-    @filter_traceback
-    def train(
+    def _train(
         self,
+        bounds: LoopBounds,
         callbacks: Sequence[Callback] | None,
         monitors: Sequence[MonitorBase] | Monitors | None,
         session_creator: SessionCreatorLike,
         session_init: SessionInit | None,
-        steps_per_epoch: int,
-        starting_epoch: int = 1,
-        max_epoch: int = 9999999,
-        *,
-        logdir: str | os.PathLike[str] | None = None,
-        logdir_action: str = "error",
-        steps_per_execution: int | None = None,
-        precision: Any = None,
     ) -> None:
-        """Set the log directory, set up callbacks, initialize and run the loop.
+        """Set up callbacks, initialize and run the loop over the record `bounds`.
 
-        Same as ``set_logdir(logdir, logdir_action)``, ``setup_callbacks(callbacks,
-        monitors)``, ``initialize(session_creator, session_init)``,
-        ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``. ``steps_per_execution``
-        and ``precision``, when given, must be those the graph was built for.
+        `train` and `launch_train_with_config` (which carries the config's record) end
+        here. A subclass that overrides the documented ``main_loop`` is called through it.
         """
-        self._check_train_k(steps_per_execution, precision)
-        if self._phase == "new" and not self._logdir_set:
-            self.set_logdir(logdir, logdir_action)
-        elif logdir is not None and self._phase != "new":
-            msg = "train(logdir=...) needs a fresh trainer: callbacks are already set up"
-            raise TrainerStateError(msg)
-        elif logdir is not None and os.path.abspath(logdir) != self._logdir:
-            msg = (
-                f"train(logdir={os.fspath(logdir)!r}) differs from the log directory "
-                f"set_logdir took, {self._logdir!r}: give it once"
-            )
-            raise TrainerStateError(msg)
         self.setup_callbacks(callbacks, monitors)
         self.initialize(session_creator, session_init)
-        self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
-
-    @filter_traceback
-    def train_with_defaults(
-        self,
-        _sentinel: Any = None,
-        callbacks: Sequence[Callback] | None = None,
-        monitors: Sequence[MonitorBase] | Monitors | None = None,
-        session_creator: SessionCreatorLike | None = None,
-        session_init: SessionInit | None = None,
-        steps_per_epoch: int | None = None,
-        starting_epoch: int = 1,
-        max_epoch: int = 9999999,
-        extra_callbacks: Sequence[Callback] | None = None,
-        *,
-        logdir: str | os.PathLike[str] | None = None,
-        logdir_action: str = "error",
-        steps_per_execution: int | None = None,
-        precision: Any = None,
-    ) -> None:
-        """``train`` with defaults for every option but ``steps_per_epoch``.
-
-        Callbacks are ``callbacks + extra_callbacks`` (default ``DEFAULT_CALLBACKS()``);
-        ``monitors`` default to ``DEFAULT_MONITORS()`` (they write files: a ``logdir``
-        is needed), ``session_creator`` to ``NewSessionCreator`` with the default
-        config, ``session_init`` to none, ``steps_per_epoch`` to the input's size. Keywords only.
-
-        Raises:
-            TypeError: positional arguments.
-            ValueError: no ``steps_per_epoch`` and no input size to take it from, or
-                default monitors without a ``logdir``.
-        """
-        if _sentinel is not None:
-            msg = "train_with_defaults() takes keyword arguments only"
-            raise TypeError(msg)
-        if steps_per_epoch is None:
-            steps_per_epoch = self._default_steps_per_epoch()
-        cbs, monitors = callbacks_with_defaults(callbacks, monitors, extra_callbacks, logdir)
-        if session_creator is None:
-            session_creator = default_session_creator()
-        self.train(
-            cbs,
-            monitors,
-            session_creator,
-            session_init,
-            steps_per_epoch,
-            starting_epoch,
-            max_epoch,
-            logdir=logdir,
-            logdir_action=logdir_action,
-            steps_per_execution=steps_per_execution,
-            precision=precision,
-        )
-
-    def _default_steps_per_epoch(self) -> int:  # none for the base trainer
-        msg = "'steps_per_epoch' is required: this trainer has no input whose size could give it"
-        raise ValueError(msg)
+        if type(self).main_loop is not Trainer.main_loop:
+            self.main_loop(bounds.steps_per_epoch, bounds.starting_epoch, bounds.max_epoch)
+        else:
+            self._main_loop(bounds)
 
     # -- helpers -------------------------------------------------------------------------
 

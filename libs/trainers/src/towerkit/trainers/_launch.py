@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from towerkit.trainers._config import TrainConfig
+from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._lock import LOCK_FILENAME
 from towerkit.trainers._model import ModelDesc
 from towerkit.trainers._resume import plan_logdir, truncate_stats
@@ -140,19 +141,14 @@ def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds)
     session_creator = config.session_creator
     if session_creator is None:
         session_creator = default_session_creator(config.session_config)
-    trainer.train_with_defaults(
-        callbacks=config.callbacks,
-        monitors=config.monitors,
-        session_creator=session_creator,
-        session_init=session_init,
-        steps_per_epoch=bounds.steps_per_epoch,
-        starting_epoch=bounds.starting_epoch,
-        max_epoch=bounds.max_epoch,
-        extra_callbacks=config.extra_callbacks,
-        logdir=config.logdir,
-        logdir_action=config.logdir_action,
-        **_k_kwargs(config.steps_per_execution),
+    callbacks, monitors = callbacks_with_defaults(
+        config.callbacks, config.monitors, config.extra_callbacks, config.logdir
     )
+    # the config's record goes on as it is: the trainer took the logdir above, and its
+    # graph must be built for the config's steps per call and precision
+    k, precision = config.steps_per_execution, config.precision
+    trainer._check_train_k(k if k != 1 else None, None if precision == "float32" else precision)
+    trainer._train(bounds, callbacks, monitors, session_creator, session_init)
 
 
 def _k_kwargs(k: int) -> dict[str, int]:

@@ -46,7 +46,7 @@ from towerkit.trainers.parallel._trainer_parts import (
 )
 
 if TYPE_CHECKING:
-    from towerkit.callbacks import MonitorBase, Monitors
+    from towerkit.callbacks import LoopBounds, MonitorBase, Monitors
     from towerkit.sessinit import SessionInit
     from towerkit.trainers._sesscreate import SessionCreatorLike
     from towerkit.trainers.inputs._base import InputSource
@@ -358,7 +358,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             msg += " (only the chief saves: a worker does not train on without it)"
         return TaskLostError(msg, task)
 
-    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+    def _main_loop(self, bounds: LoopBounds) -> None:
         """As `Trainer.main_loop`, watching the parameter servers and the chief meanwhile.
 
         Raises:
@@ -374,7 +374,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         )
         self._watch = watch.start()
         try:
-            super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
+            super()._main_loop(bounds)
         except Exception as err:
             # a failed step, or (the session closed for a lost parameter server) a
             # failed after_train: either way the task lost is what the user must read

@@ -409,18 +409,20 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         )
         super().initialize(session_creator, wrapped)
 
-    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
+    def _main_loop(self, bounds: LoopBounds) -> None:
         """As `Trainer.main_loop`, with the loop parameters of rank 0 on every rank.
 
         Raises:
             CollectiveError: a collective failed during training (another rank is gone).
         """
         self._require_phase("main_loop", "initialized")
-        mine = (steps_per_epoch, starting_epoch, max_epoch)
+        mine = (bounds.steps_per_epoch, bounds.starting_epoch, bounds.max_epoch)
         if self._elastic_state is not None:
             self._elastic_state.bounds = mine
-            self._elastic_state.position = LoopCommit(self._start_global_step, starting_epoch, 0)
-            super().main_loop(*mine)
+            self._elastic_state.position = LoopCommit(
+                self._start_global_step, bounds.starting_epoch, 0
+            )
+            super()._main_loop(bounds)
             return
         # a failure here is a failure before the first step: the logdir is given back
         # where a resumed run starts inside its epoch, and the input steps it skips
@@ -447,7 +449,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             skipped = self.input_source is not None and self.input_source.skip_steps(at[1])
             self.set_resume_position(at[0], at[1] if skipped else 0)
         try:
-            super().main_loop(*agreed)
+            super()._main_loop(bounds if agreed == mine else self._bounds_for(*agreed))
         except tf.errors.OpError as err:
             if not is_collective_failure(err):
                 raise
