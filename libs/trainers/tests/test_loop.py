@@ -316,11 +316,31 @@ class TestPhases:
         with pytest.raises(ValueError, match="registered twice"):
             trainer.setup_callbacks([p, p], [])
 
-    def test_bad_loop_parameters(self, graph):
-        """Loop parameters are validated before the loop starts."""
+    def test_bad_loop_parameters(self, graph, tmp_path):
+        """Loop parameters are refused before anything is set up: no logdir taken, no session."""
         trainer, _ = counter_trainer()
+        logdir = tmp_path / "log"
         with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
-            trainer.train([], [], creator(), None, 0, 1, 1)
+            trainer.train([], [], creator(), None, 0, 1, 1, logdir=logdir)
+        assert not logdir.exists()
+        assert trainer.sess is None
+        with pytest.raises(ValueError, match="'starting_epoch'"):
+            trainer.train_with_defaults(monitors=[], steps_per_epoch=2, starting_epoch=0)
+        assert trainer.sess is None
+
+    def test_overridden_main_loop_is_called(self, graph):
+        """A subclass overriding the documented ``main_loop`` runs through it, with the bounds."""
+        seen = []
+
+        class Counted(Trainer):
+            def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
+                seen.append((steps_per_epoch, starting_epoch, max_epoch))
+                super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
+
+        trainer, x = counter_trainer(Counted)
+        trainer.train([], [], creator(), None, 3, 2, 3)
+        assert seen == [(3, 2, 3)]
+        assert trainer.global_step == 6
 
     def test_bad_session_objects(self, graph):
         """Session creator and init must have the methods the trainer calls."""
