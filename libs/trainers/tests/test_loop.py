@@ -341,6 +341,8 @@ class TestPhases:
         trainer.train([], [], creator(), None, 3, 2, 3)
         assert seen == [(3, 2, 3)]
         assert trainer.global_step == 6
+        assert trainer.loop_bounds.starting_epoch == 2
+        assert x in tf1.global_variables()
 
     def test_bad_session_objects(self, graph):
         """Session creator and init must have the methods the trainer calls."""
