@@ -628,6 +628,7 @@ CORE_MODULES = [
     "_pruning",
     "_stats_file",
     "_paths",
+    "_lazy",
 ]
 """The callbacks lib's functional core: its doctests run in the `core` session too."""
 

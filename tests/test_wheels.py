@@ -190,12 +190,18 @@ class TestBuilt:
         assert any(m.endswith("/README.md") for m in members)
 
     def test_wheel_contents(self, dist, name):
-        """The package with ``py.typed`` and ``_version.py``, no ``towerkit/__init__.py``, no tests."""
+        """The package with ``py.typed``, ``_version.py`` and its stubs (the callbacks'
+        ``__init__.pyi``, which declares its names), no ``towerkit/__init__.py``, no tests."""
         package = name.removeprefix("towerkit-")
         with zipfile.ZipFile(wheel_of(dist, name)) as whl:
             names = whl.namelist()
         assert f"towerkit/{package}/py.typed" in names
         assert f"towerkit/{package}/_version.py" in names
+        source = FOLDERS[name] / "src"
+        stubs = {p.relative_to(source).as_posix() for p in source.rglob("*.pyi")}
+        assert stubs <= set(names)
+        if package == "callbacks":
+            assert "towerkit/callbacks/__init__.pyi" in names
         assert "towerkit/__init__.py" not in names
         assert not [n for n in names if "/tests/" in n or n.startswith("tests/")]
 

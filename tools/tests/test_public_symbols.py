@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import keyword
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,11 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.tools._files import ToolError
-from towerkit.tools.public_symbols import diff_names, main, names_in_all
+from towerkit.tools.public_symbols import diff_names, main, names_in_all, names_in_stub
 
 IDENTS = st.lists(
     st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True), unique=True, max_size=10
 )
+
+NAMES = IDENTS.filter(lambda names: not any(map(keyword.iskeyword, names)))
+"""Identifiers that can be imported (no keyword)."""
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -45,6 +49,26 @@ class TestNamesInAll:
         """A file that does not parse is named."""
         with pytest.raises(ToolError, match=r"'m\.py' does not parse"):
             names_in_all("def (:\n", "m.py")
+
+
+class TestNamesInStub:
+    """Reading the names an ``__init__.pyi`` imports as themselves."""
+
+    @given(NAMES)
+    def test_round_trip(self, names):
+        """Each ``from m import N as N`` line declares N, in order."""
+        src = "".join(f"from pkg._m{i} import {n} as {n}\n" for i, n in enumerate(names))
+        assert names_in_stub(src) == names
+
+    def test_other_imports_declare_nothing(self):
+        """A plain import or a renaming alias is not a public name."""
+        src = '"""Doc."""\nimport os\nfrom m import a, b as c\nfrom m import (\n    d as d,\n)\n'
+        assert names_in_stub(src) == ["d"]
+
+    def test_syntax_error(self):
+        """A stub that does not parse is named."""
+        with pytest.raises(ToolError, match=r"'s\.pyi' does not parse"):
+            names_in_stub("from m import (\n", "s.pyi")
 
 
 class TestDiff:
@@ -130,7 +154,23 @@ class TestMain:
     def test_unknown_ref(self, repo, capsys):
         """An unknown ref is a clear error."""
         assert main(["--root", str(repo), "diff", "--ref", "no-such-ref"]) == 2
-        assert (
-            "git show no-such-ref:libs/a/src/towerkit/a/__init__.py failed"
-            in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "git show no-such-ref:libs/a/src/towerkit/a/__init__.pyi failed" in err
+        assert "invalid object name 'no-such-ref'" in err
+
+    def test_stub_replaces_all(self, repo, capsys):
+        """A lib whose names moved from ``__all__`` to an ``__init__.pyi`` is read from the stub."""
+        pkg = repo / "libs/a/src/towerkit/a"
+        (pkg / "__init__.py").write_text("from towerkit.a._lazy import names\n__all__ = names()\n")
+        (pkg / "__init__.pyi").write_text(
+            "from towerkit.a._m import keep as keep\nfrom towerkit.a._m import gone as gone\n"
         )
+        assert main(["--root", str(repo), "diff"]) == 0
+        assert capsys.readouterr().out == "towerkit-a: unchanged since main\n"
+        git(repo, "add", ".")
+        git(repo, "commit", "-q", "-m", "stub")
+        (pkg / "__init__.pyi").write_text("from towerkit.a._m import keep as keep\n")
+        assert main(["--root", str(repo), "diff", "--ref", "main"]) == 1
+        assert capsys.readouterr().out == "towerkit-a: - gone  (removed: breaks users)\n"
+        assert main(["--root", str(repo), "list", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"towerkit-a": ["keep"]}

@@ -1,7 +1,8 @@
 """public-symbols: list each lib's public names (``__all__``) and diff them against a git ref.
 
-The names are read from each ``src/towerkit/<lib>/__init__.py`` without importing it
-(no TensorFlow needed). ``diff`` exits with status 1 when a name was removed, since
+The names are read from each ``src/towerkit/<lib>/__init__.pyi`` (the names it imports
+as themselves) or, for a lib without that stub, from ``__all__`` in its ``__init__.py``,
+without importing it (no TensorFlow needed). ``diff`` exits with status 1 when a name was removed, since
 removing a public name breaks users; additions are reported and pass.
 """
 
@@ -12,13 +13,13 @@ import ast
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from towerkit.tools._files import ToolError, fail
 from towerkit.tools._workspace import Dist, find_root, load_dists, pick
 
-__all__ = ["diff_names", "init_path", "main", "names_in_all"]
+__all__ = ["diff_names", "init_path", "main", "names_in_all", "names_in_stub"]
 
 
 def names_in_all(source: str, filename: str = "<source>") -> list[str]:
@@ -63,6 +64,54 @@ def names_in_all(source: str, filename: str = "<source>") -> list[str]:
     return names
 
 
+def names_in_stub(source: str, filename: str = "<stub>") -> list[str]:
+    r"""The names a package's ``__init__.pyi`` declares public, read without running it.
+
+    A stub makes public the names it imports as themselves (``from m import A as A``);
+    other imports and statements declare nothing.
+
+    Raises:
+        ToolError: the source does not parse.
+
+    Examples:
+        >>> names_in_stub("from m import A as A, B\nfrom n import c as c\nimport os\n")
+        ['A', 'c']
+    """
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError as err:
+        msg = f"{filename!r} does not parse: {err}"
+        raise ToolError(msg) from None
+    return [
+        alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname == alias.name
+    ]
+
+
+def public_names(
+    read: Callable[[Path], str | None], init: Path, where: str = ""
+) -> list[str] | None:
+    """A lib's public names: its ``__init__.pyi`` stub's if it has one, else its ``__all__``.
+
+    Args:
+        read: Gives a file's text, or None when the file is absent.
+        init: The lib's ``__init__.py``.
+        where: What to put before a file's name in errors (``"main:"``).
+
+    Returns:
+        The names, or None when the lib has neither file.
+    """
+    stub = init.with_suffix(".pyi")
+    text = read(stub)
+    if text is not None:
+        return names_in_stub(text, f"{where}{stub}")
+    text = read(init)
+    return None if text is None else names_in_all(text, f"{where}{init}")
+
+
 def diff_names(old: Sequence[str] | None, new: Sequence[str] | None) -> dict[str, list[str]]:
     """Names added and removed between two ``__all__`` lists (None: the lib is absent).
 
@@ -81,6 +130,10 @@ def init_path(dist: Dist) -> Path | None:
     if dist.package is None:
         return None
     return dist.path / "src" / Path(*dist.package.split(".")) / "__init__.py"
+
+
+def _read_file(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def _git_show(root: Path, ref: str, path: Path) -> str | None:
@@ -141,10 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         chosen = [pick(dists, n) for n in args.libs] if args.libs else dists
         found = {d.name: init_path(d) for d in chosen}
         inits = {n: p for n, p in found.items() if p is not None}
-        current = {
-            n: names_in_all(p.read_text(encoding="utf-8"), str(p)) if p.is_file() else None
-            for n, p in inits.items()
-        }
+        current = {n: public_names(_read_file, p) for n, p in inits.items()}
         if args.command == "list":
             if args.json:
                 print(json.dumps(current, indent=1))
@@ -155,8 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         report = {}
         for name, path in inits.items():
-            old_text = _git_show(root, args.ref, path)
-            old = None if old_text is None else names_in_all(old_text, f"{args.ref}:{path}")
+            old = public_names(lambda p: _git_show(root, args.ref, p), path, f"{args.ref}:")
             report[name] = diff_names(old, current[name])
     except ToolError as err:
         return fail("public-symbols", err)
