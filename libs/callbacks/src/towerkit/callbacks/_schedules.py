@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import numbers
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -24,8 +24,21 @@ __all__ = [
     "value_in_effect",
 ]
 
-Schedule = Callable[[int], "float | None"]
-"""Anything mapping a point (an epoch or a global step) to a value, or None for "no change"."""
+
+class Schedule(Protocol):
+    """Anything mapping a point (an epoch or a global step) to a value, or None for "no change".
+
+    `PiecewiseSchedule` is one; so is any function of one positional argument.
+
+    Examples:
+        >>> halving: Schedule = lambda epoch: 0.1 * 0.5 ** (epoch // 10)
+        >>> halving(20)
+        0.025
+    """
+
+    def __call__(self, point: int, /) -> float | None:
+        """The value at `point`, or None to leave it as it is."""
+
 
 INTERPS = (None, "linear")
 UNITS = ("epoch", "step")

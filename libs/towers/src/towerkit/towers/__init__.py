@@ -46,6 +46,7 @@ from towerkit.towers._scope import (
     under_name_scope,
     under_variable_scope,
 )
+from towerkit.towers._seams import TowerFn
 from towerkit.towers._summary import (
     MOVING_SUMMARY_OPS_KEY,
     add_activation_summary,
@@ -77,6 +78,7 @@ __all__ = [
     "is_main_training_tower",
     "has_own_variables",
     # tower functions
+    "TowerFn",
     "TowerFunc",
     "TowerTensorHandle",
     "TowerTensorHandles",

@@ -14,6 +14,7 @@ from towerkit.towers import _context
 from towerkit.towers._context import TowerContext
 from towerkit.towers._errors import TowerCheckError, TowerRuleError
 from towerkit.towers._names import scope_segments, strip_tower_prefix
+from towerkit.towers._seams import TowerFn
 from towerkit.towers._tower import validate_input_signature
 from towerkit.towers._varreplace import custom_getter_scope
 from towerkit.towers._violations import (
@@ -97,7 +98,7 @@ def _build(
     graph: Any,
     name: str,
     ctx_kwargs: dict[str, Any],
-    tower_fn: Callable[..., Any],
+    tower_fn: TowerFn,
     inputs: Sequence[Any],
     specs: Sequence[Any],
 ) -> _Build:
@@ -134,7 +135,7 @@ def _build(
     return build
 
 
-def _fn_name(tower_fn: Callable[..., Any]) -> str:
+def _fn_name(tower_fn: TowerFn) -> str:
     return getattr(tower_fn, "__qualname__", None) or repr(tower_fn)
 
 
@@ -465,7 +466,7 @@ def _check_inference(build: _Build, first: _Build, graph: Any) -> list[Violation
     return out
 
 
-def _run_check(tower_fn: Callable[..., Any], specs: Sequence[Any]) -> list[Violation]:
+def _run_check(tower_fn: TowerFn, specs: Sequence[Any]) -> list[Violation]:
     _context._CURRENT.set(None)
     fn_name = _fn_name(tower_fn)
     graph = tf.Graph()
@@ -522,9 +523,7 @@ def _run_check(tower_fn: Callable[..., Any], specs: Sequence[Any]) -> list[Viola
     return dedupe_violations(violations)
 
 
-def check_tower_function(
-    tower_fn: Callable[..., Any], input_signature: Sequence[Any]
-) -> list[Violation]:
+def check_tower_function(tower_fn: TowerFn, input_signature: Sequence[Any]) -> list[Violation]:
     """Build `tower_fn` in a scratch graph and report the tower-function rules it breaks.
 
     The function is built four times in a new graph, from placeholders of
@@ -564,7 +563,7 @@ def check_tower_function(
 
 
 def ensure_tower_rules(
-    tower_fn: Callable[..., Any],
+    tower_fn: TowerFn,
     input_signature: Sequence[Any],
     *,
     warnings_as_errors: bool = False,

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import tensorflow as tf
 
+from towerkit.towers._seams import TowerFn
 from towerkit.towers.compat import tf1
 
 __all__ = [
@@ -165,7 +166,7 @@ def cast_inputs(inputs: Sequence[Any], policy: str | Precision) -> list[Any]:
     return out
 
 
-def with_precision(fn: Callable[..., Any], policy: str | Precision) -> Callable[..., Any]:
+def with_precision(fn: TowerFn, policy: str | Precision) -> TowerFn:
     """`fn` (a plain function of input tensors) computing under `policy`.
 
     Its floating inputs are cast to the compute dtype and it runs in `precision_scope`.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -18,6 +18,7 @@ from towerkit.towers._precision import (
     precision_policy,
     precision_scope,
 )
+from towerkit.towers._seams import TowerFn
 from towerkit.towers.compat import tf1
 
 _VARIABLE_COLLECTIONS = ("variables", "local_variables", "model_variables")
@@ -280,9 +281,7 @@ class TowerFunc:
     mode and scopes would be undefined.
     """
 
-    def __init__(
-        self, tower_fn: Callable[..., Any], input_signature: Sequence[tf.TensorSpec]
-    ) -> None:
+    def __init__(self, tower_fn: TowerFn, input_signature: Sequence[tf.TensorSpec]) -> None:
         """Validate `tower_fn` and `input_signature` (named, unique `tf.TensorSpec`s)."""
         if not callable(tower_fn):
             msg = f"'tower_fn' must be callable; got {type(tower_fn).__name__}"
@@ -313,7 +312,7 @@ class TowerFunc:
         return f"TowerFunc({fn}, inputs={[s.name for s in self._signature]!r}, towers={len(self._handles)})"
 
     @property
-    def tower_fn(self) -> Callable[..., Any]:
+    def tower_fn(self) -> TowerFn:
         """The wrapped function."""
         return self._tower_fn
 

@@ -48,6 +48,7 @@ from towerkit.trainers._resume import (
     resumable_position,
     resume_plan,
 )
+from towerkit.trainers._seams import DatasetFactory, OptimizerFactory
 from towerkit.trainers._tower import SingleCostTrainer, TowerTrainer
 from towerkit.trainers._trainers import NoOpTrainer, SimpleTrainer
 
@@ -148,6 +149,8 @@ __all__ = [
     "NoOpTrainer",
     "ModelDescBase",
     "ModelDesc",
+    "OptimizerFactory",
+    "DatasetFactory",
     "TrainConfig",
     "AutoResumeTrainConfig",
     "launch_train_with_config",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from towerkit.callbacks import Callback, LoopBounds
@@ -15,6 +15,7 @@ from towerkit.trainers._resume import (
     resume_plan,
     take_snapshot,
 )
+from towerkit.trainers._seams import DatasetFactory
 from towerkit.trainers._train_spec import TrainSpec
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ class TrainConfig:
     def __init__(
         self,
         dataflow: Iterable[Any] | None = None,
-        data: InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | None = None,
+        data: InputSource | tf.data.Dataset | DatasetFactory | None = None,
         model: ModelDescBase | None = None,
         callbacks: Sequence[Callback] | None = None,
         extra_callbacks: Sequence[Callback] | None = None,
@@ -171,7 +172,7 @@ class TrainConfig:
         return self.spec.loop_bounds(input_size)
 
     dataflow: _Option[Iterable[Any] | None] = _Option("The data flow to read from, or None.")
-    data: _Option[InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | None] = _Option(
+    data: _Option[InputSource | tf.data.Dataset | DatasetFactory | None] = _Option(
         "The input source, dataset or dataset function, or None."
     )
     model: _Option[ModelDescBase | None] = _Option("The model to train.")

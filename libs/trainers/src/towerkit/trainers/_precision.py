@@ -21,6 +21,7 @@ from towerkit.callbacks import Callback
 from towerkit.towers import Precision, low_precision_variables
 from towerkit.towers.compat import tf1
 from towerkit.trainers._optimizer import ProxyOptimizer
+from towerkit.trainers._seams import OptimizerFactory
 
 __all__ = [
     "LOSS_SCALE_NAME",
@@ -235,7 +236,7 @@ class LossScaleMonitor(Callback):
         self.trainer.monitors.put_scalar(LOSS_SCALE_NAME, float(value))
 
 
-def loss_scaled(get_opt_fn: Callable[[], Any], policy: Precision) -> Callable[[], Any]:
+def loss_scaled(get_opt_fn: OptimizerFactory, policy: Precision) -> Callable[[], Any]:
     """`get_opt_fn`, its optimizer wrapped in `LossScaleOptimizer` when `policy` needs scaling."""
     if not policy.loss_scaling:
         return get_opt_fn
@@ -247,7 +248,7 @@ def loss_scaled(get_opt_fn: Callable[[], Any], policy: Precision) -> Callable[[]
     return get_opt
 
 
-def precision_callbacks(get_opt_fn: Callable[[], Any], policy: Precision) -> list[Callback]:
+def precision_callbacks(get_opt_fn: OptimizerFactory, policy: Precision) -> list[Callback]:
     """After a mixed graph is built: check it, and the callbacks its policy needs.
 
     Warns about variables stored in low precision (made by hand, outside the policy);

@@ -15,6 +15,7 @@ from towerkit.towers import (
     OnlinePredictor,
     Precision,
     TowerContext,
+    TowerFn,
     TowerFunc,
     TowerTensorHandle,
     TowerTensorHandles,
@@ -29,6 +30,7 @@ from towerkit.trainers._base import Trainer
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._multistep import build_steps_loop, refuse_per_step_feeds
 from towerkit.trainers._precision import LossScaleOptimizer, loss_scaled, precision_callbacks
+from towerkit.trainers._seams import OptimizerFactory
 
 if TYPE_CHECKING:
     from towerkit.trainers.inputs._base import InputSource
@@ -246,8 +248,8 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         self,
         inputs_desc: Sequence[tf.TensorSpec],
         input: InputSource,
-        get_cost_fn: Callable[..., Any],
-        get_opt_fn: Callable[[], Any],
+        get_cost_fn: TowerFn,
+        get_opt_fn: OptimizerFactory,
         *,
         steps_per_execution: int = 1,
         precision: str | Precision = "float32",
@@ -357,7 +359,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def _setup_graph(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> list[Callback]:
         """Build the towers and the train op; return the trainer's own callbacks."""
 
@@ -367,7 +369,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         return self._input.size()
 
     def _make_get_grad_fn(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> Callable[[], list[tuple[Any, Any]]]:
         """A function that builds one tower from `input` and returns its (gradient, variable) pairs.
 

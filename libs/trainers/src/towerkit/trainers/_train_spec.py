@@ -15,6 +15,7 @@ from towerkit.trainers._callback_checks import _as_callback_list, _reject_monito
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._multistep import check_k
 from towerkit.trainers._resume import LOGDIR_ACTIONS
+from towerkit.trainers._seams import DatasetFactory
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -143,7 +144,7 @@ class TrainSpec:
     """
 
     dataflow: Iterable[Any] | None = None
-    data: InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | None = attrs.field(
+    data: InputSource | tf.data.Dataset | DatasetFactory | None = attrs.field(
         default=None, validator=_data
     )
     model: ModelDescBase | None = attrs.field(default=None, validator=_model)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from towerkit.callbacks import Callback
 from towerkit.towers import TowerContext, TowerFunc
+from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._tower import SingleCostTrainer
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ class SimpleTrainer(SingleCostTrainer):
         self,
         input: InputSource,
         get_cost_fn: TowerFunc,
-        get_opt_fn: Callable[[], Any],
+        get_opt_fn: OptimizerFactory,
     ) -> list[Callback]:
         with TowerContext("", is_training=True):
             grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)()
@@ -55,7 +55,7 @@ class NoOpTrainer(SimpleTrainer):
         self,
         input: InputSource,
         get_cost_fn: TowerFunc,
-        get_opt_fn: Callable[[], Any],
+        get_opt_fn: OptimizerFactory,
     ) -> list[Callback]:
         del get_opt_fn
         with TowerContext("", is_training=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -15,6 +15,7 @@ from towerkit.callbacks.plumbing import input_kind
 from towerkit.towers import visible_gpu_count
 from towerkit.towers.compat import tf1
 from towerkit.trainers._multistep import STAGING_PUT_OPS_KEY
+from towerkit.trainers._seams import DatasetFactory
 from towerkit.trainers.inputs._base import InputSource
 from towerkit.trainers.inputs._callbacks import (
     StageInputCallback,
@@ -197,7 +198,7 @@ class StagingInput(InputSource):
 
 
 def apply_default_prefetch(
-    input_or_data: InputSource | tf.data.Dataset | Callable[[], tf.data.Dataset] | Iterable[Any],
+    input_or_data: InputSource | tf.data.Dataset | DatasetFactory | Iterable[Any],
     trainer: Trainer | None = None,
 ) -> InputSource:
     """The input source a trainer uses for `input_or_data`, with automatic prefetching.

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, HookedSession
-from towerkit.towers import TowerFunc, resolve_devices
+from towerkit.towers import TowerFn, TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
 from towerkit.trainers.parallel._allreduce import scale_gradient, sum_gradients
@@ -190,8 +191,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         self,
         inputs_desc: Sequence[tf.TensorSpec],
         input: InputSource,
-        get_cost_fn: Callable[..., Any],
-        get_opt_fn: Callable[[], Any],
+        get_cost_fn: TowerFn,
+        get_opt_fn: OptimizerFactory,
         *,
         steps_per_execution: int = 1,
         precision: Any = "float32",
@@ -481,7 +482,7 @@ class DistributedTrainerParameterServer(DistributedTrainerBase):
         return self._caching
 
     def _setup_graph(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> list[Callback]:
         cache = f"{self._worker}/cpu:0" if self._caching == "cpu" else self._devices[0]
         get_grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
@@ -532,7 +533,7 @@ class DistributedTrainerReplicated(DistributedTrainerBase):
         self._initial_sync: Any = None
 
     def _setup_graph(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> list[Callback]:
         n = len(self._devices)
         graph = self._graph

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -11,9 +11,10 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, LoopBounds
-from towerkit.towers import TowerContext, TowerFunc, visible_gpu_count
+from towerkit.towers import TowerContext, TowerFn, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import CollectiveError
+from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
 from towerkit.trainers.parallel._elastic_core import LoopCommit, check_commit_every
@@ -299,8 +300,8 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         self,
         inputs_desc: Sequence[tf.TensorSpec],
         input: InputSource,
-        get_cost_fn: Callable[..., Any],
-        get_opt_fn: Callable[[], Any],
+        get_cost_fn: TowerFn,
+        get_opt_fn: OptimizerFactory,
         *,
         steps_per_execution: int = 1,
         precision: Any = "float32",
@@ -318,7 +319,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         return "/cpu:0" if self._gpu is None else "/gpu:0"
 
     def _setup_graph(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> list[Callback]:
         hvd = self._hvd
         with tf1.device(self._device()), TowerContext("", is_training=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
@@ -12,6 +12,7 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.towers import TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
+from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._tower import SingleCostTrainer
 from towerkit.trainers.parallel._allreduce import nccl_available, scale_gradient
 from towerkit.trainers.parallel._builder import (
@@ -187,7 +188,7 @@ class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
         return tuple(self._replicas)
 
     def _setup_graph(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> list[Callback]:
         n = self.num_towers
         choice = choose_allreduce_mode(self._mode_arg, n, self._gpu_towers(), nccl_available())
@@ -260,14 +261,14 @@ class SyncMultiGPUTrainerParameterServer(_DataParallelTrainer):
         return [LeastLoadedDeviceSetter(d, ps, loads) for d in self._devices]
 
     def _shared_tower_grads(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> list[list[tuple[Any, Any]]]:
         get_grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
         tower_grads = build_towers(self._setters(), get_grads, [""] * self.num_towers)
         return align_tower_grads(tower_grads)
 
     def _setup_graph(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> list[Callback]:
         get_grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
         tower_grads = build_towers(self._setters(), get_grads, [""] * self.num_towers)
@@ -303,7 +304,7 @@ class AsyncMultiGPUTrainer(SyncMultiGPUTrainerParameterServer):
         return self._scale
 
     def _setup_graph(
-        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: Callable[[], Any]
+        self, input: InputSource, get_cost_fn: TowerFunc, get_opt_fn: OptimizerFactory
     ) -> list[Callback]:
         rows = self._shared_tower_grads(input, get_cost_fn, get_opt_fn)
         n = self.num_towers
