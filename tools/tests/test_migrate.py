@@ -66,6 +66,15 @@ def epochs_recorded(logdir: Path) -> list[int]:
     return [rec["epoch_num"] for rec in json.loads((logdir / "stats.json").read_text())]
 
 
+def image_tags(logdir: Path) -> set[str]:
+    """The tags of the image summaries in the run's event files."""
+    tags = set()
+    for path in logdir.glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            tags.update(v.tag for v in event.summary.value if v.HasField("image"))
+    return tags
+
+
 @pytest.mark.procs
 class TestPrograms:
     """Each program converts with nothing left by hand and trains 2 epochs unchanged."""
@@ -74,7 +83,7 @@ class TestPrograms:
         out, done = migrated
         assert done.returncode == 0, done.stderr[-3000:]
         report = done.stdout
-        assert report.rstrip().endswith("12 file(s), 177 change(s), 0 left by hand"), report[-500:]
+        assert report.rstrip().endswith("16 file(s), 270 change(s), 0 left by hand"), report[-500:]
         train_py = PROGRAMS / "convnet" / "train.py"
         expected = [
             f"{train_py}:9: changed: tensorpack.input_source.QueueInput -> towerkit.trainers.IterableInput",
@@ -86,9 +95,20 @@ class TestPrograms:
             f"{PROGRAMS / 'summaries.py'}:26: changed: tf.summary.scalar -> tf.compat.v1.summary.scalar",
             f"{PROGRAMS / 'convnet' / 'nets.py'}:5: changed: tensorpack.models.Dropout -> "
             "towerkit.layers.Dropout",
+            f"{PROGRAMS / 'summaries.py'}:36: changed: tp.TrainConfig(...): "
+            "logdir='train_log/summaries:summaries'",
+            f"{PROGRAMS / 'gan_zoo' / 'info_wgan.py'}:52: changed: tf.distributions.Categorical -> "
+            "tf.compat.v1.distributions.Categorical (TensorFlow's tf_upgrade_v2 rename)",
         ]
         for line in expected:
             assert line in report, line
+        # a renamed prefix (tf.distributions) is part of the whole name's change, not its own
+        assert (
+            f"{PROGRAMS / 'gan_zoo' / 'info_wgan.py'}:52: changed: tf.distributions ->"
+            not in report
+        )
+        # tf.space_to_batch is TensorFlow 1's too (other arguments): the _nd name stays
+        assert "tf.space_to_batch_nd(a, [2, 2]" in (out / "stn_embeddings.py").read_text()
         for path in out.rglob("*.py"):
             lines = path.read_text().splitlines()
             assert not [x for x in lines if x.startswith(("import tensorpack", "from tensorpack"))]
@@ -180,7 +200,7 @@ class TestPrograms:
         out, _ = migrated
         done = train(out, "summaries.py")
         assert done.returncode == 0, done.stderr[-3000:]
-        stats = (out / "train_log" / "summaries" / "stats.json").read_text()
+        stats = (out / "train_log" / "summaries:summaries" / "stats.json").read_text()
         assert "cost_in_graph" in stats
         assert "validation_cost" in stats
 
@@ -209,6 +229,83 @@ class TestPrograms:
         assert "edge map (4, 16, 16, 1)" in done.stdout
         last = json.loads((out / "train_log" / "hed" / "stats.json").read_text())[-1]
         assert {"xentropy1", "xentropy3", "wd_cost", "train_error"} <= set(last), last
+
+    def test_dorefa_digits(self, migrated):
+        """tf.custom_gradient quantizers, remap_variables, LinearWrap.apply, the tower
+        context, add_param_summary, conv weights and activations as image summaries."""
+        out, _ = migrated
+        done = train(out, "dorefa_digits.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Quantizing weight conv1/W" in done.stderr
+        assert "Quantizing weight conv0/W" not in done.stderr
+        logdir = out / "train_log" / "dorefa_digits"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["epoch_num"] for rec in stats] == [1, 2]
+        assert [rec["lr"] for rec in stats] == pytest.approx([1e-2, 5e-3])
+        for key in ("validation_error", "train_error", "param-summary/conv1/W-rms", "wd_cost"):
+            assert key in stats[1], key
+        tags = image_tags(logdir)
+        assert [t for t in tags if "weights_conv0" in t], tags
+        assert [t for t in tags if "activations_conv0" in t], tags
+
+    def test_stn_embeddings(self, migrated):
+        """A layer of its own over a list of inputs, a reused embedding, tf.scatter_sub,
+        freeze_variables, tf.losses' Reduction, a registered gradient, extra_callbacks."""
+        out, _ = migrated
+        done = train(out, "stn_embeddings.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "embeddings (12, 3) saliency (12, 8, 8, 1) True" in done.stdout
+        logdir = out / "train_log" / "stn_embeddings"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["learning_rate"] for rec in stats] == pytest.approx([5e-3, 1e-3])
+        for key in (
+            "loss/contrastive",
+            "loss/pair_accuracy",
+            "center_loss",
+            "perceptual_loss",
+            "STN/fc/W-grad-rms",
+        ):
+            assert key in stats[1], key
+        assert "features/conv/W-grad-rms" not in stats[1]  # frozen: no gradient to summarize
+        ckpt = tf.train.latest_checkpoint(str(logdir))
+        assert np.any(tf.train.load_variable(ckpt, "centers") != 0)  # moved by tf.scatter_sub
+
+    @pytest.mark.parametrize("critic", ["clip", "penalty"])
+    def test_info_wgan(self, migrated, critic):
+        """tf.distributions codes, a critic clipped by a callback of its own or penalized
+        through tf.gradients, a VariableAssignmentOptimizer, a piecewise-constant rate,
+        SeparateGANTrainer(g_period=2), auto_set_dir(name=...)."""
+        out, _ = migrated
+        tree = out / "gan_zoo"
+        done = train(tree, "info_wgan.py", "--critic", critic)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "samples (4, 8, 8, 1) range True True" in done.stdout
+        logdir = tree / "train_log" / f"info_wgan:{critic}"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["lr"] for rec in stats] == pytest.approx([2e-3, 1e-3])
+        assert "mutual_information/mutual_information" in stats[1]
+        assert ("wgan/gradient_penalty" in stats[1]) == (critic == "penalty")
+        ckpt = tf.train.latest_checkpoint(str(logdir))
+        if critic == "clip":
+            assert np.abs(tf.train.load_variable(ckpt, "discrim/conv1/W")).max() <= 0.05 + 1e-7
+        else:
+            assert "Clip discrim/ln1/gamma" in done.stderr
+            assert tf.train.load_variable(ckpt, "discrim/ln1/gamma").min() >= 0.0
+
+    def test_image2image(self, migrated):
+        """A U-Net of ConcatWith and Conv2DTranspose, InstanceNorm, reflect padding, an
+        LSGAN with cycle losses, and a callback putting a predictor's images to the monitors."""
+        out, _ = migrated
+        tree = out / "gan_zoo"
+        done = train(tree, "image2image.py", "--test-batches", "1")
+        assert done.returncode == 0, done.stderr[-3000:]
+        logdir = tree / "train_log" / "image2image"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["learning_rate"] for rec in stats] == pytest.approx([2e-3, 1e-3])
+        assert {"recon_loss", "LossA/d_loss", "LossB/g_loss", "G_loss_total"} <= set(stats[1])
+        tags = image_tags(logdir)
+        assert {"A_recon/A-AB-ABA/image", "testA-0/0", "testB-0/3"} <= tags, tags
+        assert not [t for t in tags if t.startswith("testA-1")]
 
     def test_idempotent(self, migrated, tmp_path, capsys):
         """Migrating the migrated programs changes nothing."""

@@ -99,6 +99,39 @@ class TestCalls:
         assert "tf.nn.conv2d(x, filters=w, strides=[1, 1, 1, 1], padding='SAME')" in done.source
         assert "tf.argmax(x, 1, name='am', axis=None)" in done.source, "then renamed"
 
+    def test_renamed_prefix_is_one_change(self):
+        """tf.distributions.Normal: the whole name moves; tf.distributions is not a 2nd change."""
+        done = migrate_source(
+            "import tensorflow as tf\nd = tf.distributions.Normal(loc=0.0, scale=1.0)\n", "prog"
+        )
+        assert "d = tf.compat.v1.distributions.Normal(loc=0.0, scale=1.0)" in done.source
+        assert [n.text.split(" (")[0] for n in done.notes] == [
+            "tf.distributions.Normal -> tf.compat.v1.distributions.Normal"
+        ]
+
+    @pytest.mark.parametrize(
+        ("call", "converted"),
+        [
+            # TensorFlow 2's space_to_batch is TensorFlow 1's space_to_batch_nd, and
+            # TensorFlow 1 has a space_to_batch of its own with other arguments
+            ("tf.space_to_batch_nd(x, [2, 2], p)", "tf.space_to_batch_nd(x, [2, 2], p)"),
+            ("tf.batch_to_space_nd(x, [2, 2], c)", "tf.compat.v1.batch_to_space_nd(x, [2, 2], c)"),
+            ("tf.arg_max(x, 1)", "tf.compat.v1.arg_max(x, 1)"),
+            (
+                "tf.nn.softmax_cross_entropy_with_logits_v2(labels=y, logits=z)",
+                "tf.compat.v1.nn.softmax_cross_entropy_with_logits_v2(labels=y, logits=z)",
+            ),
+        ],
+    )
+    def test_renames_onto_tf1_names_stay_unambiguous(self, call, converted):
+        """A rename onto a name TensorFlow 1 also has (with other arguments) would be
+        converted again by a second run: such calls keep a name that means one thing."""
+        once = migrate_source(f"import tensorflow as tf\ny = {call}\n", "prog")
+        assert f"y = {converted}" in once.source
+        twice = migrate_source(once.source, "prog")
+        assert twice.source == once.source
+        assert not twice.notes
+
     @given(st.data())
     def test_every_table_row(self, data):
         """For every row of TensorFlow's table: the fixed leading positions stay, the rest
@@ -707,6 +740,34 @@ class TestNothingVanishes:
             "max_epoch=2, logdir='train_log/gan')" in text
         )
         assert "GANTrainer(...).train_with_defaults(...): logdir='train_log/gan'" in report
+
+    @pytest.mark.parametrize(
+        ("name", "logdir"),
+        [
+            ("name='pairs'", "'train_log/embed:pairs'"),
+            ("'d', 'pairs'", "'train_log/embed:pairs'"),
+            ("name=''", "'train_log/embed'"),
+            ("name=args.algorithm", "os.path.join('train_log', 'embed:' + args.algorithm)"),
+        ],
+    )
+    def test_auto_set_dir_with_a_name(self, tmp_path, capsys, name, logdir):
+        """tensorpack names the directory train_log/<script>:<name> (SimilarityLearning)."""
+        source = write(
+            tmp_path / "embed.py",
+            f"""\
+            import argparse
+
+            from tensorpack import *
+
+            if __name__ == "__main__":
+                args = argparse.Namespace(algorithm="pairs")
+                logger.auto_set_dir({name})
+                config = TrainConfig(dataflow=[[1.0]], max_epoch=1)
+            """,
+        )
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 0, report
+        assert f"logdir={logdir}" in (tmp_path / "out" / "embed.py").read_text()
 
     def test_auto_set_dir_with_no_trainer_reported(self, tmp_path, capsys):
         source = write(

@@ -179,7 +179,7 @@ def test_char_rnn_migrates_and_trains_without_keras(tmp_path):
     source = migrate_and_train(CHAR_RNN, out)
     assert "from towerkit.layers import" in source
     assert "tf.contrib" not in source
-    stats = json.loads((out / "train_log" / "char_rnn" / "stats.json").read_text())
+    stats = json.loads((out / "train_log" / "char_rnn:char_rnn" / "stats.json").read_text())
     assert [s["epoch_num"] for s in stats] == [1, 2]
     assert stats[-1]["validation_cost"] < stats[0]["validation_cost"]
 
@@ -199,7 +199,7 @@ def test_ptb_lm_migrates_and_trains_without_keras(tmp_path):
     out = tmp_path / "out"
     source = migrate_and_train(PTB_LM, out)
     assert "tf.contrib" not in source
-    stats = json.loads((out / "train_log" / "ptb_lm" / "stats.json").read_text())
+    stats = json.loads((out / "train_log" / "ptb_lm:ptb_lm" / "stats.json").read_text())
     assert [s["epoch_num"] for s in stats] == [1, 2, 3]
     assert [round(s["learning_rate"], 6) for s in stats] == [0.5, 0.4, 0.32]
     for record in stats:
@@ -208,7 +208,7 @@ def test_ptb_lm_migrates_and_trains_without_keras(tmp_path):
             assert record[f"{name}_perplexity"] == pytest.approx(expected, rel=1e-5)
     assert stats[-1]["validation_cost"] < stats[0]["validation_cost"]
     assert stats[0]["test_cost"] != stats[0]["validation_cost"]
-    reader = tf.train.load_checkpoint(str(out / "train_log" / "ptb_lm"))
+    reader = tf.train.load_checkpoint(str(out / "train_log" / "ptb_lm:ptb_lm"))
     shapes = reader.get_variable_to_shape_map()
     kernel = "LSTM/rnn/multi_rnn_cell/cell_1/basic_lstm_cell/kernel"
     assert shapes[kernel] == [48, 96]

@@ -56,6 +56,7 @@ class Migrator(cst.CSTTransformer):
         self.module_aliases: dict[str, str] = {}  # bound name -> towerkit module
         self.removed: set[int] = set()  # ids of top-level statements removed
         self.logdir_placed = False
+        self._tf_moves: dict[int, Note] = {}  # id of a renamed tf attribute -> its note
 
     # -- reporting ------------------------------------------------------------------------
     def _line(self, node: cst.CSTNode) -> int:
@@ -272,7 +273,13 @@ class Migrator(cst.CSTTransformer):
                 self.tf_layers_line = self._line(original_node)
             self.change(original_node, f"{name} -> {new} (tf-keras's, once enable_tf_layers() ran)")
             return parse_expr(new)
+        # The whole dotted name is rewritten from the original: a rename of a prefix
+        # (tf.distributions inside tf.distributions.Normal) is superseded, not a 2nd change.
+        inner = self._tf_moves.pop(id(original_node.value), None)
+        if inner is not None:
+            self.notes.remove(inner)
         self.change(original_node, f"{name} -> {new} ({why})")
+        self._tf_moves[id(original_node)] = self.notes[-1]
         return parse_expr(new)
 
     # -- calls ------------------------------------------------------------------------------

@@ -125,7 +125,8 @@ def logdir_of(call: cst.Call, stem: str) -> tuple[str, str | None, bool] | None:
     """``(logdir expression, logdir_action or None, needs os)`` of a logger directory call.
 
     ``logger.auto_set_dir(action=None, name=None)`` is ``train_log/<script stem>`` (or
-    ``train_log/<name>``); ``logger.set_logger_dir(dirname, action=None)`` its `dirname`.
+    ``train_log/<script stem>:<name>``, as tensorpack names it on POSIX);
+    ``logger.set_logger_dir(dirname, action=None)`` its `dirname`.
     None when the directory is not given.
     """
     module = cst.Module(body=[])
@@ -140,7 +141,14 @@ def logdir_of(call: cst.Call, stem: str) -> tuple[str, str | None, bool] | None:
         sub = args.get("name") or args.get("1")
         if sub is None:
             return repr(os.path.join("train_log", stem)), action, False
-        return f"os.path.join('train_log', {module.code_for_node(sub)})", action, True
+        if isinstance(sub, cst.SimpleString) and isinstance(sub.evaluated_value, str):
+            named = f"{stem}:{sub.evaluated_value}" if sub.evaluated_value else stem
+            return repr(os.path.join("train_log", named)), action, False
+        return (
+            f"os.path.join('train_log', {stem + ':'!r} + {module.code_for_node(sub)})",
+            action,
+            True,
+        )
     dirname = args.get("dirname") or args.get("0")
     if dirname is None:
         return None

@@ -68,7 +68,18 @@ def compat_name(full: str) -> tuple[str, str] | None:
         return None
     rules = load_rules()
     if full in rules.renames:
-        return rules.renames[full], "TensorFlow's tf_upgrade_v2 rename"
+        new = rules.renames[full]
+        if new not in rules.reorders:
+            return new, "TensorFlow's tf_upgrade_v2 rename"
+        # The new name is also a TensorFlow 1 name whose arguments moved: a second run
+        # would read its call as TensorFlow 1's. Keep a spelling that means one thing.
+        import tensorflow as tf
+
+        if _resolves(tf, full[3:]):
+            return None
+        if _resolves(tf.compat.v1, full[3:]):
+            return "tf.compat.v1." + full[3:], f"{new} is a TensorFlow 1 name too"
+        return new, "TensorFlow's tf_upgrade_v2 rename"
     if full.startswith("tf.summary."):
         return "tf.compat.v1." + full[3:], "graph-mode summaries are tf.compat.v1's"
     import tensorflow as tf
