@@ -1,7 +1,5 @@
 """``python -m towerkit.tools.install_horovod``."""
 
-import sys
+from towerkit.tools.install_horovod._install import main
 
-from towerkit.tools.install_horovod._cli import main
-
-sys.exit(main())
+raise SystemExit(main())
