@@ -18,7 +18,7 @@ _LIB_NAMES = {
     """,
     "towers": """
     BaseTowerContext LayersUnavailableError MOVING_SUMMARY_OPS_KEY OnlinePredictor
-    PredictTowerContext TowerCheckError TowerContext TowerContextError TowerFunc
+    PredictTowerContext TowerCheckError TowerContext TowerContextError TowerFn TowerFunc
     TowerRuleError TowerSpec TowerTensorHandle TowerTensorHandles TrainTowerContext
     Violation add_activation_summary add_moving_summary add_param_summary
     add_tensor_summary argscope auto_reuse_variable_scope backup_collection
@@ -83,6 +83,7 @@ _LIB_NAMES = {
     get_global_step_var get_tf_version_tuple launch_horovod_job launch_train_with_config
     lock_verdict make_replicas_local match_tower_variables parse_lock plan_logdir
     LossScaleMonitor LossScaleOptimizer LossScaleSchedule next_loss_scale
+    OptimizerFactory DatasetFactory
     resume_plan serve_parameters session_creator_for_devices sync_replicas_op
     """,
     "export": """
