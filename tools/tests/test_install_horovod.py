@@ -171,7 +171,7 @@ def _this_target() -> Probe:
 
 
 def _venv_seeing_this_env(folder: Path) -> Path:
-    """A new venv that imports this environment's packages, horovod's left out.
+    """A new venv without pip that imports this environment's packages but horovod and pip.
 
     The venv's site-packages gets a ``.pth`` naming a folder of links to every entry of this
     environment's site-packages but horovod's, so TensorFlow imports there without a second
@@ -184,7 +184,8 @@ def _venv_seeing_this_env(folder: Path) -> Path:
     paths = sysconfig.get_paths()
     for site in dict.fromkeys([paths["purelib"], paths["platlib"]]):
         for entry in Path(site).iterdir():
-            skip = entry.name.lower().startswith("horovod") or entry.suffix == ".pth"
+            # pip stays out too: the venv has none, whether or not this one has
+            skip = entry.name.lower().startswith(("horovod", "pip")) or entry.suffix == ".pth"
             if not skip and not (view / entry.name).exists():
                 (view / entry.name).symlink_to(entry)
     python = venv / "bin" / "python"
