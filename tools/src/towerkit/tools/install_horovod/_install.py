@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from towerkit.callbacks.plumbing import stop_process_group
 from towerkit.sessinit import atomic_path, atomic_write_text
@@ -49,8 +50,6 @@ print("TOWERKIT-HVD-PROBE", json.dumps(report))
 """
 
 VERIFY_SCRIPT = """
-import os
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 import horovod.tensorflow as hvd
@@ -184,8 +183,8 @@ class _Install:
                 key, done = self.lookup(self.cache, found, held)
             if not done:
                 self.build(key)
-        argv = (python, "-m", "horovod.runner.launch", "-np", "2", "--gloo", "-H", "localhost:2")
-        argv += (python, str(self.workdir / "verify_horovod.py"))
+        argv: tuple[str, ...] = (python, "-m", "horovod.runner.launch", "-np", "2", "--gloo")
+        argv += ("-H", "localhost:2", python, str(self.workdir / "verify_horovod.py"))
         checks = "allreduce and broadcast in graph mode over 2 gloo processes"
         if not self.args.skip_verify and self.step("verify", checks, argv):
             self.verify(argv)
@@ -294,7 +293,7 @@ class _Install:
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"}
         print(f"$ {shlex.join(argv)}", flush=True)
         timeout, pipe = self.args.verify_timeout, subprocess.PIPE
-        group = {"cwd": self.workdir, "start_new_session": True}
+        group: dict[str, Any] = {"cwd": self.workdir, "start_new_session": True}
         with subprocess.Popen(argv, stdout=pipe, stderr=-2, text=True, env=env, **group) as proc:
             try:
                 text = proc.communicate(timeout=timeout)[0]
@@ -345,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the installer on ``argv`` (default: ``sys.argv[1:]``); 0 on success, 1 if a step failed."""
     what = "Build horovod (gloo; MPI, NCCL on request) for an interpreter's TensorFlow, check it."
     parser = argparse.ArgumentParser(prog="install-horovod", description=what)
-    add, flag = parser.add_argument, {"action": "store_true"}
+    add, flag = parser.add_argument, cast("dict[str, Any]", {"action": "store_true"})
     add("--python", default=sys.executable, help="the target's interpreter (default: this one)")
     add("--version", default=c.DEFAULT_VERSION, help="horovod release to build")
     add("--with-mpi", **flag, help="also build the MPI controller (needs MPI)")
