@@ -403,6 +403,10 @@ def install_horovod_lean(session: nox.Session) -> None:
     without_keras3(session)
 
 
+HOROVOD_TEST_PATHS = ("tools/tests", "libs/trainers/tests", "tests")
+"""The test folders that hold ``horovod``-marked tests (`horovod` runs them in one pytest run)."""
+
+
 @nox.session(tags=["ci"])
 @timed
 def horovod(session: nox.Session) -> None:
@@ -416,27 +420,25 @@ def horovod(session: nox.Session) -> None:
     )
     install_groups(session, "test", "demo")
     install_horovod_lean(session)
-    # One pytest run per folder: each test folder imports its own helpers by bare name.
-    # Every horovod test starts ranks, so all of them are the process tier.
+    # One pytest run over the three folders that have horovod tests. Every horovod test
+    # starts ranks, so all of them are the process tier.
     env = {**pytest_env(), **LEGACY_KERAS, "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
     share_bytecode(session)
-    for path in ("tools/tests", "libs/trainers/tests", "tests"):
-        junit = CI_REPORTS / "junit" / f"horovod-{path.replace('/', '-')}.xml"
-        session.run(
-            "pytest",
-            "-m",
-            "horovod",
-            path,
-            "--ignore=tests/hosts",
-            "-n",
-            test_workers(),
-            "--dist",
-            "loadgroup",
-            f"--junitxml={junit}",
-            "--durations=5",
-            *session.posargs,
-            env=env,
-        )
+    session.run(
+        "pytest",
+        "-m",
+        "horovod",
+        *HOROVOD_TEST_PATHS,
+        "--ignore=tests/hosts",
+        "-n",
+        test_workers(),
+        "--dist",
+        "loadgroup",
+        f"--junitxml={CI_REPORTS / 'junit' / 'horovod.xml'}",
+        "--durations=5",
+        *session.posargs,
+        env=env,
+    )
 
 
 @nox.session(tags=["ci"])

@@ -69,3 +69,22 @@ def test_tests_order_lists_every_lib_once(noxfile):
     """The libs' test sessions run longest first, and none is left out or run twice."""
     assert sorted(noxfile.TESTS_ORDER) == sorted(noxfile.LIBS)
     assert noxfile.TESTS_ORDER[0] == "trainers"
+
+
+def test_horovod_session_reaches_every_horovod_test(noxfile):
+    """Every module with ``horovod``-marked tests is in a folder the `horovod` session runs
+    (outside ``tests/hosts``, which the `hosts` session runs)."""
+    marked = {
+        path.relative_to(ROOT).as_posix()
+        for tree in ("libs", "conformance", "tools", "tests")
+        for path in (ROOT / tree).rglob("test_*.py")
+        if "pytest.mark.horovod" in path.read_text(encoding="utf-8")
+    }
+    assert "libs/trainers/tests/test_horovod.py" in marked
+    outside = sorted(
+        path
+        for path in marked
+        if path.startswith("tests/hosts/")
+        or not any(path.startswith(f"{folder}/") for folder in noxfile.HOROVOD_TEST_PATHS)
+    )
+    assert outside == [], f"horovod tests the horovod session does not run: {outside}"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from conformance_strategies import loop_specs, traces
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import loop_specs, traces
 
 from towerkit.callbacks import EventKind
 from towerkit.conformance import LoopSpec, Scenario, TraceEvent

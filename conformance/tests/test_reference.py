@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from conformance_strategies import loop_scenarios, loop_specs, trigger_scenarios
 from hypothesis import given, settings
-from strategies import loop_scenarios, loop_specs, trigger_scenarios
 
 from towerkit.callbacks import (
     Callback,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from conformance_strategies import trace_events, traces
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import trace_events, traces
 
 from towerkit.conformance import RunResult
 

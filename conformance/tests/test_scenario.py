@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from conformance_strategies import scenarios
 from hypothesis import given, settings
-from strategies import scenarios
 
 from towerkit.callbacks import EventKind
 from towerkit.conformance import (

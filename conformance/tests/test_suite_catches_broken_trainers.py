@@ -6,7 +6,7 @@ import re
 
 import pytest
 from broken import EXPECTED
-from conftest import run_suite
+from suite_runs import run_suite
 
 pytestmark = [
     pytest.mark.procs,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from conformance_strategies import trace_events
 from hypothesis import given
-from strategies import trace_events
 
 from towerkit.callbacks import EventKind, loop_events
 from towerkit.conformance import TraceEvent, trace_of

@@ -92,11 +92,13 @@ def pytest_collection_modifyitems(config, items):
 
     The cross-lib session runs this lib's tests again with the real trainer as the loop
     (``TOWERKIT_CALLBACKS_DRIVER=trainer``): only the tests that reach the loop differ
-    between the two drivers, the others would run the same code twice.
+    between the two drivers, the others would run the same code twice. Tests of other
+    folders collected in the same run are kept.
     """
     if os.environ.get("TOWERKIT_ONLY_DRIVEN") != "1":
         return
-    keep = [item for item in items if drives_a_loop(item)]
+    here = pathlib.Path(__file__).parent
+    keep = [item for item in items if here not in item.path.parents or drives_a_loop(item)]
     dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)

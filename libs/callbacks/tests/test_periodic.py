@@ -2,10 +2,10 @@
 
 import pytest
 import tensorflow as tf
+from callbacks_strategies import every_k, reference_every_k, reference_periodic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loop import LoopTrainer
-from strategies import every_k, reference_every_k, reference_periodic
 
 from towerkit.callbacks import (
     AtLastStep,

@@ -3,10 +3,10 @@
 import attrs
 import numpy as np
 import tensorflow as tf
+from callbacks_strategies import schedule_points
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loop import LoopTrainer
-from strategies import schedule_points
 
 from towerkit.callbacks import (
     Callback,

@@ -4,9 +4,14 @@ import itertools
 
 import attrs
 import pytest
+from callbacks_strategies import (
+    loop_params,
+    reference_in_effect,
+    reference_value_at,
+    schedule_points,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import loop_params, reference_in_effect, reference_value_at, schedule_points
 
 from towerkit.callbacks import (
     EventKind,

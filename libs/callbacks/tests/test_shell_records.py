@@ -1,9 +1,9 @@
 """The builders of the trigger shells' records: the shells and the timeline tool use them."""
 
 import pytest
+from callbacks_strategies import every_k, schedule_points
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import every_k, schedule_points
 
 from towerkit.callbacks import EventKind, EveryK, OnSchedule, PiecewiseSchedule
 from towerkit.callbacks.plumbing import (

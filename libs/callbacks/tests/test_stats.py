@@ -6,9 +6,9 @@ import statistics
 
 import attrs
 import pytest
+from callbacks_strategies import stat_series
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import stat_series
 
 from towerkit.callbacks import (
     StatMonitorRule,

@@ -2,8 +2,14 @@
 
 import attrs
 import pytest
+from callbacks_strategies import (
+    every_k,
+    loop_params,
+    reference_every_k,
+    reference_periodic,
+    triggers,
+)
 from hypothesis import given
-from strategies import every_k, loop_params, reference_every_k, reference_periodic, triggers
 
 from towerkit.callbacks import (
     AllOf,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from export_strategies import dags
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import dags
 
 from towerkit.export import InferenceOptimizationError
 from towerkit.export._freeze import (

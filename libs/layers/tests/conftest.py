@@ -24,8 +24,3 @@ def sess(graph):
     """A session on the test's graph, made the default session."""
     with tf1.Session(graph=graph) as s, s.as_default():
         yield s
-
-
-def initialize(sess):
-    """Run the initializers of every global variable of the session's graph."""
-    sess.run(tf1.global_variables_initializer())

@@ -6,9 +6,9 @@ import importlib.util
 
 import numpy as np
 import pytest
-from conftest import initialize
 from hypothesis import given
 from hypothesis import strategies as st
+from layers_session import initialize
 
 from towerkit.layers import BatchNorm, BatchRenorm
 from towerkit.layers._norm_rules import (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import initialize
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from layers_session import initialize
 
 from towerkit.layers import BNReLU, InstanceNorm, LayerNorm
 from towerkit.layers._norm_rules import check_ndims

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import DTYPES, restore_cases, shapes, var_sets
+from sessinit_strategies import DTYPES, restore_cases, shapes, var_sets
 
 from towerkit.sessinit import (
     Assignment,

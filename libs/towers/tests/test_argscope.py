@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import kwargs_dict
+from towers_strategies import kwargs_dict
 
 from towerkit.towers import (
     TowerContext,

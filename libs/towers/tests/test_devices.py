@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import gpu_ids
+from towers_strategies import gpu_ids
 
 from towerkit.towers import (
     TowerContext,

@@ -7,7 +7,7 @@ import logging
 import pytest
 import tensorflow as tf
 from hypothesis import given, settings
-from strategies import scope_segment
+from towers_strategies import scope_segment
 
 from towerkit.towers import (
     auto_reuse_variable_scope,

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import scope_segment
+from towers_strategies import scope_segment
 
 from towerkit.towers import (
     TowerContext,

@@ -7,7 +7,7 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import crashed_runs, saved_runs
+from trainers_strategies import crashed_runs, saved_runs
 
 from towerkit.callbacks import read_stats_file
 from towerkit.trainers import (

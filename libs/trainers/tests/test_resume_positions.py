@@ -8,7 +8,7 @@ import signal
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import saved_runs
+from trainers_strategies import saved_runs
 
 from towerkit.callbacks.plumbing import (
     POSITIONS_FILENAME,

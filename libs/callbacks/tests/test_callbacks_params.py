@@ -4,10 +4,10 @@ import logging
 
 import pytest
 import tensorflow as tf
+from callbacks_strategies import reference_in_effect, schedule_points
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loop import LoopTrainer
-from strategies import reference_in_effect, schedule_points
 
 from towerkit.callbacks import (
     Callback,

@@ -1,9 +1,9 @@
 """The loop's accounting with several steps per session call (``steps_per_execution``)."""
 
 import pytest
+from callbacks_strategies import every_k, loop_params, triggers
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import every_k, loop_params, triggers
 
 from towerkit.callbacks import (
     Callback,

@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 import tensorflow as tf
+from callbacks_strategies import loop_params, triggers
 from hypothesis import given
 from hypothesis import strategies as st
 from loop import LoopTrainer
-from strategies import loop_params, triggers
 
 from towerkit.callbacks import (
     Callback,

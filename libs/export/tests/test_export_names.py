@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from export_strategies import op_names, tensor_names
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import op_names, tensor_names
 
 from towerkit.export._names import (
     as_names,

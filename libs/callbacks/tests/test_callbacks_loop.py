@@ -2,10 +2,10 @@
 
 import attrs
 import pytest
+from callbacks_strategies import loop_params
 from hypothesis import given
 from hypothesis import strategies as st
 from loop import LoopTrainer
-from strategies import loop_params
 
 from towerkit.callbacks import (
     Callback,

@@ -12,7 +12,7 @@ import tensorflow as tf
 from helpers import Probe, as_tuples, counter_trainer, creator, truncated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import loop_runs
+from trainers_strategies import loop_runs
 
 from towerkit.callbacks import (
     Callback,

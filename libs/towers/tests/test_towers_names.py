@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import scope_name, tensor_name
+from towers_strategies import scope_name, tensor_name
 
 from towerkit.towers import get_op_tensor_name
 from towerkit.towers._names import join_scope, scope_segments, strip_port, strip_tower_prefix

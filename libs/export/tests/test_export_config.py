@@ -5,10 +5,10 @@ from __future__ import annotations
 import attrs
 import pytest
 import tensorflow as tf
+from export_strategies import op_names
 from hypothesis import given
 from hypothesis import strategies as st
 from models import SIGNATURE, convnet
-from strategies import op_names
 
 from towerkit.export import PredictConfig, PredictSpec
 from towerkit.sessinit import DictRestore, JustCurrentSession
