@@ -187,8 +187,9 @@ class Migrator(cst.CSTTransformer):
         left = {n for n in self.scan.unresolved - mapped if not n.startswith("__")}
         if "logger" in left:
             left.discard("logger")
+            if not self.logger_from_star:  # once, though two star imports may give it
+                self.change(node, "tensorpack's logger -> logging.getLogger(__name__)")
             self.need_logging = self.logger_from_star = True
-            self.change(node, "tensorpack's logger -> logging.getLogger(__name__)")
         if self.scan.other_star:
             return  # another star import may give these names
         for name in sorted(left):
@@ -281,8 +282,10 @@ class Migrator(cst.CSTTransformer):
         return parse_expr(new)
 
     def _supersede(self, original_node: cst.Attribute) -> None:
-        """Drop the note of a renamed prefix (tf.distributions in tf.distributions.Normal,
-        tf.nn.rnn_cell in tf.nn.rnn_cell.LSTMCell): the whole name's change reports it."""
+        """Drop the note of a renamed prefix: the whole name's change reports it.
+
+        tf.distributions in tf.distributions.Normal, tf.nn.rnn_cell in tf.nn.rnn_cell.LSTMCell.
+        """
         inner = self._tf_moves.pop(id(original_node.value), None)
         if inner is not None:
             self.notes.remove(inner)
