@@ -83,7 +83,7 @@ class TestPrograms:
         out, done = migrated
         assert done.returncode == 0, done.stderr[-3000:]
         report = done.stdout
-        assert report.rstrip().endswith("16 file(s), 270 change(s), 0 left by hand"), report[-500:]
+        assert report.rstrip().endswith("22 file(s), 324 change(s), 0 left by hand"), report[-500:]
         train_py = PROGRAMS / "convnet" / "train.py"
         expected = [
             f"{train_py}:9: changed: tensorpack.input_source.QueueInput -> towerkit.trainers.IterableInput",
@@ -100,8 +100,17 @@ class TestPrograms:
             f"{PROGRAMS / 'gan_zoo' / 'info_wgan.py'}:52: changed: tf.distributions.Categorical -> "
             "tf.compat.v1.distributions.Categorical (TensorFlow's tf_upgrade_v2 rename)",
         ]
+        ctc = PROGRAMS / "ctc_phonemes.py"
+        expected += [
+            f"{ctc}:13: changed: tf.contrib.rnn alias removed: rnn is imported",
+            f"{ctc}:81: changed: tf.nn.rnn_cell.LSTMCell -> rnn.LSTMCell (from towerkit.layers)",
+            f"{ctc}:91: changed: tf.nn.ctc_loss -> tf.compat.v1.nn.ctc_loss (TensorFlow's "
+            "tf_upgrade_v2 rename)",
+        ]
         for line in expected:
             assert line in report, line
+        assert f"{ctc}:81: changed: tf.nn.rnn_cell -> rnn" not in report  # part of LSTMCell's
+        assert "\nrnn = " not in (out / "ctc_phonemes.py").read_text()
         # a renamed prefix (tf.distributions) is part of the whole name's change, not its own
         assert (
             f"{PROGRAMS / 'gan_zoo' / 'info_wgan.py'}:52: changed: tf.distributions ->"
@@ -306,6 +315,75 @@ class TestPrograms:
         tags = image_tags(logdir)
         assert {"A_recon/A-AB-ABA/image", "testA-0/0", "testB-0/3"} <= tags, tags
         assert not [t for t in tags if t.startswith("testA-1")]
+
+    def test_ctc_phonemes(self, migrated):
+        """Sparse labels as three inputs into a tf.SparseTensor, a bidirectional LSTM of
+        TensorFlow 1 cells (``rnn = tf.contrib.rnn``), CTC loss, greedy and beam-search
+        decoding, an edit-distance error as an inference stat, GlobalNormClip."""
+        out, _ = migrated
+        done = train(out, "ctc_phonemes.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        logdir = out / "train_log" / "ctc_phonemes"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["epoch_num"] for rec in stats] == [1, 2]
+        assert [rec["learning_rate"] for rec in stats] == pytest.approx([2e-2, 2e-2])
+        for key in ("error", "cost", "birnn/fw/lstm_cell/kernel-grad-rms", "fc/W-grad-rms"):
+            assert key in stats[1], key
+        assert 0 <= stats[1]["validation_error"] < stats[0]["validation_error"] <= 1
+        assert stats[1]["cost"] < stats[0]["cost"]
+        assert tf.train.latest_checkpoint(str(logdir)).endswith("model-80")
+
+    def test_dqn_tree(self, migrated):
+        """An experience replay that is the DataFlow and a Callback (its player asks the
+        trainer's predictor from the feeding thread), a target network refreshed by RunOp
+        every 10 steps, exploration annealed through ObjAttrParam, tf.losses.huber_loss,
+        an evaluator callback; then --task play through an OfflinePredictor."""
+        out, _ = migrated
+        tree = out / "dqn"
+        done = train(tree, "DQN.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        # before training (RunOp's run_before), then at steps 10, 20, 30, 40 and 50
+        assert done.stderr.count("running RunOp/update_target_network") == 6
+        assert "Target Network Update: target/fct/W:0 <- fct/W:0" in done.stderr
+        logdir = tree / "train_log" / "DQN-Double"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["exploration"] for rec in stats] == pytest.approx([0.6, 0.2])
+        for key in ("expreplay/mean_score", "mean_score", "predict_reward", "huber_loss/value"):
+            assert key in stats[1], key
+        assert "param-summary/fct/W-rms" in stats[1]
+        # the target refreshed at step 50 (so equal in the last checkpoint), not at 25
+        for step, same in ((25, False), (50, True)):
+            ckpt = str(logdir / f"model-{step}")
+            online = tf.train.load_variable(ckpt, "fct/W")
+            assert np.array_equal(online, tf.train.load_variable(ckpt, "target/fct/W")) == same
+        played = train(tree, "DQN.py", "--task", "play", "--load", str(logdir))
+        assert played.returncode == 0, played.stderr[-3000:]
+        assert "played 5 episodes, best score" in played.stdout
+
+    def test_dynamic_filter(self, migrated):
+        """A layer of its own over a fixed batch (tf.unstack, one conv per image), the same
+        filtering by tf.extract_image_patches, ``nl=``, images put to the monitors."""
+        out, _ = migrated
+        done = train(out, "dynamic_filter.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "filtered (4, 12, 12, 1) same as patches True" in done.stdout
+        logdir = out / "train_log" / "dynamic_filter"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert stats[1]["cost"] < stats[0]["cost"]
+        tags = image_tags(logdir)
+        assert {"filter_export", "pred_gt_filters/image/0", "pred_gt_images/image/1"} <= tags
+
+    def test_mixup(self, migrated):
+        """Soft one-hot labels mixed by np.random.beta, softmax cross-entropy on them,
+        ClassificationError on the argmax, BNReLU activations, the tfv1 alias."""
+        out, _ = migrated
+        done = train(out, "mixup.py", "--mixup")
+        assert done.returncode == 0, done.stderr[-3000:]
+        stats = json.loads((out / "train_log" / "mixup-mixup" / "stats.json").read_text())
+        assert [rec["learning_rate"] for rec in stats] == pytest.approx([0.05, 0.05])
+        for key in ("train_error", "cross_entropy_loss", "validation_cost", "validation_error"):
+            assert key in stats[1], key
+        assert stats[1]["validation_error"] < 0.5
 
     def test_idempotent(self, migrated, tmp_path, capsys):
         """Migrating the migrated programs changes nothing."""

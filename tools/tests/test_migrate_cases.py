@@ -109,6 +109,47 @@ class TestCalls:
             "tf.distributions.Normal -> tf.compat.v1.distributions.Normal"
         ]
 
+    def test_cell_of_a_cell_module_is_one_change(self):
+        """tf.nn.rnn_cell.LSTMCell: one change, not one more for tf.nn.rnn_cell."""
+        done = migrate_source("import tensorflow as tf\nc = tf.nn.rnn_cell.LSTMCell(4)\n", "p")
+        assert "c = rnn.LSTMCell(4)" in done.source
+        assert [n.text for n in done.notes] == [
+            "tf.nn.rnn_cell.LSTMCell -> rnn.LSTMCell (from towerkit.layers)"
+        ]
+
+    @pytest.mark.parametrize("module", ["tf.contrib.rnn", "tf.nn.rnn_cell"])
+    def test_rnn_module_alias_removed(self, module, tmp_path):
+        """``rnn = tf.contrib.rnn`` (CTC-TIMIT) goes: the added import binds ``rnn``; the
+        cells built through it run. Another name for the module is kept, pointing at rnn."""
+        source = (
+            f"import tensorflow as tf\n\nrnn = {module}\ncells = {module}\n\n\n"
+            "def build(x):\n"
+            "    cell = rnn.MultiRNNCell([rnn.LSTMCell(3), cells.GRUCell(2)])\n"
+            "    return tf.nn.dynamic_rnn(cell, x, dtype=tf.float32)[0]\n"
+        )
+        done = migrate_source(source, "p")
+        assert done.source.startswith(
+            "import tensorflow as tf\nfrom towerkit.layers import rnn\ncells = rnn\n"
+        )
+        assert [n.text for n in done.notes if n.line == 3] == [
+            f"{module} alias removed: rnn is imported"
+        ]
+        assert not [n for n in done.notes if n.manual]
+        assert migrate_source(done.source, "p").source == done.source
+        import tensorflow as tf
+
+        namespace: dict[str, object] = {}
+        exec(compile(done.source, str(tmp_path / "p.py"), "exec"), namespace)
+        with tf.Graph().as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [2, 5, 3])
+            y = namespace["build"](x)  # type: ignore[operator]
+        assert y.shape.as_list() == [2, 5, 2]
+
+    def test_a_variable_named_rnn_is_kept(self):
+        """Only the alias of a cell module goes; ``rnn = build()`` stays."""
+        source = "import tensorflow as tf\nrnn = tf.nn.relu\nout = rnn(1.0)\n"
+        assert migrate_source(source, "p").source == source
+
     @pytest.mark.parametrize(
         ("call", "converted"),
         [

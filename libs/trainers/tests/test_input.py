@@ -777,6 +777,29 @@ class TestIterableInput:
         cbs.after_train()
         assert sorted(runs[0] + runs[1]) == [0, 1, 2, 3]
 
+    def test_session_is_default_in_the_thread(self, graph, sess):
+        """The iterable runs with the session as the default one (a player asking the model)."""
+        scale = tf1.constant(3.0, name="scale")
+        seen = []
+
+        class AsksTheModel:
+            def __iter__(self):
+                for i in range(2):
+                    seen.append(tf1.get_default_session())
+                    x, y = batch(i)
+                    yield x * tf1.get_default_session().run(scale), y
+
+        source = IterableInput(AsksTheModel())
+        source.setup(SIG)
+        x, _ = source.get_input_tensors()
+        hooked, cbs = start(source, sess)
+        got = [hooked.run(x)[0, 0] for _ in range(3)]
+        cbs.after_train()
+        assert got == [0.0, 3.0, 0.0]
+        assert len(seen) >= 2
+        assert all(s is sess for s in seen)
+        assert tf1.get_default_session() is None  # this thread's default is untouched
+
     def test_size_unknown(self, graph):
         """An iterable without len has no size."""
         with pytest.raises(InputSizeUnknownError, match="IterableInput\\(NoLen\\) is unknown"):

@@ -17,7 +17,7 @@ from towerkit.tools._migrate_names import (
     STAR_ONLY,
     home_of,
 )
-from towerkit.tools._migrate_rnn import rnn_move
+from towerkit.tools._migrate_rnn import RNN_MODULES, rnn_move
 from towerkit.tools._migrate_scan import CONFIG_CALLS, LOGDIR_CALLS, STAR_CANDIDATES, Scan
 from towerkit.tools._migrate_syntax import (
     BASIC_CONFIG,
@@ -187,8 +187,9 @@ class Migrator(cst.CSTTransformer):
         left = {n for n in self.scan.unresolved - mapped if not n.startswith("__")}
         if "logger" in left:
             left.discard("logger")
+            if not self.logger_from_star:  # once, though two star imports may give it
+                self.change(node, "tensorpack's logger -> logging.getLogger(__name__)")
             self.need_logging = self.logger_from_star = True
-            self.change(node, "tensorpack's logger -> logging.getLogger(__name__)")
         if self.scan.other_star:
             return  # another star import may give these names
         for name in sorted(left):
@@ -250,7 +251,9 @@ class Migrator(cst.CSTTransformer):
         if move is not None:
             if move.needs_rnn:
                 self.need("towerkit.layers", "rnn")
+            self._supersede(original_node)
             (self.manual if move.manual else self.change)(original_node, move.note)
+            self._tf_moves[id(original_node)] = self.notes[-1]
             return parse_expr(move.new)
         if name == "tf.contrib.slim":
             self.need("tf_slim", "")
@@ -273,14 +276,19 @@ class Migrator(cst.CSTTransformer):
                 self.tf_layers_line = self._line(original_node)
             self.change(original_node, f"{name} -> {new} (tf-keras's, once enable_tf_layers() ran)")
             return parse_expr(new)
-        # The whole dotted name is rewritten from the original: a rename of a prefix
-        # (tf.distributions inside tf.distributions.Normal) is superseded, not a 2nd change.
-        inner = self._tf_moves.pop(id(original_node.value), None)
-        if inner is not None:
-            self.notes.remove(inner)
+        self._supersede(original_node)
         self.change(original_node, f"{name} -> {new} ({why})")
         self._tf_moves[id(original_node)] = self.notes[-1]
         return parse_expr(new)
+
+    def _supersede(self, original_node: cst.Attribute) -> None:
+        """Drop the note of a renamed prefix: the whole name's change reports it.
+
+        tf.distributions in tf.distributions.Normal, tf.nn.rnn_cell in tf.nn.rnn_cell.LSTMCell.
+        """
+        inner = self._tf_moves.pop(id(original_node.value), None)
+        if inner is not None:
+            self.notes.remove(inner)
 
     # -- calls ------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: Any) -> Any:
@@ -455,6 +463,11 @@ class Migrator(cst.CSTTransformer):
 
     def _statement(self, original_node: cst.SimpleStatementLine, updated_node: Any) -> Any:
         body = original_node.body
+        if self._tf and len(body) == 1 and isinstance(body[0], cst.Assign) and _rnn_alias(body[0]):
+            # rnn = tf.contrib.rnn: the added ``from towerkit.layers import rnn`` binds it
+            self.notes.remove(self._tf_moves.pop(id(body[0].value)))
+            self.change(original_node, f"{dotted(body[0].value)} alias removed: rnn is imported")
+            return cst.RemovalSentinel.REMOVE
         if (
             len(body) != 1
             or not isinstance(body[0], cst.Expr)
@@ -539,6 +552,13 @@ class Migrator(cst.CSTTransformer):
                 return kept
             kept += id(stmt) not in self.removed
         return after_imports(body)
+
+
+def _rnn_alias(node: cst.Assign) -> bool:
+    """``rnn = tf.contrib.rnn`` (or another cell module): the alias the import replaces."""
+    target = node.targets[0].target if len(node.targets) == 1 else None
+    named_rnn = isinstance(target, cst.Name) and target.value == "rnn"
+    return named_rnn and dotted(node.value) in RNN_MODULES
 
 
 def migrate_source(source: str, script_stem: str) -> Migrated:

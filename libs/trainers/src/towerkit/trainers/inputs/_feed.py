@@ -225,7 +225,10 @@ class QueueFeeder:
 
     def _run(self, put: Callable[..., Any], stopping: threading.Event) -> None:
         try:
-            self._produce(put, stopping)
+            # The trainer's session is the thread's default one, as in the training loop:
+            # an iterable may run a predictor of the trainer (a replay memory's player).
+            with self._sess.as_default():
+                self._produce(put, stopping)
         except _Ended:
             return
         except BaseException as err:

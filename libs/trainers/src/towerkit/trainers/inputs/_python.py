@@ -62,7 +62,9 @@ class IterableInput(InputSource):
 
     The source's callback calls the iterable's ``reset_state()`` (when it has one)
     and starts the thread in ``before_train``; ``after_train`` (also after an error,
-    `StopTraining` or Ctrl-C) closes the queue and joins the thread.
+    `StopTraining` or Ctrl-C) closes the queue and joins the thread. In the thread the
+    trainer's session is the default one: the iterable may call the predictors of
+    ``trainer.get_predictor(...)`` (a replay memory whose player asks the model).
 
     A datapoint of the wrong arity, dtype or shape, a pass that yields nothing, or an
     exception raised by the iterable stops the thread; the batches queued before it
