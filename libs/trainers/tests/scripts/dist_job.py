@@ -71,9 +71,27 @@ class PauseAtEpochEnd(Callback):
             time.sleep(self._seconds)
 
 
+def print_watches(signum, frame) -> None:
+    """Print what each cluster health watch of this process has seen, and when (now)."""
+    import gc
+
+    from towerkit.trainers.parallel._health import ClusterWatch
+
+    for watch in [o for o in gc.get_objects() if isinstance(o, ClusterWatch)]:
+        state = watch._state
+        print(
+            f"WATCH {watch._thread.name} at {time.monotonic():.1f}: since {state.since:.1f}, "
+            f"tasks {[str(t) for t in watch._tasks]}, seen {state.last_seen}, "
+            f"listening {state.last_listening}, lost {watch.lost}",
+            flush=True,
+        )
+
+
 def main(argv: list[str]) -> int:
-    # SIGUSR2 prints every thread's stack (the fault tests ask for it before failing)
-    faulthandler.register(signal.SIGUSR2, all_threads=True)
+    # SIGUSR2 prints every thread's stack and each health watch's view of the cluster (the
+    # fault tests ask for it before failing)
+    signal.signal(signal.SIGUSR2, print_watches)
+    faulthandler.register(signal.SIGUSR2, all_threads=True, chain=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("role", choices=["ps", "worker"])
     parser.add_argument("task", type=int)
