@@ -83,7 +83,7 @@ class TestPrograms:
         out, done = migrated
         assert done.returncode == 0, done.stderr[-3000:]
         report = done.stdout
-        assert report.rstrip().endswith("22 file(s), 324 change(s), 0 left by hand"), report[-500:]
+        assert report.rstrip().endswith("26 file(s), 343 change(s), 0 left by hand"), report[-500:]
         train_py = PROGRAMS / "convnet" / "train.py"
         expected = [
             f"{train_py}:9: changed: tensorpack.input_source.QueueInput -> towerkit.trainers.IterableInput",
@@ -106,6 +106,15 @@ class TestPrograms:
             f"{ctc}:81: changed: tf.nn.rnn_cell.LSTMCell -> rnn.LSTMCell (from towerkit.layers)",
             f"{ctc}:91: changed: tf.nn.ctc_loss -> tf.compat.v1.nn.ctc_loss (TensorFlow's "
             "tf_upgrade_v2 rename)",
+        ]
+        det = PROGRAMS / "detection"
+        expected += [
+            f"{det / 'train.py'}:37: changed: tf.py_func -> tf.compat.v1.py_func (TensorFlow's "
+            "tf_upgrade_v2 rename)",
+            f"{det / 'train.py'}:96: changed: TrainConfig(...): logdir=args.logdir, "
+            "logdir_action='overwrite'",
+            f"{det / 'model.py'}:11: changed: tensorpack.tfutils.scope_utils.under_name_scope -> "
+            "towerkit.towers.under_name_scope",
         ]
         for line in expected:
             assert line in report, line
@@ -384,6 +393,65 @@ class TestPrograms:
         for key in ("train_error", "cross_entropy_loss", "validation_cost", "validation_error"):
             assert key in stats[1], key
         assert stats[1]["validation_error"] < 0.5
+
+    def test_detection_tree(self, migrated):
+        """FasterRCNN's idioms: a config module the others import, anchors labelled in
+        numpy through tf.py_func, proposals by tf.nn.top_k and non_max_suppression, RoI
+        features by crop_and_resize, a recall of its own from an Inferencer; then a run
+        that starts from an npz of the first (at learning rate 0, so it keeps it)."""
+        out, _ = migrated
+        tree = out / "detection"
+        assert "from config import config as cfg" in (tree / "model.py").read_text()
+        done = train(tree, "train.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "detected (8, 4) (8,) gt" in done.stdout
+        logdir = tree / "train_log" / "detection"
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert [rec["epoch_num"] for rec in stats] == [1, 2]
+        for key in ("recall", "total_cost", "rpn_losses/num_pos", "fastrcnn_label_loss"):
+            assert key in stats[1], key
+        assert all(0 <= rec["recall"] <= 1 for rec in stats)
+        checkpoint = tf.train.latest_checkpoint(str(logdir))
+        assert checkpoint.endswith("model-10")
+        npz = dict(np.load(logdir / "model.npz"))
+        layers = ("conv0", "conv1", "rpn/conv0", "rpn/class", "rpn/box", "fastrcnn/fc")
+        layers += ("fastrcnn/class", "fastrcnn/box")
+        assert set(npz) == {f"{layer}/{v}" for layer in layers for v in "Wb"}
+        for name, value in npz.items():
+            assert np.array_equal(tf.train.load_variable(checkpoint, name), value), name
+        loaded = train(
+            tree,
+            "train.py",
+            "--load",
+            str(logdir / "model.npz"),
+            "--lr",
+            "0",
+            "--logdir",
+            "train_log/loaded",
+        )
+        assert loaded.returncode == 0, loaded.stderr[-3000:]
+        second = tf.train.latest_checkpoint(str(tree / "train_log" / "loaded"))
+        assert second.endswith("model-10")
+        for name, value in npz.items():
+            assert np.array_equal(tf.train.load_variable(second, name), value), name
+
+    def test_detection_memoized_stays_on_tensorpack(self, tmp_path, capsys):
+        """FasterRCNN memoizes its anchors with tensorpack.utils.argtools.memoized: the
+        command keeps that import on tensorpack and says so (the program above uses
+        functools.lru_cache, as tensorpack is not installed here)."""
+        source = tmp_path / "anchors.py"
+        kept = "from tensorpack.utils.argtools import memoized"
+        model = (PROGRAMS / "detection" / "model.py").read_text()
+        model = model.replace("import functools", kept)
+        source.write_text(model.replace("@functools.lru_cache(maxsize=None)", "@memoized"))
+        status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
+        assert status == 1
+        assert source.read_text().splitlines()[2] == kept
+        note = "by hand: tensorpack.utils.argtools stay on tensorpack: install it"
+        assert f"{source}:3: {note}" in report, report
+        migrated_text = (tmp_path / "out" / "anchors.py").read_text()
+        assert kept in migrated_text
+        assert "from towerkit.layers import Conv2D, FullyConnected" in migrated_text
 
     def test_idempotent(self, migrated, tmp_path, capsys):
         """Migrating the migrated programs changes nothing."""
