@@ -45,7 +45,7 @@ the resident set size of a fresh process training ``tiny`` through (g) for
 Usage::
 
     python benchmarks/bench_loop.py --models tiny,mlp,conv --repeats 5 --out loop.json
-    python benchmarks/bench_loop.py --models tiny --feed-models mlp --costly-models mlp --quick-feed
+    python benchmarks/bench_loop.py --models tiny --feed-models mlp --costly-models mlp --rss-steps 0
 """
 
 from __future__ import annotations
@@ -339,7 +339,8 @@ FLOW_SOURCE = textwrap.dedent(
         """A DataFlow-like iterable over (x, y) yielding a copy of each batch, in order.
 
         Each batch first costs `cost_s` seconds of pure-Python work (a busy loop that
-        holds the GIL as Python code does).
+        holds the GIL as Python code does), counted in the thread's CPU time: a
+        producer that waits for the GIL or a core takes that much longer.
         """
         import time
 
@@ -353,8 +354,8 @@ FLOW_SOURCE = textwrap.dedent(
             def __iter__(self):
                 for i in range(0, len(x) - batch + 1, batch):
                     if cost_s:
-                        end = time.perf_counter() + cost_s
-                        while time.perf_counter() < end:
+                        end = time.thread_time() + cost_s
+                        while time.thread_time() < end:
                             pass
                     yield [x[i : i + batch].copy(), y[i : i + batch].copy()]
 

@@ -16,6 +16,13 @@ IterableInput(source, ...))``:
 - ``keras PyDataset``: Keras 3's ``model.fit`` on the same MLP (SGD, same batch), fed by a
   ``keras.utils.PyDataset(workers=2, use_multiprocessing=True)`` over the same source.
 
+The cost is CPU time of the producing thread (``time.thread_time``), as decoding and
+augmenting are: a producer that loses its core to another process for a while takes
+that much longer. A loop until a wall-clock deadline would not: a producer preempted
+mid-loop would still finish on time, so the CPU that the training process and a
+runner's own threads take from the producers would cost nothing while it falls inside
+a loop (with such a loop ``workers=2`` measured 0.99x tensorpack's ZMQ runner).
+
 Each round trains every case for ``--warmup`` steps, then times ``--steps`` steps
 (the workers' start is in the warm-up). The warm-up must be longer than the deepest
 buffer between the producers and the model (tensorpack's ZMQ sockets hold about 100
@@ -62,7 +69,7 @@ BATCH, DIM, CLASSES = 32, 64, 10
 
 
 class CostlySource:
-    """`n` datapoints by index, each costing `cost_s` seconds of Python.
+    """`n` datapoints by index, each costing `cost_s` seconds of the producing thread's CPU.
 
     Examples:
         >>> x, y = CostlySource(2, cost_s=0.0)[1]
@@ -80,8 +87,8 @@ class CostlySource:
         return (self[i] for i in range(self.n))
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        end = time.perf_counter() + self.cost_s
-        while time.perf_counter() < end:
+        end = time.thread_time() + self.cost_s
+        while time.thread_time() < end:
             pass
         rng = np.random.default_rng(i)
         x = rng.standard_normal((BATCH, DIM), dtype=np.float32)

@@ -127,8 +127,8 @@ def render(runs: dict[str, list[float]], failed: dict[str, str], unit: str = "st
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
-    parser.add_argument("--steps", type=int, default=50, help="timed steps a round (50)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps a round (5)")
+    parser.add_argument("--steps", type=int, default=150, help="timed steps a round (150)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps a round (10)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--check", action="store_true", help="exit 1 when the goal is missed")
     args = parser.parse_args(argv)

@@ -41,6 +41,17 @@ def test_doctests(script):
     assert result.failed == 0
 
 
+def test_every_area_has_a_readme_row():
+    """benchmarks/README.md's table lists every area run_all.py runs, with its script."""
+    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    missing = [
+        area
+        for area, bench in load_run_all().BENCHES.items()
+        if f"| {area} | `{bench['script']}` |" not in readme
+    ]
+    assert not missing, f"areas without a row in benchmarks/README.md: {missing}"
+
+
 def test_missing_script_is_reported(tmp_path):
     """An area whose script is absent is listed as not run, in the summary and its section."""
     run_all = load_run_all()
