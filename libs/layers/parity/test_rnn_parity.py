@@ -146,6 +146,7 @@ def _combos() -> list[Any]:
         (drop, "static_rnn", False, False, False),
         (drop, "bidirectional_dynamic_rnn", False, True, False),
         (by_id["MultiRNNCell-2-LSTM"], "dynamic_rnn", True, True, False),
+        (by_id["MultiRNNCell-2-LSTM"], "dynamic_rnn", False, False, True),  # fused loop
     ]
     return [
         pytest.param(

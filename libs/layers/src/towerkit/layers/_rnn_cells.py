@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from towerkit.layers._rnn_nest import LSTMStateTuple, describe, flatten, pack_as, same_structure
@@ -126,6 +127,45 @@ class RNNCell:
             raise ValueError(msg)
         return int(inputs.shape.as_list()[-1])
 
+    def _capture_scope(self, scope: Any) -> None:
+        if self._scope is not None:
+            return
+        base = self._name or self.default_name
+        if self._reuse:
+            with tf1.variable_scope(scope if scope is not None else base) as captured:
+                self._scope = captured
+        else:
+            with tf1.variable_scope(scope, default_name=base) as captured:
+                self._scope = captured
+
+    @contextlib.contextmanager
+    def scoped(self, scope: Any = None) -> Iterator[None]:
+        """Enter the cell's variable scope (made on the first use, as a call makes it).
+
+        Variables made inside are the cell's own; once the cell is built, they are
+        reused.
+
+        .. versionadded:: 0.2
+        """
+        self._capture_scope(scope)
+        reuse = True if self._built else self._reuse
+        short = self._scope.name.split("/")[-1]
+        with (
+            tf1.variable_scope(self._scope, reuse=reuse, auxiliary_name_scope=False),
+            tf1.name_scope(short),
+        ):
+            yield
+
+    def ensure_built(self, input_depth: int, dtype: Any, scope: Any = None) -> None:
+        """Create the variables as the first call would, without running a step.
+
+        .. versionadded:: 0.2
+        """
+        with self.scoped(scope):
+            if not self._built:
+                self.build(input_depth, dtype)
+                self._built = True
+
     def __call__(self, inputs: Any, state: Any, scope: Any = None) -> tuple[Any, Any]:
         """Run one step in the cell's variable scope (created on the first call).
 
@@ -134,22 +174,10 @@ class RNNCell:
                 as `state_size`.
         """
         inputs = tf1.convert_to_tensor(inputs)
-        if self._scope is None:
-            base = self._name or self.default_name
-            if self._reuse:
-                with tf1.variable_scope(scope if scope is not None else base) as captured:
-                    self._scope = captured
-            else:
-                with tf1.variable_scope(scope, default_name=base) as captured:
-                    self._scope = captured
+        self._capture_scope(scope)
         depth = self._check_inputs(inputs)
         check_state(self, state)
-        reuse = True if self._built else self._reuse
-        short = self._scope.name.split("/")[-1]
-        with (
-            tf1.variable_scope(self._scope, reuse=reuse, auxiliary_name_scope=False),
-            tf1.name_scope(short),
-        ):
+        with self.scoped(scope):
             if not self._built:
                 self.build(depth, self._dtype or inputs.dtype.base_dtype)
                 self._built = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from towerkit.layers._rnn_cells import cell_label, check_state, static_shape, zeros_like_sizes
+from towerkit.layers._rnn_fused import fused_applies, lstm_stack
 from towerkit.layers._rnn_nest import flatten, map_structure, pack_as
 from towerkit.towers.compat import tf1
 
@@ -181,17 +182,38 @@ def dynamic_rnn(
         batch = _batch_size(flat, 1)
         lengths = _sequence_length("dynamic_rnn", cell, sequence_length, batch, flat[0])
         state = _initial_state("dynamic_rnn", cell, initial_state, batch, dtype)
-        outputs, final = _dynamic_loop(
-            cell,
-            pack_as(inputs, flat),
-            state,
-            lengths,
-            parallel_iterations or 32,
-            swap_memory,
-        )
+        layers = fused_applies(cell, pack_as(inputs, flat), state, lengths)
+        if layers is not None:
+            outputs, final = _fused_loop(
+                cell, layers, flat[0], state, parallel_iterations or 32, swap_memory
+            )
+        else:
+            outputs, final = _dynamic_loop(
+                cell,
+                pack_as(inputs, flat),
+                state,
+                lengths,
+                parallel_iterations or 32,
+                swap_memory,
+            )
         if not time_major:
             outputs = map_structure(_to_time_major, outputs)
         return outputs, final
+
+
+def _fused_loop(
+    cell: Any,
+    layers: list[Any],
+    x: Any,
+    state: Any,
+    parallel_iterations: int,
+    swap_memory: bool,
+) -> tuple[Any, Any]:
+    static_steps = x.shape.as_list()[0]
+    steps = int(static_steps) if static_steps is not None else tf1.shape(x)[0]
+    outputs, final = lstm_stack(cell, layers, x, state, steps, parallel_iterations, swap_memory)
+    outputs.set_shape([static_steps, x.shape[1], cell.output_size])
+    return outputs, final
 
 
 def _dynamic_loop(

@@ -1,0 +1,233 @@
+"""The fused LSTM loop: the same variables, outputs, states and gradients as the cells' loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from towerkit.layers import _rnn_loops, rnn
+from towerkit.layers._rnn_fused import fusable_layers
+from towerkit.layers._rnn_nest import flatten
+from towerkit.towers import TowerContext
+from towerkit.towers.compat import tf1
+
+F32 = tf1.float32
+X = np.random.default_rng(7).standard_normal([3, 5, 4]).astype(np.float32)
+
+
+def fused_ops(graph) -> int:
+    """How many ops of the graph the fused loop made."""
+    return sum("fused_lstm" in op.name for op in graph.get_operations())
+
+
+def differentiated(monkeypatch):
+    """Make dynamic_rnn use the cells' own loop (differentiated by TensorFlow)."""
+    monkeypatch.setattr(_rnn_loops, "fused_applies", lambda *a: None)
+
+
+def load(sess, seed=0, scale=0.5):
+    """Random values into every global variable."""
+    rng = np.random.default_rng(seed)
+    for v in tf1.global_variables():
+        v.load((rng.standard_normal(v.shape.as_list()) * scale).astype(np.float32), sess)
+
+
+STACKS = {
+    "basic": lambda: rnn.BasicLSTMCell(4),
+    "lstm": lambda: rnn.LSTMCell(5, forget_bias=0.0),
+    "multi": lambda: rnn.MultiRNNCell(
+        [rnn.BasicLSTMCell(4), rnn.LSTMCell(3, forget_bias=2.5), rnn.LSTMCell(6)]
+    ),
+}
+
+
+def build(make, x, time_major, initial):
+    """Outputs, final state and the gradients of a loss over both, for one cell stack."""
+    rng = np.random.default_rng(1)  # the same weights and states in both graphs
+    cell = make()
+    inputs = tf1.transpose(x, [1, 0, 2]) if time_major else x
+    state = None
+    if initial:
+        state = tf1.nest.map_structure(
+            lambda n: tf1.constant(rng.standard_normal([3, n]).astype(np.float32)),
+            cell.state_size,
+        )
+    out, final = rnn.dynamic_rnn(
+        cell, inputs, initial_state=state, dtype=F32, time_major=time_major
+    )
+    leaves = [out, *flatten(final)]
+    weights = [tf1.constant(rng.standard_normal(t.shape.as_list()), F32) for t in leaves]
+    loss = tf1.add_n([tf1.reduce_sum(w * t) for w, t in zip(weights, leaves, strict=True)])
+    wrt = [*tf1.trainable_variables(), x, *([] if state is None else flatten(state))]
+    return leaves, tf1.gradients(loss, wrt)
+
+
+@pytest.mark.parametrize("stack", sorted(STACKS))
+@pytest.mark.parametrize("time_major", [False, True])
+@pytest.mark.parametrize("initial", [False, True])
+def test_matches_the_cells_loop(monkeypatch, stack, time_major, initial):
+    """Outputs, final states and every gradient equal those of the differentiated loop."""
+    results, names = [], []
+    for fused in (True, False):
+        graph = tf1.Graph()
+        with graph.as_default(), tf1.Session(graph=graph) as sess:
+            if not fused:
+                differentiated(monkeypatch)
+            x = tf1.constant(X)
+            leaves, grads = build(STACKS[stack], x, time_major, initial)
+            assert (fused_ops(graph) > 0) == fused
+            names.append(sorted((v.op.name, v.shape.as_list()) for v in tf1.global_variables()))
+            load(sess)
+            results.append(sess.run([leaves, grads]))
+    assert names[0] == names[1]
+    for got, want in zip(flatten(results[0]), flatten(results[1]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_unknown_batch_and_time(monkeypatch):
+    """A batch and a length known at run time only: the same as the cells' loop."""
+    runs = []
+    for fused in (True, False):
+        graph = tf1.Graph()
+        with graph.as_default(), tf1.Session(graph=graph) as sess:
+            if not fused:
+                differentiated(monkeypatch)
+            x = tf1.placeholder(F32, [None, None, 4])
+            out, state = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+            assert out.shape.as_list() == [None, None, 6]
+            grads = tf1.gradients(tf1.reduce_sum(out * out), [*tf1.trainable_variables(), x])
+            load(sess)
+            runs.append(
+                [sess.run([out, state, grads], {x: X[:b, :t]}) for b, t in ((3, 5), (2, 1))]
+            )
+    for got, want in zip(flatten(runs[0]), flatten(runs[1]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_second_order(monkeypatch):
+    """A gradient of a gradient (a penalty on d loss / d x) equals the cells' loop's."""
+    runs = []
+    for fused in (True, False):
+        graph = tf1.Graph()
+        with graph.as_default(), tf1.Session(graph=graph) as sess:
+            if not fused:
+                differentiated(monkeypatch)
+            x = tf1.constant(X)
+            out, _ = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+            (dx,) = tf1.gradients(tf1.reduce_sum(tf1.sin(out)), [x])
+            penalty = tf1.reduce_sum(dx * dx)
+            grads = tf1.gradients(penalty, tf1.trainable_variables())
+            load(sess)
+            runs.append(sess.run(grads))
+    for got, want in zip(runs[0], runs[1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_xla(graph):
+    """Under a jit scope the fused loop and its gradient compile and equal the plain graph."""
+    x = tf1.constant(X)
+    plain, _ = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+    plain_grads = tf1.gradients(tf1.reduce_sum(plain), tf1.trainable_variables())
+    with (
+        tf1.xla.experimental.jit_scope(compile_ops=True, separate_compiled_gradients=False),
+        tf1.variable_scope(tf1.get_variable_scope(), reuse=True),
+    ):
+        compiled, _ = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+        grads = tf1.gradients(tf1.reduce_sum(compiled), tf1.trainable_variables())
+    with tf1.Session(graph=graph) as sess:
+        load(sess)
+        meta = tf1.RunMetadata()
+        options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
+        got, want, g, pg = sess.run(
+            [compiled, plain, grads, plain_grads], options=options, run_metadata=meta
+        )
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    for a, b in zip(g, pg, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    nodes = {n.node_name for d in meta.step_stats.dev_stats for n in d.node_stats}
+    assert any(name.startswith("cluster_") for name in nodes), sorted(nodes)[:20]
+
+
+CELLS_NOT_FUSED = {
+    "peepholes": lambda: rnn.LSTMCell(4, use_peepholes=True),
+    "projection": lambda: rnn.LSTMCell(4, num_proj=2),
+    "cell clip": lambda: rnn.LSTMCell(4, cell_clip=1.0),
+    "concatenated state": lambda: rnn.BasicLSTMCell(4, state_is_tuple=False),
+    "relu": lambda: rnn.BasicLSTMCell(4, activation=tf1.nn.relu),
+    "forget bias tensor": lambda: rnn.BasicLSTMCell(4, forget_bias=tf1.constant(1.0)),
+    "dropout": lambda: rnn.DropoutWrapper(rnn.BasicLSTMCell(4), 0.5),
+    "a GRU layer": lambda: rnn.MultiRNNCell([rnn.BasicLSTMCell(4), rnn.GRUCell(4)]),
+    "subclass": lambda: type("MyLSTM", (rnn.LSTMCell,), {})(4),
+}
+
+
+@pytest.mark.parametrize("what", sorted(CELLS_NOT_FUSED))
+def test_other_cells_run_the_cells_loop(graph, what):
+    """Cells whose step differs from the plain LSTM's run through their own calls."""
+    rnn.dynamic_rnn(CELLS_NOT_FUSED[what](), tf1.constant(X), dtype=F32)
+    assert fused_ops(graph) == 0
+
+
+def test_sequence_length_and_inference_towers_run_the_cells_loop(graph):
+    """With sequence_length, and in an inference tower (no gradient), the cells' loop runs;
+    a training tower runs fused, and all three share the variables."""
+    x = tf1.constant(X)
+    with TowerContext("", is_training=True):
+        rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+    fused = fused_ops(graph)
+    count = len(tf1.global_variables())
+    assert fused > 0
+    with TowerContext("infer", is_training=False):
+        rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+    with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
+        rnn.dynamic_rnn(STACKS["multi"](), x, sequence_length=[5, 2, 1], dtype=F32)
+    assert fused_ops(graph) == fused
+    assert len(tf1.global_variables()) == count
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "basic": st.booleans(),
+                "peepholes": st.booleans(),
+                "proj": st.booleans(),
+                "clip": st.booleans(),
+                "tuple": st.booleans(),
+            }
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.booleans(),
+)
+def test_fusable_exactly_the_plain_lstms(configs, multi):
+    """A stack is fused exactly when every layer is a plain LSTM with a tuple state."""
+
+    def make(c):
+        if c["basic"]:
+            return rnn.BasicLSTMCell(3, state_is_tuple=c["tuple"])
+        return rnn.LSTMCell(
+            3,
+            use_peepholes=c["peepholes"],
+            num_proj=2 if c["proj"] else None,
+            cell_clip=1.0 if c["clip"] else None,
+            state_is_tuple=c["tuple"],
+        )
+
+    cells = [make(c) for c in configs]
+    plain = [
+        c["tuple"] and (c["basic"] or not (c["peepholes"] or c["proj"] or c["clip"]))
+        for c in configs
+    ]
+    if multi:
+        if not all(c["tuple"] for c in configs):
+            return  # MultiRNNCell refuses mixed states; tested elsewhere
+        got = fusable_layers(rnn.MultiRNNCell(cells))
+        assert (got is not None) == all(plain)
+        assert got is None or got == cells
+    else:
+        got = fusable_layers(cells[0])
+        assert (got is not None) == plain[0]
