@@ -95,6 +95,86 @@ class CostlySource:
         return x, rng.integers(0, CLASSES, BATCH).astype(np.int32)
 
 
+class LargeSource:
+    """`n` datapoints of one float32 array of `nbytes` (filled with the index), no cost.
+
+    Examples:
+        >>> LargeSource(3, 16)[2][0].tolist()
+        [2.0, 2.0, 2.0, 2.0]
+    """
+
+    def __init__(self, n: int, nbytes: int) -> None:
+        self.n, self.nbytes = n, nbytes
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> list[np.ndarray]:
+        return [np.full(self.nbytes // 4, i, np.float32)]
+
+
+LARGE_KIB = (64, 256, 1024, 16384)
+"""The array sizes of the large-array table."""
+
+
+def large_array_rows(sizes_kib=LARGE_KIB, total_mib: int = 300) -> list[dict]:
+    """Per size: ms per datapoint and the reader's CPU ms per datapoint, pipe against block.
+
+    Two workers produce datapoints of one array (no cost) as fast as the reading
+    process takes them, through the pipe (``shared_memory_min_bytes=None``) and
+    through shared memory blocks (threshold 1 byte); about `total_mib` MiB a case.
+    """
+    from towerkit.callbacks import ParallelIterable
+
+    rows = []
+    for kib in sizes_kib:
+        n = max(20, min(3000, total_mib * 1024 // kib))
+        row: dict = {"kib": kib, "datapoints": n}
+        for label, threshold in (("pipe", None), ("block", 1)):
+            pool = ParallelIterable(
+                LargeSource(n + 10, kib * 1024), 2, shared_memory_min_bytes=threshold
+            )
+            try:
+                it = iter(pool)
+                for _ in range(10):
+                    next(it)
+                start, cpu = time.perf_counter(), time.process_time()
+                for _ in range(n):
+                    next(it)
+                row[label] = (time.perf_counter() - start) / n * 1e3
+                row[f"{label}_cpu"] = (time.process_time() - cpu) / n * 1e3
+            finally:
+                pool.close()
+        rows.append(row)
+    return rows
+
+
+def render_large(rows: list[dict]) -> str:
+    """The large-array table.
+
+    >>> print(render_large([{"kib": 1024, "datapoints": 9, "pipe": 1.2, "pipe_cpu": 0.8,
+    ...                      "block": 0.6, "block_cpu": 0.4}]))
+    ## Large arrays: one array a datapoint, 2 workers, no source cost
+    <BLANKLINE>
+    | array | pipe: ms / datapoint (reader CPU) | shared memory: ms / datapoint (reader CPU) | block / pipe |
+    |---|---|---|---|
+    | 1024 KiB | 1.200 (0.800) | 0.600 (0.400) | 0.50x |
+    """
+    lines = [
+        "## Large arrays: one array a datapoint, 2 workers, no source cost",
+        "",
+        "| array | pipe: ms / datapoint (reader CPU) | shared memory: ms / datapoint "
+        "(reader CPU) | block / pipe |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['kib']} KiB | {r['pipe']:.3f} ({r['pipe_cpu']:.3f}) | "
+            f"{r['block']:.3f} ({r['block_cpu']:.3f}) | {r['block'] / r['pipe']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 def steps_per_s(case: str, cost_s: float, warmup: int, steps: int) -> float:
     """Train the MLP with one of towerkit's cases; steps/s over the timed steps."""
     from towerkit.trainers import IterableInput
@@ -292,6 +372,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument(
+        "--large-kib",
+        default=",".join(map(str, LARGE_KIB)),
+        help="array sizes (KiB) of the large-array table; empty: no table",
+    )
     parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # one peer, one line
     args = parser.parse_args(argv)
     cost_s = args.cost_ms / 1000
@@ -314,11 +399,17 @@ def main(argv: list[str] | None = None) -> int:
             rates[case].append(rate)
             print(f"parallel {case} #{r + 1}: {rate:.1f} steps/s", file=sys.stderr)
     print(render(rates, missing, args.cost_ms))
+    sizes = [int(k) for k in args.large_kib.split(",") if k]
+    large = large_array_rows(sizes) if sizes else []
+    if large:
+        print()
+        print(render_large(large))
     medians = {c: statistics.median(v) for c, v in rates.items() if v}
     ratios = {c: medians[c] / medians["workers=1"] for c in medians}
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             result = {"medians": medians, "ratios": ratios, "rates": rates, "missing": missing}
+            result["large_arrays"] = large
             json.dump({**result, "goal": GOAL, "peer_goal": PEER_GOAL}, f)
     return 0
 

@@ -127,7 +127,7 @@ BENCHES: dict[str, dict[str, Any]] = {
         "script": "bench_parallel.py",
         "json_flag": "--out",
         "args": ["--steps", "400", "--warmup", "400", "--repeats", "5"],
-        "quick": ["--steps", "60", "--warmup", "10", "--repeats", "1"],
+        "quick": ["--steps", "60", "--warmup", "10", "--repeats", "1", "--large-kib", "64"],
         "baseline": "IterableInput(source, workers=1)",
     },
     "precision": {

@@ -29,8 +29,14 @@ class TestWorkerPlan:
         """The repr lists every field."""
         assert repr(WorkerPlan(workers=3, split="stride", ordered=False)) == (
             "WorkerPlan(workers=3, split='stride', ordered=False, seed=0, "
-            "start_method='spawn', capacity=8)"
+            "start_method='spawn', capacity=8, shared_memory_min_bytes=524288)"
         )
+
+    @pytest.mark.parametrize("value", [0, -1, 1.5, True, "1M"])
+    def test_fail_shared_memory_min_bytes(self, value):
+        """A threshold that is not a positive int (or None) is refused, naming the option."""
+        with pytest.raises(ValueError, match=r"'shared_memory_min_bytes' must be an int >= 1"):
+            WorkerPlan(workers=2, split="index", shared_memory_min_bytes=value)
 
     @pytest.mark.parametrize("workers", [0, -2])
     def test_fail_workers(self, workers):

@@ -123,3 +123,22 @@ class SlowWorker:
         if worker == self.slow:
             time.sleep(self.cost_s)
         return [np.array([[float(i)]], np.float32), worker]
+
+
+class Large:
+    """Datapoints of large arrays: ``[big (nbytes of i), small [i], big Fortran-ordered]``."""
+
+    def __init__(self, n: int, nbytes: int = 1 << 20, sleep_s: float = 0.0) -> None:
+        self.n = n
+        self.nbytes = nbytes
+        self.sleep_s = sleep_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        big = np.full(self.nbytes // 4, i, np.float32)
+        side = np.asfortranarray(np.full((256, self.nbytes // 2048), -i, np.float64))
+        return [big, np.array([i], np.int64), side]

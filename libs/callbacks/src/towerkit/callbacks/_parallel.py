@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
@@ -21,6 +22,7 @@ import numpy as np
 
 from towerkit.callbacks._errors import ParallelWorkerError
 from towerkit.callbacks._parallel_core import (
+    SHARED_MEMORY_MIN_BYTES,
     MergeState,
     WorkerPlan,
     choose_split,
@@ -33,10 +35,14 @@ from towerkit.callbacks._parallel_core import (
     worker_seed,
 )
 from towerkit.callbacks._parallel_pipes import Poller
+from towerkit.callbacks._parallel_shm import decode, encode, names, remove_blocks, unlink_block_of
 
 __all__ = ["ParallelIterable", "PoolStats"]
 
 logger = logging.getLogger("towerkit.trainers")
+
+_POOL_NUMBERS = itertools.count()
+"""Numbers the pools of this process (in their shared memory blocks' names)."""
 
 _POLL_S = 0.2
 """How often a wait for a worker's message checks that the workers live."""
@@ -98,13 +104,18 @@ def _pass_items(
         cursor.index = i + 1
 
 
-def _send(out: Any, slots: Any, message: tuple[Any, ...]) -> None:
+def _send(out: Any, slots: Any, message: tuple[Any, ...], large: Any = None) -> None:
     """Put one message into the worker's pipe once a slot is free (the pipe holds `capacity`).
 
     Pickled here, in the worker's only thread, so a datapoint that cannot be pickled is
-    reported as that datapoint's error, and the write needs no second thread.
+    reported as that datapoint's error, and the write needs no second thread. With
+    `large` (``(min_bytes, next_name)``), arrays of at least ``min_bytes`` go into a
+    shared memory block named ``next_name()`` (`encode`).
     """
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    if large is None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    else:
+        payload = encode(message, *large)
     slots.acquire()
     out.send_bytes(payload)
 
@@ -118,6 +129,7 @@ def _worker_main(
     started: Any,
     claim: Any,
     alive: Any,
+    block_prefix: str = "",
 ) -> None:
     """A worker's life: pass after pass over its share, each datapoint sent through `out`.
 
@@ -131,6 +143,9 @@ def _worker_main(
     threading.Thread(target=_watch_parent, args=(alive,), daemon=True).start()
     cursor = _Cursor()
     pass_number = 0
+    large = None
+    if plan.shared_memory_min_bytes is not None:
+        large = (plan.shared_memory_min_bytes, names(f"{block_prefix}w{worker}_").__next__)
     try:
         if plan.split == "factory":
             source = source(worker, plan.workers)
@@ -146,7 +161,7 @@ def _worker_main(
             np.random.seed(seed)
             start = time.perf_counter()
             for dp in _pass_items(source, plan, worker, cursor, claim):
-                _send(out, slots, ("dp", worker, dp, time.perf_counter() - start))
+                _send(out, slots, ("dp", worker, dp, time.perf_counter() - start), large)
                 start = time.perf_counter()
             _send(out, slots, ("end", worker, pass_number))
     except BaseException:
@@ -218,7 +233,10 @@ class _Pool:
         self._next = 0  # the worker an unordered read looks at first (fair turns)
         alive_r, alive_w = ctx.Pipe(duplex=False)
         alive = None if plan.start_method == "fork" else alive_r
-        self._finalizer = weakref.finalize(self, _terminate, self.procs, self.conns, alive_w)
+        self.block_prefix = f"tk{os.getpid()}_{next(_POOL_NUMBERS)}"
+        self._finalizer = weakref.finalize(
+            self, _terminate, self.procs, self.conns, alive_w, self.block_prefix
+        )
         for k in range(plan.workers):
             recv, send = ctx.Pipe(duplex=False)
             slots = ctx.BoundedSemaphore(plan.capacity)
@@ -226,7 +244,17 @@ class _Pool:
             self.slots.append(slots)
             proc = ctx.Process(
                 target=_worker_main,
-                args=(source, plan, k, send, slots, self.started, self.claim, alive),
+                args=(
+                    source,
+                    plan,
+                    k,
+                    send,
+                    slots,
+                    self.started,
+                    self.claim,
+                    alive,
+                    self.block_prefix,
+                ),
                 name=f"{name} worker {k}",
                 daemon=True,
             )
@@ -268,7 +296,14 @@ class _Pool:
                 continue
             self.slots[k].release()
             self._next = (k + 1) % len(self.conns)
-            msg: tuple[Any, ...] = pickle.loads(payload)
+            try:
+                msg: tuple[Any, ...] = decode(payload)
+            except FileNotFoundError as err:
+                text = (
+                    f"{self.name}: the shared memory block of worker {k}'s datapoint is gone "
+                    f"({err}): was /dev/shm cleaned while the run used it?"
+                )
+                raise ParallelWorkerError(text, worker=k) from err
             return msg
 
     def _ended(self, k: int) -> None:
@@ -318,7 +353,7 @@ def _preload_for(ctx: Any, source: Any) -> None:
         ctx.set_forkserver_preload([__name__, module])
 
 
-def _terminate(procs: list[Any], conns: list[Any], alive_w: Any) -> None:
+def _terminate(procs: list[Any], conns: list[Any], alive_w: Any, block_prefix: str) -> None:
     alive_w.close()
     for proc in procs:
         if proc.exitcode is None:
@@ -330,7 +365,16 @@ def _terminate(procs: list[Any], conns: list[Any], alive_w: Any) -> None:
             proc.kill()
             proc.join(1.0)
     for conn in conns:
+        _drop_unread(conn)
         conn.close()
+    remove_blocks(block_prefix)
+
+
+def _drop_unread(conn: Any) -> None:
+    """Remove the shared memory blocks of the messages left unread in a worker's pipe."""
+    with contextlib.suppress(EOFError, OSError):
+        while conn.poll(0):
+            unlink_block_of(conn.recv_bytes())
 
 
 class _PoolClosed(Exception):
@@ -405,6 +449,10 @@ class ParallelIterable:
         seed: the base of the workers' seeds, >= 0.
         start_method: ``"spawn"``, ``"forkserver"`` or ``"fork"``; None: see above.
         capacity: datapoints each worker may have queued, >= 1.
+        shared_memory_min_bytes: arrays of a datapoint this large or larger (NumPy,
+            contiguous) travel through a shared memory block instead of the worker's
+            pipe: written once by the worker, copied once out of it here; None: all
+            through the pipe. The default, 512 KiB, is where a block starts to pay.
 
     Raises:
         TypeError: `source` is neither re-iterable nor a function, or cannot be
@@ -423,6 +471,7 @@ class ParallelIterable:
         seed: int = 0,
         start_method: str | None = None,
         capacity: int = 8,
+        shared_memory_min_bytes: int | None = SHARED_MEMORY_MIN_BYTES,
     ) -> None:
         factory = _is_factory(source)
         indexed = hasattr(source, "__len__") and hasattr(source, "__getitem__")
@@ -436,6 +485,7 @@ class ParallelIterable:
             seed=seed,
             start_method=pick_start_method(start_method, mp.get_all_start_methods()),
             capacity=capacity,
+            shared_memory_min_bytes=shared_memory_min_bytes,
         )
         if self._plan.start_method != "fork":
             _check_picklable(source, self._plan.start_method)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import attrs
 
 __all__ = [
+    "SHARED_MEMORY_MIN_BYTES",
     "SPLITS",
     "START_METHODS",
     "MergeState",
@@ -27,6 +28,11 @@ Split = Literal["index", "stride", "factory"]
 SPLITS: tuple[Split, ...] = ("index", "stride", "factory")
 """How a source is split: by index, by keeping every N-th datapoint, or by a user function."""
 
+SHARED_MEMORY_MIN_BYTES = 512 << 10
+"""Arrays of 512 KiB and more travel through shared memory by default. On 2 cores
+(``bench_parallel.py``'s large-array table) a block takes as long as the pipe up to
+about 384 KiB, 0.76x at 512 KiB, 0.59x at 1 MiB and 0.43x at 16 MiB."""
+
 START_METHODS = ("spawn", "forkserver", "fork")
 """The multiprocessing start methods a parallel source accepts."""
 
@@ -39,6 +45,17 @@ def _positive_workers(_: Any, __: attrs.Attribute[Any], workers: int) -> None:
         msg = (
             f"'workers' must be >= 1 (producer processes); got {workers}: give workers=1 for "
             "one producer process, or leave 'workers' out to produce in a thread of this process"
+        )
+        raise ValueError(msg)
+
+
+def _min_bytes(_: Any, __: attrs.Attribute[Any], value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = (
+            "'shared_memory_min_bytes' must be an int >= 1 (the size from which an array "
+            f"goes through shared memory) or None (never); got {value!r}"
         )
         raise ValueError(msg)
 
@@ -68,10 +85,13 @@ class WorkerPlan:
         seed: the base of every worker's seeds (`worker_seed`), >= 0.
         start_method: the multiprocessing start method.
         capacity: datapoints each worker may have waiting, >= 1.
+        shared_memory_min_bytes: the size from which an array of a datapoint travels
+            through shared memory instead of the worker's pipe (None: never).
 
     Examples:
-        >>> WorkerPlan(workers=2, split="index")
-        WorkerPlan(workers=2, split='index', ordered=True, seed=0, start_method='spawn', capacity=8)
+        >>> WorkerPlan(workers=2, split="index")  # doctest: +NORMALIZE_WHITESPACE
+        WorkerPlan(workers=2, split='index', ordered=True, seed=0, start_method='spawn',
+                   capacity=8, shared_memory_min_bytes=524288)
         >>> WorkerPlan(workers=0, split="index")
         Traceback (most recent call last):
         ...
@@ -84,6 +104,9 @@ class WorkerPlan:
     seed: int = attrs.field(default=0, validator=_seed)
     start_method: str = attrs.field(default="spawn", validator=_start_method)
     capacity: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    shared_memory_min_bytes: int | None = attrs.field(
+        default=SHARED_MEMORY_MIN_BYTES, validator=_min_bytes
+    )
 
 
 def pick_start_method(requested: str | None, available: Sequence[str]) -> str:
