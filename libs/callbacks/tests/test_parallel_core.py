@@ -29,7 +29,7 @@ class TestWorkerPlan:
         """The repr lists every field."""
         assert repr(WorkerPlan(workers=3, split="stride", ordered=False)) == (
             "WorkerPlan(workers=3, split='stride', ordered=False, seed=0, "
-            "start_method='spawn', capacity=8, shared_memory_min_bytes=524288)"
+            "start_method='spawn', capacity=8, shared_memory_min_bytes=1048576)"
         )
 
     @pytest.mark.parametrize("value", [0, -1, 1.5, True, "1M"])

@@ -452,7 +452,7 @@ class ParallelIterable:
         shared_memory_min_bytes: arrays of a datapoint this large or larger (NumPy,
             contiguous) travel through a shared memory block instead of the worker's
             pipe: written once by the worker, copied once out of it here; None: all
-            through the pipe. The default, 512 KiB, is where a block starts to pay.
+            through the pipe. The default is 1 MiB, where a block pays in every run measured.
 
     Raises:
         TypeError: `source` is neither re-iterable nor a function, or cannot be

@@ -28,10 +28,11 @@ Split = Literal["index", "stride", "factory"]
 SPLITS: tuple[Split, ...] = ("index", "stride", "factory")
 """How a source is split: by index, by keeping every N-th datapoint, or by a user function."""
 
-SHARED_MEMORY_MIN_BYTES = 512 << 10
-"""Arrays of 512 KiB and more travel through shared memory by default. On 2 cores
-(``bench_parallel.py``'s large-array table) a block takes as long as the pipe up to
-about 384 KiB, 0.76x at 512 KiB, 0.59x at 1 MiB and 0.43x at 16 MiB."""
+SHARED_MEMORY_MIN_BYTES = 1 << 20
+"""Arrays of 1 MiB and more travel through shared memory by default. On 2 cores
+(``bench_parallel.py``'s large-array table, two runs) a block takes 0.59x and 0.92x
+the pipe's time at 1 MiB, 0.43x and 0.45x at 16 MiB; below 1 MiB where it starts to
+pay moves between runs (384 KiB to 1 MiB)."""
 
 START_METHODS = ("spawn", "forkserver", "fork")
 """The multiprocessing start methods a parallel source accepts."""
@@ -91,7 +92,7 @@ class WorkerPlan:
     Examples:
         >>> WorkerPlan(workers=2, split="index")  # doctest: +NORMALIZE_WHITESPACE
         WorkerPlan(workers=2, split='index', ordered=True, seed=0, start_method='spawn',
-                   capacity=8, shared_memory_min_bytes=524288)
+                   capacity=8, shared_memory_min_bytes=1048576)
         >>> WorkerPlan(workers=0, split="index")
         Traceback (most recent call last):
         ...
