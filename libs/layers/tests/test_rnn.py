@@ -548,15 +548,22 @@ class TestBadInput:
 class TestXla:
     """The loops compile with XLA."""
 
-    def test_jit_scope(self, sess):
-        """dynamic_rnn with lengths and its gradients under a jit scope equal the plain graph."""
+    @pytest.mark.parametrize("lengths", [[6, 3, 1], None], ids=["lengths", "fused"])
+    def test_jit_scope(self, sess, lengths):
+        """dynamic_rnn (with lengths: the cells' loop; without: the fused LSTM loop) and its
+        gradients under a jit scope equal the plain graph."""
         x = tf1.constant(X)
-        plain, _ = rnn.dynamic_rnn(two_layer(), x, sequence_length=[6, 3, 1], dtype=F32)
+
+        def two_layer():  # an LSTM and a GRU, or two LSTMs (fused when no lengths)
+            second = rnn.GRUCell(3) if lengths else rnn.BasicLSTMCell(3)
+            return rnn.MultiRNNCell([rnn.LSTMCell(4), second])
+
+        plain, _ = rnn.dynamic_rnn(two_layer(), x, sequence_length=lengths, dtype=F32)
         with (
             tf1.xla.experimental.jit_scope(compile_ops=True, separate_compiled_gradients=False),
             reuse(),
         ):
-            compiled, _ = rnn.dynamic_rnn(two_layer(), x, sequence_length=[6, 3, 1], dtype=F32)
+            compiled, _ = rnn.dynamic_rnn(two_layer(), x, sequence_length=lengths, dtype=F32)
             grads = tf1.gradients(tf1.reduce_sum(compiled), tf1.trainable_variables())
         plain_grads = tf1.gradients(tf1.reduce_sum(plain), tf1.trainable_variables())
         load(sess)
@@ -570,3 +577,5 @@ class TestXla:
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
         nodes = {n.node_name for d in meta.step_stats.dev_stats for n in d.node_stats}
         assert any(name.startswith("cluster_") for name in nodes), sorted(nodes)[:20]
+        fused = any("fused_lstm" in op.name for op in sess.graph.get_operations())
+        assert fused == (lengths is None)

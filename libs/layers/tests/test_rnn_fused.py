@@ -64,90 +64,70 @@ def build(make, x, time_major, initial):
     return leaves, tf1.gradients(loss, wrt)
 
 
+def both_loops(monkeypatch, run):
+    """`run(graph, sess)` in a fresh graph with the fused loop, then with the cells' loop.
+
+    Returns what each returned, fused first.
+    """
+    results = []
+    for fused in (True, False):
+        graph = tf1.Graph()
+        with graph.as_default(), tf1.Session(graph=graph) as sess:
+            if not fused:
+                differentiated(monkeypatch)
+            results.append(run(graph, sess))
+            assert (fused_ops(graph) > 0) == fused
+    return results
+
+
+def assert_same(fused, cells, rtol=2e-5, atol=2e-6):
+    for got, want in zip(flatten(fused), flatten(cells), strict=True):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("stack", sorted(STACKS))
 @pytest.mark.parametrize("time_major", [False, True])
 @pytest.mark.parametrize("initial", [False, True])
 def test_matches_the_cells_loop(monkeypatch, stack, time_major, initial):
-    """Outputs, final states and every gradient equal those of the differentiated loop."""
-    results, names = [], []
-    for fused in (True, False):
-        graph = tf1.Graph()
-        with graph.as_default(), tf1.Session(graph=graph) as sess:
-            if not fused:
-                differentiated(monkeypatch)
-            x = tf1.constant(X)
-            leaves, grads = build(STACKS[stack], x, time_major, initial)
-            assert (fused_ops(graph) > 0) == fused
-            names.append(sorted((v.op.name, v.shape.as_list()) for v in tf1.global_variables()))
-            load(sess)
-            results.append(sess.run([leaves, grads]))
-    assert names[0] == names[1]
-    for got, want in zip(flatten(results[0]), flatten(results[1]), strict=True):
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    """Same variables; outputs, final states and every gradient equal the cells' loop's."""
+
+    def run(graph, sess):
+        leaves, grads = build(STACKS[stack], tf1.constant(X), time_major, initial)
+        names = sorted((v.op.name, v.shape.as_list()) for v in tf1.global_variables())
+        load(sess)
+        return names, sess.run([leaves, grads])
+
+    (names, fused), (cell_names, cells) = both_loops(monkeypatch, run)
+    assert names == cell_names
+    assert_same(fused, cells)
 
 
 def test_unknown_batch_and_time(monkeypatch):
     """A batch and a length known at run time only: the same as the cells' loop."""
-    runs = []
-    for fused in (True, False):
-        graph = tf1.Graph()
-        with graph.as_default(), tf1.Session(graph=graph) as sess:
-            if not fused:
-                differentiated(monkeypatch)
-            x = tf1.placeholder(F32, [None, None, 4])
-            out, state = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
-            assert out.shape.as_list() == [None, None, 6]
-            grads = tf1.gradients(tf1.reduce_sum(out * out), [*tf1.trainable_variables(), x])
-            load(sess)
-            runs.append(
-                [sess.run([out, state, grads], {x: X[:b, :t]}) for b, t in ((3, 5), (2, 1))]
-            )
-    for got, want in zip(flatten(runs[0]), flatten(runs[1]), strict=True):
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+    def run(graph, sess):
+        x = tf1.placeholder(F32, [None, None, 4])
+        out, state = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+        assert out.shape.as_list() == [None, None, 6]
+        grads = tf1.gradients(tf1.reduce_sum(out * out), [*tf1.trainable_variables(), x])
+        load(sess)
+        return [sess.run([out, state, grads], {x: X[:b, :t]}) for b, t in ((3, 5), (2, 1))]
+
+    assert_same(*both_loops(monkeypatch, run))
 
 
 def test_second_order(monkeypatch):
     """A gradient of a gradient (a penalty on d loss / d x) equals the cells' loop's."""
-    runs = []
-    for fused in (True, False):
-        graph = tf1.Graph()
-        with graph.as_default(), tf1.Session(graph=graph) as sess:
-            if not fused:
-                differentiated(monkeypatch)
-            x = tf1.constant(X)
-            out, _ = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
-            (dx,) = tf1.gradients(tf1.reduce_sum(tf1.sin(out)), [x])
-            penalty = tf1.reduce_sum(dx * dx)
-            grads = tf1.gradients(penalty, tf1.trainable_variables())
-            load(sess)
-            runs.append(sess.run(grads))
-    for got, want in zip(runs[0], runs[1], strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
-
-def test_xla(graph):
-    """Under a jit scope the fused loop and its gradient compile and equal the plain graph."""
-    x = tf1.constant(X)
-    plain, _ = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
-    plain_grads = tf1.gradients(tf1.reduce_sum(plain), tf1.trainable_variables())
-    with (
-        tf1.xla.experimental.jit_scope(compile_ops=True, separate_compiled_gradients=False),
-        tf1.variable_scope(tf1.get_variable_scope(), reuse=True),
-    ):
-        compiled, _ = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
-        grads = tf1.gradients(tf1.reduce_sum(compiled), tf1.trainable_variables())
-    with tf1.Session(graph=graph) as sess:
+    def run(graph, sess):
+        x = tf1.constant(X)
+        out, _ = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+        (dx,) = tf1.gradients(tf1.reduce_sum(tf1.sin(out)), [x])
+        grads = tf1.gradients(tf1.reduce_sum(dx * dx), tf1.trainable_variables())
         load(sess)
-        meta = tf1.RunMetadata()
-        options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
-        got, want, g, pg = sess.run(
-            [compiled, plain, grads, plain_grads], options=options, run_metadata=meta
-        )
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    for a, b in zip(g, pg, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-    nodes = {n.node_name for d in meta.step_stats.dev_stats for n in d.node_stats}
-    assert any(name.startswith("cluster_") for name in nodes), sorted(nodes)[:20]
+        return sess.run(grads)
+
+    assert_same(*both_loops(monkeypatch, run), rtol=1e-4, atol=1e-6)
 
 
 CELLS_NOT_FUSED = {
