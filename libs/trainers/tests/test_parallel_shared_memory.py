@@ -11,12 +11,9 @@ import time
 import numpy as np
 import prefork
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from parallel_sources import Large
 
 from towerkit.callbacks import ParallelIterable, ParallelWorkerError
-from towerkit.callbacks._parallel_shm import BLOCK_MARK, decode, encode, offsets, remove_blocks
 
 pytestmark = pytest.mark.procs
 
@@ -47,62 +44,6 @@ def wait_until(what, within: float = 15.0) -> bool:
             return True
         time.sleep(0.1)
     return what()
-
-
-class TestRoundTrip:
-    """`encode` takes out of band exactly the buffers at or above the threshold."""
-
-    def test_large_buffers_go_into_a_block(self):
-        """A 1 MiB array goes into a block, a small one stays in the pickle; decoding
-        gives equal arrays and unlinks the block."""
-        made = []
-
-        def name():
-            made.append(f"tk{os.getpid()}_test_{len(made)}")
-            return made[-1]
-
-        dp = Large(3)[2]
-        payload = encode(("dp", 0, dp, 0.0), 1 << 18, name)
-        assert payload[:1] == BLOCK_MARK
-        assert len(payload) < 4096
-        if os.path.isdir(SHM):
-            assert blocks_of(os.getpid()) == made
-        check(decode(payload)[2], 2)
-        if os.path.isdir(SHM):
-            assert blocks_of(os.getpid()) == []
-
-    def test_small_or_disabled_stays_in_band(self):
-        """Below the threshold, or with None, the pickle carries everything."""
-        dp = Large(3, nbytes=1 << 12)[1]
-        for threshold in (1 << 18, None):
-            payload = encode(dp, threshold, lambda: pytest.fail("no block expected"))
-            assert payload[:1] != BLOCK_MARK
-            check(decode(payload), 1, 1 << 12)
-
-    @settings(max_examples=30, deadline=None)
-    @given(
-        st.lists(st.integers(0, 3000), max_size=6),
-        st.one_of(st.none(), st.integers(1, 4000)),
-    )
-    def test_any_arrays_any_threshold(self, lengths, threshold):
-        """Arrays of any sizes come back equal whatever the threshold; no block stays."""
-        arrays = [np.arange(n, dtype=np.int16) * (k + 1) for k, n in enumerate(lengths)]
-        count = iter(range(10**6))
-        prefix = f"tk{os.getpid()}_prop_"
-        payload = encode(arrays, threshold, lambda: f"{prefix}{next(count)}")
-        back = decode(payload)
-        assert [a.tolist() for a in back] == [a.tolist() for a in arrays]
-        if os.path.isdir(SHM):
-            assert remove_blocks(prefix) == []
-
-    @given(st.lists(st.integers(0, 10**6), max_size=20))
-    def test_offsets(self, sizes):
-        """Each buffer starts where the one before it ends, the first at 0."""
-        starts = offsets(sizes)
-        assert len(starts) == len(sizes)
-        for k in range(1, len(sizes)):
-            assert starts[k] == starts[k - 1] + sizes[k - 1]
-        assert not starts or starts[0] == 0
 
 
 @needs_dev_shm
