@@ -35,7 +35,14 @@ from towerkit.callbacks._parallel_core import (
     worker_seed,
 )
 from towerkit.callbacks._parallel_pipes import Poller
-from towerkit.callbacks._parallel_shm import decode, encode, names, remove_blocks, unlink_block_of
+from towerkit.callbacks._parallel_shm import (
+    CREATING,
+    decode,
+    encode,
+    names,
+    remove_blocks,
+    unlink_block_of,
+)
 
 __all__ = ["ParallelIterable", "PoolStats"]
 
@@ -64,6 +71,7 @@ def _watch_parent(alive: Any) -> None:
             return
         alive = parent.sentinel
     mp.connection.wait([alive])
+    CREATING.acquire()  # not while a shared memory block is half made
     os._exit(0)
 
 

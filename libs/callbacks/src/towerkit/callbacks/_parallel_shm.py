@@ -20,11 +20,25 @@ import os
 import pickle
 import signal
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
-__all__ = ["BLOCK_MARK", "decode", "encode", "offsets", "remove_blocks", "unlink_block_of"]
+__all__ = [
+    "BLOCK_MARK",
+    "CREATING",
+    "decode",
+    "encode",
+    "offsets",
+    "remove_blocks",
+    "unlink_block_of",
+]
+
+CREATING = threading.Lock()
+"""Held while a block is made and registered with the resource tracker: a worker that
+exits because its parent died takes it first, so it never leaves a block the tracker
+does not know (and so would never remove)."""
 
 BLOCK_MARK = b"S"
 """The first byte of a message whose large buffers are in a shared memory block."""
@@ -68,7 +82,7 @@ def encode(message: Any, min_bytes: int | None, next_name: Callable[[], str]) ->
         return data
     sizes = [b.nbytes for b in large]
     try:
-        with _termination_held():  # a block is made and registered, or not made
+        with CREATING, _termination_held():  # a block is made and registered, or not made
             block = shared_memory.SharedMemory(
                 name=next_name(), create=True, size=max(sum(sizes), 1)
             )
