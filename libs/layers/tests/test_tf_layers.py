@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 from layers_session import initialize
 
 from towerkit.layers import tf_layers
-from towerkit.layers._tf_layers_rules import normalize_axis, size_tuple, static_training
+from towerkit.layers._tf_layers_rules import (
+    normalize_axis,
+    positive_int,
+    size_tuple,
+    static_training,
+)
 from towerkit.towers import TowerContext, argscope, enable_argscope_for_module
 from towerkit.towers.compat import tf1
 
@@ -282,6 +287,15 @@ class TestRules:
         result = normalize_axis(axis, ndims, "bn")
         assert 1 <= result < ndims
         assert result % ndims == axis % ndims
+
+    @given(st.one_of(st.integers(-5, 5), st.booleans(), st.floats(0.5, 3), st.none()))
+    def test_positive_int(self, value):
+        """A positive int is kept; anything else (bools, floats, zero) is refused, named."""
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            assert positive_int(value, "units") == value
+        else:
+            with pytest.raises(ValueError, match=r"'units' must be a positive int; got"):
+                positive_int(value, "units")
 
     @given(st.booleans())
     def test_static_training(self, flag):
