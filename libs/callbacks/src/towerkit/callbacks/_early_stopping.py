@@ -47,11 +47,7 @@ class EarlyStopping(Callback):
     carries the wait and the best on: ``before_train`` replays the statistic's values
     that the logdir's ``stats.json`` holds for the epochs before the run's first, so
     training stops at the epoch an uninterrupted run would. The replay takes one value
-    per epoch record, which is what the default trigger (every epoch's end) saw. When
-    the replayed values already decide to stop at the last recorded epoch (the earlier
-    run stopped there, or was preempted or stopped by another callback in that epoch's
-    last step), the resumed run stops before its first step: a rerun of a stopped run's
-    command trains no further.
+    per epoch record, which is what the default trigger (every epoch's end) saw.
 
     Args:
         monitor: the statistic's name (``"validation_error"``).
@@ -87,7 +83,6 @@ class EarlyStopping(Callback):
         self._state = EarlyStoppingState()
         self._best_epoch: int | None = None
         self._stopped_epoch: int | None = None
-        self._stop_first_epoch: int | None = None
 
     @property
     def monitor(self) -> str:
@@ -118,7 +113,6 @@ class EarlyStopping(Callback):
         self._state = EarlyStoppingState()
         self._best_epoch = None
         self._stopped_epoch = None
-        self._stop_first_epoch = None
         self._replay_earlier_epochs()
 
     def _replay_earlier_epochs(self) -> None:
@@ -133,7 +127,6 @@ class EarlyStopping(Callback):
             logger.warning("%s: the epochs of the earlier runs are not known: %s", self, err)
             return
         start = self.trainer.starting_epoch
-        stopped_at: int | None = None
         for rec in records:
             epoch, step, value = (
                 rec.get("epoch_num"),
@@ -145,7 +138,7 @@ class EarlyStopping(Callback):
             if not is_real_number(value):
                 continue
             old = self._state
-            self._state, stop = advance_early_stopping(
+            self._state, _ = advance_early_stopping(
                 old,
                 step,
                 float(value),  # type: ignore[arg-type]
@@ -155,8 +148,6 @@ class EarlyStopping(Callback):
             )
             if self._state.best_step != old.best_step:
                 self._best_epoch = epoch
-            stopped_at = epoch if stop else None
-        self._stop_first_epoch = stopped_at
         if self._state.best_step is not None or self._state.wait:
             logger.info(
                 "%s: resumed from stats.json: best %s at epoch %s, %d epoch(s) without "
@@ -166,18 +157,6 @@ class EarlyStopping(Callback):
                 self._best_epoch,
                 self._state.wait,
             )
-
-    def _before_epoch(self) -> None:
-        # the earlier run's last epoch stopped training (or would have: a run preempted
-        # there, or stopped by another callback first): this run trains no further
-        stopped_at, self._stop_first_epoch = self._stop_first_epoch, None
-        if stopped_at is not None:
-            self._stopped_epoch = stopped_at
-            msg = (
-                f"{self.stop_message()} (decided at the end of epoch {stopped_at}, which "
-                "stats.json records: nothing more to train)"
-            )
-            raise StopTraining(msg)
 
     def _trigger(self) -> None:
         try:

@@ -55,7 +55,12 @@ from towerkit.trainers._trainers import NoOpTrainer, SimpleTrainer
 # -- end of trainers, configs, the loop, resuming --
 # isort: split
 # -- inputs, gradient processors, optimizers, sessions, utilities --
-from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
+from towerkit.trainers._errors import (
+    InputDataError,
+    InputProducerError,
+    InputTimeoutError,
+    LossScaleError,
+)
 from towerkit.trainers._gradproc import (
     Chain,
     CheckGradient,
@@ -209,6 +214,7 @@ __all__ = [
     "LossScaleOptimizer",
     "LossScaleSchedule",
     "LossScaleMonitor",
+    "LossScaleError",
     "next_loss_scale",
     "NewSessionCreator",
     "ReuseSessionCreator",
