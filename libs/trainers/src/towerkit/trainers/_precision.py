@@ -357,8 +357,13 @@ def loss_scaled(get_opt_fn: OptimizerFactory, policy: Precision) -> Callable[[],
     return get_opt
 
 
-def precision_callbacks(get_opt_fn: OptimizerFactory, policy: Precision) -> list[Callback]:
+def precision_callbacks(
+    get_opt_fn: OptimizerFactory, policy: Precision, towers: int = 0
+) -> list[Callback]:
     """After a mixed graph is built: check it, and the callbacks its policy needs.
+
+    `towers` is how many towers the policy-bound tower function built (none: the
+    graph itself must show an op computing in the policy's dtype).
 
     Warns about variables stored in low precision (made by hand, outside the policy);
     under ``mixed_float16`` refuses ops that have no float16 kernel on their device,
@@ -384,7 +389,7 @@ def precision_callbacks(get_opt_fn: OptimizerFactory, policy: Precision) -> list
             policy.name,
             low,
         )
-    shown = _policy_shown(tf1.get_default_graph(), policy)
+    shown = None if towers else _policy_shown(tf1.get_default_graph(), policy)
     if shown is not None:
         raise TypeError(shown)
     if not policy.loss_scaling:
@@ -404,11 +409,19 @@ def precision_callbacks(get_opt_fn: OptimizerFactory, policy: Precision) -> list
 
 
 def _policy_shown(graph: Any, policy: Precision) -> str | None:
-    """None when an op of `graph` computes in `policy`'s dtype; else the refusal's message."""
+    """None when an op of `graph` computes in `policy`'s dtype; else the refusal's message.
+
+    The ops of its functions count too (a K-step loop's body is a function).
+    """
     dtype = tf.as_dtype(policy.compute_dtype)
     for op in graph.get_operations():
         if any(out.dtype.base_dtype == dtype for out in op.outputs):
             return None
+    enum = dtype.as_datatype_enum
+    for fn in graph.as_graph_def().library.function:
+        for node in fn.node_def:
+            if any(a.type == enum or enum in a.list.type for a in node.attr.values()):
+                return None
     return (
         f"precision {policy.name!r}: no op of the training graph computes in "
         f"{policy.compute_dtype}: the towers were built in float32 (a tower function "

@@ -333,7 +333,11 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
 
                 self.train_op = build_steps_loop(self._graph, k, one_step)
                 own = built[0]
-            own = [*own, *self._finish_graph(), *precision_callbacks(get_opt_fn, self._precision)]
+            own = [
+                *own,
+                *self._finish_graph(),
+                *precision_callbacks(get_opt_fn, self._precision, len(bound.towers)),
+            ]
             input_cbs = input.get_callbacks()
         cbs = [*input_cbs, *own]
         self.register_callback(cbs)
