@@ -2,8 +2,9 @@
 
 Real sessions, real checkpoints and ``stats.json``: a float16 run on data it cannot
 train on (NaN everywhere, values beyond float16's range) says so and fails; a
-tensorpack-style trainer calling ``self.tower_func`` builds under the policy, as do its
-predictors and `InferenceRunner` towers; a graph built without the policy is refused.
+tensorpack-style trainer calling ``self.tower_func`` builds under the policy, and its
+predictors and `InferenceRunner` towers in float32 as documented; a graph built
+without the policy is refused.
 """
 
 from __future__ import annotations
@@ -173,8 +174,8 @@ class Unbound(SimpleTrainer):
 def test_self_tower_func_predictors_and_inference_towers_follow_the_policy(
     tmp_path, precision, dtype
 ):
-    """The training tower of ``self.tower_func``, an InferenceRunner's tower and a
-    predictor built in a callback all compute in the policy's dtype."""
+    """The training tower of ``self.tower_func`` computes in the policy's dtype; an
+    InferenceRunner's tower and a predictor built in a callback in float32, as documented."""
     from towerkit.callbacks import Callback
 
     class Predicts(Callback):
@@ -191,7 +192,7 @@ def test_self_tower_func_predictors_and_inference_towers_follow_the_policy(
         trainer=TensorpackStyle(),
         cbs=[validation, Predicts()],
     )
-    assert model.dtypes == [dtype, dtype, dtype], "training, inference and predictor towers"
+    assert model.dtypes == [dtype, tf.float32, tf.float32], "training, inference, predictor"
     assert [r["global_step"] for r in stats] == [STEPS, 2 * STEPS]
 
 

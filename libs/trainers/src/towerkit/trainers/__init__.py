@@ -34,6 +34,7 @@ from towerkit.trainers._lock import (
     lock_verdict,
     parse_lock,
 )
+from towerkit.trainers._loop_end import loop_outcome
 from towerkit.trainers._model import ModelDesc, ModelDescBase
 from towerkit.trainers._preempt import (
     PREEMPTED_EXIT_STATUS,
@@ -48,6 +49,7 @@ from towerkit.trainers._resume import (
     resumable_position,
     resume_plan,
 )
+from towerkit.trainers._resume_checks import position_fault
 from towerkit.trainers._seams import DatasetFactory, OptimizerFactory
 from towerkit.trainers._tower import SingleCostTrainer, TowerTrainer
 from towerkit.trainers._trainers import NoOpTrainer, SimpleTrainer
@@ -168,6 +170,8 @@ __all__ = [
     "plan_logdir",
     "resume_plan",
     "resumable_position",
+    "position_fault",
+    "loop_outcome",
     "PREEMPTED_EXIT_STATUS",
     "PreemptionPolicy",
     "TrainingPreempted",
