@@ -70,6 +70,17 @@ class TestPositionFault:
         fault = position_fault(pos, ends, steps_per_epoch=other)
         assert (fault is not None) == (other != spe and pos.done < spe)
 
+    @given(st.integers(2, 60), st.integers(2, 7), st.integers(0, 5))
+    def test_less_data_than_steps_is_named(self, step, spe, fewer):
+        """Fewer steps of data than steps of the epoch done cannot be."""
+        pos, ends = lineage(step, spe)
+        short = min(pos.done - 1, fewer)
+        wrong = SavedPosition(step=pos.step, epoch=pos.epoch, done=pos.done, data_steps=short)
+        fault = position_fault(wrong, ends, steps_per_epoch=spe)
+        assert (fault is not None) == (pos.done > short)
+        if fault is not None:
+            assert f"the input gave {short} steps of data, fewer than" in fault
+
 
 class TestDataSkip:
     """`data_skip`: another batch size skips the same datapoints, and says so."""

@@ -15,7 +15,7 @@ def position_fault(
     """Why `position` (an entry of ``positions.json``) cannot be trusted to resume inside its epoch.
 
     None when nothing contradicts it. Otherwise a sentence naming what disagrees:
-    the epoch length recorded with it differs from this run's `steps_per_epoch`
+    fewer steps of data than steps of its epoch done, the epoch length recorded with it differs from this run's `steps_per_epoch`
     (the input's size changed, or another ``steps_per_epoch``), or the statistics
     (`ends`, ``{global_step: epoch_num}`` of the epoch ends ``stats.json`` records)
     put another epoch before it than the entry claims, or record epochs before one
@@ -33,6 +33,11 @@ def position_fault(
 
     .. versionadded:: 0.2
     """
+    if position.data_steps is not None and position.data_steps < position.done:
+        return (
+            f"it says the input gave {position.data_steps} steps of data, fewer than the "
+            f"{position.done} steps of epoch {position.epoch} it says were done"
+        )
     recorded = position.steps_per_epoch
     if recorded is not None and recorded != steps_per_epoch and position.done < recorded:
         return (
