@@ -203,3 +203,30 @@ def test_a_graph_built_without_the_policy_is_refused(tmp_path):
         train(tmp_path, arrays(), model=model, precision="mixed_bfloat16", trainer=Unbound(model))
     assert model.dtypes == [tf.float32]
     assert not (tmp_path / "stats.json").exists()
+
+
+def test_a_tower_trainer_built_by_hand_refuses_a_policy_it_did_not_build():
+    """A `TowerTrainer` whose graph was built without ``setup_graph`` (float32) refuses
+    ``train(precision="mixed_bfloat16")`` rather than train in float32 silently."""
+    from towerkit.towers import TowerFunc
+    from towerkit.trainers import TowerTrainer
+
+    class ByHand(TowerTrainer):
+        def __init__(self, model, source):
+            super().__init__()
+            self.tower_func = TowerFunc(model.build_graph, model.get_input_signature())
+            source.setup(self.tower_func.input_signature)
+            with TowerContext("", is_training=True):
+                cost = self.tower_func(*source.get_input_tensors())
+            self.train_op = model.get_optimizer().minimize(cost)
+            self.register_callback(source.get_callbacks())
+
+    with tf.Graph().as_default():
+        trainer = ByHand(Dense(), NumpyInput(arrays(), batch_size=8))
+        with pytest.raises(
+            ValueError, match=r"built in 'float32'; pass precision='mixed_bfloat16'"
+        ):
+            trainer.train_with_defaults(
+                precision="mixed_bfloat16", callbacks=[], monitors=[], steps_per_epoch=2
+            )
+        assert trainer.global_step == 0
