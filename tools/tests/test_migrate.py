@@ -478,6 +478,32 @@ class TestCommand:
         assert not (tmp_path / "out").exists()
         assert out == ""
 
+    @pytest.mark.parametrize("terms", [3000, 100_000])
+    def test_too_deep_to_parse(self, tmp_path, terms):
+        """A 3,000-term expression (CPython cannot compile it): status 2, one line, no
+        traceback, nothing written; a process as the user runs it."""
+        tree = tmp_path / "src"
+        tree.mkdir()
+        (tree / "ok.py").write_text("from tensorpack import ModelDesc\n")
+        deep = tree / "deep.py"
+        deep.write_text("import tensorflow as tf\nx = " + " + ".join(["1"] * terms) + "\n")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        cmd = [
+            sys.executable,
+            "-m",
+            "towerkit.tools.migrate",
+            str(tree),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+        proc = prefork.run(cmd, timeout=300, env=env)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert (
+            f"towerkit-migrate: error: {deep}: cannot be parsed: it nests too deeply" in proc.stderr
+        )
+        assert not (tmp_path / "out").exists()
+
     def test_existing_output_refused(self, tmp_path, capsys):
         (tmp_path / "out").mkdir()
         (tmp_path / "out" / "keep.txt").write_text("mine")

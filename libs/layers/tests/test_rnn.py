@@ -489,6 +489,51 @@ class TestBadInput:
         ):
             rnn.dynamic_rnn(rnn.LSTMCell(3), x, initial_state=wrong)
 
+    @pytest.mark.parametrize("loop", ["dynamic_rnn", "static_rnn"])
+    def test_state_of_another_batch_size(self, graph, loop):
+        """An initial state of 3 rows for inputs of 4: refused when the loop is built."""
+        cell = rnn.LSTMCell(3)
+        init = rnn.LSTMStateTuple(tf1.zeros([3, 3]), tf1.zeros([3, 3]))
+        x = tf1.placeholder(F32, [4, 5, 2])
+        expected = re.escape(
+            f"LSTMCell: the initial state given to {loop} must be shaped "
+            "LSTMStateTuple(c=[4, 3], h=[4, 3]) (the inputs' batch size); "
+            "got LSTMStateTuple(c=[3, 3], h=[3, 3])"
+        )
+        build = {
+            "dynamic_rnn": lambda: rnn.dynamic_rnn(cell, x, initial_state=init),
+            "static_rnn": lambda: rnn.static_rnn(cell, tf1.unstack(x, axis=1), initial_state=init),
+        }[loop]
+        with pytest.raises(ValueError, match=expected):
+            build()
+
+    def test_state_of_another_batch_size_at_run_time(self, sess):
+        """A batch known only when the graph runs: the run fails naming the cell and the state."""
+        x = tf1.placeholder(F32, [None, 5, 2])
+        init = tf1.placeholder(F32, [None, 2])
+        out, _ = rnn.dynamic_rnn(rnn.GRUCell(2), x, initial_state=init)
+        sess.run(tf1.global_variables_initializer())
+        with pytest.raises(
+            tf1.errors.InvalidArgumentError,
+            match="GRUCell: the initial state given to dynamic_rnn must have one row per example",
+        ):
+            sess.run(out, {x: np.zeros([4, 5, 2]), init: np.zeros([3, 2])})
+
+    @pytest.mark.parametrize("loop", ["dynamic_rnn", "static_rnn"])
+    def test_integer_inputs(self, graph, loop):
+        """int32 inputs (ids not embedded): a TypeError naming the cell and the dtype."""
+        x = tf1.placeholder(tf1.int32, [4, 5, 2])
+        expected = (
+            rf"{loop} with GRUCell: the inputs must be floating point \(float16, bfloat16, "
+            r"float32 or float64\); got #0: int32"
+        )
+        build = {
+            "dynamic_rnn": lambda: rnn.dynamic_rnn(rnn.GRUCell(2), x, dtype=F32),
+            "static_rnn": lambda: rnn.static_rnn(rnn.GRUCell(2), tf1.unstack(x, axis=1), dtype=F32),
+        }[loop]
+        with pytest.raises(TypeError, match=expected):
+            build()
+
     def test_state_size_in_step(self, graph):
         """A state of the right structure but the wrong size, called directly."""
         cell = rnn.MultiRNNCell([rnn.GRUCell(2), rnn.GRUCell(3)])

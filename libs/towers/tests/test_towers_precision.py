@@ -139,6 +139,10 @@ def test_a_tower_func_bound_to_a_policy_shares_its_towers():
         with TowerContext("infer", is_training=False):
             assert func(x).dtype == tf.float32  # the unbound function: float32
         assert len(bound.towers) == 3
+        with TowerContext("infer2", is_training=False):
+            assert bound(x).dtype == tf.float32  # inference towers: the enclosing scope's
+        with TowerContext("infer3", is_training=False), precision_scope("mixed_bfloat16"):
+            assert bound(x).dtype == tf.bfloat16
 
 
 def test_with_precision_and_cast_inputs():

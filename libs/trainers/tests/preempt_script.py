@@ -1,7 +1,7 @@
 """A training job that the preemption tests stop with SIGTERM and run again (real processes).
 
 Usage: python preempt_script.py LOGDIR [--term-at STEP] [--twice] [--delay-ms D] [--k K]
-[--grace S] [--slow-end S]
+[--grace S] [--slow-end S] [--early-stop] [--batch B] [--steps-per-epoch S]
 
 It trains the MLP of `crash_script` (with a moving average of its cost) with
 `AutoResumeTrainConfig` for `MAX_EPOCH` epochs of `STEPS_PER_EPOCH` steps, on seeded
@@ -16,6 +16,9 @@ With ``--term-at N`` the process sends itself SIGTERM after the session call tha
 at global step N (``--twice``: two SIGTERMs; ``--delay-ms D``: from a thread D ms after
 that call, so it may land in a save, the statistics write or the validation); with
 ``--slow-end S`` ``after_train`` takes S seconds (``--grace``: the preemption grace).
+``--batch`` and ``--steps-per-epoch`` change the run's batch size and epoch length
+(a rerun that contradicts what the positions recorded). With ``--early-stop`` an `EarlyStopping` of the validation cost (``mode="max"``,
+patience 0: the cost falls, so it stops at the end of epoch `EARLY_STOP_EPOCH`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from crash_script import AveragedModel
 
 from towerkit.callbacks import (
     Callback,
+    EarlyStopping,
     InferenceRunner,
     JSONWriter,
     MergeAllSummaries,
@@ -54,6 +58,7 @@ STEPS_PER_EPOCH = 10
 MAX_EPOCH = 4
 BATCH = 8
 PASS = 7
+EARLY_STOP_EPOCH = 2
 """Batches in one pass over the training arrays (an epoch is 10 steps: passes straddle epochs)."""
 
 
@@ -121,6 +126,9 @@ def main(argv=None) -> int:
     parser.add_argument("--k", type=int, default=1)
     parser.add_argument("--grace", type=float, default=30.0)
     parser.add_argument("--slow-end", type=float, default=0.0)
+    parser.add_argument("--early-stop", action="store_true")
+    parser.add_argument("--batch", type=int, default=BATCH)
+    parser.add_argument("--steps-per-epoch", type=int, default=STEPS_PER_EPOCH)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s: %(message)s")
     rng = np.random.default_rng(0)
@@ -130,7 +138,7 @@ def main(argv=None) -> int:
     vy = (vx[:, 0] > 0).astype(np.int32) + (vx[:, 1] > 0).astype(np.int32)
     config = AutoResumeTrainConfig(
         model=AveragedModel(),
-        data=NumpyInput([x, y], batch_size=BATCH, shuffle=True, seed=3),
+        data=NumpyInput([x, y], batch_size=args.batch, shuffle=True, seed=3),
         callbacks=[
             StepLog(args.logdir.rstrip("/") + ".steps"),
             TermAt(args.term_at, args.twice, args.delay_ms),
@@ -140,11 +148,16 @@ def main(argv=None) -> int:
                 NumpyInput([vx, vy], batch_size=BATCH, shuffle=False), [ScalarStats("cost")]
             ),
             MinSaver("validation_cost"),
+            *(
+                [EarlyStopping("validation_cost", mode="max", patience=0)]
+                if args.early_stop
+                else []
+            ),
             *([SlowEnd(args.slow_end)] if args.slow_end else []),
         ],
         extra_callbacks=[MovingAverageSummary(), MergeAllSummaries()],
         monitors=[JSONWriter()],
-        steps_per_epoch=STEPS_PER_EPOCH,
+        steps_per_epoch=args.steps_per_epoch,
         max_epoch=MAX_EPOCH,
         logdir=args.logdir,
         steps_per_execution=args.k,

@@ -123,7 +123,7 @@ class TestResumePlan:
         p = ResumePlan(checkpoint="d/model-3", checkpoint_step=3, starting_epoch=2)
         assert repr(p) == (
             "ResumePlan(checkpoint='d/model-3', checkpoint_step=3, starting_epoch=2, "
-            "keep_stats_until_step=None, reason='', ignored=(), starting_step=0, data_steps=None)"
+            "keep_stats_until_step=None, reason='', ignored=(), starting_step=0, data_steps=None, notes=())"
         )
         assert p.resumes
         assert not attrs.evolve(p, checkpoint=None).resumes

@@ -24,6 +24,7 @@ from towerkit.callbacks import (
     JSONWriter,
     ModelSaver,
     ScalarPrinter,
+    StopTraining,
     read_stats_file,
 )
 from towerkit.sessinit import SmartInit, load_checkpoint_vars
@@ -110,7 +111,7 @@ def data():
     return NumpyInput([x, y], batch_size=16, seed=0)
 
 
-def train(logdir, callbacks, k=1, max_epoch=8):
+def train(logdir, callbacks, k=1, max_epoch=8, seed=None):
     """One run of the same command: an `AutoResumeTrainConfig` in `logdir`."""
     config = AutoResumeTrainConfig(
         model=Model(),
@@ -123,6 +124,8 @@ def train(logdir, callbacks, k=1, max_epoch=8):
         steps_per_execution=k,
     )
     with tf.Graph().as_default():
+        if seed is not None:
+            tf1.set_random_seed(seed)
         launch_train_with_config(config, SimpleTrainer())
 
 
@@ -251,3 +254,53 @@ class TestFailingRunSaves:
             train(logdir, [ModelSaver(), Interrupt(at=2 * STEPS)])
         assert latest_step(logdir) == STEPS
         assert "ModelSaver: training ended by KeyboardInterrupt" in caplog.text
+
+
+class StopAt(Callback):
+    """Stops training after global step `at`: from trigger_step, or as a hook's request."""
+
+    accepts_coarse_steps = True
+
+    def __init__(self, at, how):
+        self.at, self.how = at, how
+
+    def _after_run(self, ctx, values):
+        if self.how == "hook" and self.trainer.global_step >= self.at:
+            ctx.request_stop()
+
+    def _trigger_step(self):
+        if self.how == "trigger_step" and self.global_step == self.at:
+            raise StopTraining(f"StopAt: step {self.at}")
+
+
+class TestStopWinsOverPreemption:
+    """A callback's stop decided in the step a SIGTERM arrived in: the run ends as stopped."""
+
+    @pytest.mark.parametrize("how", ["trigger_step", "hook"])
+    @pytest.mark.parametrize("at", [2 * STEPS + 2, 3 * STEPS], ids=["mid-epoch", "epoch-end"])
+    def test_same_end_as_the_stop_alone(self, tmp_path, caplog, how, at):
+        """No TrainingPreempted, no preemption save: the checkpoints, their positions and
+        stats.json are those of the same stop without the signal."""
+        alone = tmp_path / "alone"
+        train(alone, [ModelSaver(), StopAt(at, how)], seed=1)
+        with caplog.at_level(logging.WARNING, logger="towerkit.trainers"):
+            train(tmp_path / "both", [ModelSaver(), Terminate(at), StopAt(at, how)], seed=1)
+        assert "the run ends as stopped" in caplog.text
+        assert "preempted: saved" not in caplog.text
+        both = tmp_path / "both"
+        assert latest_step(both) == latest_step(alone)
+        assert sorted(n for n in os.listdir(both) if n.startswith("model-")) == sorted(
+            n for n in os.listdir(alone) if n.startswith("model-")
+        )
+        assert (both / "stats.json").read_text() == (alone / "stats.json").read_text()
+        assert (both / "positions.json").read_text() == (alone / "positions.json").read_text()
+        got = load_checkpoint_vars(tf.train.latest_checkpoint(str(both)))
+        for name, value in load_checkpoint_vars(tf.train.latest_checkpoint(str(alone))).items():
+            assert np.array_equal(got[name], value), name
+
+    def test_a_preemption_without_a_stop_still_preempts(self, tmp_path):
+        """The same SIGTERM alone: saved where it landed, status 143."""
+        with pytest.raises(SystemExit) as ended:
+            train(tmp_path, [ModelSaver(), Terminate(2 * STEPS + 2)])
+        assert ended.value.code == 143
+        assert latest_step(tmp_path) == 2 * STEPS + 2

@@ -165,6 +165,16 @@ _NOTEBOOK = (
 )
 
 
+def _unparsable(src: Path, err: BaseException) -> str:
+    """The message for a source Python compiles but cannot parse (nesting too deep, a NUL)."""
+    why = (
+        "it nests too deeply for the parser (a very long expression or deep nesting: split it)"
+        if isinstance(err, (RecursionError, MemoryError))
+        else str(err)
+    )
+    return f"{src}: cannot be parsed: {why}; nothing written"
+
+
 def _convert_all(
     pairs: Sequence[tuple[Path, Path]],
 ) -> list[tuple[Path, Path, Source | None, Migrated | str | None]]:
@@ -187,11 +197,15 @@ def _convert_all(
         except SyntaxError as err:
             msg = f"{src}:{err.lineno}:{err.offset}: invalid syntax: {err.msg}; nothing written"
             raise ToolError(msg) from None
+        except (RecursionError, MemoryError, ValueError) as err:
+            raise ToolError(_unparsable(src, err)) from None
         try:
             migrated = migrate_source(source.text, src.stem)
         except libcst.ParserSyntaxError as err:
             msg = f"{src}:{err.raw_line}:{err.raw_column}: invalid syntax: {err.message}; nothing written"
             raise ToolError(msg) from None
+        except RecursionError as err:
+            raise ToolError(_unparsable(src, err)) from None
         except Exception as err:
             msg = (
                 f"converting {src} failed: {type(err).__name__}: {err}; nothing written "

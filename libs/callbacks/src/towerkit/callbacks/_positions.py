@@ -5,7 +5,11 @@ one entry per checkpoint it keeps; `AutoResumeTrainConfig` reads it to resume at
 step of a checkpoint saved inside an epoch, not only at an epoch end. The file is
 small strict JSON::
 
-    {"format": 1, "positions": [{"step": 25, "epoch": 3, "done": 5, "data_steps": 25}]}
+    {"format": 1, "positions": [{"step": 25, "epoch": 3, "done": 5, "data_steps": 25,
+                                 "steps_per_epoch": 10, "batch_size": 32}]}
+
+(``steps_per_epoch`` and ``batch_size`` are left out when unknown, and files without
+them still load.)
 
 A damaged or unknown file is not an error: it only means no checkpoint can be resumed
 from mid-epoch (the epoch-end rule still applies), and a warning says so.
@@ -58,10 +62,18 @@ class SavedPosition:
             it started from its first datapoint (a resumed run that skipped its
             input forward counts the skipped steps); None when the trainer does not
             track it (then a resumed input starts from its first datapoint).
+        steps_per_epoch: the epoch length (in steps) of the run that saved it; None
+            when not recorded. A run of another epoch length does not resume inside
+            that epoch.
+        batch_size: the datapoints per step of that run's input (so ``data_steps *
+            batch_size`` datapoints were consumed); None when the input does not say.
+
+    .. versionchanged:: 0.2
+        `steps_per_epoch` and `batch_size`.
 
     Examples:
-        >>> SavedPosition(step=25, epoch=3, done=5, data_steps=25)
-        SavedPosition(step=25, epoch=3, done=5, data_steps=25)
+        >>> SavedPosition(step=25, epoch=3, done=5, data_steps=25, steps_per_epoch=10)
+        SavedPosition(step=25, epoch=3, done=5, data_steps=25, steps_per_epoch=10, batch_size=None)
         >>> SavedPosition(step=25, epoch=0, done=5, data_steps=None)
         Traceback (most recent call last):
         ...
@@ -72,10 +84,20 @@ class SavedPosition:
     epoch: int = attrs.field(validator=[instance_of(int), ge(1)])
     done: int = attrs.field(validator=_INT)
     data_steps: int | None = attrs.field(default=None, validator=optional(_INT))
+    steps_per_epoch: int | None = attrs.field(
+        default=None, validator=optional([instance_of(int), ge(1)])
+    )
+    batch_size: int | None = attrs.field(
+        default=None, validator=optional([instance_of(int), ge(1)])
+    )
 
     def to_json(self) -> dict[str, Any]:
-        """The entry of the file."""
-        return attrs.asdict(self)
+        """The entry of the file (the fields added in 0.2 only when known)."""
+        entry = attrs.asdict(self)
+        for name in ("steps_per_epoch", "batch_size"):
+            if entry[name] is None:
+                del entry[name]
+        return entry
 
 
 def dumps_positions(positions: Iterable[SavedPosition]) -> str:
@@ -97,7 +119,7 @@ def loads_positions(text: str) -> tuple[SavedPosition, ...]:
 
     Examples:
         >>> loads_positions('{"format": 1, "positions": [{"step": 7, "epoch": 2, "done": 2, "data_steps": null}]}')
-        (SavedPosition(step=7, epoch=2, done=2, data_steps=None),)
+        (SavedPosition(step=7, epoch=2, done=2, data_steps=None, steps_per_epoch=None, batch_size=None),)
         >>> loads_positions('[]')
         Traceback (most recent call last):
         ...
@@ -153,11 +175,14 @@ def position_now(trainer: Any) -> SavedPosition | None:
     if trainer.epoch_num < 1:
         return None
     data_steps = getattr(trainer, "data_steps", None)
+    batch = getattr(getattr(trainer, "input_source", None), "batch_size", None)
     return SavedPosition(
         step=int(trainer.global_step),
         epoch=int(trainer.epoch_num),
         done=int(trainer.local_step) + 1,
         data_steps=None if data_steps is None else int(data_steps),
+        steps_per_epoch=int(trainer.steps_per_epoch),
+        batch_size=batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
     )
 
 

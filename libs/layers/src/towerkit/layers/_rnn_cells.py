@@ -24,8 +24,10 @@ def static_shape(t: Any) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in t.shape.as_list()) + "]"
 
 
-def check_state(cell: Any, state: Any, what: str = "state") -> None:
+def check_state(cell: Any, state: Any, what: str = "state", batch: int | None = None) -> None:
     """Raise unless `state` nests as ``cell.state_size`` with matching last dimensions.
+
+    With `batch`, each tensor's first dimension, when known, must be it too.
 
     Raises:
         ValueError: the structure or a size differs; the message names the cell and
@@ -35,17 +37,24 @@ def check_state(cell: Any, state: Any, what: str = "state") -> None:
     sizes = flatten(expected)
     leaves = flatten(state)
     ok = same_structure(expected, state) or (len(sizes) == len(leaves) == 1)
+    rows_wrong = False  # every size fits, but a tensor's rows are not the inputs' batch
     if ok:
         for size, t in zip(sizes, leaves, strict=True):
             shape = getattr(t, "shape", None)
             if shape is None or shape.rank is None:
                 continue
-            if shape.rank != 2 or shape.as_list()[-1] not in (None, size):
-                ok = False
+            dims = shape.as_list()
+            if len(dims) != 2 or dims[1] not in (None, size):
+                ok = rows_wrong = False
+                break
+            if batch is not None and dims[0] not in (None, batch):
+                ok, rows_wrong = False, True
     if not ok:
+        rows = str(batch) if rows_wrong else "batch"
+        whose = " (the inputs' batch size)" if rows_wrong else ""
         msg = (
             f"{cell_label(cell)}: the {what} must be shaped "
-            f"{describe(expected, lambda n: f'[batch, {n}]')}; got "
+            f"{describe(expected, lambda n: f'[{rows}, {n}]')}{whose}; got "
             f"{describe(state, lambda t: static_shape(t) if hasattr(t, 'shape') else repr(t))}"
         )
         raise ValueError(msg)

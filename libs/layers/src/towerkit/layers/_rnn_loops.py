@@ -27,10 +27,40 @@ def _batch_size(flat: list[Any], axis: int) -> Any:
     return tf1.shape(flat[0])[axis]
 
 
+def _check_floating(fn: str, cell: Any, flat: list[Any]) -> None:
+    """TypeError unless every input is floating point (a cell multiplies them by its weights)."""
+    bad = [
+        f"#{i}: {x.dtype.base_dtype.name}" for i, x in enumerate(flat) if not x.dtype.is_floating
+    ]
+    if bad:
+        msg = (
+            f"{fn} with {cell_label(cell)}: the inputs must be floating point (float16, "
+            f"bfloat16, float32 or float64); got {', '.join(bad)}: cast them "
+            "(tf.cast(x, tf.float32)), or look integer ids up in an embedding first"
+        )
+        raise TypeError(msg)
+
+
 def _initial_state(fn: str, cell: Any, state: Any, batch: Any, dtype: Any) -> Any:
     if state is not None:
-        check_state(cell, state, what=f"initial state given to {fn}")
-        return state
+        what = f"initial state given to {fn}"
+        check_state(cell, state, what=what, batch=batch if isinstance(batch, int) else None)
+        if isinstance(batch, int):
+            return state
+        label = cell_label(cell)
+
+        def checked(t: Any) -> Any:  # a batch known only when the graph runs
+            if not hasattr(t, "shape"):
+                return t
+            check = tf1.debugging.assert_equal(
+                tf1.shape(t)[0],
+                batch,
+                message=f"{label}: the {what} must have one row per example of the inputs",
+            )
+            with tf1.control_dependencies([check]):
+                return tf1.identity(t)
+
+        return map_structure(checked, state)
     if dtype is None:
         msg = f"{fn} with {cell_label(cell)}: give 'initial_state' or 'dtype'; got neither"
         raise ValueError(msg)
@@ -110,6 +140,7 @@ def static_rnn(
                     f"got shape {static_shape(x)}"
                 )
                 raise ValueError(msg)
+        _check_floating("static_rnn", cell, first)
         batch = _batch_size(first, 0)
         state = _initial_state("static_rnn", cell, initial_state, batch, dtype)
         lengths = _sequence_length("static_rnn", cell, sequence_length, batch, first[0])
@@ -177,6 +208,7 @@ def dynamic_rnn(
                     f"(time_major={time_major}); got shape {static_shape(x)}"
                 )
                 raise ValueError(msg)
+        _check_floating("dynamic_rnn", cell, flat)
         if not time_major:
             flat = [_to_time_major(x) for x in flat]
         batch = _batch_size(flat, 1)

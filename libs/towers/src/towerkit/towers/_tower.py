@@ -297,7 +297,12 @@ class TowerFunc:
         The returned function shares this one's towers (a call of either is recorded in
         both), so a trainer can hand it to code that calls the tower function itself
         (a custom ``_setup_graph``) and the policy still applies. Under float32 it is
-        this function.
+        this function. The policy applies to training towers; an inference tower
+        (``is_training=False``) builds in the enclosing `precision_scope`'s policy,
+        float32 outside any, as predictors and ``InferenceRunner`` do.
+
+        .. versionchanged:: 0.2
+            Inference towers of a bound function follow the enclosing scope.
         """
         policy = precision_policy(policy)
         if not policy.mixed:
@@ -349,7 +354,9 @@ class TowerFunc:
                 f"({[s.name for s in self._signature]}); got {len(inputs)}"
             )
             raise TypeError(msg)
-        if self._policy is not None and current_precision() != self._policy:
+        # the bound policy is the training towers': inference towers (InferenceRunner,
+        # predictors) build in the enclosing scope's precision, float32 unless asked
+        if self._policy is not None and ctx.is_training and current_precision() != self._policy:
             with precision_scope(self._policy):
                 outputs = self._tower_fn(*cast_inputs(inputs, self._policy))
         else:

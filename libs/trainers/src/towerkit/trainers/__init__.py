@@ -34,6 +34,7 @@ from towerkit.trainers._lock import (
     lock_verdict,
     parse_lock,
 )
+from towerkit.trainers._loop_end import loop_outcome
 from towerkit.trainers._model import ModelDesc, ModelDescBase
 from towerkit.trainers._preempt import (
     PREEMPTED_EXIT_STATUS,
@@ -48,6 +49,7 @@ from towerkit.trainers._resume import (
     resumable_position,
     resume_plan,
 )
+from towerkit.trainers._resume_checks import position_fault
 from towerkit.trainers._seams import DatasetFactory, OptimizerFactory
 from towerkit.trainers._tower import SingleCostTrainer, TowerTrainer
 from towerkit.trainers._trainers import NoOpTrainer, SimpleTrainer
@@ -55,7 +57,12 @@ from towerkit.trainers._trainers import NoOpTrainer, SimpleTrainer
 # -- end of trainers, configs, the loop, resuming --
 # isort: split
 # -- inputs, gradient processors, optimizers, sessions, utilities --
-from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
+from towerkit.trainers._errors import (
+    InputDataError,
+    InputProducerError,
+    InputTimeoutError,
+    LossScaleError,
+)
 from towerkit.trainers._gradproc import (
     Chain,
     CheckGradient,
@@ -163,6 +170,8 @@ __all__ = [
     "plan_logdir",
     "resume_plan",
     "resumable_position",
+    "position_fault",
+    "loop_outcome",
     "PREEMPTED_EXIT_STATUS",
     "PreemptionPolicy",
     "TrainingPreempted",
@@ -209,6 +218,7 @@ __all__ = [
     "LossScaleOptimizer",
     "LossScaleSchedule",
     "LossScaleMonitor",
+    "LossScaleError",
     "next_loss_scale",
     "NewSessionCreator",
     "ReuseSessionCreator",

@@ -25,7 +25,13 @@ from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._interrupt import InterruptState, deferred_sigint
 from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
-from towerkit.trainers._loop_end import end_epoch, stop_line
+from towerkit.trainers._loop_end import (
+    SignalStop,
+    end_epoch,
+    loop_outcome,
+    stop_line,
+    stop_requested,
+)
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k
 from towerkit.trainers._preempt import (
     PreemptionPolicy,
@@ -46,6 +52,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("towerkit.trainers")
 
 _PHASES = ("new", "callbacks", "initialized", "running", "done")
+
+_STOP_WINS = (
+    "a preemption signal arrived too, but training stopped: the run ends as stopped at "
+    "global step %d (status 0), and the same command does no more than after any stop"
+)
 
 
 class Trainer(
@@ -378,15 +389,23 @@ class Trainer(
                 with frozen_heap():
                     self._loop(bounds, interrupt)
             except StopTraining as err:
-                if interrupt.preempted:  # saved here; the run ends by TrainingPreempted below
+                line = stop_line(self._epoch_num, self.global_step, err)
+                outcome = loop_outcome(
+                    callback_stop=not isinstance(err, SignalStop),
+                    preempted=interrupt.preempted,
+                    ctrl_c=interrupt.requested and not interrupt.preempted,
+                )
+                if outcome == "preempted":  # saved here; the run ends by TrainingPreempted below
                     self._preempted = True
-                    logger.warning("%s", stop_line(self._epoch_num, self.global_step, err))
+                    logger.warning("%s", line)
                     save_for_resume(self, self._registered)
-                elif interrupt.requested:  # Ctrl-C: the run ends by KeyboardInterrupt below
+                elif outcome == "interrupted":  # Ctrl-C: the run ends by KeyboardInterrupt below
                     self._failure = KeyboardInterrupt()
-                    logger.info("%s", stop_line(self._epoch_num, self.global_step, err))
+                    logger.info("%s", line)
                 else:  # the one line saying who stopped training and why
-                    console_lines(logger, [stop_line(self._epoch_num, self.global_step, err)])
+                    console_lines(logger, [line])
+                    if interrupt.preempted:
+                        logger.warning(_STOP_WINS, self.global_step)
             except KeyboardInterrupt as err:
                 interrupted = True
                 self._failure = err
@@ -401,7 +420,8 @@ class Trainer(
                 interrupted = True
                 logger.warning("training aborted at global step %d", self.global_step)
             finally:
-                interrupted = interrupted or (interrupt.requested and not self._preempted)
+                # a preemption signal never makes a run that ended otherwise a KeyboardInterrupt
+                interrupted = interrupted or (interrupt.requested and not interrupt.preempted)
                 self._finish(failed)
         if self._preempted:
             raise TrainingPreempted(self.global_step, self._preemption)
@@ -431,9 +451,8 @@ class Trainer(
                     trigger()
                 if should_stop() or interrupt.requested:
                     if interrupt.preempted and step == last and not should_stop():
-                        break  # the epoch's end first: its statistics and checkpoint
-                    msg = "stop requested"
-                    raise StopTraining(msg)
+                        break  # the epoch's end first: its statistics, checkpoint and stoppers
+                    raise stop_requested(should_stop())
             elapsed = time.perf_counter() - start
             # after after_epoch, which ends the progress bar's line; ScalarPrinter's
             # epoch line says the same at INFO
@@ -442,8 +461,7 @@ class Trainer(
             )
             end_epoch(cbs, done)
             if should_stop() or interrupt.requested:
-                msg = "stop requested"
-                raise StopTraining(msg)
+                raise stop_requested(should_stop())
 
     def _finish(self, failed: BaseException | None) -> None:
         """``after_train`` on every callback, then close the session; never hides `failed`."""

@@ -200,7 +200,7 @@ class TrainConfig:
     steps_per_execution: _Option[int] = _Option("Training steps per session call (K).")
     precision: _Option[str] = _Option("The mixed-precision policy's name.")
 
-    def plan_resume(self, steps_per_epoch: int) -> ResumePlan | None:
+    def plan_resume(self, steps_per_epoch: int, batch_size: int | None = None) -> ResumePlan | None:
         """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).
 
         `launch_train_with_config` calls it once, when the run launches, and applies the
@@ -208,8 +208,9 @@ class TrainConfig:
 
         Args:
             steps_per_epoch: the run's steps per epoch.
+            batch_size: the input's batch size, when it says.
         """
-        del steps_per_epoch
+        del steps_per_epoch, batch_size
         return None
 
     def __repr__(self) -> str:
@@ -291,8 +292,12 @@ class AutoResumeTrainConfig(TrainConfig):
             logdir, [(os.path.join(logdir, os.path.basename(p)), s) for p, s in found]
         )
 
-    def plan_resume(self, steps_per_epoch: int) -> ResumePlan:
-        """The `ResumePlan` for a run of `steps_per_epoch` steps per epoch, read from the logdir now."""
+    def plan_resume(self, steps_per_epoch: int, batch_size: int | None = None) -> ResumePlan:
+        """The `ResumePlan` for a run of `steps_per_epoch` steps per epoch, read from the logdir now.
+
+        `batch_size`: the input's, when it says (a position saved with another one
+        makes the input skip the same datapoints).
+        """
         return resume_plan(
             self.snapshot(),
             steps_per_epoch=steps_per_epoch,
@@ -301,6 +306,7 @@ class AutoResumeTrainConfig(TrainConfig):
             user_starting_epoch=self._gave_starting_epoch,
             always_resume=self.always_resume,
             writes_stats=self._writes_stats(),
+            batch_size=batch_size,
         )
 
     def _writes_stats(self) -> bool:

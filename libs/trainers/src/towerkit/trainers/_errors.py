@@ -41,6 +41,13 @@ class InputTimeoutError(InputProducerError):
     """The iterable behind a Python input gave no datapoint within the input's ``timeout``."""
 
 
+class LossScaleError(FloatingPointError):
+    """Mixed float16 training skipped every step at the minimum loss scale for too long.
+
+    .. versionadded:: 0.2
+    """
+
+
 class TaskLostError(CollectiveError):
     """A task of the cluster died or stopped answering; the message names it.
 

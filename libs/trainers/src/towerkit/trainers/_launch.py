@@ -126,10 +126,16 @@ def _check_logdir(logdir: str, action: str) -> None:
 def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds) -> None:
     """Train over `bounds` (the config's, moved to where a resumed run starts)."""
     session_init = config.session_init
-    plan = config.plan_resume(bounds.steps_per_epoch)
+    batch = getattr(trainer.input_source, "batch_size", None)
+    plan = config.plan_resume(
+        bounds.steps_per_epoch,
+        batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
+    )
     if plan is not None:
         level = logging.WARNING if plan.ignored else logging.INFO
         logger.log(level, "%s: %s", type(config).__name__, plan.reason)
+        for note in plan.notes:
+            logger.warning("%s: %s", type(config).__name__, note)
         if plan.checkpoint is not None:
             from towerkit.sessinit import SaverRestore
 

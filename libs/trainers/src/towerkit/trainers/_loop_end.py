@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from towerkit.callbacks import StopTraining
 
@@ -54,3 +54,55 @@ def stop_line(epoch_num: int, global_step: int, err: BaseException) -> str:
     if by and not text.startswith(by):
         where += f" by {by}"
     return f"{where}: {text}" if text else where
+
+
+class SignalStop(StopTraining):
+    """The loop's own stop for a signal (Ctrl-C, preemption): no callback decided it."""
+
+
+def stop_requested(hook_asked: bool) -> StopTraining:
+    """The `StopTraining` the loop raises when asked to stop between steps.
+
+    A hook that asked the hooked session to stop (`hook_asked`) is a callback's
+    decision, a plain `StopTraining`; otherwise only a signal asked, a `SignalStop`.
+    """
+    msg = "stop requested"
+    return StopTraining(msg) if hook_asked else SignalStop(msg)
+
+
+LoopOutcome = Literal["stopped", "preempted", "interrupted"]
+
+
+def loop_outcome(*, callback_stop: bool, preempted: bool, ctrl_c: bool) -> LoopOutcome:
+    """How a run whose loop a `StopTraining` ended ends: a callback's stop wins over a preemption.
+
+    Args:
+        callback_stop: a callback (or a hook) decided to stop (``EarlyStopping``,
+            a time limit, ...), rather than the loop reacting to a signal alone.
+        preempted: a preemption signal was pending (`PreemptionPolicy`).
+        ctrl_c: Ctrl-C asked the loop to stop.
+
+    Returns:
+        ``"interrupted"`` after Ctrl-C (the run ends by ``KeyboardInterrupt``, as the
+        person at the terminal asked); otherwise ``"stopped"`` when a callback stopped
+        training, even with a preemption pending: training is over, so the run ends as
+        any stopped run does (status 0, saved as a stopped run is) and a rerun of the
+        command does no more than after an ordinary stop; ``"preempted"`` when only the
+        preemption asked (the run saves where it is and exits with status 143 to be
+        resumed).
+
+    Examples:
+        >>> loop_outcome(callback_stop=True, preempted=True, ctrl_c=False)
+        'stopped'
+        >>> loop_outcome(callback_stop=False, preempted=True, ctrl_c=False)
+        'preempted'
+        >>> loop_outcome(callback_stop=True, preempted=False, ctrl_c=True)
+        'interrupted'
+
+    .. versionadded:: 0.2
+    """
+    if ctrl_c:
+        return "interrupted"
+    if preempted and not callback_stop:
+        return "preempted"
+    return "stopped"

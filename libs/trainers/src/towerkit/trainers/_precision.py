@@ -20,16 +20,19 @@ from tensorflow.python.framework import kernels
 from towerkit.callbacks import Callback
 from towerkit.towers import Precision, low_precision_variables
 from towerkit.towers.compat import tf1
+from towerkit.trainers._errors import LossScaleError
 from towerkit.trainers._optimizer import ProxyOptimizer
 from towerkit.trainers._seams import OptimizerFactory
 
 __all__ = [
     "LOSS_SCALE_NAME",
+    "SKIPPED_STEPS_NAME",
     "LossScaleMonitor",
     "LossScaleOptimizer",
     "LossScaleSchedule",
     "loss_scaled",
     "next_loss_scale",
+    "next_stuck_steps",
     "ops_without_half_kernels",
     "precision_callbacks",
 ]
@@ -38,6 +41,12 @@ logger = logging.getLogger("towerkit.trainers")
 
 #: The name of the loss-scale variable (a float32 scalar, saved in checkpoints).
 LOSS_SCALE_NAME = "loss_scale"
+
+#: The statistic (and the int64 variable) counting the steps skipped for non-finite
+#: gradients: per epoch in the monitors and ``stats.json``, in total in the variable.
+SKIPPED_STEPS_NAME = "loss_scale_skipped_steps"
+
+_STUCK_MARK = "towerkit: the loss scale sits at its minimum and every step is skipped"
 
 
 def _positive(_: Any, attribute: Any, value: float) -> None:
@@ -66,19 +75,27 @@ class LossScaleSchedule:
     The loss is multiplied by the scale before differentiating and the gradients
     divided by it. After `growth_interval` steps in a row with finite gradients the
     scale is multiplied by `factor`; a step with a non-finite gradient is skipped
-    and divides it by `factor` (not below `minimum`).
+    and divides it by `factor` (not below `minimum`). When the steps go on being
+    skipped at the minimum scale (inputs beyond float16's range, NaN in the data) no
+    step trains: after `max_skipped_at_minimum` such steps in a row, training fails
+    with `LossScaleError`, as ``CheckNumerics`` would fail a float32 run.
 
     Attributes:
         initial: the scale of the first step.
         growth_interval: finite steps in a row before the scale grows.
         factor: how much it grows or shrinks at once (> 1).
         minimum: the smallest scale.
+        max_skipped_at_minimum: steps in a row skipped at the `minimum` scale before
+            training fails (>= 1).
+
+            .. versionadded:: 0.2
     """
 
     initial: float = attrs.field(default=2.0**15, validator=_positive)
     growth_interval: int = attrs.field(default=2000, validator=_growth)
     factor: float = attrs.field(default=2.0, validator=_factor)
     minimum: float = attrs.field(default=1.0, validator=_positive)
+    max_skipped_at_minimum: int = attrs.field(default=200, validator=_growth)
 
     def __attrs_post_init__(self) -> None:
         if self.initial < self.minimum:
@@ -106,8 +123,27 @@ def next_loss_scale(
     return scale, good_steps + 1
 
 
-def _graph_update(scale: Any, good: Any, finite: Any, schedule: LossScaleSchedule) -> Any:
-    """`next_loss_scale` as ops assigning the two variables."""
+def next_stuck_steps(stuck: int, scale: float, finite: bool, schedule: LossScaleSchedule) -> int:
+    """The steps skipped in a row at the minimum scale, after a step taken at `scale`.
+
+    Training fails (`LossScaleError`) once it reaches ``schedule.max_skipped_at_minimum``.
+
+    >>> s = LossScaleSchedule(initial=4.0, minimum=1.0)
+    >>> next_stuck_steps(0, 2.0, False, s), next_stuck_steps(3, 1.0, False, s)
+    (0, 4)
+    >>> next_stuck_steps(3, 1.0, True, s)
+    0
+
+    .. versionadded:: 0.2
+    """
+    return stuck + 1 if not finite and scale <= schedule.minimum else 0
+
+
+def _graph_update(
+    state: tuple[Any, Any, Any, Any], finite: Any, schedule: LossScaleSchedule
+) -> Any:
+    """`next_loss_scale` and `next_stuck_steps` as ops assigning the variables of `state`."""
+    scale, good, skipped, stuck = state
     grown = good + 1 >= schedule.growth_interval
     new_scale = tf.where(
         finite,
@@ -117,11 +153,24 @@ def _graph_update(scale: Any, good: Any, finite: Any, schedule: LossScaleSchedul
     new_good = tf.where(
         tf.logical_and(finite, tf.logical_not(grown)), good + 1, tf.zeros_like(good)
     )
-    return tf.group(
-        scale.assign(new_scale, read_value=False),
-        good.assign(new_good, read_value=False),
-        name="update_loss_scale",
+    new_stuck = tf.where(
+        tf.logical_and(tf.logical_not(finite), scale <= schedule.minimum),
+        stuck + 1,
+        tf.zeros_like(stuck),
     )
+    check = tf.debugging.Assert(
+        new_stuck < schedule.max_skipped_at_minimum,
+        [_STUCK_MARK, new_stuck, skipped + 1],
+        name="loss_scale_stuck_check",
+    )
+    with tf1.control_dependencies([check]):
+        return tf.group(
+            scale.assign(new_scale, read_value=False),
+            good.assign(new_good, read_value=False),
+            skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64), read_value=False),
+            stuck.assign(new_stuck, read_value=False),
+            name="update_loss_scale",
+        )
 
 
 def _values(grad: Any) -> Any:
@@ -159,7 +208,7 @@ class LossScaleOptimizer(ProxyOptimizer):
             msg = f"'schedule' must be a LossScaleSchedule; got {type(schedule).__name__}"
             raise TypeError(msg)
         self.schedule = schedule
-        self._state: tuple[Any, Any] | None = None
+        self._state: tuple[Any, Any, Any, Any] | None = None
         self._update: Any = None
 
     @property
@@ -167,7 +216,12 @@ class LossScaleOptimizer(ProxyOptimizer):
         """The ``loss_scale`` variable (made on first use, next to the global step)."""
         return self._variables()[0]
 
-    def _variables(self) -> tuple[Any, Any]:
+    @property
+    def skipped_steps(self) -> Any:
+        """The int64 variable counting the steps skipped for non-finite gradients (in total)."""
+        return self._variables()[2]
+
+    def _variables(self) -> tuple[Any, Any, Any, Any]:
         if self._state is None:
             step = tf1.train.get_global_step()  # its device: a parameter server in a cluster
             with (
@@ -181,15 +235,20 @@ class LossScaleOptimizer(ProxyOptimizer):
                     dtype=tf.float32,
                     name=LOSS_SCALE_NAME,
                 )
-                good = tf1.Variable(
-                    0, trainable=False, dtype=tf.int64, name=f"{LOSS_SCALE_NAME}_good_steps"
+                good, skipped, stuck = (
+                    tf1.Variable(0, trainable=False, dtype=tf.int64, name=name)
+                    for name in (
+                        f"{LOSS_SCALE_NAME}_good_steps",
+                        SKIPPED_STEPS_NAME,
+                        f"{LOSS_SCALE_NAME}_stuck_steps",
+                    )
                 )
-            self._state = (scale, good)
+            self._state = (scale, good, skipped, stuck)
         return self._state
 
     def scale_loss(self, loss: Any) -> Any:
         """`loss` times the current scale (what is differentiated)."""
-        scale, _ = self._variables()
+        scale = self._variables()[0]
         return loss * tf.cast(scale, loss.dtype)
 
     def unscale(self, grads_and_vars: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
@@ -207,7 +266,6 @@ class LossScaleOptimizer(ProxyOptimizer):
         self, grads_and_vars: Sequence[tuple[Any, Any]], global_step: Any = None, name: Any = None
     ) -> Any:
         pairs = list(grads_and_vars)
-        scale, good = self._variables()
         grads = [_values(g) for g, _ in pairs if g is not None]
         with tf1.name_scope("loss_scale_check"):
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
@@ -219,21 +277,72 @@ class LossScaleOptimizer(ProxyOptimizer):
         if self._update is not None:
             return tf.group(applied, name=name)
         with tf1.control_dependencies([applied]):
-            self._update = _graph_update(scale, good, finite, self.schedule)
+            self._update = _graph_update(self._variables(), finite, self.schedule)
         return tf.group(applied, self._update, name=name)
 
 
 class LossScaleMonitor(Callback):
-    """Report the loss scale (``loss_scale`` in the monitors, ``stats.json``) every epoch."""
+    """Report the loss scale (``loss_scale`` in the monitors, ``stats.json``) every epoch.
+
+    Given the optimizer's `skipped` counter, it also reports the steps of the epoch
+    skipped for non-finite gradients (``loss_scale_skipped_steps``), warns when an
+    epoch applied none of its steps, and turns the graph's failure after too many
+    skipped steps at the minimum scale into a `LossScaleError` saying why.
+
+    .. versionchanged:: 0.2
+        `skipped` and `schedule`.
+    """
 
     _chief_only = True
 
-    def __init__(self, scale: Any) -> None:
+    def __init__(
+        self, scale: Any, skipped: Any = None, schedule: LossScaleSchedule | None = None
+    ) -> None:
         self._scale = scale
+        self._skipped = skipped
+        self._schedule = LossScaleSchedule() if schedule is None else schedule
+        self._skipped_before = 0
+        self._step_before = 0
+
+    def _before_epoch(self) -> None:
+        if self._skipped is not None:
+            self._skipped_before = int(self.trainer.sess.run(self._skipped))
+        self._step_before = int(self.trainer.global_step)
 
     def _trigger_epoch(self) -> None:
-        value = self.trainer.sess.run(self._scale)
-        self.trainer.monitors.put_scalar(LOSS_SCALE_NAME, float(value))
+        monitors = self.trainer.monitors
+        if self._skipped is None:
+            monitors.put_scalar(LOSS_SCALE_NAME, float(self.trainer.sess.run(self._scale)))
+            return
+        scale, total = self.trainer.sess.run([self._scale, self._skipped])
+        monitors.put_scalar(LOSS_SCALE_NAME, float(scale))
+        skipped = int(total) - self._skipped_before
+        monitors.put_scalar(SKIPPED_STEPS_NAME, skipped)
+        steps = int(self.trainer.global_step) - self._step_before
+        if steps and skipped >= steps:
+            logger.warning(
+                "precision 'mixed_float16': epoch %d applied none of its %d steps: every "
+                "one had non-finite gradients and was skipped (loss scale now %g); look "
+                "for inputs beyond float16's range (+-65504) or NaN in the data",
+                self.epoch_num,
+                steps,
+                float(scale),
+            )
+
+    def explain_failure(self, err: BaseException) -> BaseException | None:
+        """A `LossScaleError` for the graph's check of skipped steps; None for other errors."""
+        if not isinstance(err, tf.errors.InvalidArgumentError) or _STUCK_MARK not in str(err):
+            return None
+        s = self._schedule
+        msg = (
+            f"precision 'mixed_float16': {s.max_skipped_at_minimum} steps in a row had "
+            f"non-finite gradients at the minimum loss scale ({s.minimum:g}) and were "
+            "skipped, so nothing trains: look for inputs beyond float16's range (+-65504) "
+            "or NaN in the data, cast such inputs or ops to float32, or use "
+            "'mixed_bfloat16' (LossScaleSchedule.max_skipped_at_minimum sets how many "
+            "skipped steps fail the run)"
+        )
+        return LossScaleError(msg)
 
 
 def loss_scaled(get_opt_fn: OptimizerFactory, policy: Precision) -> Callable[[], Any]:
@@ -248,15 +357,22 @@ def loss_scaled(get_opt_fn: OptimizerFactory, policy: Precision) -> Callable[[],
     return get_opt
 
 
-def precision_callbacks(get_opt_fn: OptimizerFactory, policy: Precision) -> list[Callback]:
+def precision_callbacks(
+    get_opt_fn: OptimizerFactory, policy: Precision, towers: int = 0
+) -> list[Callback]:
     """After a mixed graph is built: check it, and the callbacks its policy needs.
+
+    `towers` is how many towers the policy-bound tower function built (none: the
+    graph itself must show an op computing in the policy's dtype).
 
     Warns about variables stored in low precision (made by hand, outside the policy);
     under ``mixed_float16`` refuses ops that have no float16 kernel on their device,
     and reports the loss scale every epoch.
 
     Raises:
-        TypeError: an op computes in float16 on a device with no float16 kernel for it.
+        TypeError: an op computes in float16 on a device with no float16 kernel for it;
+            or no op of the graph computes in the policy's dtype (the towers were built
+            without it: a tower function called unbound, outside ``precision_scope``).
     """
     if not policy.mixed:
         return []
@@ -273,6 +389,9 @@ def precision_callbacks(get_opt_fn: OptimizerFactory, policy: Precision) -> list
             policy.name,
             low,
         )
+    shown = None if towers else _policy_shown(tf1.get_default_graph(), policy)
+    if shown is not None:
+        raise TypeError(shown)
     if not policy.loss_scaling:
         return []
     missing = ops_without_half_kernels(tf1.get_default_graph())
@@ -284,7 +403,32 @@ def precision_callbacks(get_opt_fn: OptimizerFactory, policy: Precision) -> list
             "cast these ops' inputs to float32"
         )
         raise TypeError(msg)
-    return [LossScaleMonitor(opt.loss_scale)] if isinstance(opt, LossScaleOptimizer) else []
+    if not isinstance(opt, LossScaleOptimizer):
+        return []
+    return [LossScaleMonitor(opt.loss_scale, opt.skipped_steps, opt.schedule)]
+
+
+def _policy_shown(graph: Any, policy: Precision) -> str | None:
+    """None when an op of `graph` computes in `policy`'s dtype; else the refusal's message.
+
+    The ops of its functions count too (a K-step loop's body is a function).
+    """
+    dtype = tf.as_dtype(policy.compute_dtype)
+    for op in graph.get_operations():
+        if any(out.dtype.base_dtype == dtype for out in op.outputs):
+            return None
+    enum = dtype.as_datatype_enum
+    for fn in graph.as_graph_def().library.function:
+        for node in fn.node_def:
+            if any(a.type == enum or enum in a.list.type for a in node.attr.values()):
+                return None
+    return (
+        f"precision {policy.name!r}: no op of the training graph computes in "
+        f"{policy.compute_dtype}: the towers were built in float32 (a tower function "
+        "called outside the policy: use the tower function that setup_graph hands to "
+        "_setup_graph or self.tower_func, or build under towerkit.towers.precision_scope), "
+        "or pass precision='float32'"
+    )
 
 
 _HALF = tf.float16.as_datatype_enum

@@ -14,6 +14,7 @@ from towerkit.callbacks import StatsFileError, dumps_stats, read_stats_file
 from towerkit.callbacks.plumbing import SavedPosition, read_positions
 from towerkit.sessinit import atomic_write_text, back_up_file
 from towerkit.trainers._errors import LogdirNotEmptyError
+from towerkit.trainers._resume_checks import data_skip, position_fault
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -210,8 +211,12 @@ class ResumePlan:
         starting_step: the steps of ``starting_epoch`` done already (0: it starts at its
             beginning; more when the checkpoint was saved inside that epoch).
         data_steps: the global steps whose data the input had produced at the
-            checkpoint, which the resumed input skips; None when unknown (the input
-            then starts from its first datapoint).
+            checkpoint, which the resumed input skips (in steps of this run's batch
+            size); None when unknown (the input then starts from its first datapoint).
+        notes: one line per thing the log directory and this run disagree on, and
+            what the resume does about it (logged as warnings).
+
+            .. versionadded:: 0.2
     """
 
     checkpoint: str | None = attrs.field(validator=optional(instance_of(str)))
@@ -226,6 +231,7 @@ class ResumePlan:
     data_steps: int | None = attrs.field(
         default=None, validator=optional([instance_of(int), ge(0)])
     )
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_strings)
 
     @property
     def resumes(self) -> bool:
@@ -283,6 +289,7 @@ def resume_plan(
     user_starting_epoch: bool = False,
     always_resume: bool = True,
     writes_stats: bool = False,
+    batch_size: int | None = None,
 ) -> ResumePlan:
     """Decide which checkpoint to restore, and the epoch and step to start at, from a log directory.
 
@@ -319,6 +326,12 @@ def resume_plan(
         writes_stats: whether the run writes ``stats.json`` (a ``JSONWriter``): then a
             checkpoint counts only once the statistics recorded the end of its epoch
             (or, saved inside an epoch, of the epoch before).
+        batch_size: this run's input's batch size, when known: a position saved with
+            another one makes the input skip the same datapoints (`ResumePlan.notes`
+            says so).
+
+    A position that something contradicts (`position_fault`) is not resumed from:
+    ``notes`` says why and which checkpoint the run resumes from instead.
 
     Returns:
         The `ResumePlan`.
@@ -369,11 +382,16 @@ def resume_plan(
     positions = {p.step: p for p in snapshot.positions}
     # (step, path, epoch to start, steps of it done, why)
     found: list[tuple[int, str, int, int, str]] = []
+    faults: dict[int, str] = {}
     for path, step in checkpoints:
         pos = positions.get(step)
         if step in ends:
             why = f"the newest checkpoint recorded in the statistics ({path!r}, epoch {ends[step]})"
             found.append((step, path, ends[step] + 1, 0, why))
+            continue
+        fault = None if pos is None else position_fault(pos, ends, steps_per_epoch=steps_per_epoch)
+        if fault is not None:
+            faults[step] = f"positions.json's entry for {path!r} is not trusted: {fault}"
         elif pos is not None and resumable_position(
             pos, ends, steps_per_epoch=steps_per_epoch, writes_stats=writes_stats
         ):
@@ -392,6 +410,7 @@ def resume_plan(
                 found.append((step, path, epoch + 1, 0, why))
     if not found:
         keep = 0 if snapshot.epochs else None
+        notes = tuple(faults.values())
         ignored = tuple(p for p, _ in checkpoints)
         return ResumePlan(
             checkpoint=None,
@@ -405,10 +424,17 @@ def resume_plan(
             )
             + "training starts afresh"
             + (" and the statistics of the earlier run are dropped" if keep == 0 else ""),
+            notes=notes,
         )
     step, path, resumed_epoch, done, why = max(found, key=lambda f: f[0])
     pos = positions.get(step)
+
     use_ckpt = always_resume or not user_session_init
+    instead = f"; resuming from {path!r} instead"
+    notes = [f"{n}{instead}" for s, n in sorted(faults.items()) if s > step]
+    data_steps, batch_note = data_skip(pos, batch_size)
+    if batch_note is not None and use_ckpt:
+        notes.append(batch_note)
     use_epoch = always_resume or not user_starting_epoch
     within = use_ckpt and use_epoch and done > 0
     at = f"; starting at epoch {resumed_epoch}" + (f", step {done + 1}" if within else "")
@@ -417,10 +443,11 @@ def resume_plan(
         checkpoint_step=step if use_ckpt else 0,
         starting_epoch=resumed_epoch if use_epoch else starting_epoch,
         starting_step=done if within else 0,
-        data_steps=pos.data_steps if use_ckpt and pos is not None else None,
+        data_steps=data_steps if use_ckpt else None,
         keep_stats_until_step=step if use_ckpt else None,
         reason=(f"resuming from {why}" if use_ckpt else "the user's session_init takes priority")
         + (at if use_epoch else f"; the user's starting_epoch={starting_epoch} takes priority"),
+        notes=notes,
     )
 
 

@@ -317,8 +317,11 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
             self._ensure_global_step()
             input.setup(func.input_signature)
             self._input = input
-            self.tower_func = func
-            bound = func.under_precision(self._precision)  # also for a custom _setup_graph
+            # the trainer's own tower function is the bound one too: a custom _setup_graph
+            # calling self.tower_func (tensorpack's idiom), get_predictor and the
+            # InferenceRunner towers all build under the policy
+            bound = func.under_precision(self._precision)
+            self.tower_func = bound
             if k == 1:
                 own = self._setup_graph(input, bound, get_opt_fn)
             else:
@@ -330,7 +333,11 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
 
                 self.train_op = build_steps_loop(self._graph, k, one_step)
                 own = built[0]
-            own = [*own, *self._finish_graph(), *precision_callbacks(get_opt_fn, self._precision)]
+            own = [
+                *own,
+                *self._finish_graph(),
+                *precision_callbacks(get_opt_fn, self._precision, len(bound.towers)),
+            ]
             input_cbs = input.get_callbacks()
         cbs = [*input_cbs, *own]
         self.register_callback(cbs)

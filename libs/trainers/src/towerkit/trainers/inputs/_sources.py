@@ -472,6 +472,14 @@ class NumpyInput(_IteratorInput):
     def _init_feed(self) -> dict[Any, Any]:
         return self._feed
 
+    @property
+    def batch_size(self) -> int:
+        """Datapoints per batch (recorded with each checkpoint's position).
+
+        .. versionadded:: 0.2
+        """
+        return self._batch_size
+
     def _size(self) -> int:
         return num_batches(self._n, self._batch_size, self._drop)
 

@@ -23,9 +23,8 @@ import attrs
 import numpy as np
 import tensorflow as tf
 
-from towerkit.callbacks import StopTraining
 from towerkit.towers.compat import tf1
-from towerkit.trainers._loop_end import end_epoch
+from towerkit.trainers._loop_end import end_epoch, stop_requested
 from towerkit.trainers.parallel._elastic_core import LoopCommit, commit_after_step, remaining_epochs
 
 if TYPE_CHECKING:
@@ -264,8 +263,7 @@ def run_elastic_loop(
 
     def stop_check() -> None:
         if should_stop() or interrupt.requested:
-            msg = "stop requested"
-            raise StopTraining(msg)
+            raise stop_requested(should_stop())
 
     def body(state: GraphState) -> None:
         spe, starting, max_epoch = state.bounds
