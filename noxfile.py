@@ -705,6 +705,46 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/run_all.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
+RECIPE = ROOT / "examples" / "mnist1d" / "train.py"
+"""MNIST-1D's table: the paper's models in towerkit and in Keras 3 (``recipes``)."""
+
+RECIPE_OUT = ROOT / "examples" / "mnist1d" / "results"
+"""Where ``nox -s recipes`` writes the table, the runs and the figures (the README shows them)."""
+
+
+def install_recipes(session: nox.Session) -> None:
+    """The libs the recipes train with, Keras 3 (their reference) and the data's generator."""
+    install_local(session, *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "recipes")
+
+
+@nox.session(default=False)
+def recipes(session: nox.Session) -> None:
+    """MNIST-1D's published table, towerkit beside Keras 3, 3 seeds (about 2 hours on 2 loaded cores).
+
+    Arguments after ``--`` go to the script (``-- --seeds 0 1 2 3 4``, ``--models cnn``,
+    ``--out DIR``); the defaults rewrite ``examples/mnist1d/results``.
+    """
+    install_recipes(session)
+    args = session.posargs or ["--out", str(RECIPE_OUT)]
+    session.run("python", str(RECIPE), *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@nox.session(tags=["ci"])
+@timed
+def recipes_check(session: nox.Session) -> None:
+    """The recipes' pipeline, short: one seed, 80 steps, every model, both frameworks, every file.
+
+    It checks that the table, the runs and the figures are written and complete, not the
+    accuracy (that takes ``nox -s recipes``); about 30 s of CPU besides the install.
+    """
+    install_recipes(session)
+    share_bytecode(session)
+    out = Path(session.create_tmp()) / "mnist1d"
+    env = {**pytest_env(), "PYTHONHASHSEED": "0"}
+    session.run("python", str(RECIPE), "--check", "--out", str(out), env=env)
+
+
 @nox.session(tags=["ci"], venv_backend="none", allow_parallel=False)
 def ci_summary(session: nox.Session) -> None:
     """The 25 slowest tests of the last run and each session's time (last in ``nox -t ci``).
