@@ -45,7 +45,8 @@ class TestRecipe:
     def test_repr(self):
         """The repr names every field."""
         assert repr(rc.Recipe(steps=80, eval_every=40, seeds=(0,))) == (
-            "Recipe(steps=80, eval_every=40, learning_rate=0.01, epsilon=1e-08, seeds=(0,),"
+            "Recipe(steps=80, eval_every=40, learning_rate=0.01, epsilon=1e-08, init='paper',"
+            " seeds=(0,),"
             " models=('logistic', 'mlp', 'cnn', 'gru'), datasets=('plain', 'shuffled'))"
         )
 
@@ -67,6 +68,7 @@ class TestRecipe:
             ({"datasets": ()}, r"'datasets' must be distinct names among"),
             ({"learning_rate": -1}, r"'learning_rate' must be a positive number; got -1.0"),
             ({"epsilon": math.nan}, r"'epsilon' must be a positive number; got nan"),
+            ({"init": "glorot"}, r"'init' must be in \('paper', 'own'\)"),
         ],
     )
     def test_fail(self, kwargs, match):
@@ -235,11 +237,12 @@ def test_towerkit_model_trains(model):
     x_test, y_test = bumps(500, 1)
     split = mnist1d_signals.Split(x=x, y=y, x_test=x_test, y_test=y_test)
     recipe = rc.Recipe(steps=120, eval_every=40, seeds=(0,), models=(model,))
-    with tf.Graph().as_default():
-        signal = tf.compat.v1.placeholder(tf.float32, (None, 40))
-        mnist1d_towerkit.BUILDERS[model](signal)
-        count = sum(int(np.prod(v.shape)) for v in tf.compat.v1.trainable_variables())
-    assert count == PARAMETERS[model]
+    for paper in (True, False):  # the paper's initializers or the layers' own: one shape
+        with tf.Graph().as_default():
+            signal = tf.compat.v1.placeholder(tf.float32, (None, 40))
+            mnist1d_towerkit.BUILDERS[model](signal, paper=paper)
+            count = sum(int(np.prod(v.shape)) for v in tf.compat.v1.trainable_variables())
+        assert count == PARAMETERS[model]
     run = mnist1d_towerkit.train(model, split, recipe, seed=0, data="plain")
     assert (run.framework, run.model, len(run.curve)) == ("towerkit", model, 3)
     assert run.accuracy > 80.0, run.curve  # chance is 10%

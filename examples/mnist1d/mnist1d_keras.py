@@ -18,58 +18,51 @@ from mnist1d_signals import Split
 from mnist1d_towerkit import CHANNELS, CLASSES, GRU_UNITS, HIDDEN, LENGTH
 
 
-def uniform(fan_in: int) -> Any:
-    """PyTorch's default start for a layer with `fan_in` inputs: uniform in ±1/sqrt(fan_in)."""
+def uniform(fan_in: int, init: str, *names: str) -> dict[str, Any]:
+    """The initializer arguments `names` of a layer with `fan_in` inputs, under ``Recipe.init``.
+
+    ``paper``: PyTorch's default start, uniform in ±1/sqrt(fan_in), for each of `names`;
+    ``own``: none (Keras's defaults).
+    """
+    if init == "own":
+        return {}
     bound = 1.0 / math.sqrt(fan_in)
-    return keras.initializers.RandomUniform(-bound, bound)
+    return {name: keras.initializers.RandomUniform(-bound, bound) for name in names}
 
 
-def dense(units: int, fan_in: int, activation: str | None = None) -> Any:
-    return keras.layers.Dense(
-        units,
-        activation=activation,
-        kernel_initializer=uniform(fan_in),
-        bias_initializer=uniform(fan_in),
-    )
+WEIGHTS = ("kernel_initializer", "bias_initializer")
 
 
-def conv(fan_in: int, kernel: int) -> Any:
+def dense(units: int, fan_in: int, init: str, activation: str | None = None) -> Any:
+    return keras.layers.Dense(units, activation=activation, **uniform(fan_in, init, *WEIGHTS))
+
+
+def conv(fan_in: int, kernel: int, init: str) -> Any:
     return keras.layers.Conv1D(
-        CHANNELS,
-        kernel,
-        strides=2,
-        activation="relu",
-        kernel_initializer=uniform(fan_in * kernel),
-        bias_initializer=uniform(fan_in * kernel),
+        CHANNELS, kernel, strides=2, activation="relu", **uniform(fan_in * kernel, init, *WEIGHTS)
     )
 
 
-def build(model: str) -> Any:
+def build(model: str, init: str = "paper") -> Any:
     """The Keras model called `model` (one of the recipe's ``MODELS``), outputting logits."""
     signal = keras.Input((LENGTH,), name="signal")
     if model == "logistic":
-        logits = dense(CLASSES, LENGTH)(signal)
+        logits = dense(CLASSES, LENGTH, init)(signal)
     elif model == "mlp":
-        h = dense(HIDDEN, LENGTH, "relu")(signal)
-        h = keras.layers.Add()([h, dense(HIDDEN, HIDDEN, "relu")(h)])
-        logits = dense(CLASSES, HIDDEN)(h)
+        h = dense(HIDDEN, LENGTH, init, "relu")(signal)
+        h = keras.layers.Add()([h, dense(HIDDEN, HIDDEN, init, "relu")(h)])
+        logits = dense(CLASSES, HIDDEN, init)(h)
     elif model == "cnn":
         x = keras.layers.Reshape((LENGTH, 1))(signal)
         for fan_in, kernel in ((1, 5), (CHANNELS, 3), (CHANNELS, 3)):
-            x = conv(fan_in, kernel)(keras.layers.ZeroPadding1D(1)(x))
-        logits = dense(CLASSES, 5 * CHANNELS)(keras.layers.Flatten()(x))
+            x = conv(fan_in, kernel, init)(keras.layers.ZeroPadding1D(1)(x))
+        logits = dense(CLASSES, 5 * CHANNELS, init)(keras.layers.Flatten()(x))
     elif model == "gru":
         x = keras.layers.Reshape((LENGTH, 1))(signal)
-        init = uniform(GRU_UNITS)
-        gru = keras.layers.GRU(
-            GRU_UNITS,
-            return_sequences=True,
-            kernel_initializer=init,
-            recurrent_initializer=init,
-            bias_initializer=init,
-        )
+        starts = uniform(GRU_UNITS, init, *WEIGHTS, "recurrent_initializer")
+        gru = keras.layers.GRU(GRU_UNITS, return_sequences=True, **starts)
         x = keras.layers.Bidirectional(gru)(x)
-        logits = dense(CLASSES, LENGTH * 2 * GRU_UNITS)(keras.layers.Flatten()(x))
+        logits = dense(CLASSES, LENGTH * 2 * GRU_UNITS, init)(keras.layers.Flatten()(x))
     else:
         msg = f"'model' must be one of logistic, mlp, cnn, gru; got {model!r}"
         raise ValueError(msg)
@@ -80,7 +73,7 @@ def train(model: str, split: Split, recipe: Recipe, seed: int, data: str) -> Run
     """Train `model` with ``fit`` for ``recipe.steps`` steps, validating every ``eval_every``."""
     start = time.perf_counter()
     keras.utils.set_random_seed(seed)
-    net = build(model)
+    net = build(model, recipe.init)
     net.compile(
         optimizer=keras.optimizers.Adam(recipe.learning_rate, epsilon=recipe.epsilon),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -46,6 +46,9 @@ NOTEBOOK = {
 """Test accuracy (%) after 6,000 steps in the paper's own notebook as its repository keeps it
 (``notebooks/mnist1d-classification.ipynb``: PyTorch, one run, seed 42, the same data)."""
 
+INITS = ("paper", "own")
+"""How the weights start: as in the paper's PyTorch code, or as each framework's defaults."""
+
 TRAIN_SIZE = 4000
 """Training signals in the paper's split (5,000 generated, 80% for training)."""
 
@@ -87,6 +90,10 @@ class Recipe:
             `BATCHES_PER_PASS` (40): Keras validates at the end of a pass only.
         learning_rate: Adam's step size (the paper: 1e-2).
         epsilon: Adam's epsilon (the paper's PyTorch default, 1e-8; Keras's own is 1e-7).
+        init: ``paper``: every layer starts as PyTorch's do in the paper's code (uniform
+            in ±1/sqrt(fan-in)); ``own``: each framework's own defaults (towerkit's
+            layers: tensorpack's variance scaling 2.0 and zero biases, TensorFlow 1's
+            GRU cell; Keras: Glorot uniform, orthogonal recurrent kernels, zero biases).
         seeds: the seeds, one run per seed, model, data and framework.
         models: which of `MODELS`.
         datasets: which of `DATASETS`.
@@ -99,6 +106,7 @@ class Recipe:
     eval_every: int = attrs.field(default=200, validator=_positive)
     learning_rate: float = attrs.field(default=1e-2, converter=float)
     epsilon: float = attrs.field(default=1e-8, converter=float)
+    init: str = attrs.field(default="paper", validator=attrs.validators.in_(INITS))
     seeds: tuple[int, ...] = attrs.field(default=(0, 1, 2), converter=tuple)
     models: tuple[str, ...] = attrs.field(default=MODELS, converter=tuple, validator=_names(MODELS))
     datasets: tuple[str, ...] = attrs.field(

@@ -3,7 +3,8 @@
 Each layer starts as PyTorch's layers do in the paper's code (weights and biases
 uniform in ±1/sqrt(fan-in), the GRU's in ±1/sqrt(hidden units)), and Adam has the
 paper's epsilon; the batches come in the same order every pass, as in the paper's
-loop. ``train`` returns the test accuracy after every ``eval_every`` steps.
+loop. ``train`` returns the test accuracy after every ``eval_every`` steps. With
+``Recipe(init="own")`` the layers keep their own initializers (tensorpack's).
 """
 
 from __future__ import annotations
@@ -41,25 +42,28 @@ GRU_UNITS = 6
 """Units of each direction of the bidirectional GRU."""
 
 
-def uniform(fan_in: int) -> Any:
-    """PyTorch's default start for a layer with `fan_in` inputs: uniform in ±1/sqrt(fan_in)."""
+def uniform(fan_in: int, paper: bool) -> Any:
+    """PyTorch's default start for a layer with `fan_in` inputs: uniform in ±1/sqrt(fan_in).
+
+    None (the layer's own default) unless `paper`.
+    """
+    if not paper:
+        return None
     bound = 1.0 / math.sqrt(fan_in)
     return tf1.random_uniform_initializer(-bound, bound)
 
 
-def dense(name: str, x: Any, units: int, activation: Any = None) -> Any:
-    """``FullyConnected`` started as PyTorch's ``nn.Linear``."""
-    fan_in = int(x.shape[-1])
-    init = uniform(fan_in)
+def dense(name: str, x: Any, units: int, paper: bool, activation: Any = None) -> Any:
+    """``FullyConnected``, started as PyTorch's ``nn.Linear`` when `paper`."""
+    init = uniform(int(x.shape[-1]), paper)
     return FullyConnected(
         name, x, units, activation=activation, kernel_initializer=init, bias_initializer=init
     )
 
 
-def conv(name: str, x: Any, kernel: int) -> Any:
+def conv(name: str, x: Any, kernel: int, paper: bool) -> Any:
     """A 1-D convolution (stride 2, one zero on each side, relu) as a ``Conv2D`` over a height of 1."""
-    fan_in = int(x.shape[-1]) * kernel
-    init = uniform(fan_in)
+    init = uniform(int(x.shape[-1]) * kernel, paper)
     x = tf.pad(x, [[0, 0], [0, 0], [1, 1], [0, 0]])
     return Conv2D(
         name,
@@ -74,30 +78,30 @@ def conv(name: str, x: Any, kernel: int) -> Any:
     )
 
 
-def logistic(signal: Any) -> Any:
+def logistic(signal: Any, paper: bool = True) -> Any:
     """Logistic regression: one dense layer from the 40 positions to the 10 classes."""
-    return dense("linear", signal, CLASSES)
+    return dense("linear", signal, CLASSES, paper)
 
 
-def mlp(signal: Any) -> Any:
+def mlp(signal: Any, paper: bool = True) -> Any:
     """Dense 100 - relu, plus a residual dense 100 - relu, dense 10 (the paper's ``MLPBase``)."""
-    h = dense("fc1", signal, HIDDEN, tf.nn.relu)
-    h = h + dense("fc2", h, HIDDEN, tf.nn.relu)
-    return dense("fc3", h, CLASSES)
+    h = dense("fc1", signal, HIDDEN, paper, tf.nn.relu)
+    h = h + dense("fc2", h, HIDDEN, paper, tf.nn.relu)
+    return dense("fc3", h, CLASSES, paper)
 
 
-def cnn(signal: Any) -> Any:
+def cnn(signal: Any, paper: bool = True) -> Any:
     """Three convolutions of 25 channels (kernels 5, 3, 3; stride 2), then dense 10 over 5 x 25."""
     x = tf.reshape(signal, [-1, 1, LENGTH, 1])
-    x = conv("conv1", x, 5)
-    x = conv("conv2", x, 3)
-    x = conv("conv3", x, 3)
-    return dense("linear", tf.reshape(x, [-1, 5 * CHANNELS]), CLASSES)
+    x = conv("conv1", x, 5, paper)
+    x = conv("conv2", x, 3, paper)
+    x = conv("conv3", x, 3, paper)
+    return dense("linear", tf.reshape(x, [-1, 5 * CHANNELS]), CLASSES, paper)
 
 
-def gru(signal: Any) -> Any:
+def gru(signal: Any, paper: bool = True) -> Any:
     """A bidirectional GRU of 6 units a direction over the 40 positions, then dense 10 over all outputs."""
-    init = uniform(GRU_UNITS)
+    init = uniform(GRU_UNITS, paper)
 
     def cell() -> Any:
         return rnn.GRUCell(GRU_UNITS, kernel_initializer=init, bias_initializer=init)
@@ -105,7 +109,7 @@ def gru(signal: Any) -> Any:
     x = tf.reshape(signal, [-1, LENGTH, 1])
     (fw, bw), _ = rnn.bidirectional_dynamic_rnn(cell(), cell(), x, dtype=tf.float32, scope="gru")
     h = tf.reshape(tf.concat([fw, bw], axis=-1), [-1, LENGTH * 2 * GRU_UNITS])
-    return dense("linear", h, CLASSES)
+    return dense("linear", h, CLASSES, paper)
 
 
 BUILDERS = {"logistic": logistic, "mlp": mlp, "cnn": cnn, "gru": gru}
@@ -129,7 +133,7 @@ class Mnist1dModel(ModelDesc):
     def build_graph(self, signal: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
         # The graph's seed makes each initializer's seed, in the order they are made.
         tf1.set_random_seed(self.seed)
-        logits = BUILDERS[self.model](signal)
+        logits = BUILDERS[self.model](signal, paper=self.recipe.init == "paper")
         correct = tf.nn.in_top_k(predictions=logits, targets=label, k=1)
         tf.cast(tf.logical_not(correct), tf.float32, name="incorrect_vector")
         return tf.reduce_mean(

@@ -50,6 +50,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds))
     parser.add_argument("--models", nargs="+", default=list(rc.MODELS), choices=rc.MODELS)
     parser.add_argument("--data", nargs="+", default=list(rc.DATASETS), choices=rc.DATASETS)
+    parser.add_argument(
+        "--init",
+        default=defaults.init,
+        choices=rc.INITS,
+        help="paper: PyTorch's start, as the paper's numbers (default); own: each framework's",
+    )
+    parser.add_argument(
+        "--epsilon", type=float, default=defaults.epsilon, help="Adam's epsilon (default 1e-8)"
+    )
     parser.add_argument("--out", default=str(HERE / "results"), help="where the files go")
     parser.add_argument(
         "--check", action="store_true", help="one seed, 80 steps: check the pipeline only"
@@ -63,6 +72,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 seeds=CHECK.seeds,
                 models=args.models,
                 datasets=args.data,
+                init=args.init,
+                epsilon=args.epsilon,
             )
         else:
             args.recipe = rc.Recipe(
@@ -71,6 +82,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 seeds=args.seeds,
                 models=args.models,
                 datasets=args.data,
+                init=args.init,
+                epsilon=args.epsilon,
             )
     except ValueError as err:
         parser.error(str(err))
@@ -120,6 +133,7 @@ def dump(recipe: rc.Recipe, results: Sequence[rc.RunResult]) -> str:
             "eval_every": recipe.eval_every,
             "learning_rate": recipe.learning_rate,
             "epsilon": recipe.epsilon,
+            "init": recipe.init,
             "seeds": list(recipe.seeds),
         },
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
