@@ -1,7 +1,7 @@
 # /// script
 # dependencies = ["nox>=2026.10.20"]
 # ///
-"""Every way to run towerkit: tests, conformance, lint, typecheck, build, demo, bench, horovod.
+"""Every way to run towerkit: tests, conformance, lint, typecheck, build, demo, bench, horovod, recipes.
 
 Each lib's tests run in a virtual environment holding only that lib, the
 towerkit libs it declares, and their dependencies: a missing declaration fails
@@ -741,8 +741,7 @@ def recipes_check(session: nox.Session) -> None:
     install_recipes(session)
     share_bytecode(session)
     out = Path(session.create_tmp()) / "mnist1d"
-    env = {**pytest_env(), "PYTHONHASHSEED": "0"}
-    session.run("python", str(RECIPE), "--check", "--out", str(out), env=env)
+    session.run("python", str(RECIPE), "--check", "--out", str(out), env=pytest_env())
 
 
 @nox.session(tags=["ci"], venv_backend="none", allow_parallel=False)
