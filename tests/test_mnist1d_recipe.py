@@ -247,3 +247,12 @@ def test_towerkit_model_trains(model):
     assert (run.framework, run.model, len(run.curve)) == ("towerkit", model, 3)
     assert run.accuracy > 80.0, run.curve  # chance is 10%
     assert run.seconds > 0
+
+
+def test_doctests():
+    """The examples in the recipe module's docstrings hold."""
+    import doctest
+
+    failed, tried = doctest.testmod(rc)
+    assert tried >= 4
+    assert failed == 0
