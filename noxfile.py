@@ -720,7 +720,7 @@ def install_recipes(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def recipes(session: nox.Session) -> None:
-    """MNIST-1D's published table, towerkit beside Keras 3, 3 seeds (about 2 hours on 2 loaded cores).
+    """MNIST-1D's published table, towerkit beside Keras 3, 3 seeds (about an hour on 2 loaded cores).
 
     Arguments after ``--`` go to the script (``-- --seeds 0 1 2 3 4``, ``--models cnn``,
     ``--out DIR``); the defaults rewrite ``examples/mnist1d/results``.
