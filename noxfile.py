@@ -1,7 +1,7 @@
 # /// script
 # dependencies = ["nox>=2026.10.20"]
 # ///
-"""Every way to run towerkit: tests, conformance, lint, typecheck, build, demo, bench, horovod.
+"""Every way to run towerkit: tests, conformance, lint, typecheck, build, demo, bench, horovod, recipes.
 
 Each lib's tests run in a virtual environment holding only that lib, the
 towerkit libs it declares, and their dependencies: a missing declaration fails
@@ -703,6 +703,45 @@ def bench(session: nox.Session) -> None:
     install_horovod(session)
     args = session.posargs or ["--out", "reports/bench.md"]
     session.run("python", "benchmarks/run_all.py", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+RECIPE = ROOT / "examples" / "mnist1d" / "train.py"
+"""MNIST-1D's table: the paper's models in towerkit and in Keras 3 (``recipes``)."""
+
+RECIPE_OUT = ROOT / "examples" / "mnist1d" / "results"
+"""Where ``nox -s recipes`` writes the table, the runs and the figures (the README shows them)."""
+
+
+def install_recipes(session: nox.Session) -> None:
+    """The libs the recipes train with, Keras 3 (their reference) and the data's generator."""
+    install_local(session, *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "recipes")
+
+
+@nox.session(default=False)
+def recipes(session: nox.Session) -> None:
+    """MNIST-1D's published table, towerkit beside Keras 3, 3 seeds (about an hour on 2 loaded cores).
+
+    Arguments after ``--`` go to the script (``-- --seeds 0 1 2 3 4``, ``--models cnn``,
+    ``--out DIR``); the defaults rewrite ``examples/mnist1d/results``.
+    """
+    install_recipes(session)
+    args = session.posargs or ["--out", str(RECIPE_OUT)]
+    session.run("python", str(RECIPE), *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@nox.session(tags=["ci"])
+@timed
+def recipes_check(session: nox.Session) -> None:
+    """The recipes' pipeline, short: one seed, 80 steps, every model, both frameworks, every file.
+
+    It checks that the table, the runs and the figures are written and complete, not the
+    accuracy (that takes ``nox -s recipes``); about 30 s of CPU besides the install.
+    """
+    install_recipes(session)
+    share_bytecode(session)
+    out = Path(session.create_tmp()) / "mnist1d"
+    session.run("python", str(RECIPE), "--check", "--out", str(out), env=pytest_env())
 
 
 @nox.session(tags=["ci"], venv_backend="none", allow_parallel=False)

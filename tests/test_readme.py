@@ -34,6 +34,7 @@ READMES = [
     "tools/README.md",
     "conformance/README.md",
     "benchmarks/README.md",
+    "examples/mnist1d/README.md",
 ]
 """Every README of the repository."""
 
