@@ -22,10 +22,10 @@ from towerkit.trainers.parallel._cluster import (
     DONE_QUEUE,
     _CheckIn,
     _DistributedSessionCreator,
-    _done_queue,
     _PushToShadows,
     _server_facts,
     _target,
+    check_in_ops,
     serve_parameters,
     session_start_ops,
 )
@@ -160,7 +160,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         self.is_chief = task == 0
         self._worker = f"/job:worker/task:{task}"
         self._devices = tuple(f"{self._worker}{d}" for d in resolve_devices(gpus))
-        self._check_in: Any = None
+        self._check_in: tuple[Any, Any] | None = None
 
     @property
     def server(self) -> Any:
@@ -214,14 +214,9 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 flag = tf1.Variable(False, trainable=False, collections=[], name="preempted")
                 self._preempt_flag = (flag, flag.read_value(), flag.assign(True, read_value=False))
                 raise_finished = [finished.assign(True, read_value=False)] if self.is_chief else []
-            with tf1.control_dependencies(raise_finished):
-                self._check_in = tf.group(
-                    *[
-                        _done_queue(k, self._num_workers).enqueue(tf.constant(self._task, tf.int32))
-                        for k in range(self._num_ps)
-                    ],
-                    name="check_in",
-                )
+            self._check_in = check_in_ops(
+                self._task, self._num_workers, self._num_ps, raise_finished
+            )
         return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn, precision=precision)
 
     def setup_callbacks(
@@ -299,7 +294,12 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         ps = [t for t in tasks if t.job == "ps"]  # watched from the start
         watch = ClusterWatch(ps, self.timeouts, on_dead=lost_at_start, name="start-watch").start()
         try:
-            super().initialize(creator, wrapped)
+            # The session's first call waits for every parameter server, with no deadline
+            # (TensorFlow's graph extension): it starts once the watch has reached them
+            # all, so that one lost during the call is found and the wait bounded.
+            unreached = watch.wait_reached(self.timeouts.start_within)
+            if unreached is None:
+                super().initialize(creator, wrapped)
         except Exception as err:
             started.set()
             if self.sess is not None:
@@ -309,6 +309,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         finally:
             started.set()
             watch.stop()
+        self._raise_lost(unreached, None)
         warn_missing_devices(self.sess, self._devices)
 
     def _after_init_ops(self) -> list[Any]:
@@ -372,6 +373,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             on_dead=self._on_lost,
             still_needed=self._still_needed,
             name=f"worker{self._task}-watch",
+            alive=True,  # the session reached them all (the chief: it initialized)
         )
         self._watch = watch.start()
         try:
