@@ -4,11 +4,9 @@ The watch probes each task (`Reach`: it answered, it only accepted the connectio
 nothing) and hears of tasks alive by other ways (a worker's check-in on a parameter
 server, a session that reached it). `advance_health` folds one such event into a
 task's `TaskHealth`; the states and their edges are drawn in the trainers' README
-("A task's health, as the watch sees it")::
-
-    NEVER_SEEN --accepts--> ACCEPTING --answers--> ANSWERING --nothing--> SILENT
-         |                                                                  |
-         +------------- past its bound, from any state but LOST ---> LOST <--+
+("A task's health, as the watch sees it"): answers (or word) lead to ANSWERING,
+accepts only to ACCEPTING, nothing to SILENT once seen (NEVER_SEEN before), and any
+state past its bound (`lost_reason`) to LOST.
 
 LOST is final: a port that answers again after its task was lost (the task restarted,
 or another server took the port) does not bring the task back.
