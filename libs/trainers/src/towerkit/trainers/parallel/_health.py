@@ -138,6 +138,12 @@ def task_addresses(
     return tuple(out)
 
 
+def _healths(
+    values: Iterable[tuple[TaskAddress, TaskHealth]],
+) -> tuple[tuple[TaskAddress, TaskHealth], ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True)
 class LivenessState:
     """What the health checks have seen so far: each task's `TaskHealth`.
@@ -149,7 +155,9 @@ class LivenessState:
     """
 
     since: float
-    healths: tuple[tuple[TaskAddress, TaskHealth], ...] = attrs.field(default=(), converter=tuple)
+    healths: tuple[tuple[TaskAddress, TaskHealth], ...] = attrs.field(
+        default=(), converter=_healths
+    )
 
     def health(self, task: TaskAddress) -> TaskHealth:
         """The health of `task` (never seen since the start when no event was folded in)."""
