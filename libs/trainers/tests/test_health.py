@@ -435,37 +435,3 @@ def test_exit_if_stuck(how):
     else:
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[1:] == ["finished"]
-
-
-UNCLOSABLE = """
-import sys, threading
-from towerkit.trainers.parallel._health import end_at_exit
-
-class Session:
-    '''Stands for a session whose close waits for a task that is gone.'''
-
-    def __del__(self):
-        threading.Event().wait()  # finalizing the interpreter would wait here forever
-
-kept = Session()
-end_at_exit()
-print("ending", flush=True)
-if sys.argv[1] == "fails":
-    raise RuntimeError("a task is lost")
-"""
-
-
-@pytest.mark.procs
-@pytest.mark.parametrize("how", ["fails", "ends"])
-def test_end_at_exit(how):
-    """A process whose finalizers would block ends at its program's end all the same: status 1
-    with the traceback after an uncaught error, else 0, its output flushed."""
-    done = subprocess.run(
-        [sys.executable, "-c", UNCLOSABLE, how], capture_output=True, text=True, timeout=200
-    )
-    assert done.stdout == "ending\n"
-    if how == "fails":
-        assert done.returncode == 1, done.stderr
-        assert done.stderr.splitlines()[-1] == "RuntimeError: a task is lost", done.stderr
-    else:
-        assert done.returncode == 0, done.stderr

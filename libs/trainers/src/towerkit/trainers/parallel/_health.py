@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
 import os
 import socket
@@ -458,44 +456,11 @@ def exit_if_stuck(
 def close_within(sess: Any, seconds: float) -> bool:
     """Close `sess`, waiting `seconds` at most; whether it closed in time.
 
-    Closing a session one of whose tasks is gone blocks in TensorFlow, and so would
-    the session's finalizer at the process's exit: past the bound the close is left to
-    a daemon thread, and the process's exit skips the interpreter's finalization
-    (`end_at_exit`), which would wait for that close forever.
+    Closing a session one of whose tasks is gone blocks in TensorFlow (and so would
+    the session's finalizer at the process's exit): past the bound the close is left
+    to a daemon thread, which the process's exit ends.
     """
     closer = threading.Thread(target=sess.close, name="close-session", daemon=True)
     closer.start()
     closer.join(seconds)
-    if closer.is_alive():
-        end_at_exit()
-        return False
-    return True
-
-
-_END_AT_EXIT = threading.Lock()
-_ending: list[bool] = []
-
-
-def end_at_exit() -> None:
-    """Have the process end at once when its program ends, without finalizing the interpreter.
-
-    For a process with a TensorFlow session that could not be closed (a task it needs
-    is gone): finalizing the interpreter runs the session's finalizer, which blocks
-    there as the close did. At exit (`atexit`, after an uncaught error's traceback is
-    printed) logging and the standard streams are flushed and the process ends with
-    status 1 after an uncaught error, else 0; exit handlers registered before this
-    call do not run.
-    """
-    with _END_AT_EXIT:
-        if not _ending:
-            _ending.append(True)
-            atexit.register(_end_now)
-
-
-def _end_now() -> None:
-    failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(1 if failed is not None else 0)
+    return not closer.is_alive()
