@@ -438,12 +438,24 @@ def exit_if_stuck(
     """
     after_s = timeouts.close_seconds + 2 * timeouts.check_every
     after_s += 0.0 if starting else timeouts.operation_seconds
+    end_unless_set(done, after_s, error, "the training thread is still blocked")
+
+
+def end_unless_set(
+    done: threading.Event, after_s: float, error: Callable[[], BaseException], what: str
+) -> None:
+    """End the process with `error`'s line unless `done` is set within `after_s` seconds.
+
+    From a daemon thread: `error`'s line is logged (with `what`) and printed on stderr as
+    an uncaught error's would be, and the process ends with status 1, without running
+    further Python cleanup (a thread blocked in TensorFlow would block it too).
+    """
 
     def watch() -> None:
         if done.wait(after_s):
             return
         err = error()
-        logger.error("%s; the training thread is still blocked after %.0f s: exiting", err, after_s)
+        logger.error("%s; %s after %.0f s: exiting", err, what, after_s)
         print(
             f"{type(err).__module__}.{type(err).__qualname__}: {err}", file=sys.stderr, flush=True
         )
