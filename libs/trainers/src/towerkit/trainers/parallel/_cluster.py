@@ -304,6 +304,24 @@ class _DistributedSessionCreator:
             sess.run(self._local_init)
 
 
+def lost_error(
+    worker: int, task: TaskAddress, why: str, at: tuple[int, int] | None
+) -> TaskLostError:
+    """The error of worker `worker` that lost `task` (`why`), at ``(epoch, global step)`` `at`.
+
+    `at` is None while the session starts.
+    """
+    role = "the chief" if task.job == "worker" else "a parameter server"
+    msg = f"worker {worker} lost {role}, {task}: {why}; " + (
+        f"training stopped at epoch {at[0]}, global step {at[1]}"
+        if at is not None
+        else "before the first step (the session was starting)"
+    )
+    if task.job == "worker":
+        msg += " (only the chief saves: a worker does not train on without it)"
+    return TaskLostError(msg, task)
+
+
 def check_in_ops(task: int, num_workers: int, num_ps: int, after: Sequence[Any]) -> tuple[Any, Any]:
     """``(hello, check_in)``: worker `task` puts its start, then its end, on every done queue.
 

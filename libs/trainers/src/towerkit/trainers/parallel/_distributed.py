@@ -26,6 +26,7 @@ from towerkit.trainers.parallel._cluster import (
     _server_facts,
     _target,
     check_in_ops,
+    lost_error,
     serve_parameters,
     session_start_ops,
 )
@@ -37,6 +38,7 @@ from towerkit.trainers.parallel._health import (
     TaskAddress,
     TaskLostError,
     close_within,
+    end_unless_set,
     exit_if_stuck,
     task_addresses,
 )
@@ -149,6 +151,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         self.timeouts = timeouts
         self._watch: ClusterWatch | None = None
         self._loop_done = threading.Event()
+        self._close_stuck = False  # a close of the session was left blocked
         self._chief_finished_flag: Any = None
         self._finished_var: Any = None
         self._preempt_flag: tuple[Any, Any, Any] | None = None
@@ -350,15 +353,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         return not any(t.job == "ps" for t, _ in watch.lost)
 
     def _lost_error(self, task: TaskAddress, why: str) -> TaskLostError:
-        role = "the chief" if task.job == "worker" else "a parameter server"
-        msg = f"worker {self._task} lost {role}, {task}: {why}; " + (
-            f"training stopped at epoch {self._epoch_num}, global step {self.global_step}"
-            if self.hooked_sess is not None
-            else "before the first step (the session was starting)"
-        )
-        if task.job == "worker":
-            msg += " (only the chief saves: a worker does not train on without it)"
-        return TaskLostError(msg, task)
+        at = (self._epoch_num, self.global_step) if self.hooked_sess is not None else None
+        return lost_error(self._task, task, why, at)
 
     def _main_loop(self, bounds: LoopBounds) -> None:
         """As `Trainer.main_loop`, watching the parameter servers and the chief meanwhile.
@@ -393,6 +389,9 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         if found is not None:
             error = self._lost_error(*found)
             logger.error("%s", error)
+            if self._close_stuck:  # a TensorFlow thread waits on the lost task: bound the exit
+                after_s = self.timeouts.close_seconds + 2 * self.timeouts.check_every
+                end_unless_set(threading.Event(), after_s, lambda: error, "the process runs on")
             raise error from err
 
     def _finish(self, failed: BaseException | None) -> None:
@@ -406,7 +405,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 self._task,
                 lost[0],
             )
-            close_within(self.sess, self.timeouts.close_seconds)
+            self._close_stuck = not close_within(self.sess, self.timeouts.close_seconds)
         super()._finish(failed)
 
     def _close_session(self) -> None:
@@ -416,6 +415,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         the bound the close is left to a daemon thread and the process's exit.
         """
         if not close_within(self.sess, self.timeouts.close_seconds):
+            self._close_stuck = True
             logger.warning(
                 "worker %d: closing the session did not end within %g s (a task of the "
                 "cluster is gone); leaving it",
