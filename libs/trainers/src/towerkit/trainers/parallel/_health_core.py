@@ -60,18 +60,20 @@ class TaskHealth:
         since: when the watch began watching the task.
         alive_at: the last time the task was known alive: its server answered a probe,
             or the watch heard from it another way; None: never.
+        answered: whether a probe was ever answered (word alone is not an answer).
         accepted_at: the last time its server accepted a probe's connection (answered
             or not); None: never.
         reason: why it is lost (empty unless LOST).
 
     Examples:
         >>> start_health(0.0)
-        TaskHealth(status=<Health.NEVER_SEEN: 'never seen'>, since=0.0, alive_at=None, accepted_at=None, reason='')
+        TaskHealth(status=<Health.NEVER_SEEN: 'never seen'>, since=0.0, alive_at=None, answered=False, accepted_at=None, reason='')
     """
 
     status: Health = attrs.field(validator=attrs.validators.instance_of(Health))
     since: float = attrs.field(converter=float)
     alive_at: float | None = attrs.field(default=None, converter=_optional_time)
+    answered: bool = False
     accepted_at: float | None = attrs.field(default=None, converter=_optional_time)
     reason: str = ""
 
@@ -90,11 +92,20 @@ def start_health(now: float, *, alive: bool = False) -> TaskHealth:
     return TaskHealth(status=Health.NEVER_SEEN, since=now)
 
 
+_LAST_FOUND = {
+    Health.ACCEPTING: " (it accepts connections but answers nothing)",
+    Health.SILENT: " (no connection)",
+}
+"""What a loss's reason adds about the last probe, when there was one since it was alive."""
+
+
 def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within: float) -> str:
     """Why `health` is past its bound at `now` (seconds), or ``""`` while it is not.
 
     Known alive once: lost more than `dead_after` seconds after it was last known alive
-    (accepting a connection is not being alive: a stopped process's kernel accepts).
+    (once a probe was answered, accepting a connection is not being alive: a stopped
+    process's kernel accepts; a task whose probes were never answered in time, known
+    alive by word, is alive while it accepts).
     Never known alive but seen accepting (a live server that answers late on a loaded
     machine): lost once it has accepted nothing for more than `dead_after` seconds, or
     once `start_within` seconds have passed since the watch began (a stopped process
@@ -108,8 +119,14 @@ def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within:
     if health.status is Health.LOST:
         return health.reason
     if health.alive_at is not None:
-        if now - health.alive_at > dead_after:
-            return f"unreachable for {now - health.alive_at:.0f} s"
+        # a task whose probes were never answered in time (a loaded machine) but that is
+        # known alive otherwise lives on while it accepts connections
+        alive = health.alive_at
+        if not health.answered and health.accepted_at is not None:
+            alive = max(alive, health.accepted_at)
+        if now - alive > dead_after:
+            last = _LAST_FOUND.get(health.status, "")
+            return f"unreachable for {now - alive:.0f} s{last}"
     elif health.accepted_at is not None:
         if now - health.accepted_at > dead_after:
             gone = now - health.accepted_at
@@ -156,12 +173,15 @@ def advance_health(
     if health.status is Health.LOST:
         return health
     alive_at, accepted_at, status = health.alive_at, health.accepted_at, health.status
+    answered = health.answered or reach is Reach.ANSWERS
     if heard or reach is Reach.ANSWERS:
         alive_at, accepted_at, status = now, now, Health.ANSWERING
     elif reach is Reach.ACCEPTS:
         accepted_at, status = now, Health.ACCEPTING
     elif reach is Reach.NOTHING and status is not Health.NEVER_SEEN:
         status = Health.SILENT
-    health = attrs.evolve(health, status=status, alive_at=alive_at, accepted_at=accepted_at)
+    health = attrs.evolve(
+        health, status=status, alive_at=alive_at, answered=answered, accepted_at=accepted_at
+    )
     why = lost_reason(health, now, dead_after, start_within)
     return attrs.evolve(health, status=Health.LOST, reason=why) if why else health
