@@ -744,6 +744,102 @@ def recipes_check(session: nox.Session) -> None:
     session.run("python", str(RECIPE), "--check", "--out", str(out), env=pytest_env())
 
 
+FLAKE_GATE_TESTS = (
+    "libs/trainers/tests/test_cluster_faults.py",
+    "libs/trainers/tests/test_elastic.py::test_rank_killed_mid_epoch",
+    "libs/trainers/tests/test_horovod.py",
+)
+"""The process fault tests the flake gate repeats: a task or rank killed, frozen or lost."""
+
+FLAKE_GATE_HOSTS = ("tests/hosts/test_cluster_hosts.py", "tests/hosts/test_elastic_hosts.py")
+"""Its fault tests on simulated hosts (fixed addresses: one at a time, root only)."""
+
+FLAKE_REPORTS = ROOT / "reports" / "flake"
+"""Where the flake gate's JUnit reports go, one per run and group."""
+
+
+def pass_counts(reports: list[Path]) -> dict[str, tuple[int, int]]:
+    """``{test: (passed, ran)}`` over JUnit reports: a skipped case is not a run.
+
+    A case ran when its report has it, passed or failed (or erred); one a run did not
+    reach at all (its run was stopped) counts as nothing there.
+    """
+    from xml.etree import ElementTree
+
+    counts: dict[str, tuple[int, int]] = {}
+    for path in reports:
+        for case in ElementTree.parse(path).getroot().iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}"
+            outcomes = {child.tag for child in case}
+            if "skipped" in outcomes:
+                continue
+            passed, ran = counts.get(name, (0, 0))
+            ok = not outcomes & {"failure", "error"}
+            counts[name] = (passed + int(ok), ran + 1)
+    return counts
+
+
+def flake_gate_args(posargs: list[str]) -> tuple[int, list[str]]:
+    """``(runs, tests)`` of ``nox -s flake_gate -- [--runs N] [TEST ...]`` (20 runs, the gate's tests)."""
+    args = list(posargs)
+    runs = 20
+    if "--runs" in args:
+        at = args.index("--runs")
+        value = args[at + 1] if at + 1 < len(args) else ""
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"--runs takes a number of runs >= 1; got {value!r}")
+        runs = int(value)
+        del args[at : at + 2]
+    return runs, args
+
+
+@nox.session(default=False)
+def flake_gate(session: nox.Session) -> None:
+    """The process fault tests N times, two at a time; each test's pass count, all N or fail.
+
+    ``nox -s flake_gate -- --runs 20`` (the default) repeats `FLAKE_GATE_TESTS` (the cluster,
+    horovod and elastic fault tests), each run one pytest run over two workers, and then,
+    as root, the simulated hosts' fault tests one at a time (`FLAKE_GATE_HOSTS`). Tests
+    named after ``--runs N`` replace the lists. A failing run does not stop the gate:
+    every run's JUnit report (``reports/flake/``) counts, and the session fails unless
+    every test passed every time it ran. Not part of ``nox -t ci``: 20 runs take hours.
+    """
+    try:
+        runs, chosen = flake_gate_args(session.posargs)
+    except ValueError as err:
+        session.error(str(err))
+    install_local(
+        session, "towerkit-tools", "towerkit-conformance", *[f"towerkit-{lib}" for lib in LIBS]
+    )
+    install_groups(session, "test")
+    install_horovod_lean(session)
+    share_bytecode(session)
+    env = {**pytest_env(), **LEGACY_KERAS, "TOWERKIT_HOROVOD_WHEEL_CACHE": str(HOROVOD_WHEELS)}
+    groups = [("procs", list(chosen or FLAKE_GATE_TESTS), ["-n", "2"])]
+    if not chosen and os.geteuid() == 0:
+        groups.append(("hosts", list(FLAKE_GATE_HOSTS), ["-p", "no:xdist"]))
+    shutil.rmtree(FLAKE_REPORTS, ignore_errors=True)
+    FLAKE_REPORTS.mkdir(parents=True)
+    reports = []
+    for run in range(1, runs + 1):
+        for name, tests, workers in groups:
+            report = FLAKE_REPORTS / f"{name}-{run:03d}.xml"
+            session.log(f"flake gate: run {run} of {runs}, {name}")
+            session.run(
+                "pytest", *tests, *workers, "-p", "no:cacheprovider", "-q",
+                f"--junitxml={report}", env=env, success_codes=[0, 1],
+            )  # fmt: skip
+            if report.exists():
+                reports.append(report)
+    counts = pass_counts(reports)
+    print(f"\neach test's passes over {runs} runs:")
+    for test, (passed, ran) in sorted(counts.items()):
+        print(f"{passed:4d} of {ran:4d}  {test}")
+    short = [t for t, (passed, ran) in counts.items() if passed < runs or ran < runs]
+    if short:
+        session.error(f"flake gate: {len(short)} tests passed fewer than {runs} of {runs} runs")
+
+
 @nox.session(tags=["ci"], venv_backend="none", allow_parallel=False)
 def ci_summary(session: nox.Session) -> None:
     """The 25 slowest tests of the last run and each session's time (last in ``nox -t ci``).

@@ -88,3 +88,36 @@ def test_horovod_session_reaches_every_horovod_test(noxfile):
         or not any(path.startswith(f"{folder}/") for folder in noxfile.HOROVOD_TEST_PATHS)
     )
     assert outside == [], f"horovod tests the horovod session does not run: {outside}"
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="3" failures="{failures}" errors="0" skipped="1">
+<testcase classname="a.TestX" name="test_kill" time="1.0">{kill}</testcase>
+<testcase classname="a.TestX" name="test_freeze" time="1.0"/>
+<testcase classname="a" name="test_skipped" time="0.0"><skipped message="no"/></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_flake_gate_counts_each_test(noxfile, tmp_path):
+    """The flake gate counts each test's passes and runs over every run's JUnit report;
+    a failure or an error is a run that did not pass, a skip no run at all."""
+    reports = []
+    for run, kill in enumerate(["", '<failure message="hang"/>', '<error message="x"/>', ""]):
+        path = tmp_path / f"procs-{run:03d}.xml"
+        path.write_text(JUNIT.format(failures=int(bool(kill)), kill=kill))
+        reports.append(path)
+    assert noxfile.pass_counts(reports) == {
+        "a.TestX::test_kill": (2, 4),
+        "a.TestX::test_freeze": (4, 4),
+    }
+    assert noxfile.pass_counts([]) == {}
+
+
+def test_flake_gate_arguments(noxfile):
+    """``--runs N`` sets the runs (20 by default); the other arguments are the tests."""
+    assert noxfile.flake_gate_args([]) == (20, [])
+    assert noxfile.flake_gate_args(["--runs", "3", "t.py::x"]) == (3, ["t.py::x"])
+    for bad in (["--runs"], ["--runs", "0"], ["--runs", "two"]):
+        with pytest.raises(ValueError, match="--runs takes a number of runs >= 1"):
+            noxfile.flake_gate_args(bad)

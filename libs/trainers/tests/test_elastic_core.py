@@ -11,6 +11,7 @@ from towerkit.trainers.parallel._elastic_core import (
     check_commit_every,
     commit_after_step,
     final_global_step,
+    reform_within,
     remaining_epochs,
 )
 
@@ -123,3 +124,24 @@ class TestDecisions:
         for i, s in enumerate(steps[1:], 1):
             if s <= steps[i - 1]:
                 assert (s - gs - 1) // spe == (steps[i - 1] - gs - 1) // spe
+
+
+class TestReformWithin:
+    """How long a rank waits for horovod's ring to re-form before it ends with one line."""
+
+    @given(st.floats(0.01, 1e5, allow_nan=False), st.floats(0.01, 1e5, allow_nan=False))
+    def test_sum(self, elastic, gloo):
+        """The driver's wait for hosts, then a gloo timeout for the old ring and the new."""
+        env = {"HOROVOD_ELASTIC_TIMEOUT": repr(elastic), "HOROVOD_GLOO_TIMEOUT_SECONDS": repr(gloo)}
+        assert reform_within(env) == elastic + 2 * gloo
+        assert reform_within({}) == 600.0 + 2 * 30.0
+        assert reform_within({"HOROVOD_GLOO_TIMEOUT_SECONDS": " "}) == 660.0
+
+    @pytest.mark.parametrize("bad", ["soon", "0", "-5", "inf", "nan"])
+    def test_fail(self, bad):
+        """A setting that is not a positive number of seconds is named."""
+        with pytest.raises(
+            ValueError,
+            match=f"HOROVOD_ELASTIC_TIMEOUT must be a positive number of seconds; got '{bad}'",
+        ):
+            reform_within({"HOROVOD_ELASTIC_TIMEOUT": bad})

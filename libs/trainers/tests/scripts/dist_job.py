@@ -81,8 +81,8 @@ def print_watches(signum, frame) -> None:
         state = watch._state
         print(
             f"WATCH {watch._thread.name} at {time.monotonic():.1f}: since {state.since:.1f}, "
-            f"tasks {[str(t) for t in watch._tasks]}, seen {state.last_seen}, "
-            f"listening {state.last_listening}, lost {watch.lost}",
+            f"tasks {[str(t) for t in watch._tasks]}, "
+            f"health {[(str(t), h) for t, h in state.healths]}, lost {watch.lost}",
             flush=True,
         )
 

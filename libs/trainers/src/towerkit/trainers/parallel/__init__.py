@@ -11,7 +11,8 @@ and its session from ``_trainer_parts``, as the trainers here do.
 - ``_allreduce``, ``_grad_sync``: summing and averaging gradients, replicated variables.
 - ``_trainer_parts``: session initializers, per-epoch ops, who owns the log directory.
 - ``_multigpu``: the single-process multi-device trainers.
-- ``_health``, ``_cluster``, ``_distributed``: TensorFlow-cluster trainers, task liveness.
+- ``_health_core``, ``_health``, ``_cluster``, ``_distributed``: TensorFlow-cluster trainers,
+  task liveness (a task's health: pure records and transition; the watch thread).
 - ``_horovod``, ``_hvdrun``: the Horovod trainer and its launcher.
 - ``_elastic_core``, ``_elastic``: elastic Horovod training (pure decisions, graph state).
 """

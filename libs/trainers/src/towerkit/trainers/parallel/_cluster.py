@@ -23,7 +23,7 @@ from towerkit.trainers.parallel._health import (
     close_within,
     dead_tasks,
     observe,
-    probe,
+    reach,
     task_addresses,
 )
 
@@ -32,7 +32,26 @@ __all__ = ["DONE_QUEUE", "serve_parameters"]
 logger = logging.getLogger("towerkit.trainers")
 
 DONE_QUEUE = "towerkit_workers_done"
-"""Shared name of the queue, one on each parameter server, where finished workers check in."""
+"""Shared name of the queue, one on each parameter server, where workers check in.
+
+Each worker puts ``-1 - index`` when its training loop starts (it is alive: the
+parameter server's watch bounds it by ``dead_after`` from then, though its probes may
+never have reached it) and ``index`` when its training ends.
+"""
+
+
+def hello_value(task: int) -> int:
+    """What worker `task` puts on the done queue when its loop starts (negative).
+
+    >>> hello_value(0), hello_value(3), said_hello(-4)
+    (-1, -4, 3)
+    """
+    return -1 - task
+
+
+def said_hello(value: int) -> int:
+    """The worker whose start `value` (from `hello_value`) announces."""
+    return -1 - value
 
 
 def _server_facts(server: Any) -> tuple[Any, str, int]:
@@ -60,7 +79,7 @@ def _target(server: Any) -> str:
 def _done_queue(ps_task: int, num_workers: int) -> Any:
     with tf1.device(f"/job:ps/task:{ps_task}"):
         return tf1.FIFOQueue(
-            max(num_workers, 1),
+            2 * max(num_workers, 1),
             [tf.int32],
             shapes=[[]],
             shared_name=DONE_QUEUE,
@@ -82,14 +101,15 @@ def serve_parameters(
     process can exit. The variables stay on the server while it runs.
 
     It never waits for a dead worker: every ``timeouts.check_every`` seconds it
-    checks that the workers still to check in answer a connection (`is_up`). A
-    worker that was up and then stops answering for ``timeouts.dead_after`` seconds
-    (killed, crashed, stopped, its machine gone), or that never comes up within
-    ``timeouts.start_within`` seconds, is dead: one error line names it (job,
-    index, address), the others are still served, and once none is left to wait
-    for, `TaskLostError` is raised naming every dead worker. So with the defaults
-    this returns or raises within 10 minutes of a lost worker at most, usually
-    within ``dead_after + check_every`` seconds of the last one's end.
+    checks that the workers still to check in answer a connection (`is_up`), and
+    each worker checks in a first time when its training loop starts. A worker
+    known alive (it answered, or checked in at its start) that is then unheard for
+    ``timeouts.dead_after`` seconds (killed, crashed, stopped, its machine gone), or
+    that never comes up within ``timeouts.start_within`` seconds, is dead: one error
+    line names it (job, index, address), the others are still served, and once none
+    is left to wait for, `TaskLostError` is raised naming every dead worker. So a
+    worker lost once training runs is named within ``dead_after + 2 * check_every``
+    seconds (with the defaults, 24 s), one that never starts within ``start_within``.
 
     Args:
         server: this process's ``tf.compat.v1.train.Server``, of job ``ps``.
@@ -130,9 +150,7 @@ def serve_parameters(
         with tf1.Session(_target(server), graph=graph, config=config) as sess:
             while len(set(done) | {t.index for t, _ in watch.lost}) < num_workers:
                 try:
-                    done.append(int(sess.run(take, options=options)))
-                    watch.forget("worker", done[-1])
-                    logger.info("ps task %d: worker %d is done", task, done[-1])
+                    value = int(sess.run(take, options=options))
                 except tf.errors.DeadlineExceededError:
                     if deadline is not None and time.monotonic() > deadline:
                         waiting = sorted(set(range(num_workers)) - set(done))
@@ -141,12 +159,21 @@ def serve_parameters(
                             f"{timeout:g} s (done: {done})"
                         )
                         raise TimeoutError(msg) from None
+                    continue
+                if value < 0:  # a worker's loop started: alive now, whatever probes saw
+                    watch.heard_from("worker", said_hello(value))
+                    continue
+                done.append(value)
+                watch.forget("worker", value)
+                logger.info("ps task %d: worker %d is done", task, value)
             # a worker that checked in and ended at once may be found dead before its
             # check-in was taken: it is done, not lost
             drain = tf1.RunOptions(timeout_in_ms=200)
             with contextlib.suppress(tf.errors.DeadlineExceededError):
                 while len(done) < num_workers:
-                    done.append(int(sess.run(take, options=drain)))
+                    value = int(sess.run(take, options=drain))
+                    if value >= 0:
+                        done.append(value)
     finally:
         watch.stop()
     lost = [(t, why) for t, why in watch.lost if t.index not in done]
@@ -219,8 +246,8 @@ class _DistributedSessionCreator:
         """One health check of the chief while waiting; raise when it is dead."""
         if self._chief is None:
             return state
-        up, accepted = probe(self._chief.address, answer_within(self._timeouts))
-        state = observe(state, self._chief, up, time.monotonic(), listening=accepted)
+        found = reach(self._chief.address, answer_within(self._timeouts))
+        state = observe(state, self._chief, found, time.monotonic(), self._timeouts)
         for task, why in dead_tasks(state, [self._chief], time.monotonic(), self._timeouts):
             msg = f"the chief, {task}, died before initializing the variables: {why}"
             logger.error("%s", msg)
@@ -277,20 +304,63 @@ class _DistributedSessionCreator:
             sess.run(self._local_init)
 
 
-class _CheckIn(Callback):
-    """Put this worker's index on every parameter server's done queue at the end of training.
+def lost_error(
+    worker: int, task: TaskAddress, why: str, at: tuple[int, int] | None
+) -> TaskLostError:
+    """The error of worker `worker` that lost `task` (`why`), at ``(epoch, global step)`` `at`.
 
-    First the trainer stops watching the other tasks (they may end normally from now
-    on); nothing is put when a parameter server is known lost.
+    `at` is None while the session starts.
+    """
+    role = "the chief" if task.job == "worker" else "a parameter server"
+    msg = f"worker {worker} lost {role}, {task}: {why}; " + (
+        f"training stopped at epoch {at[0]}, global step {at[1]}"
+        if at is not None
+        else "before the first step (the session was starting)"
+    )
+    if task.job == "worker":
+        msg += " (only the chief saves: a worker does not train on without it)"
+    return TaskLostError(msg, task)
+
+
+def check_in_ops(task: int, num_workers: int, num_ps: int, after: Sequence[Any]) -> tuple[Any, Any]:
+    """``(hello, check_in)``: worker `task` puts its start, then its end, on every done queue.
+
+    The end is put after the ops `after` (the chief's flag that its end is normal).
+    """
+    queues = [_done_queue(k, num_workers) for k in range(num_ps)]
+    hello = tf.group(
+        *[q.enqueue(tf.constant(hello_value(task), tf.int32)) for q in queues], name="hello"
+    )
+    with tf1.control_dependencies(list(after)):
+        check_in = tf.group(
+            *[q.enqueue(tf.constant(task, tf.int32)) for q in queues], name="check_in"
+        )
+    return hello, check_in
+
+
+class _CheckIn(Callback):
+    """Tell every parameter server this worker's loop started, then that its training ended.
+
+    At the start: its index as `hello_value`, so that each parameter server knows it
+    alive. At the end, first the trainer stops watching the other tasks (they may end
+    normally from now on); nothing is put when a parameter server is known lost.
     """
 
     _chief_only = False
     name_scope = "CheckIn"
 
-    def __init__(self, enqueue: Any, timeout_ms: int, finishing: Callable[[], bool]) -> None:
-        self._enqueue = enqueue
+    def __init__(
+        self, ops: tuple[Any, Any], timeout_ms: int, finishing: Callable[[], bool]
+    ) -> None:
+        self._hello, self._enqueue = ops
         self._options = tf1.RunOptions(timeout_in_ms=timeout_ms)
         self._finishing = finishing
+
+    def _before_train(self) -> None:
+        try:
+            self.trainer.sess.run(self._hello, options=self._options)
+        except tf.errors.OpError as err:
+            logger.warning("could not tell the parameter servers this worker started: %s", err)
 
     def _after_train(self) -> None:
         if not self._finishing():

@@ -22,10 +22,11 @@ from towerkit.trainers.parallel._cluster import (
     DONE_QUEUE,
     _CheckIn,
     _DistributedSessionCreator,
-    _done_queue,
     _PushToShadows,
     _server_facts,
     _target,
+    check_in_ops,
+    lost_error,
     serve_parameters,
     session_start_ops,
 )
@@ -37,6 +38,7 @@ from towerkit.trainers.parallel._health import (
     TaskAddress,
     TaskLostError,
     close_within,
+    end_unless_set,
     exit_if_stuck,
     task_addresses,
 )
@@ -149,6 +151,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         self.timeouts = timeouts
         self._watch: ClusterWatch | None = None
         self._loop_done = threading.Event()
+        self._close_stuck = False  # a close of the session was left blocked
         self._chief_finished_flag: Any = None
         self._finished_var: Any = None
         self._preempt_flag: tuple[Any, Any, Any] | None = None
@@ -160,7 +163,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         self.is_chief = task == 0
         self._worker = f"/job:worker/task:{task}"
         self._devices = tuple(f"{self._worker}{d}" for d in resolve_devices(gpus))
-        self._check_in: Any = None
+        self._check_in: tuple[Any, Any] | None = None
 
     @property
     def server(self) -> Any:
@@ -214,14 +217,9 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 flag = tf1.Variable(False, trainable=False, collections=[], name="preempted")
                 self._preempt_flag = (flag, flag.read_value(), flag.assign(True, read_value=False))
                 raise_finished = [finished.assign(True, read_value=False)] if self.is_chief else []
-            with tf1.control_dependencies(raise_finished):
-                self._check_in = tf.group(
-                    *[
-                        _done_queue(k, self._num_workers).enqueue(tf.constant(self._task, tf.int32))
-                        for k in range(self._num_ps)
-                    ],
-                    name="check_in",
-                )
+            self._check_in = check_in_ops(
+                self._task, self._num_workers, self._num_ps, raise_finished
+            )
         return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn, precision=precision)
 
     def setup_callbacks(
@@ -299,7 +297,12 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         ps = [t for t in tasks if t.job == "ps"]  # watched from the start
         watch = ClusterWatch(ps, self.timeouts, on_dead=lost_at_start, name="start-watch").start()
         try:
-            super().initialize(creator, wrapped)
+            # The session's first call waits for every parameter server, with no deadline
+            # (TensorFlow's graph extension): it starts once the watch has reached them
+            # all, so that one lost during the call is found and the wait bounded.
+            unreached = watch.wait_reached(self.timeouts.start_within)
+            if unreached is None:
+                super().initialize(creator, wrapped)
         except Exception as err:
             started.set()
             if self.sess is not None:
@@ -309,6 +312,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         finally:
             started.set()
             watch.stop()
+        self._raise_lost(unreached, None)
         warn_missing_devices(self.sess, self._devices)
 
     def _after_init_ops(self) -> list[Any]:
@@ -349,15 +353,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         return not any(t.job == "ps" for t, _ in watch.lost)
 
     def _lost_error(self, task: TaskAddress, why: str) -> TaskLostError:
-        role = "the chief" if task.job == "worker" else "a parameter server"
-        msg = f"worker {self._task} lost {role}, {task}: {why}; " + (
-            f"training stopped at epoch {self._epoch_num}, global step {self.global_step}"
-            if self.hooked_sess is not None
-            else "before the first step (the session was starting)"
-        )
-        if task.job == "worker":
-            msg += " (only the chief saves: a worker does not train on without it)"
-        return TaskLostError(msg, task)
+        at = (self._epoch_num, self.global_step) if self.hooked_sess is not None else None
+        return lost_error(self._task, task, why, at)
 
     def _main_loop(self, bounds: LoopBounds) -> None:
         """As `Trainer.main_loop`, watching the parameter servers and the chief meanwhile.
@@ -372,6 +369,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             on_dead=self._on_lost,
             still_needed=self._still_needed,
             name=f"worker{self._task}-watch",
+            alive=True,  # the session reached them all (the chief: it initialized)
         )
         self._watch = watch.start()
         try:
@@ -391,6 +389,9 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         if found is not None:
             error = self._lost_error(*found)
             logger.error("%s", error)
+            if self._close_stuck:  # a TensorFlow thread waits on the lost task: bound the exit
+                after_s = self.timeouts.close_seconds + 2 * self.timeouts.check_every
+                end_unless_set(threading.Event(), after_s, lambda: error, "the process runs on")
             raise error from err
 
     def _finish(self, failed: BaseException | None) -> None:
@@ -404,7 +405,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
                 self._task,
                 lost[0],
             )
-            close_within(self.sess, self.timeouts.close_seconds)
+            self._close_stuck = not close_within(self.sess, self.timeouts.close_seconds)
         super()._finish(failed)
 
     def _close_session(self) -> None:
@@ -414,6 +415,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         the bound the close is left to a daemon thread and the process's exit.
         """
         if not close_within(self.sess, self.timeouts.close_seconds):
+            self._close_stuck = True
             logger.warning(
                 "worker %d: closing the session did not end within %g s (a task of the "
                 "cluster is gone); leaving it",

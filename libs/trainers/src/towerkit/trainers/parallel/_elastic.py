@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import threading
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -24,8 +25,15 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.towers.compat import tf1
+from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers._loop_end import end_epoch, stop_requested
-from towerkit.trainers.parallel._elastic_core import LoopCommit, commit_after_step, remaining_epochs
+from towerkit.trainers.parallel._elastic_core import (
+    LoopCommit,
+    commit_after_step,
+    reform_within,
+    remaining_epochs,
+)
+from towerkit.trainers.parallel._health import end_unless_set
 
 if TYPE_CHECKING:
     from towerkit.trainers._interrupt import InterruptState
@@ -98,6 +106,8 @@ class GraphState:
         self.snapshot = Snapshot(LoopCommit(0, 0, 0))
         self.position = LoopCommit(0, 0, 0)
         self.bounds: tuple[int, int, int] = (0, 0, 0)
+        # set once the loop runs again after a reset (the ring re-formed, its state synced)
+        self.reformed: threading.Event | None = None
 
     @property
     def sync_op(self) -> Any:
@@ -266,6 +276,9 @@ def run_elastic_loop(
             raise stop_requested(should_stop())
 
     def body(state: GraphState) -> None:
+        if state.reformed is not None:  # re-formed in time: the reset's watchdog stands down
+            state.reformed.set()
+            state.reformed = None
         spe, starting, max_epoch = state.bounds
         try:
             for epoch, first in remaining_epochs(state.position, starting, max_epoch, spe):
@@ -293,8 +306,24 @@ def run_elastic_loop(
                 raise
             raise converted from err
 
+    bound = reform_within(os.environ)
+
     def reset() -> None:
         logger.warning("rank %d: horovod re-forms its ring", trainer.rank)
+        # Bounded: a ring that does not re-form (a rendezvous or a first broadcast that
+        # never completes) ends this process with one line instead of waiting forever.
+        state.reformed = threading.Event()
+        rank = trainer.rank
+        end_unless_set(
+            state.reformed,
+            bound,
+            lambda: CollectiveError(
+                f"HorovodTrainer rank {rank}: horovod's ring did not re-form within {bound:g} s "
+                "after a collective failed (HOROVOD_ELASTIC_TIMEOUT + 2 x "
+                "HOROVOD_GLOO_TIMEOUT_SECONDS)"
+            ),
+            "the ring did not re-form",
+        )
         hvd.shutdown()
         hvd.init()
 

@@ -9,7 +9,7 @@ the global step of an uninterrupted run and every epoch's end is passed once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -19,6 +19,7 @@ __all__ = [
     "check_commit_every",
     "commit_after_step",
     "final_global_step",
+    "reform_within",
     "remaining_epochs",
 ]
 
@@ -141,3 +142,40 @@ def final_global_step(commit: LoopCommit, max_epoch: int, steps_per_epoch: int) 
     """
     left = (max_epoch + 1 - commit.epoch) * steps_per_epoch - commit.steps_done
     return commit.global_step + max(left, 0)
+
+
+ELASTIC_TIMEOUT_DEFAULT = 600.0
+"""horovod's own default of ``HOROVOD_ELASTIC_TIMEOUT`` (seconds)."""
+
+GLOO_TIMEOUT_DEFAULT = 30.0
+"""horovod's own default of ``HOROVOD_GLOO_TIMEOUT_SECONDS`` (seconds)."""
+
+
+def reform_within(environ: Mapping[str, str]) -> float:
+    """Seconds a rank may take from a failed collective to the re-formed ring's first sync.
+
+    horovod's driver waits ``HOROVOD_ELASTIC_TIMEOUT`` seconds at most for enough hosts;
+    the old ring's collectives fail, and the new ring's rendezvous completes, within
+    ``HOROVOD_GLOO_TIMEOUT_SECONDS`` each. Past their sum the ring will not re-form.
+
+    >>> reform_within({}), reform_within({"HOROVOD_ELASTIC_TIMEOUT": "60", "HOROVOD_GLOO_TIMEOUT_SECONDS": "20"})
+    (660.0, 100.0)
+
+    Raises:
+        ValueError: a variable that is not a positive number of seconds, named.
+    """
+    seconds = []
+    for name, default in (
+        ("HOROVOD_ELASTIC_TIMEOUT", ELASTIC_TIMEOUT_DEFAULT),
+        ("HOROVOD_GLOO_TIMEOUT_SECONDS", GLOO_TIMEOUT_DEFAULT),
+    ):
+        text = environ.get(name, "")
+        try:
+            value = float(text) if text.strip() else default
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value == float("inf"):
+            msg = f"{name} must be a positive number of seconds; got {text!r}"
+            raise ValueError(msg)
+        seconds.append(value)
+    return seconds[0] + 2 * seconds[1]

@@ -15,6 +15,13 @@ import attrs
 from attrs.validators import ge, gt, instance_of
 
 from towerkit.trainers._errors import TaskLostError
+from towerkit.trainers.parallel._health_core import (
+    Reach,
+    TaskHealth,
+    advance_health,
+    lost_reason,
+    start_health,
+)
 
 __all__ = [
     "ClusterTimeouts",
@@ -22,6 +29,7 @@ __all__ = [
     "TaskAddress",
     "TaskLostError",
     "dead_tasks",
+    "known_alive",
     "observe",
     "task_addresses",
 ]
@@ -128,55 +136,74 @@ def task_addresses(
     return tuple(out)
 
 
-def _sightings(
-    values: Iterable[tuple[TaskAddress, float]],
-) -> tuple[tuple[TaskAddress, float], ...]:
+def _healths(
+    values: Iterable[tuple[TaskAddress, TaskHealth]],
+) -> tuple[tuple[TaskAddress, TaskHealth], ...]:
     return tuple(values)
 
 
 @attrs.frozen(kw_only=True)
 class LivenessState:
-    """What the health checks have seen so far.
+    """What the health checks have seen so far: each task's `TaskHealth`.
 
     Attributes:
         since: when the watch started (seconds, any monotonic clock).
-        last_seen: ``(task, time)`` of the last successful check of each task seen up.
-        last_listening: ``(task, time)`` of the last check whose connection each task
-            accepted, answered in time or not (its server was there).
+        healths: ``(task, health)`` of each task an event was folded in for; a task
+            not listed is as `start_health(since)` makes it (never seen).
     """
 
     since: float
-    last_seen: tuple[tuple[TaskAddress, float], ...] = attrs.field(default=(), converter=_sightings)
-    last_listening: tuple[tuple[TaskAddress, float], ...] = attrs.field(
-        default=(), converter=_sightings
+    healths: tuple[tuple[TaskAddress, TaskHealth], ...] = attrs.field(
+        default=(), converter=_healths
     )
 
+    def health(self, task: TaskAddress) -> TaskHealth:
+        """The health of `task` (never seen since the start when no event was folded in)."""
+        for known, health in self.healths:
+            if known == task:
+                return health
+        return start_health(self.since)
 
-def _sighted(
-    sightings: tuple[tuple[TaskAddress, float], ...], task: TaskAddress, now: float
-) -> tuple[tuple[TaskAddress, float], ...]:
-    return (*((t, s) for t, s in sightings if t != task), (task, now))
+
+def known_alive(since: float, tasks: Iterable[TaskAddress]) -> LivenessState:
+    """The state of a watch that starts at `since` knowing `tasks` alive (a session reached them).
+
+    >>> t = TaskAddress(job="ps", index=0, address="h:1")
+    >>> known_alive(3.0, [t]).health(t).alive_at
+    3.0
+    """
+    return LivenessState(since=since, healths=[(t, start_health(since, alive=True)) for t in tasks])
 
 
 def observe(
-    state: LivenessState, task: TaskAddress, up: bool, now: float, *, listening: bool | None = None
+    state: LivenessState,
+    task: TaskAddress,
+    reach: Reach | None,
+    now: float,
+    timeouts: ClusterTimeouts,
+    *,
+    heard: bool = False,
 ) -> LivenessState:
-    """The state after one health check of `task` at time `now`.
+    """The state after one event about `task` at `now`: a probe's `reach`, or word it is alive.
 
-    `up`: it answered in time; `listening`: it accepted the connection (default: `up`).
+    `advance_health` decides; the other tasks are untouched.
 
     Examples:
         >>> t = TaskAddress(job="ps", index=0, address="h:1")
-        >>> observe(LivenessState(since=0.0), t, True, 3.0).last_seen == ((t, 3.0),)
-        True
-        >>> observe(LivenessState(since=0.0), t, False, 3.0, listening=True).last_listening
-        ((TaskAddress(job='ps', index=0, address='h:1'), 3.0),)
+        >>> s = observe(LivenessState(since=0.0), t, Reach.ANSWERS, 3.0, ClusterTimeouts())
+        >>> s.health(t).status, s.health(t).alive_at
+        (<Health.ANSWERING: 'answering'>, 3.0)
     """
-    if up:
-        state = attrs.evolve(state, last_seen=_sighted(state.last_seen, task, now))
-    if up or listening:
-        state = attrs.evolve(state, last_listening=_sighted(state.last_listening, task, now))
-    return state
+    health = advance_health(
+        state.health(task),
+        reach,
+        now,
+        dead_after=timeouts.dead_after,
+        start_within=timeouts.start_within,
+        heard=heard,
+    )
+    rest = [(t, h) for t, h in state.healths if t != task]
+    return attrs.evolve(state, healths=(*rest, (task, health)))
 
 
 def answer_within(timeouts: ClusterTimeouts) -> float:
@@ -195,37 +222,27 @@ def answer_within(timeouts: ClusterTimeouts) -> float:
 def dead_tasks(
     state: LivenessState, tasks: Iterable[TaskAddress], now: float, timeouts: ClusterTimeouts
 ) -> tuple[tuple[TaskAddress, str], ...]:
-    """The tasks of `tasks` that are dead at `now`, each with the reason, in order.
+    """The tasks of `tasks` that are lost at `now`, each with the reason, in order.
 
-    A task seen up is dead once it has not answered for more than ``dead_after``
-    seconds. A task never seen up (on a loaded machine a live server may answer late
-    every time) but seen accepting connections is dead once it has accepted none for
-    more than ``dead_after`` seconds: its server is gone. Any other task never seen up
-    is dead once ``start_within`` seconds have passed since the watch began.
+    `lost_reason` decides: a task known alive once (it answered, or was heard from)
+    is lost once unheard for more than ``dead_after`` seconds; one never known alive
+    but seen accepting connections, once it has accepted none for more than
+    ``dead_after``; one never seen at all, once ``start_within`` has passed since the
+    watch began.
 
     Examples:
         >>> t = TaskAddress(job="ps", index=0, address="h:1")
-        >>> s = observe(LivenessState(since=0.0), t, True, 1.0)
+        >>> s = observe(LivenessState(since=0.0), t, Reach.ANSWERS, 1.0, ClusterTimeouts())
         >>> dead_tasks(s, [t], 5.0, ClusterTimeouts(dead_after=10))
         ()
         >>> [(str(task), why) for task, why in dead_tasks(s, [t], 12.0, ClusterTimeouts(dead_after=10))]
         [("job 'ps' task 0 (h:1)", 'unreachable for 11 s')]
     """
-    seen = dict(state.last_seen)
-    listened = dict(state.last_listening)
     out = []
     for task in tasks:
-        last = seen.get(task)
-        heard = listened.get(task)
-        if last is None and heard is not None:
-            if now - heard > timeouts.dead_after:
-                gone = f"accepts no connection for {now - heard:.0f} s (it never answered in time)"
-                out.append((task, gone))
-        elif last is None:
-            if now - state.since > timeouts.start_within:
-                out.append((task, f"never came up within {timeouts.start_within:g} s"))
-        elif now - last > timeouts.dead_after:
-            out.append((task, f"unreachable for {now - last:.0f} s"))
+        why = lost_reason(state.health(task), now, timeouts.dead_after, timeouts.start_within)
+        if why:
+            out.append((task, why))
     return tuple(out)
 
 
@@ -245,6 +262,12 @@ def is_up(address: str, timeout: float) -> bool:
     task would otherwise look up while every operation on it blocks.
     """
     return probe(address, timeout)[0]
+
+
+def reach(address: str, timeout: float) -> Reach:
+    """What a probe of the server at ``host:port`` finds within `timeout` seconds (`probe`)."""
+    answers, accepts = probe(address, timeout)
+    return Reach.ANSWERS if answers else Reach.ACCEPTS if accepts else Reach.NOTHING
 
 
 def probe(address: str, timeout: float) -> tuple[bool, bool]:
@@ -275,11 +298,14 @@ class ClusterWatch:
     """A daemon thread that checks the given tasks and reports each one that dies.
 
     Each task is checked every ``check_every`` seconds by opening a connection to its
-    server (`is_up`: the server must answer, not only accept); `dead_tasks` decides.
-    Each dead task is logged as one error line, added to `lost` (with the reason),
-    dropped from the watch, and passed to `on_dead` (from the watch's thread).
-    ``still_needed(task)``, when given, is asked first: a task that ended normally
-    (False) is only dropped.
+    server (`probe`: the server must answer, not only accept); `heard_from` tells the
+    watch of a task alive another way. Each check and word is folded into the task's
+    `TaskHealth` (`observe`), and `dead_tasks` decides. Each dead task is logged as one
+    error line, added to `lost` (with the reason), dropped from the watch, and passed
+    to `on_dead` (from the watch's thread). ``still_needed(task)``, when given, is
+    asked first: a task that ended normally (False) is only dropped. With `alive`,
+    every task is known alive when the watch starts (a session just reached them), so
+    each is bound by ``dead_after`` from the start, seen by a probe or not.
     """
 
     def __init__(
@@ -289,19 +315,26 @@ class ClusterWatch:
         on_dead: Callable[[TaskAddress, str], None] | None = None,
         still_needed: Callable[[TaskAddress], bool] | None = None,
         name: str = "cluster-watch",
+        *,
+        alive: bool = False,
     ) -> None:
         self._tasks = list(tasks)
         self._timeouts = timeouts
         self._on_dead = on_dead
         self._still_needed = still_needed
+        self._alive = alive
         self._stop = threading.Event()
+        # the watch's thread and the caller's (heard_from) both fold events in
+        self._lock = threading.Lock()
         self._state = LivenessState(since=time.monotonic())
         self.lost: list[tuple[TaskAddress, str]] = []
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> ClusterWatch:
         """Start checking; returns self."""
-        self._state = LivenessState(since=time.monotonic())
+        now = time.monotonic()
+        tasks = self._tasks if self._alive else ()
+        self._state = known_alive(now, tasks)
         self._thread.start()
         return self
 
@@ -312,6 +345,34 @@ class ClusterWatch:
     def forget(self, job: str, index: int) -> None:
         """Stop watching one task (it ended normally)."""
         self._tasks = [t for t in self._tasks if (t.job, t.index) != (job, index)]
+
+    def heard_from(self, job: str, index: int) -> None:
+        """Word that a watched task is alive now (it checked in): bound by ``dead_after`` from now."""
+        for task in [t for t in self._tasks if (t.job, t.index) == (job, index)]:
+            self._fold(task, None, heard=True)
+
+    def health(self, task: TaskAddress) -> TaskHealth:
+        """What the watch has seen of `task` so far."""
+        return self._state.health(task)
+
+    def wait_reached(self, timeout: float) -> tuple[TaskAddress, str] | None:
+        """Wait until a probe has reached every watched task; the first one lost meanwhile, or None.
+
+        Reached: it answered, or at least accepted a connection (a loaded server may
+        answer late). Returns None as well when `timeout` seconds pass first (the
+        watch's bounds still apply to the tasks not reached).
+        """
+        end = time.monotonic() + timeout
+        while not self.lost and time.monotonic() < end:
+            if all(self.health(t).accepted_at is not None for t in list(self._tasks)):
+                return None
+            time.sleep(0.05)
+        return self.lost[0] if self.lost else None
+
+    def _fold(self, task: TaskAddress, found: Reach | None, *, heard: bool = False) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._state = observe(self._state, task, found, now, self._timeouts, heard=heard)
 
     def check_now(self) -> tuple[TaskAddress, str] | None:
         """Check every watched task once, now; the first one down, with a reason, or None."""
@@ -341,10 +402,10 @@ class ClusterWatch:
             began = time.monotonic()
             tasks = list(self._tasks)
             for task in tasks:
-                up, accepted = probe(task.address, answer_within(timeouts))
-                now = time.monotonic()
-                self._state = observe(self._state, task, up, now, listening=accepted)
-            for task, why in dead_tasks(self._state, tasks, time.monotonic(), timeouts):
+                self._fold(task, reach(task.address, answer_within(timeouts)))
+            with self._lock:
+                dead = dead_tasks(self._state, tasks, time.monotonic(), timeouts)
+            for task, why in dead:
                 if self._stop.is_set():
                     return
                 self.forget(task.job, task.index)
@@ -377,12 +438,24 @@ def exit_if_stuck(
     """
     after_s = timeouts.close_seconds + 2 * timeouts.check_every
     after_s += 0.0 if starting else timeouts.operation_seconds
+    end_unless_set(done, after_s, error, "the training thread is still blocked")
+
+
+def end_unless_set(
+    done: threading.Event, after_s: float, error: Callable[[], BaseException], what: str
+) -> None:
+    """End the process with `error`'s line unless `done` is set within `after_s` seconds.
+
+    From a daemon thread: `error`'s line is logged (with `what`) and printed on stderr as
+    an uncaught error's would be, and the process ends with status 1, without running
+    further Python cleanup (a thread blocked in TensorFlow would block it too).
+    """
 
     def watch() -> None:
         if done.wait(after_s):
             return
         err = error()
-        logger.error("%s; the training thread is still blocked after %.0f s: exiting", err, after_s)
+        logger.error("%s; %s after %.0f s: exiting", err, what, after_s)
         print(
             f"{type(err).__module__}.{type(err).__qualname__}: {err}", file=sys.stderr, flush=True
         )
