@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -127,7 +129,83 @@ def test_second_order(monkeypatch):
         load(sess)
         return sess.run(grads)
 
-    assert_same(*both_loops(monkeypatch, run), rtol=1e-4, atol=1e-6)
+    with control_flow(v2=True):  # TensorFlow 1's cannot differentiate the cells' loop twice
+        assert_same(*both_loops(monkeypatch, run), rtol=1e-4, atol=1e-6)
+
+
+@contextlib.contextmanager
+def control_flow(v2):
+    """Build with TensorFlow 2's control flow or 1's (as after ``disable_v2_behavior()``,
+    which a module imported in the same process may have called), then restore it.
+
+    With 1's a TensorArray is a resource whose elements are freed on their first read
+    unless made with ``clear_after_read=False``; 2's never frees.
+    """
+    was = tf1.control_flow_v2_enabled()
+    (tf1.enable_control_flow_v2 if v2 else tf1.disable_control_flow_v2)()
+    try:
+        yield
+    finally:
+        (tf1.enable_control_flow_v2 if was else tf1.disable_control_flow_v2)()
+
+
+@pytest.fixture
+def tf1_control_flow():
+    with control_flow(v2=False):
+        yield
+
+
+def second_order_grads():
+    """The gradients of a penalty on d loss / d x, for every variable."""
+    x = tf1.constant(X)
+    out, _ = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+    (dx,) = tf1.gradients(tf1.reduce_sum(tf1.sin(out)), [x])
+    return tf1.gradients(tf1.reduce_sum(dx * dx), tf1.trainable_variables())
+
+
+def test_second_order_with_tf1_control_flow(monkeypatch, request):
+    """TensorFlow 1's control flow: the second-order gradient runs the fused gradient
+    again (no second read of a freed element) and differentiates the first one's reads
+    of the forward values (no contribution lost); it equals the cells' loop's under
+    TensorFlow 2's (TensorFlow 1's cannot differentiate its own loop twice)."""
+
+    def run(graph, sess):
+        grads = second_order_grads()
+        load(sess)
+        return sess.run(grads)
+
+    with control_flow(v2=True):
+        cells = both_loops(monkeypatch, run)[1]
+    monkeypatch.undo()
+    request.getfixturevalue("tf1_control_flow")
+    graph = tf1.Graph()
+    with graph.as_default(), tf1.Session(graph=graph) as sess:
+        grads = second_order_grads()
+        load(sess)
+        fused = [sess.run(grads) for _ in range(3)]
+        assert "TensorArrayV3" in {op.type for op in graph.get_operations()}
+        assert fused_ops(graph) > 0
+    for got in fused:
+        assert_same(got, cells, rtol=1e-4, atol=1e-6)
+
+
+def test_two_gradients_in_one_run_with_tf1_control_flow(monkeypatch, tf1_control_flow):
+    """Two gradients through one fused loop fetched in one run (each calls the fused
+    gradient, each reads the forward arrays) equal the cells' loop's."""
+
+    def run(graph, sess):
+        x = tf1.constant(X)
+        out, final = rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+        wrt = [*tf1.trainable_variables(), x]
+        first = tf1.gradients(tf1.reduce_sum(out * out), wrt)
+        second = tf1.gradients(tf1.reduce_sum(tf1.sin(final[-1].c)), wrt)
+        assert "TensorArrayV3" in {op.type for op in graph.get_operations()}
+        load(sess)
+        return [sess.run([first, second]) for _ in range(3)]
+
+    fused, cells = both_loops(monkeypatch, run)
+    for got, want in zip(fused, cells, strict=True):
+        assert_same(got, want)
 
 
 CELLS_NOT_FUSED = {

@@ -129,8 +129,15 @@ def lstm_stack(
     loop = {"parallel_iterations": parallel_iterations, "swap_memory": swap_memory}
     batch = inputs.shape[1]
 
-    def array(width: int) -> Any:
-        return tf1.TensorArray(dtype, size=steps, element_shape=[batch, width])
+    def array(width: int, kept: bool = False) -> Any:
+        # `kept`: the forward arrays that `grad` reads. TensorFlow runs `grad` once per
+        # gradient taken through the loop (two `tf.gradients` fetched in one run, or a
+        # gradient of a gradient), and each run reads them again; with TensorFlow 1's
+        # control flow an element read once is freed unless the array says otherwise.
+        # (TensorFlow 2's arrays are values, never freed: the flag is ignored there.)
+        return tf1.TensorArray(
+            dtype, size=steps, element_shape=[batch, width], clear_after_read=not kept
+        )
 
     @tf.custom_gradient  # type: ignore[untyped-decorator]
     def run(x: Any, *params: Any) -> Any:
@@ -159,8 +166,8 @@ def lstm_stack(
         start = (
             tf1.constant(0, tf1.int32),
             array(units[-1]),
-            [array(d) for d in depths],
-            [array(6 * u) for u in units],
+            [array(d, kept=True) for d in depths],
+            [array(6 * u, kept=True) for u in units],
             list(cs0),
             list(hs0),
         )
@@ -169,7 +176,21 @@ def lstm_stack(
         )
         outputs = out.stack()
 
-        def grad(d_out: Any, *d_final: Any) -> Any:
+        forward_scope = tf1.get_default_graph().get_name_scope()
+
+        def grad(*d_all: Any) -> Any:
+            if tf1.control_flow_v2_enabled():
+                return _grad(*d_all)
+            # TensorFlow 1's control flow: the gradient of a TensorArray's read or write
+            # goes to an accumulator array named after the last "gradients..." part of
+            # the gradient's op names. Built under tf.gradients' scope ("gradients/..."),
+            # the ops below would get their own second-order accumulators
+            # ("gradients_1/gradients"), apart from those of the forward loop's arrays
+            # ("gradients_1"), and the terms through the saved gates would be lost.
+            with tf1.name_scope(None), tf1.name_scope(forward_scope + "_grad"):
+                return _grad(*d_all)
+
+        def _grad(d_out: Any, *d_final: Any) -> Any:
             d_c = [_zeros_if_none(g, c) for g, c in zip(d_final[:n], cs, strict=True)]
             d_h = [_zeros_if_none(g, h) for g, h in zip(d_final[n:], hs, strict=True)]
             d_outs = array(units[-1]).unstack(_zeros_if_none(d_out, outputs))
@@ -212,7 +233,9 @@ def lstm_stack(
                 zc = tf1.reshape(zcs[k].stack(), [-1, depths[k]])
                 d_kernels.append(tf1.matmul(zc, dz, transpose_a=True))
                 d_biases.append(tf1.reduce_sum(dz, 0))
-            return (dxs.stack(), *d_kernels, *d_biases, *dc0, *dh0)
+            # a reshape: its gradient, made here, names the accumulator of `dxs` as above
+            d_x = tf1.reshape(dxs.stack(), tf1.shape(x))
+            return (d_x, *d_kernels, *d_biases, *dc0, *dh0)
 
         return (outputs, *cs, *hs), grad
 
