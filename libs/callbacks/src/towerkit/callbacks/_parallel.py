@@ -127,7 +127,8 @@ class ParallelIterable:
             measured. Where ``/dev/shm`` is full, a worker sends through its pipe
             instead and says so once.
         timeout: seconds a pass may wait for one datapoint (or for its first), > 0;
-            None (the default): however long it takes.
+            None (the default): however long it takes. The workers' start (their
+            imports) is not counted, for up to 5 minutes.
 
     Raises:
         TypeError: `source` is neither re-iterable nor a function, or cannot be

@@ -34,6 +34,10 @@ _POOL_NUMBERS = itertools.count()
 _POLL_S = 0.2
 """How often a wait for a worker's message checks that the workers live."""
 
+START_GRACE_S = 300.0
+"""How long a pool's `timeout` leaves out of its waits while workers start (each imports
+the main module and the source's: TensorFlow, on a busy machine, takes a while)."""
+
 
 # -- the pool, seen from the parent ------------------------------------------------------------
 
@@ -92,6 +96,8 @@ class Pool:
         self.started = ctx.Value("i", 0, lock=False) if gated else None
         # each worker sets its flag first thing: one that dies unflagged died starting
         self.ready = ctx.RawArray("b", plan.workers)
+        self._ready_all = False
+        self.created = time.monotonic()
         self.source_module = getattr(source, "__module__", None) or type(source).__module__
         shared = not plan.ordered and plan.split == "index"
         self.claim = ctx.Value("q", 0) if shared else None
@@ -120,6 +126,12 @@ class Pool:
         finally:
             alive_r.close()
         self._poller = Poller(self.conns)
+
+    def _all_ready(self) -> bool:
+        """Whether every worker has started (run the pool's code); cached once true."""
+        if not self._ready_all:
+            self._ready_all = all(self.ready)
+        return self._ready_all
 
     def _start(self, ctx: Any, source: Any, k: int, alive: Any) -> None:
         """Start worker `k`; only a started worker is in ``procs`` (and so stopped later)."""
@@ -170,7 +182,10 @@ class Pool:
             wanted = range(len(self.conns)) if worker is None else (worker,)
             wait = _POLL_S
             if timeout is not None:
-                waited = time.monotonic() - since
+                now = time.monotonic()
+                if not self._all_ready() and now - self.created < START_GRACE_S:
+                    since = now  # a worker still imports its modules: not the source's time
+                waited = now - since
                 if waited >= timeout:
                     self.check_alive()
                     msg = timeout_message(self.name, waited, timeout, *at)
