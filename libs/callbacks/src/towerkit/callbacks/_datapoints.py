@@ -329,7 +329,7 @@ def timeout_message(name: str, waited_s: float, timeout_s: float, passes: int, c
         waiting for the start of pass 2; it is blocked or too slow: fix the producer,
         or give IterableInput a larger 'timeout'"
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
     """
     what = f"datapoint #{count} of pass {passes}" if count else f"the start of pass {passes}"
     owner = name.split("(", 1)[0] or "the input"

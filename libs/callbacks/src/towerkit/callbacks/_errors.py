@@ -58,7 +58,7 @@ class ParallelTimeoutError(ParallelWorkerError):
     The message is the one `IterableInput`'s ``timeout`` gives (the pass, the datapoint
     waited for, how long); the pool's workers are stopped.
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
     """
 
 
@@ -68,7 +68,7 @@ class ParallelStartError(ParallelWorkerError):
     A process or file limit of the machine reached, or a main module that would run
     the training again in every worker (a script without ``if __name__ == "__main__":``).
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
     """
 
 

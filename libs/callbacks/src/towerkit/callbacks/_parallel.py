@@ -137,10 +137,6 @@ class ParallelIterable:
             option.
 
     .. versionadded:: 0.2
-
-    .. versionchanged:: 0.3
-        A source without an index is split into per-worker copies (it was ``stride``);
-        `ordered` defaults to None; `timeout`; the machine's limits on `workers`.
     """
 
     def __init__(

@@ -117,9 +117,6 @@ class WorkerPlan:
         Traceback (most recent call last):
         ...
         ValueError: 'workers' must be >= 1 (producer processes); got 0: give workers=1 for one producer process, or leave 'workers' out to produce in a thread of this process
-
-    .. versionadded:: 0.3
-        The ``"copies"`` split and `pass_length`.
     """
 
     workers: int = attrs.field(validator=_positive_workers)
@@ -182,9 +179,6 @@ def choose_split(
         'stride'
         >>> choose_split(False, False, True)
         'factory'
-
-    .. versionchanged:: 0.3
-        A source without an index gets ``copies`` unless `ordered` is True.
     """
     if factory:
         return "factory"

@@ -188,8 +188,8 @@ class Pool:
                 waited = now - since
                 if waited >= timeout:
                     self.check_alive()
-                    msg = timeout_message(self.name, waited, timeout, *at)
-                    raise ParallelTimeoutError(msg, worker=worker)
+                    said = timeout_message(self.name, waited, timeout, *at)
+                    raise ParallelTimeoutError(said, worker=worker)
                 wait = min(wait, timeout - waited)
             ready = self._poller.ready(wanted, wait)
             if not ready:

@@ -116,9 +116,6 @@ class IterableInput(InputSource):
 
     .. versionadded:: 0.2
         `workers`, `ordered`, `seed`, `start_method`.
-
-    .. versionchanged:: 0.3
-        `ordered` defaults to None: a DataFlow gets a copy per worker.
     """
 
     _default_capacity = 8
