@@ -220,7 +220,7 @@ class Pool:
     def _ended(self, k: int) -> None:
         """Worker `k`'s pipe closed with nothing to read: it exited; say how."""
         self.procs[k].join(2.0)
-        self.check_alive()
+        self.check_alive(all_ended=True)
         if not self.closed:
             msg = (
                 f"{self.name}: worker {k} (pid {self.procs[k].pid}) closed its pipe; training stops"
@@ -228,12 +228,18 @@ class Pool:
             raise ParallelWorkerError(msg, worker=k)
         raise PoolClosed
 
-    def check_alive(self) -> None:
-        """Raise `ParallelWorkerError` naming the first worker that ended unasked."""
+    def check_alive(self, all_ended: bool = False) -> None:
+        """Raise `ParallelWorkerError` naming the first worker that ended unasked.
+
+        A worker that exited by itself (status 0) with messages left in its pipe (its
+        error, sent before it ended) is named when its pipe is read, unless `all_ended`.
+        """
         for k, proc in enumerate(self.procs):
             code = proc.exitcode
             if code is None or self.closed:
                 continue
+            if code == 0 and not all_ended and self.conns[k].poll(0):
+                continue  # its last messages first, then its end (`_ended`)
             if code < 0:
                 try:
                     how = f"was killed by {signal.Signals(-code).name}"
