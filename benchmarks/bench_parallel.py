@@ -171,6 +171,76 @@ class LargeSource:
         return [np.full(self.nbytes // 4, i, np.float32)]
 
 
+def _cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process `pid` so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+WORK_FORMS = {
+    "map-style, by index": ("indexed", None),
+    "DataFlow-shaped, a copy per worker": ("flow", None),
+    "DataFlow-shaped, stride (ordered=True)": ("flow", True),
+}
+"""The forms of the work table: the source, and the `ordered` asked for."""
+
+
+def work_rows(cost_s: float, datapoints: int = 300, workers: int = 2) -> list[dict]:
+    """Per form: the workers' CPU ms per datapoint delivered, and the wall ms per datapoint.
+
+    The CPU the workers spend is what the form costs, whatever else runs on the
+    machine: a form that does the source's work once costs ``cost_s`` a datapoint, one
+    that does it N times N times that. Linux only (``/proc``).
+    """
+    from towerkit.callbacks import ParallelIterable
+
+    rows = []
+    for form, (kind, ordered) in WORK_FORMS.items():
+        n = datapoints + 20
+        source = CostlyFlow(n, cost_s) if kind == "flow" else CostlySource(n, cost_s)
+        pool = ParallelIterable(source, workers, ordered=ordered)
+        try:
+            it = iter(pool)
+            for _ in range(10):
+                next(it)
+            cpu = sum(_cpu_s(p) for p in pool.pids)
+            start = time.perf_counter()
+            for _ in range(datapoints):
+                next(it)
+            wall = time.perf_counter() - start
+            cpu = sum(_cpu_s(p) for p in pool.pids) - cpu
+        finally:
+            pool.close()
+        rows.append(
+            {"form": form, "cpu_ms": cpu / datapoints * 1e3, "wall_ms": wall / datapoints * 1e3}
+        )
+    return rows
+
+
+def render_work(rows: list[dict], cost_ms: float, workers: int = 2) -> str:
+    """The work table.
+
+    >>> print(render_work([{"form": "x", "cpu_ms": 4.1, "wall_ms": 2.2}], 4.0))
+    ## Work per datapoint: 2 workers, 4 ms of Python per datapoint
+    <BLANKLINE>
+    | form | workers' CPU ms / datapoint | / the source's cost | wall ms / datapoint |
+    |---|---|---|---|
+    | x | 4.10 | 1.02x | 2.20 |
+    """
+    lines = [
+        f"## Work per datapoint: {workers} workers, {cost_ms:g} ms of Python per datapoint",
+        "",
+        "| form | workers' CPU ms / datapoint | / the source's cost | wall ms / datapoint |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['form']} | {r['cpu_ms']:.2f} | {r['cpu_ms'] / cost_ms:.2f}x | {r['wall_ms']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 LARGE_KIB = (64, 256, 1024, 16384)
 """The array sizes of the large-array table."""
 
@@ -519,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(map(str, LARGE_KIB)),
         help="array sizes (KiB) of the large-array table; empty: no table",
     )
+    parser.add_argument(
+        "--work", type=int, default=300, help="datapoints of the work table; 0: no table"
+    )
     parser.add_argument("--peer", help=argparse.SUPPRESS)  # one case, one line
     args = parser.parse_args(argv)
     cost_s = args.cost_ms / 1000
@@ -538,6 +611,10 @@ def main(argv: list[str] | None = None) -> int:
         ratios = {c: medians[c] / base for c in medians} if base else {}
         tables[source] = {"medians": medians, "ratios": ratios, "rates": rates}
         tables[source]["missing"] = missing
+    work = work_rows(cost_s, args.work) if args.work and os.path.isdir("/proc") else []
+    if work:
+        print(render_work(work, args.cost_ms))
+        print()
     sizes = [int(k) for k in args.large_kib.split(",") if k]
     large = large_array_rows(sizes) if sizes else []
     if large:
@@ -547,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
             result = dict(tables.get("indexed", {}))  # the first table's keys, as before
             result["sources"] = tables
             result["large_arrays"] = large
+            result["work"] = work
             json.dump({**result, "goal": GOAL, "peer_goal": PEER_GOAL}, f)
     return 0
 
