@@ -8,38 +8,52 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.callbacks._parallel_start import (
-    guarded_lines,
+    guarded_offsets,
     machine_limits,
     unguarded_main_line,
 )
 from towerkit.callbacks.plumbing import StartLimit, timeout_message
 
 GUARD = 'if __name__ == "__main__":'
-statements = st.sampled_from(["x = 1", "import os", "print(x)", "def f():\n    return 1"])
+statements = st.sampled_from(["x = 1", "import os", "y = [len(str(1))]", "def f():\n    return 1"])
 
 
-class TestGuardedLines:
-    """`guarded_lines` finds the lines under a top-level main guard."""
+def offsets_at_marks(source: str) -> dict[str, bool]:
+    """Run `source` as a module; for each ``mark("name")`` call, whether it ran at an
+    offset `guarded_offsets` counts as under the main guard."""
+    code = compile(source, "<script>", "exec")
+    ranges = guarded_offsets(code)
+    seen: dict[str, bool] = {}
 
-    @given(st.lists(statements, max_size=5), st.lists(statements, min_size=1, max_size=4))
-    def test_the_guarded_block(self, before, inside):
-        """The guard's lines are found, from the ``if`` to its last line, and only them."""
-        head = "\n".join(before)
+    def mark(name):
+        at = sys._getframe(1).f_lasti
+        seen[name] = any(start < at < end for start, end in ranges)
+
+    exec(code, {"__name__": "__main__", "mark": mark})
+    return seen
+
+
+class TestGuardedOffsets:
+    """`guarded_offsets` finds the bytecode under a top-level main guard."""
+
+    @given(st.lists(statements, max_size=4), st.lists(statements, max_size=3), st.booleans())
+    def test_marks_inside_and_outside(self, before, inside, reversed_test):
+        """A call before the guard is outside it; a call in its body, after any statements,
+        is inside; a call after the guard block is outside."""
         body = "\n".join("    " + line for s in inside for line in s.splitlines())
-        source = (head + "\n" if head else "") + GUARD + "\n" + body + "\n"
-        first = len(head.splitlines()) + 1
-        assert guarded_lines(source) == [(first, first + len(body.splitlines()))]
+        test = '"__main__" == __name__' if reversed_test else '__name__ == "__main__"'
+        source = "\n".join(
+            [*before, 'mark("before")', f"if {test}:", body, '    mark("inside")', 'mark("after")']
+        )
+        assert offsets_at_marks(source + "\n") == {"before": False, "inside": True, "after": False}
 
     @given(st.lists(statements, max_size=6))
     def test_no_guard(self, lines):
-        """A script without the guard has no guarded line (a guard nested in a function
-        or with another test does not count)."""
+        """A script without the guard has none (a guard nested in a function, or another
+        test, does not count)."""
         other = 'if __name__ != "__main__":\n    pass\ndef g():\n    if __name__ == "__main__":\n        pass'
-        assert guarded_lines("\n".join([*lines, other]) + "\n") == []
-
-    def test_reversed_and_single_quotes(self):
-        """``"__main__" == __name__`` and single quotes are guards too."""
-        assert guarded_lines("if '__main__' == __name__:\n    main()\n") == [(1, 2)]
+        code = compile("\n".join([*lines, other]) + "\n", "<script>", "exec")
+        assert guarded_offsets(code) == []
 
 
 class TestUnguardedMainLine:

@@ -307,6 +307,25 @@ class TestStart:
         assert done.returncode == 0, done.stderr
         assert "[0, 1, 2, 3]" in done.stdout
 
+    def test_script_edited_while_it_runs(self, tmp_path):
+        """The guard is read from the code that runs, not from the file: a script whose
+        file changed since it started (lines added above the guard) still runs."""
+        _, done = run_script(
+            tmp_path,
+            """
+            from parallel_sources import Indexed
+            from towerkit.callbacks import ParallelIterable
+
+            if __name__ == "__main__":
+                text = open(__file__).read()
+                open(__file__, "w").write("x = 1\\n" * 40 + text)
+                pool = ParallelIterable(Indexed(4), 2)
+                print([int(dp[0][0, 0]) for dp in pool])
+            """,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "[0, 1, 2, 3]" in done.stdout
+
     def test_main_module_failing_in_a_worker_is_named(self, tmp_path):
         """A worker that dies while multiprocessing imports the main module in it is named
         as such (not as "out of memory? killed from outside?")."""

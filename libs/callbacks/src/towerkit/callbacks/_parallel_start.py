@@ -4,18 +4,19 @@ Under ``spawn`` and ``forkserver`` multiprocessing prepares each worker by impor
 the main module (the training script, as ``__mp_main__``: what is under
 ``if __name__ == "__main__":`` does not run). A script that trains at its top level,
 without that guard, would train again in every worker; `unguarded_main_line` finds
-it in this process, before any worker starts.
+it in this process, before any worker starts, from the bytecode that runs (not the
+file, which may have been edited since).
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
+import dis
 import os
 import sys
 import threading
 from collections.abc import Iterator
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 from towerkit.callbacks._parallel_core import StartLimit, room_for_workers
@@ -113,32 +114,35 @@ def machine_limits() -> list[StartLimit]:
     return limits
 
 
-def _is_main_guard(node: ast.stmt) -> bool:
-    """Whether `node` is ``if __name__ == "__main__":`` (either side first)."""
-    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
-        return False
-    test = node.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return False
-    sides = [test.left, test.comparators[0]]
-    names = [s.id for s in sides if isinstance(s, ast.Name)]
-    consts = [s.value for s in sides if isinstance(s, ast.Constant)]
-    return names == ["__name__"] and consts == ["__main__"]
+def guarded_offsets(code: CodeType) -> list[tuple[int, int]]:
+    r"""The bytecode offsets of `code` (a module's) run only under ``if __name__ == "__main__":``.
 
-
-def guarded_lines(source: str) -> list[tuple[int, int]]:
-    r"""The line ranges (1-based, inclusive) of `source` under a top-level main guard.
+    Read from the code object itself, not from its file: a script edited while it runs
+    is judged by the code that runs.
 
     Examples:
-        >>> guarded_lines("import x\nif __name__ == '__main__':\n    x.main()\n")
-        [(2, 3)]
-        >>> guarded_lines("x = 1\n")
+        >>> code = compile("x = 1\nif __name__ == '__main__':\n    x = 2\n", "s", "exec")
+        >>> [start < end for start, end in guarded_offsets(code)]
+        [True]
+        >>> guarded_offsets(compile("x = 1\n", "s", "exec"))
         []
     """
-    tree = ast.parse(source)
-    return [
-        (node.lineno, node.end_lineno or node.lineno) for node in tree.body if _is_main_guard(node)
-    ]
+    found = []
+    skipped = {"TO_BOOL", "CACHE", "NOP", "EXTENDED_ARG"}  # between them on some versions
+    ops = [op for op in dis.get_instructions(code) if op.opname not in skipped]
+    for i in range(len(ops) - 3):
+        load_a, load_b, compare, jump = ops[i : i + 4]
+        names = {(load_a.opname, load_a.argval), (load_b.opname, load_b.argval)}
+        if (
+            names == {("LOAD_NAME", "__name__"), ("LOAD_CONST", "__main__")}
+            and compare.opname == "COMPARE_OP"
+            and "==" in str(compare.argval)
+            and jump.opname.startswith("POP_JUMP")
+            and jump.opname.endswith("IF_FALSE")
+            and isinstance(jump.argval, int)
+        ):
+            found.append((jump.offset, jump.argval))
+    return found
 
 
 def _frames(frame: FrameType | None) -> Iterator[FrameType]:
@@ -151,10 +155,9 @@ def unguarded_main_line(start_method: str) -> tuple[str, int] | None:
     """The main module's file and line that runs now outside a main guard, or None.
 
     Where the main thread is still running the main module's top-level code (its
-    ``<module>`` frame) at a line outside ``if __name__ == "__main__":``, every worker
-    started under ``spawn`` or ``forkserver`` would run that line again when it
-    imports the main module. None under ``fork``, for an interactive main module, or
-    when the main module's file cannot be read.
+    ``<module>`` frame) outside ``if __name__ == "__main__":``, every worker started
+    under ``spawn`` or ``forkserver`` would run that line again when it imports the
+    main module. None under ``fork``, or for an interactive main module.
     """
     if start_method == "fork":
         return None
@@ -169,12 +172,7 @@ def unguarded_main_line(start_method: str) -> tuple[str, int] | None:
     )
     if top is None:
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            ranges = guarded_lines(f.read())
-    except (OSError, SyntaxError, ValueError):
+    at = top.f_lasti
+    if any(start < at < end for start, end in guarded_offsets(top.f_code)):
         return None
-    line = top.f_lineno
-    if any(start <= line <= end for start, end in ranges):
-        return None
-    return path, line
+    return path, top.f_lineno
