@@ -576,6 +576,25 @@ def layers_parity(session: nox.Session) -> None:
     run_tests(session, "layers_parity", "libs/layers/parity", env=env)
 
 
+@nox.session(tags=["ci"])
+@timed
+def tensorpack_dataflows(session: nox.Session) -> None:
+    """tensorpack 0.11's own DataFlows under ``ParallelIterable``, beside its own runner.
+
+    ``tests/test_parallel_dataflows.py`` (skipped where tensorpack is missing, as in
+    `crosslib`): ``MapData`` over ``DataFromList`` and an ``RNGDataFlow`` get a copy per
+    worker, and ``MultiProcessRunnerZMQ`` over the same flow gives passes of the same
+    size. tensorpack is installed here only, never as a dependency of a lib.
+    """
+    install_local(session, "towerkit-callbacks")
+    install_groups(session, "test")
+    install_layers_alone(session)  # tf-keras: tensorpack's import reads tf.layers
+    session.install("tensorpack==0.11")
+    without_keras3(session)
+    env = {**pytest_env(), "TF_USE_LEGACY_KERAS": "1"}
+    run_tests(session, "tensorpack_dataflows", "tests/test_parallel_dataflows.py", env=env)
+
+
 DIST = ROOT / "dist"
 """Where `build` writes the sdists and wheels."""
 

@@ -3,7 +3,20 @@
 A source whose every datapoint (a batch of 32 x 64 floats and 32 labels) costs
 ``--cost-ms`` of pure Python (a busy loop standing for decoding and augmenting) feeds
 a small MLP (64-64-10) trained by `SimpleTrainer` through ``TrainConfig(data=
-IterableInput(source, ...))``:
+IterableInput(source, ...))``. Three sources (``--sources``), one table each:
+
+- ``indexed``: a map-style source (``__len__`` and ``__getitem__``), split by index,
+  in order;
+- ``flow``: a DataFlow-shaped source as users write one (``__len__``,
+  ``reset_state``, the cost in ``__iter__``, no ``__getitem__``): each worker
+  iterates a copy of its own; tensorpack's ``MultiProcessRunnerZMQ(flow, 2)`` over the
+  same flow is the peer;
+- ``tpmap``: tensorpack's own idiom, ``MapData(DataFromList(items), decode)`` with the
+  cost in ``decode``: ``IterableInput(flow, workers=N)`` against
+  ``MultiProcessRunnerZMQ(flow, 2)`` and ``MultiProcessMapDataZMQ(DataFromList(items),
+  2, decode)`` (needs tensorpack: every case of this table runs in a fresh interpreter).
+
+The cases of the ``indexed`` table:
 
 - ``thread``: ``IterableInput(source)``, the feeding thread produces the datapoints
   (one core at most, and it shares the interpreter with the training loop);
@@ -60,6 +73,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 OURS = ("thread", "workers=1", "workers=2")
 PEERS = ("tensorpack ZMQ", "keras PyDataset")
 CASES = OURS + PEERS
+SOURCES = {
+    "indexed": ("a map-style source (`__len__`, `__getitem__`: split by index, in order)", CASES),
+    "flow": (
+        "a DataFlow-shaped source (cost in `__iter__`, no `__getitem__`: a copy per worker)",
+        ("workers=1", "workers=2", "tensorpack ZMQ"),
+    ),
+    "tpmap": (
+        "tensorpack's `MapData(DataFromList(items), decode)`, the cost in `decode`",
+        ("workers=1", "workers=2", "tensorpack ZMQ", "tensorpack MapZMQ"),
+    ),
+}
+"""Each table's source (a line of its title) and cases."""
+ALL_PEERS = ("tensorpack ZMQ", "tensorpack MapZMQ", "keras PyDataset")
 GOAL = 1.6
 """The least ratio of workers=2's median steps/s to workers=1's."""
 PEER_GOAL = 1.0
@@ -95,6 +121,38 @@ class CostlySource:
         return x, rng.integers(0, CLASSES, BATCH).astype(np.int32)
 
 
+class CostlyFlow:
+    """The same datapoints as a DataFlow users write: a length, ``reset_state``, the cost
+    in ``__iter__`` (a shuffled order, each datapoint decoded), no ``__getitem__``.
+
+    Examples:
+        >>> flow = CostlyFlow(3, cost_s=0.0)
+        >>> flow.reset_state()
+        >>> [x.shape for x, y in flow]
+        [(32, 64), (32, 64), (32, 64)]
+    """
+
+    def __init__(self, n: int, cost_s: float) -> None:
+        self.source = CostlySource(n, cost_s)
+        self.rng = np.random.default_rng(0)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def reset_state(self) -> None:
+        self.rng = np.random.default_rng(np.random.randint(1 << 30))
+
+    def __iter__(self):
+        for i in self.rng.permutation(len(self.source)):
+            yield list(self.source[int(i)])
+
+
+def decode(dp: list) -> list:
+    """The costly function of the ``tpmap`` table: datapoint ``[i, cost_s]`` decoded."""
+    i, cost_s = dp
+    return list(CostlySource(i + 1, cost_s)[i])
+
+
 class LargeSource:
     """`n` datapoints of one float32 array of `nbytes` (filled with the index), no cost.
 
@@ -111,6 +169,76 @@ class LargeSource:
 
     def __getitem__(self, i: int) -> list[np.ndarray]:
         return [np.full(self.nbytes // 4, i, np.float32)]
+
+
+def _cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process `pid` so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+WORK_FORMS = {
+    "map-style, by index": ("indexed", None),
+    "DataFlow-shaped, a copy per worker": ("flow", None),
+    "DataFlow-shaped, stride (ordered=True)": ("flow", True),
+}
+"""The forms of the work table: the source, and the `ordered` asked for."""
+
+
+def work_rows(cost_s: float, datapoints: int = 300, workers: int = 2) -> list[dict]:
+    """Per form: the workers' CPU ms per datapoint delivered, and the wall ms per datapoint.
+
+    The CPU the workers spend is what the form costs, whatever else runs on the
+    machine: a form that does the source's work once costs ``cost_s`` a datapoint, one
+    that does it N times N times that. Linux only (``/proc``).
+    """
+    from towerkit.callbacks import ParallelIterable
+
+    rows = []
+    for form, (kind, ordered) in WORK_FORMS.items():
+        n = datapoints + 20
+        source = CostlyFlow(n, cost_s) if kind == "flow" else CostlySource(n, cost_s)
+        pool = ParallelIterable(source, workers, ordered=ordered)
+        try:
+            it = iter(pool)
+            for _ in range(10):
+                next(it)
+            cpu = sum(_cpu_s(p) for p in pool.pids)
+            start = time.perf_counter()
+            for _ in range(datapoints):
+                next(it)
+            wall = time.perf_counter() - start
+            cpu = sum(_cpu_s(p) for p in pool.pids) - cpu
+        finally:
+            pool.close()
+        rows.append(
+            {"form": form, "cpu_ms": cpu / datapoints * 1e3, "wall_ms": wall / datapoints * 1e3}
+        )
+    return rows
+
+
+def render_work(rows: list[dict], cost_ms: float, workers: int = 2) -> str:
+    """The work table.
+
+    >>> print(render_work([{"form": "x", "cpu_ms": 4.1, "wall_ms": 2.2}], 4.0))
+    ## Work per datapoint: 2 workers, 4 ms of Python per datapoint
+    <BLANKLINE>
+    | form | workers' CPU ms / datapoint | / the source's cost | wall ms / datapoint |
+    |---|---|---|---|
+    | x | 4.10 | 1.02x | 2.20 |
+    """
+    lines = [
+        f"## Work per datapoint: {workers} workers, {cost_ms:g} ms of Python per datapoint",
+        "",
+        "| form | workers' CPU ms / datapoint | / the source's cost | wall ms / datapoint |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['form']} | {r['cpu_ms']:.2f} | {r['cpu_ms'] / cost_ms:.2f}x | {r['wall_ms']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 LARGE_KIB = (64, 256, 1024, 16384)
@@ -175,13 +303,26 @@ def render_large(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def steps_per_s(case: str, cost_s: float, warmup: int, steps: int) -> float:
+def steps_per_s(
+    case: str, cost_s: float, warmup: int, steps: int, source: str = "indexed"
+) -> float:
     """Train the MLP with one of towerkit's cases; steps/s over the timed steps."""
     from towerkit.trainers import IterableInput
 
-    source = CostlySource(warmup + steps + 1, cost_s)
+    n = warmup + steps + 1
+    data: object = CostlySource(n, cost_s)
+    if source == "flow":
+        data = CostlyFlow(n, cost_s)
+    elif source == "tpmap":
+        data = _tensorpack_map(n, cost_s)
     workers = None if case == "thread" else int(case.split("=")[1])
-    return _towerkit_rate(IterableInput(source, workers=workers), warmup, steps)
+    return _towerkit_rate(IterableInput(data, workers=workers), warmup, steps)
+
+
+def _tensorpack_map(n: int, cost_s: float):
+    from tensorpack.dataflow import DataFromList, MapData
+
+    return MapData(DataFromList([[i, cost_s] for i in range(n)], shuffle=True), decode)
 
 
 def _towerkit_rate(data, warmup: int, steps: int) -> float:
@@ -235,7 +376,7 @@ def _towerkit_rate(data, warmup: int, steps: int) -> float:
     return steps / (clock.times[-1] - clock.times[warmup - 1])
 
 
-def zmq_steps_per_s(cost_s: float, warmup: int, steps: int) -> float:
+def zmq_steps_per_s(cost_s: float, warmup: int, steps: int, source: str = "indexed") -> float:
     """tensorpack's MultiProcessRunnerZMQ (2 processes) under IterableInput."""
     from tensorpack.dataflow import DataFlow, MultiProcessRunnerZMQ
 
@@ -243,22 +384,42 @@ def zmq_steps_per_s(cost_s: float, warmup: int, steps: int) -> float:
 
     class Flow(DataFlow):
         def __init__(self, n: int) -> None:
-            self.source = CostlySource(n, cost_s)
+            self.flow = CostlyFlow(n, cost_s)
 
         def __len__(self) -> int:
-            return len(self.source)
+            return len(self.flow)
+
+        def reset_state(self) -> None:
+            self.flow.reset_state()
 
         def __iter__(self):
-            for i in range(len(self.source)):
-                yield list(self.source[i])
+            if source == "indexed":  # the source read in order, as it was before
+                yield from (list(self.flow.source[i]) for i in range(len(self.flow)))
+            else:
+                yield from self.flow
 
-    flow = MultiProcessRunnerZMQ(Flow(warmup + steps + 1), num_proc=2)
+    n = warmup + steps + 1
+    flow = _tensorpack_map(n, cost_s) if source == "tpmap" else Flow(n)
+    return _towerkit_rate(IterableInput(MultiProcessRunnerZMQ(flow, num_proc=2)), warmup, steps)
+
+
+def map_zmq_steps_per_s(cost_s: float, warmup: int, steps: int, source: str = "tpmap") -> float:
+    """tensorpack's MultiProcessMapDataZMQ (2 processes run `decode`) under IterableInput."""
+    from tensorpack.dataflow import DataFromList, MultiProcessMapDataZMQ
+
+    from towerkit.trainers import IterableInput
+
+    del source
+    items = DataFromList([[i, cost_s] for i in range(warmup + steps + 1)], shuffle=True)
+    flow = MultiProcessMapDataZMQ(items, num_proc=2, map_func=decode)
     return _towerkit_rate(IterableInput(flow), warmup, steps)
 
 
-def keras_steps_per_s(cost_s: float, warmup: int, steps: int) -> float:
+def keras_steps_per_s(cost_s: float, warmup: int, steps: int, source: str = "indexed") -> float:
     """Keras 3 model.fit on the same MLP, fed by a PyDataset with 2 worker processes."""
     import keras
+
+    del source
 
     class Batches(keras.utils.PyDataset):
         def __init__(self, n: int) -> None:
@@ -290,14 +451,25 @@ def keras_steps_per_s(cost_s: float, warmup: int, steps: int) -> float:
     return steps / (times[-1] - times[warmup - 1])
 
 
-PEER_RUNNERS = {"tensorpack ZMQ": zmq_steps_per_s, "keras PyDataset": keras_steps_per_s}
+PEER_RUNNERS = {
+    "tensorpack ZMQ": zmq_steps_per_s,
+    "tensorpack MapZMQ": map_zmq_steps_per_s,
+    "keras PyDataset": keras_steps_per_s,
+}
 
 
-def peer_rate(case: str, cost_s: float, warmup: int, steps: int) -> float | str:
-    """A peer's steps/s, run in a fresh interpreter; a string saying why when it cannot run."""
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"} if case == "tensorpack ZMQ" else None
+def peer_rate(
+    case: str, cost_s: float, warmup: int, steps: int, source: str = "indexed"
+) -> float | str:
+    """A case's steps/s, run in a fresh interpreter; a string saying why when it cannot run.
+
+    The peers run so, and every case of the ``tpmap`` table (tensorpack's import needs
+    tf-keras's ``tf.layers``, set before TensorFlow is imported).
+    """
+    legacy = case.startswith("tensorpack") or source == "tpmap"
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"} if legacy else None
     cmd = [sys.executable, __file__, "--peer", case, "--cost-ms", str(cost_s * 1000)]
-    cmd += ["--warmup", str(warmup), "--steps", str(steps)]
+    cmd += ["--warmup", str(warmup), "--steps", str(steps), "--sources", source]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if not lines:
@@ -307,10 +479,13 @@ def peer_rate(case: str, cost_s: float, warmup: int, steps: int) -> float | str:
     return float(result["steps_per_s"]) if "steps_per_s" in result else str(result["error"])
 
 
-def _run_peer(case: str, cost_s: float, warmup: int, steps: int) -> int:
+def _run_peer(case: str, cost_s: float, warmup: int, steps: int, source: str) -> int:
     """The --peer mode: one JSON line, the rate or why the peer is missing."""
     try:
-        rate = PEER_RUNNERS[case](cost_s, warmup, steps)
+        if case in PEER_RUNNERS:
+            rate = PEER_RUNNERS[case](cost_s, warmup, steps, source)
+        else:
+            rate = steps_per_s(case, cost_s, warmup, steps, source)
     except ImportError as err:
         print(json.dumps({"error": f"not installed ({err.name or err}): nox -s bench installs it"}))
         return 0
@@ -318,13 +493,20 @@ def _run_peer(case: str, cost_s: float, warmup: int, steps: int) -> int:
     return 0
 
 
-def render(rates: dict[str, list[float]], missing: dict[str, str], cost_ms: float) -> str:
-    """The table (median, slowest, fastest, ratio to workers=1), then the goals.
+def render(
+    rates: dict[str, list[float]],
+    missing: dict[str, str],
+    cost_ms: float,
+    source: str = "indexed",
+) -> str:
+    """One source's table (median, slowest, fastest, ratio to workers=1), then the goals.
 
     >>> print(render({"thread": [10.0], "workers=1": [20.0], "workers=2": [36.0],
     ...               "tensorpack ZMQ": [30.0], "keras PyDataset": []},
     ...              {"keras PyDataset": "not installed"}, 4.0))
     ## Parallel input: 4 ms of Python per datapoint, MLP 64-64-10
+    <BLANKLINE>
+    Source: a map-style source (`__len__`, `__getitem__`: split by index, in order).
     <BLANKLINE>
     | case | steps/s (median) | slowest | fastest | vs workers=1 |
     |---|---|---|---|---|
@@ -338,14 +520,16 @@ def render(rates: dict[str, list[float]], missing: dict[str, str], cost_ms: floa
     Goal workers=2 >= 1.0x tensorpack ZMQ: met (1.20x).
     Goal workers=2 >= 1.0x keras PyDataset: not measured.
     """
+    what, cases = SOURCES[source]
     medians = {c: statistics.median(v) for c, v in rates.items() if v}
     base = medians.get("workers=1")
     lines = [f"## Parallel input: {cost_ms:g} ms of Python per datapoint, MLP 64-64-10", ""]
+    lines += [f"Source: {what}.", ""]
     lines += [
         "| case | steps/s (median) | slowest | fastest | vs workers=1 |",
         "|---|---|---|---|---|",
     ]
-    for c in CASES:
+    for c in cases:
         if c not in medians:
             lines.append(f"| {c} | {missing.get(c, 'n/a')} | - | - | - |")
             continue
@@ -355,7 +539,8 @@ def render(rates: dict[str, list[float]], missing: dict[str, str], cost_ms: floa
         )
     lines.append("")
     ours = medians.get("workers=2")
-    for other, goal in (("workers=1", GOAL), *((p, PEER_GOAL) for p in PEERS)):
+    peers = [c for c in cases if c in ALL_PEERS]
+    for other, goal in (("workers=1", GOAL), *((p, PEER_GOAL) for p in peers)):
         if ours is None or other not in medians:
             lines.append(f"Goal workers=2 >= {goal}x {other}: not measured.")
             continue
@@ -365,51 +550,81 @@ def render(rates: dict[str, list[float]], missing: dict[str, str], cost_ms: floa
     return "\n".join(lines)
 
 
+def measure(
+    source: str, cost_s: float, warmup: int, steps: int, repeats: int
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """One source's rates, case by case, interleaved round by round."""
+    cases = SOURCES[source][1]
+    rates: dict[str, list[float]] = {c: [] for c in cases}
+    missing: dict[str, str] = {}
+    for r in range(repeats):
+        order = cases[r % len(cases) :] + cases[: r % len(cases)]
+        for case in order:
+            if case in missing:
+                continue
+            if case in ALL_PEERS or source == "tpmap":
+                rate = peer_rate(case, cost_s, warmup, steps, source)
+                if isinstance(rate, str):
+                    missing[case] = rate
+                    continue
+            else:
+                rate = steps_per_s(case, cost_s, warmup, steps, source)
+            rates[case].append(rate)
+            print(f"parallel {source} {case} #{r + 1}: {rate:.1f} steps/s", file=sys.stderr)
+    return rates, missing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cost-ms", type=float, default=4.0)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--sources", default=",".join(SOURCES), help=f"tables, among {','.join(SOURCES)}"
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument(
         "--large-kib",
         default=",".join(map(str, LARGE_KIB)),
         help="array sizes (KiB) of the large-array table; empty: no table",
     )
-    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # one peer, one line
+    parser.add_argument(
+        "--work", type=int, default=300, help="datapoints of the work table; 0: no table"
+    )
+    parser.add_argument("--peer", help=argparse.SUPPRESS)  # one case, one line
     args = parser.parse_args(argv)
     cost_s = args.cost_ms / 1000
+    sources = [x for x in args.sources.split(",") if x]
+    unknown = [x for x in sources if x not in SOURCES]
+    if unknown:
+        parser.error(f"unknown --sources {unknown}: choose among {list(SOURCES)}")
     if args.peer:
-        return _run_peer(args.peer, cost_s, args.warmup, args.steps)
-    rates: dict[str, list[float]] = {c: [] for c in CASES}
-    missing: dict[str, str] = {}
-    for r in range(args.repeats):
-        order = CASES[r % len(CASES) :] + CASES[: r % len(CASES)]
-        for case in order:
-            if case in missing:
-                continue
-            if case in PEERS:
-                rate = peer_rate(case, cost_s, args.warmup, args.steps)
-                if isinstance(rate, str):
-                    missing[case] = rate
-                    continue
-            else:
-                rate = steps_per_s(case, cost_s, args.warmup, args.steps)
-            rates[case].append(rate)
-            print(f"parallel {case} #{r + 1}: {rate:.1f} steps/s", file=sys.stderr)
-    print(render(rates, missing, args.cost_ms))
+        return _run_peer(args.peer, cost_s, args.warmup, args.steps, sources[0])
+    tables = {}
+    for source in sources:
+        rates, missing = measure(source, cost_s, args.warmup, args.steps, args.repeats)
+        print(render(rates, missing, args.cost_ms, source))
+        print()
+        medians = {c: statistics.median(v) for c, v in rates.items() if v}
+        base = medians.get("workers=1")
+        ratios = {c: medians[c] / base for c in medians} if base else {}
+        tables[source] = {"medians": medians, "ratios": ratios, "rates": rates}
+        tables[source]["missing"] = missing
+    work = work_rows(cost_s, args.work) if args.work and os.path.isdir("/proc") else []
+    if work:
+        print(render_work(work, args.cost_ms))
+        print()
     sizes = [int(k) for k in args.large_kib.split(",") if k]
     large = large_array_rows(sizes) if sizes else []
     if large:
-        print()
         print(render_large(large))
-    medians = {c: statistics.median(v) for c, v in rates.items() if v}
-    ratios = {c: medians[c] / medians["workers=1"] for c in medians}
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
-            result = {"medians": medians, "ratios": ratios, "rates": rates, "missing": missing}
+            result = dict(tables.get("indexed", {}))  # the first table's keys, as before
+            result["sources"] = tables
             result["large_arrays"] = large
+            result["work"] = work
             json.dump({**result, "goal": GOAL, "peer_goal": PEER_GOAL}, f)
     return 0
 

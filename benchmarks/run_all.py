@@ -127,7 +127,10 @@ BENCHES: dict[str, dict[str, Any]] = {
         "script": "bench_parallel.py",
         "json_flag": "--out",
         "args": ["--steps", "400", "--warmup", "400", "--repeats", "5"],
-        "quick": ["--steps", "60", "--warmup", "10", "--repeats", "1", "--large-kib", "64"],
+        "quick": [
+            *("--steps", "60", "--warmup", "10", "--repeats", "1", "--large-kib", "64"),
+            *("--sources", "indexed,flow", "--work", "20"),
+        ],
         "baseline": "IterableInput(source, workers=1)",
     },
     "precision": {
@@ -374,6 +377,16 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
             theirs = medians.get(peer)
             if isinstance(ours, int | float) and isinstance(theirs, int | float) and theirs:
                 what = f"{peer} steps/s (vs baseline: IterableInput workers=2 over it)"
+                rows.append((what, f"{theirs:.1f}", _ratio(ours / theirs)))
+        flow = (data.get("sources") or {}).get("flow") or {}
+        medians, ratios = flow.get("medians", {}), flow.get("ratios", {})
+        ours = medians.get("workers=2")
+        if isinstance(ours, int | float):
+            what = "DataFlow-shaped source, workers=2 steps/s (vs workers=1)"
+            rows.append((what, f"{ours:.1f}", _ratio(ratios.get("workers=2"))))
+            theirs = medians.get("tensorpack ZMQ")
+            if isinstance(theirs, int | float) and theirs:
+                what = "DataFlow-shaped, tensorpack ZMQ steps/s (vs baseline: workers=2 over it)"
                 rows.append((what, f"{theirs:.1f}", _ratio(ours / theirs)))
     elif area == "precision" and isinstance(data, Mapping):
         medians, ratios = data.get("medians", {}), data.get("ratios", {})

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from towerkit.callbacks import ParallelIterable
+from towerkit.callbacks import ParallelIterable, ParallelTimeoutError
 from towerkit.export import PredictConfig, SimpleDatasetPredictor
 from towerkit.sessinit import SmartInit
 from towerkit.towers.compat import tf1
@@ -64,4 +66,45 @@ def test_predictions_in_the_source_order(tmp_path):
                 np.testing.assert_allclose(a, [[3 * i + 1], [3 * i + 2.5]])
     finally:
         pool.close()
+    assert pool.pids == []
+
+
+class BlocksAfterTwo(Batches):
+    """Batches 0 and 1, then a worker that blocks (a stuck decoder, a network read)."""
+
+    def __getitem__(self, i: int) -> list[np.ndarray]:
+        if i >= 2:
+            time.sleep(3600)
+        return super().__getitem__(i)
+
+
+def test_a_blocked_worker_is_bounded_by_the_pool_timeout(tmp_path):
+    """A predictor reading a pool whose worker blocks stops after the pool's `timeout`
+    with the message of IterableInput's timeout; the workers are stopped."""
+    config = PredictConfig(
+        tower_func=tower,
+        input_signature=[tf.TensorSpec([None, 1], tf.float32, "x")],
+        input_names=["x"],
+        output_names=["y"],
+    )
+    pool = ParallelIterable(BlocksAfterTwo(5), 2, timeout=4)
+    predictor = SimpleDatasetPredictor(config, pool)
+    got = []
+
+    def predict():
+        for out in predictor.get_result():
+            got.append(out)
+
+    try:
+        start = time.monotonic()
+        with pytest.raises(
+            ParallelTimeoutError,
+            match=r"gave no datapoint for 4\.\d s \(timeout=4 s\), waiting for datapoint #2 "
+            r"of pass 1; .*give ParallelIterable a larger 'timeout'",
+        ):
+            predict()
+        assert time.monotonic() - start < 120
+        assert len(got) == 2
+    finally:
+        predictor.close()
     assert pool.pids == []

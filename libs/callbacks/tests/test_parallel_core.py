@@ -8,10 +8,13 @@ from hypothesis import strategies as st
 from towerkit.callbacks import WorkerPlan
 from towerkit.callbacks.plumbing import (
     MergeState,
+    StartLimit,
+    check_worker_limits,
     choose_split,
     keeps_position,
     merge_after_datapoint,
     merge_after_end,
+    room_for_workers,
     round_robin,
     shard_indices,
     start_merge,
@@ -29,8 +32,20 @@ class TestWorkerPlan:
         """The repr lists every field."""
         assert repr(WorkerPlan(workers=3, split="stride", ordered=False)) == (
             "WorkerPlan(workers=3, split='stride', ordered=False, seed=0, "
-            "start_method='spawn', capacity=8, shared_memory_min_bytes=1048576)"
+            "start_method='spawn', capacity=8, shared_memory_min_bytes=1048576, "
+            "pass_length=None)"
         )
+
+    def test_fail_copies(self):
+        """The copies split is unordered, and a pass length is for it alone."""
+        with pytest.raises(ValueError, match=r"'ordered' must be False under the 'copies' split"):
+            WorkerPlan(workers=2, split="copies", ordered=True)
+        with pytest.raises(ValueError, match=r"'pass_length' is for the 'copies' split only"):
+            WorkerPlan(workers=2, split="index", pass_length=4)
+        with pytest.raises(ValueError, match=r"'pass_length' must be an int >= 1 .*got 0"):
+            WorkerPlan(workers=2, split="copies", ordered=False, pass_length=0)
+        plan = WorkerPlan(workers=2, split="copies", ordered=False, pass_length=4)
+        assert plan.pass_length == 4
 
     @pytest.mark.parametrize("value", [0, -1, 1.5, True, "1M"])
     def test_fail_shared_memory_min_bytes(self, value):
@@ -57,10 +72,10 @@ class TestWorkerPlan:
         with pytest.raises(ValueError, match=r"'seed' must be an int >= 0; got -1"):
             WorkerPlan(workers=2, split="index", seed=-1)
 
-    @given(worker_counts, st.sampled_from(["index", "stride", "factory"]), st.booleans())
+    @given(worker_counts, st.sampled_from(["index", "stride", "factory", "copies"]), st.booleans())
     def test_evolve_revalidates(self, workers, split, ordered):
         """A record built from valid values is equal to its evolved copy, which validates."""
-        plan = WorkerPlan(workers=workers, split=split, ordered=ordered)
+        plan = WorkerPlan(workers=workers, split=split, ordered=ordered and split != "copies")
         assert attrs.evolve(plan) == plan
         with pytest.raises(ValueError):
             attrs.evolve(plan, workers=0)
@@ -74,11 +89,57 @@ class TestChooseSplit:
         """A function is always split as a factory."""
         assert choose_split(has_len, has_getitem, True) == "factory"
 
-    @given(st.booleans(), st.booleans())
-    def test_index_needs_both(self, has_len, has_getitem):
+    @given(st.booleans(), st.booleans(), st.sampled_from([None, False, True]))
+    def test_index_needs_both(self, has_len, has_getitem, ordered):
         """Only a source with both a length and an index is split by index."""
-        expected = "index" if has_len and has_getitem else "stride"
-        assert choose_split(has_len, has_getitem, False) == expected
+        split = choose_split(has_len, has_getitem, False, ordered)
+        assert (split == "index") == (has_len and has_getitem)
+
+    @given(st.booleans(), st.sampled_from([None, False]))
+    def test_work_done_once_unless_asked(self, has_len, ordered):
+        """A source without an index is never split by stride (its work done N times)
+        unless order is asked for: by default each worker iterates a copy of its own."""
+        assert choose_split(has_len, False, False, ordered) == "copies"
+        assert choose_split(has_len, False, False, True) == "stride"
+
+
+class TestWorkerLimits:
+    """`room_for_workers` and `check_worker_limits` bound the workers a machine can start."""
+
+    @given(
+        st.integers(0, 10**6),
+        st.integers(0, 10**6),
+        st.integers(1, 8),
+        st.integers(0, 1000),
+    )
+    def test_room_fits(self, limit, in_use, per_worker, reserve):
+        """The room never goes below 0, and that many workers fit under the limit."""
+        room = room_for_workers(limit, in_use, per_worker, reserve)
+        assert room >= 0
+        if room:
+            assert in_use + reserve + room * per_worker <= limit
+            assert in_use + reserve + (room + 1) * per_worker > limit
+
+    @given(st.integers(1, 10**5), st.lists(st.integers(0, 10**5), max_size=4))
+    def test_refuses_over_the_tightest(self, workers, rooms):
+        """More workers than the tightest limit allows is refused, naming that limit."""
+        limits = [StartLimit(what=f"limit {i}", workers=r) for i, r in enumerate(rooms)]
+        if not rooms or workers <= min(rooms):
+            check_worker_limits(workers, limits)
+            return
+        tightest = rooms.index(min(rooms))
+        with pytest.raises(
+            ValueError,
+            match=rf"'workers' must be at most {min(rooms)} on this machine "
+            rf"\(limit {tightest}\); got {workers}",
+        ):
+            check_worker_limits(workers, limits)
+
+    def test_repr_and_fail(self):
+        """The record's repr, and a negative room refused."""
+        assert repr(StartLimit(what="x", workers=3)) == "StartLimit(what='x', workers=3)"
+        with pytest.raises(ValueError, match="'workers' must be >= 0"):
+            StartLimit(what="x", workers=-1)
 
 
 class TestShares:

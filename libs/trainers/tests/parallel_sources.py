@@ -142,3 +142,49 @@ class Large:
         big = np.full(self.nbytes // 4, i, np.float32)
         side = np.asfortranarray(np.full((256, self.nbytes // 2048), -i, np.float64))
         return [big, np.array([i], np.int64), side]
+
+
+def busy(cost_s: float) -> None:
+    """Spend `cost_s` seconds of this thread's CPU (decoding, augmenting)."""
+    end = time.thread_time() + cost_s
+    while time.thread_time() < end:
+        pass
+
+
+class UserFlow:
+    """A DataFlow as users write one: a length, ``reset_state()`` making its generator, and
+    the cost in ``__iter__`` (a shuffle, then each datapoint decoded); no ``__getitem__``.
+
+    Datapoints are ``[x]`` (x = the index i as a [1, 1] float32 array); with `tagged`,
+    ``[x, pid, made]``: the process that made it and how many datapoints its copy had
+    made by then (so a test can count the work done).
+    """
+
+    def __init__(self, n: int, cost_s: float = 0.0, tagged: bool = False) -> None:
+        self.n, self.cost_s, self.tagged = n, cost_s, tagged
+        self.rng: np.random.RandomState | None = None
+        self.made = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def reset_state(self) -> None:
+        self.rng = np.random.RandomState(np.random.randint(1 << 30))
+
+    def __iter__(self):
+        assert self.rng is not None, "reset_state() was not called"
+        for i in self.rng.permutation(self.n):
+            busy(self.cost_s)
+            self.made += 1
+            x = np.array([[float(i)]], np.float32)
+            yield [x, os.getpid(), self.made] if self.tagged else [x]
+
+
+class EmptyFlow:
+    """A DataFlow that says it has 3 datapoints and yields none."""
+
+    def __len__(self) -> int:
+        return 3
+
+    def __iter__(self):
+        return iter(())

@@ -108,12 +108,15 @@ class TestParallelIterable:
     """`ParallelIterable` splits, orders and seeds its workers' datapoints."""
 
     @pytest.mark.parametrize(
-        "make", [lambda: Indexed(7), lambda: Streamed(7)], ids=["index", "stride"]
+        ("make", "ordered"),
+        [(lambda: Indexed(7), None), (lambda: Streamed(7), True)],
+        ids=["index", "stride"],
     )
-    def test_order_kept(self, make):
-        """Ordered, two and three workers give one worker's order, pass after pass."""
+    def test_order_kept(self, make, ordered):
+        """Ordered, two and three workers give one worker's order, pass after pass
+        (by index by default; a source without an index only when order is asked for)."""
         for workers in (2, 3):
-            pool = ParallelIterable(make(), workers)
+            pool = ParallelIterable(make(), workers, ordered=ordered)
             try:
                 assert values(pool) == list(range(7))
                 assert values(pool) == list(range(7))
@@ -263,7 +266,11 @@ class TestParallelIterable:
     def test_plan(self):
         """The plan records the split and the start method chosen."""
         pool = ParallelIterable(Streamed(3), 2)
-        assert pool.plan == WorkerPlan(workers=2, split="stride", start_method="forkserver")
+        assert pool.plan == WorkerPlan(
+            workers=2, split="copies", ordered=False, start_method="forkserver"
+        )
+        pool = ParallelIterable(Indexed(3), 2)
+        assert pool.plan == WorkerPlan(workers=2, split="index", start_method="forkserver")
 
 
 class TestTraining:

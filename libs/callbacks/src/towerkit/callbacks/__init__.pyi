@@ -17,6 +17,8 @@ from towerkit.callbacks._console import variable_table as variable_table
 from towerkit.callbacks._early_stopping import EarlyStopping as EarlyStopping
 from towerkit.callbacks._errors import CallbackError as CallbackError
 from towerkit.callbacks._errors import MissingStatError as MissingStatError
+from towerkit.callbacks._errors import ParallelStartError as ParallelStartError
+from towerkit.callbacks._errors import ParallelTimeoutError as ParallelTimeoutError
 from towerkit.callbacks._errors import ParallelWorkerError as ParallelWorkerError
 from towerkit.callbacks._errors import StatsFileError as StatsFileError
 from towerkit.callbacks._errors import StopTraining as StopTraining

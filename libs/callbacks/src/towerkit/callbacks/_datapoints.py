@@ -26,6 +26,7 @@ __all__ = [
     "datapoint_tuple",
     "describe_value",
     "input_kind",
+    "timeout_message",
 ]
 
 INPUT_SOURCE_METHODS = ("setup", "get_input_tensors", "get_callbacks", "size")
@@ -312,3 +313,28 @@ def conform_datapoint(
     if wrong:
         raise error("; ".join(wrong))
     return tuple(out)
+
+
+def timeout_message(name: str, waited_s: float, timeout_s: float, passes: int, count: int) -> str:
+    """What an input that gave no datapoint within its `timeout_s` says (training or inference).
+
+    `count` datapoints (0-based: the one waited for is #count) of pass `passes`
+    (1-based) came before the wait. One message for `IterableInput`'s watchdog and
+    a `ParallelIterable`'s own bound, so the user reads the same words wherever a
+    pool is read.
+
+    Examples:
+        >>> timeout_message("IterableInput(Flow)", 5.04, 5, 2, 0)  # doctest: +NORMALIZE_WHITESPACE
+        "IterableInput(Flow): the iterable gave no datapoint for 5.0 s (timeout=5 s),
+        waiting for the start of pass 2; it is blocked or too slow: fix the producer,
+        or give IterableInput a larger 'timeout'"
+
+    .. versionadded:: 0.2
+    """
+    what = f"datapoint #{count} of pass {passes}" if count else f"the start of pass {passes}"
+    owner = name.split("(", 1)[0] or "the input"
+    return (
+        f"{name}: the iterable gave no datapoint for {waited_s:.1f} s "
+        f"(timeout={timeout_s:g} s), waiting for {what}; it is blocked or too slow: "
+        f"fix the producer, or give {owner} a larger 'timeout'"
+    )

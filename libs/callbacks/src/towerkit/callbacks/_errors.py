@@ -52,6 +52,26 @@ class ParallelWorkerError(RuntimeError):
         self.index = index
 
 
+class ParallelTimeoutError(ParallelWorkerError):
+    """No worker of a `ParallelIterable` gave a datapoint within the pool's ``timeout``.
+
+    The message is the one `IterableInput`'s ``timeout`` gives (the pass, the datapoint
+    waited for, how long); the pool's workers are stopped.
+
+    .. versionadded:: 0.2
+    """
+
+
+class ParallelStartError(ParallelWorkerError):
+    """A `ParallelIterable`'s worker could not start: the message says why and what to do.
+
+    A process or file limit of the machine reached, or a main module that would run
+    the training again in every worker (a script without ``if __name__ == "__main__":``).
+
+    .. versionadded:: 0.2
+    """
+
+
 # Every error here is public: tracebacks and pickles name it where users import it from
 # (``towerkit.<lib>.SomeError``), not by this private module.
 for _error in [

@@ -186,7 +186,10 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
         if self._source is not None:
             total = self._source.size
         elif self._kind == "python" and hasattr(self._input, "__len__"):
-            total = len(self._input)
+            try:
+                total = len(self._input)
+            except (TypeError, NotImplementedError):  # a pool of copies, a DataFlow, no length
+                total = None
         if self._size is not None and self._source is None:
             total = self._size if total is None else min(total, self._size)
         with tqdm.tqdm(

@@ -2,258 +2,34 @@
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
 import multiprocessing as mp
-import multiprocessing.connection
-import os
 import pickle
-import signal
 import threading
-import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from towerkit.callbacks._errors import ParallelWorkerError
+from towerkit.callbacks._errors import ParallelStartError, ParallelWorkerError
 from towerkit.callbacks._parallel_core import (
     SHARED_MEMORY_MIN_BYTES,
     MergeState,
     WorkerPlan,
+    check_worker_limits,
     choose_split,
     merge_after_datapoint,
     merge_after_end,
     pick_start_method,
     start_merge,
 )
-from towerkit.callbacks._parallel_pipes import Poller
-from towerkit.callbacks._parallel_shm import (
-    decode,
-    remove_blocks,
-    unlink_block_of,
-)
-from towerkit.callbacks._parallel_worker import worker_main
+from towerkit.callbacks._parallel_pool import Pool, PoolClosed, PoolStats
+from towerkit.callbacks._parallel_start import machine_limits, unguarded_main_line
 
 __all__ = ["ParallelIterable", "PoolStats"]
 
 logger = logging.getLogger("towerkit.trainers")
 
-_POOL_NUMBERS = itertools.count()
-"""Numbers the pools of this process (in their shared memory blocks' names)."""
-
-_POLL_S = 0.2
-"""How often a wait for a worker's message checks that the workers live."""
-
-
-# -- the pool, seen from the parent ------------------------------------------------------------
-
-
-class PoolStats:
-    """What a pool did since the last ``take``: datapoints, the workers' speed, queue fill."""
-
-    def __init__(self, workers: int, capacity: int) -> None:
-        self._lock = threading.Lock()
-        self._capacity = capacity * workers
-        self._busy = [0.0] * workers
-        self._made = [0] * workers
-        self._fill_sum = 0
-        self._gets = 0
-        self._since = time.monotonic()
-
-    def record(self, worker: int, busy_s: float, waiting: int) -> None:
-        """One datapoint from `worker`, which took it `busy_s` s; `waiting` left queued."""
-        with self._lock:
-            self._busy[worker] += busy_s
-            self._made[worker] += 1
-            self._fill_sum += waiting
-            self._gets += 1
-
-    def take(self) -> dict[str, float]:
-        """The statistics since the last call (names relative to the input), then reset."""
-        with self._lock:
-            now = time.monotonic()
-            elapsed = max(now - self._since, 1e-9)
-            out = {"datapoints_per_s": sum(self._made) / elapsed}
-            if self._gets:
-                out["queue_fill"] = self._fill_sum / self._gets / self._capacity
-            for k, (busy, made) in enumerate(zip(self._busy, self._made)):
-                if busy > 0:
-                    out[f"worker{k}_datapoints_per_s"] = made / busy
-            self._busy = [0.0] * len(self._busy)
-            self._made = [0] * len(self._made)
-            self._fill_sum = self._gets = 0
-            self._since = now
-            return out
-
-
-class _Pool:
-    """Running workers, the pipe each writes its messages into, and the messages read."""
-
-    def __init__(self, source: Any, plan: WorkerPlan, name: str) -> None:
-        self.plan = plan
-        self.name = name
-        self.closed = False
-        ctx: Any = mp.get_context(plan.start_method)
-        if plan.start_method == "forkserver":
-            _preload_for(ctx, source)
-        self.stats = PoolStats(plan.workers, plan.capacity)
-        self.passes = 0
-        self.started = None if plan.ordered else ctx.Value("i", 0, lock=False)
-        shared = not plan.ordered and plan.split == "index"
-        self.claim = ctx.Value("q", 0) if shared else None
-        self.procs: list[Any] = []
-        self.conns: list[Any] = []
-        self.slots: list[Any] = []
-        self._next = 0  # the worker an unordered read looks at first (fair turns)
-        alive_r, alive_w = ctx.Pipe(duplex=False)
-        alive = None if plan.start_method == "fork" else alive_r
-        self.block_prefix = f"tk{os.getpid()}_{next(_POOL_NUMBERS)}"
-        self._finalizer = weakref.finalize(
-            self, _terminate, self.procs, self.conns, alive_w, self.block_prefix
-        )
-        for k in range(plan.workers):
-            recv, send = ctx.Pipe(duplex=False)
-            slots = ctx.BoundedSemaphore(plan.capacity)
-            self.conns.append(recv)
-            self.slots.append(slots)
-            proc = ctx.Process(
-                target=worker_main,
-                args=(
-                    source,
-                    plan,
-                    k,
-                    send,
-                    slots,
-                    self.started,
-                    self.claim,
-                    alive,
-                    self.block_prefix,
-                ),
-                name=f"{name} worker {k}",
-                daemon=True,
-            )
-            self.procs.append(proc)
-            proc.start()
-            send.close()  # the worker holds the only write end: its exit reads as the end
-        alive_r.close()
-        self._poller = Poller(self.conns)
-
-    def waiting(self) -> int:
-        """Messages sent and not yet read, all workers (0 where the platform cannot tell)."""
-        try:
-            return sum(self.plan.capacity - s.get_value() for s in self.slots)
-        except NotImplementedError:  # macOS
-            return 0
-
-    def get(self, worker: int | None) -> tuple[Any, ...]:
-        """The next message of `worker`, or of any worker when None (in fair turns).
-
-        Raises `_PoolClosed` when the pool is closed, `ParallelWorkerError` when a worker died.
-        """
-        while True:
-            if self.closed:
-                raise _PoolClosed
-            wanted = range(len(self.conns)) if worker is None else (worker,)
-            ready = self._poller.ready(wanted, _POLL_S)
-            if not ready:
-                self.check_alive()
-                continue
-            k = (
-                worker
-                if worker is not None
-                else min(ready, key=lambda j: (j - self._next) % len(self.conns))
-            )
-            try:
-                payload = self.conns[k].recv_bytes()
-            except (EOFError, OSError):
-                self._ended(k)
-                continue
-            self.slots[k].release()
-            self._next = (k + 1) % len(self.conns)
-            try:
-                msg: tuple[Any, ...] = decode(payload)
-            except FileNotFoundError as err:
-                text = (
-                    f"{self.name}: the shared memory block of worker {k}'s datapoint is gone "
-                    f"({err}): was /dev/shm cleaned while the run used it?"
-                )
-                raise ParallelWorkerError(text, worker=k) from err
-            return msg
-
-    def _ended(self, k: int) -> None:
-        """Worker `k`'s pipe closed with nothing to read: it exited; say how."""
-        self.procs[k].join(2.0)
-        self.check_alive()
-        if not self.closed:
-            msg = (
-                f"{self.name}: worker {k} (pid {self.procs[k].pid}) closed its pipe; training stops"
-            )
-            raise ParallelWorkerError(msg, worker=k)
-        raise _PoolClosed
-
-    def check_alive(self) -> None:
-        """Raise `ParallelWorkerError` naming the first worker that ended unasked."""
-        for k, proc in enumerate(self.procs):
-            code = proc.exitcode
-            if code is None or self.closed:
-                continue
-            if code < 0:
-                try:
-                    how = f"was killed by {signal.Signals(-code).name}"
-                except ValueError:
-                    how = f"was killed by signal {-code}"
-            else:
-                how = f"exited with code {code}"
-            msg = (
-                f"{self.name}: worker {k} (pid {proc.pid}) {how} while producing datapoints "
-                "(out of memory? killed from outside?); training stops"
-            )
-            raise ParallelWorkerError(msg, worker=k)
-
-    def close(self) -> None:
-        """Stop every worker now (SIGTERM, then SIGKILL) and close the pipes."""
-        self.closed = True
-        self._finalizer()
-
-
-def _preload_for(ctx: Any, source: Any) -> None:
-    """Let the fork server (when it is not running yet) import what the workers need only.
-
-    By default it imports the main module, which for a training script means
-    TensorFlow; a source defined elsewhere needs only its own module and this one.
-    """
-    module = getattr(source, "__module__", None) or type(source).__module__
-    if module != "__main__":
-        ctx.set_forkserver_preload([__name__, module])
-
-
-def _terminate(procs: list[Any], conns: list[Any], alive_w: Any, block_prefix: str) -> None:
-    alive_w.close()
-    for proc in procs:
-        if proc.exitcode is None:
-            proc.terminate()
-    deadline = time.monotonic() + 2.0
-    for proc in procs:
-        proc.join(max(deadline - time.monotonic(), 0.01))
-        if proc.exitcode is None:
-            proc.kill()
-            proc.join(1.0)
-    for conn in conns:
-        _drop_unread(conn)
-        conn.close()
-    remove_blocks(block_prefix)
-
-
-def _drop_unread(conn: Any) -> None:
-    """Remove the shared memory blocks of the messages left unread in a worker's pipe."""
-    with contextlib.suppress(EOFError, OSError):
-        while conn.poll(0):
-            unlink_block_of(conn.recv_bytes())
-
-
-class _PoolClosed(Exception):
-    """Raised in a pass when the pool was closed under it (the end of training)."""
+_WARNED_STRIDE: set[str] = set()
+"""The source types already warned about under the ``stride`` split (once each)."""
 
 
 def _is_factory(source: Any) -> bool:
@@ -287,19 +63,29 @@ class ParallelIterable:
     How the source is split (`WorkerPlan.split`):
 
     - a source with ``__len__`` and ``__getitem__``: worker k produces
-      ``source[k], source[k + N], ...`` (``index``); unordered, each worker takes the
-      next index no worker has taken yet, so all of them work until the pass's end;
-    - another iterable: each worker iterates the whole source and keeps every N-th
-      datapoint (``stride``): the source's own iteration runs N times over, so this
-      pays only where producing a datapoint costs more than skipping it;
+      ``source[k], source[k + N], ...`` (``index``), in order; unordered, each worker
+      takes the next index no worker has taken yet, so all work until the pass's end;
+    - any other iterable (a DataFlow, a generator class: its cost is in
+      ``__iter__``): each worker iterates a copy of its own (``copies``), as
+      tensorpack's ``MultiProcessRunnerZMQ`` does: the copy's ``reset_state()`` runs in
+      the worker after it is seeded, so each shuffles and augments its own way, and
+      the datapoints come **unordered**, as the copies make them. With a length a pass
+      is ``len(source)`` datapoints and the copies run on between passes (a pass does
+      not hold each datapoint exactly once); without one, a pass is one pass of every
+      copy (N times the source's datapoints);
+    - ``ordered=True`` given for such an iterable: every worker iterates the whole
+      source and keeps every N-th datapoint (``stride``), which does the source's own
+      work N times over; it is chosen only when asked, with a warning naming the
+      forms that pay (an index, the copies, a function);
     - a function ``source(k, N)`` returning worker k's own iterable (``factory``).
 
-    With `ordered` (the default) datapoints come in the order one worker would give
-    them (``source[0], source[1], ...`` under ``index`` and ``stride``; worker 0's
-    first, worker 1's first, ... with a factory), so runs and resumes reproduce;
-    otherwise as the workers finish them. Each worker seeds NumPy's and ``random``'s
-    global generators with ``worker_seed(seed, k, pass)`` before each pass, so
-    augmentations differ between workers and passes and repeat between runs.
+    Ordered (the default where the split allows it), datapoints come in the order one
+    worker would give them (``source[0], source[1], ...``; worker 0's first, worker
+    1's first, ... with a factory), so runs and resumes reproduce. Each worker seeds
+    NumPy's and ``random``'s global generators with ``worker_seed(seed, k, pass)``
+    before each pass (and with pass 0 before ``reset_state``), so augmentations
+    differ between workers and passes and repeat between runs (under ``stride`` all
+    take worker 0's seeds, as every worker must make the same pass).
 
     The workers start at the first pass and live across passes; each has a queue of
     `capacity` datapoints (bounded: a worker waits when it is full). ``reset_state``
@@ -307,32 +93,48 @@ class ParallelIterable:
     that started it is gone (even SIGKILLed). A worker that raises ends the pass with
     `ParallelWorkerError` holding its traceback and the datapoint's index; one that dies
     is named within a fraction of a second after its turn comes (or the queue drains).
+    With `timeout`, a pass that gets no datapoint for `timeout` seconds ends with
+    `ParallelTimeoutError` (the message of `IterableInput`'s ``timeout``), wherever
+    the pool is read (training, ``InferenceRunner``, ``SimpleDatasetPredictor``).
 
     The default start method is ``"forkserver"`` (``"spawn"`` where the platform
     lacks it, on Windows): a clean server process, started once per training process,
-    imports the main module and forks the workers, so they copy none of this
-    process's threads or TensorFlow state (``"fork"`` copies them mid-state; use it
-    only for a source that cannot be pickled). Under ``"spawn"`` and
-    ``"forkserver"`` the source (or factory) is pickled to the workers and the module
-    defining it is imported there. The server process ends with this process.
+    forks the workers, so they copy none of this process's threads or TensorFlow
+    state (``"fork"`` copies them mid-state; use it only for a source that cannot be
+    pickled). Under ``"spawn"`` and ``"forkserver"`` the source (or factory) is
+    pickled to the workers, and multiprocessing prepares each worker by importing the
+    main module (the training script, as ``__mp_main__``, so what is under
+    ``if __name__ == "__main__":`` does not run; its top-level imports do, TensorFlow
+    included) and the module defining the source. A script that starts training
+    outside that guard would train again in every worker: the pool refuses to start
+    from it (`ParallelStartError`, naming the line). The server process ends with
+    this process.
 
     Args:
         source: an iterable of datapoints, or a function ``(worker, workers)`` returning
             worker `worker`'s iterable (both 0-based counts, ``workers`` = N).
-        workers: producer processes, >= 1.
-        ordered: keep one worker's order (True) or deliver as produced (False).
+        workers: producer processes, >= 1, at most what the machine's process and file
+            limits leave room for.
+        ordered: keep one worker's order (True) or deliver as produced (False); None
+            (the default): ordered, except a source without an index (``copies``).
         seed: the base of the workers' seeds, >= 0.
         start_method: ``"spawn"``, ``"forkserver"`` or ``"fork"``; None: see above.
         capacity: datapoints each worker may have queued, >= 1.
         shared_memory_min_bytes: arrays of a datapoint this large or larger (NumPy,
             contiguous) travel through a shared memory block instead of the worker's
             pipe: written once by the worker, copied once out of it here; None: all
-            through the pipe. The default is 1 MiB, where a block pays in every run measured.
+            through the pipe. The default is 1 MiB, where a block pays in every run
+            measured. Where ``/dev/shm`` is full, a worker sends through its pipe
+            instead and says so once.
+        timeout: seconds a pass may wait for one datapoint (or for its first), > 0;
+            None (the default): however long it takes. The workers' start (their
+            imports) is not counted, for up to 5 minutes.
 
     Raises:
         TypeError: `source` is neither re-iterable nor a function, or cannot be
             pickled under a start method that pickles it.
-        ValueError: `workers` < 1, or another bad option.
+        ValueError: `workers` < 1 or more than the machine can start, or another bad
+            option.
 
     .. versionadded:: 0.2
     """
@@ -342,31 +144,43 @@ class ParallelIterable:
         source: Iterable[Any] | Callable[[int, int], Iterable[Any]],
         workers: int,
         *,
-        ordered: bool = True,
+        ordered: bool | None = None,
         seed: int = 0,
         start_method: str | None = None,
         capacity: int = 8,
         shared_memory_min_bytes: int | None = SHARED_MEMORY_MIN_BYTES,
+        timeout: float | None = None,
     ) -> None:
         factory = _is_factory(source)
         indexed = hasattr(source, "__len__") and hasattr(source, "__getitem__")
         if not (factory or indexed):
             _check_reiterable(source)
-        split = choose_split(indexed, indexed, factory)
+        split = choose_split(indexed, indexed, factory, ordered)
+        if split == "stride":
+            _warn_stride(source, workers)
         self._plan = WorkerPlan(
             workers=workers,
             split=split,
-            ordered=ordered,
+            ordered=split != "copies" if ordered is None else ordered,
             seed=seed,
             start_method=pick_start_method(start_method, mp.get_all_start_methods()),
             capacity=capacity,
             shared_memory_min_bytes=shared_memory_min_bytes,
+            pass_length=_length(source) if split == "copies" else None,
         )
+        check_worker_limits(workers, machine_limits())
+        self._timeout = _check_timeout(timeout)
         if self._plan.start_method != "fork":
             _check_picklable(source, self._plan.start_method)
         self._source = source
-        self._pool: _Pool | None = None
+        self._pool: Pool | None = None
         self._lock = threading.Lock()
+        self._passes = 0
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a pass may wait for one datapoint; None: no limit."""
+        return self._timeout
 
     @property
     def plan(self) -> WorkerPlan:
@@ -393,6 +207,9 @@ class ParallelIterable:
         if self._plan.split == "factory":
             msg = f"{self}: the length of a source built by a function is not known"
             raise TypeError(msg)
+        if self._plan.split == "copies" and self._plan.pass_length is None:
+            msg = f"{self}: a pass is one pass of each worker's copy, of no known length"
+            raise TypeError(msg)
         return len(self._source)  # type: ignore[arg-type]
 
     def reset_state(self) -> None:
@@ -406,20 +223,26 @@ class ParallelIterable:
         if pool is not None:
             pool.close()
 
-    def _running(self) -> _Pool:
+    def _running(self) -> Pool:
         with self._lock:
             if self._pool is None:
-                self._pool = _Pool(self._source, self._plan, str(self))
+                found = unguarded_main_line(self._plan.start_method)
+                if found is not None:
+                    raise ParallelStartError(_unguarded_message(self, *found))
+                self._pool = Pool(self._source, self._plan, str(self))
             return self._pool
 
     def __iter__(self) -> Iterator[Any]:
         pool = self._running()
+        self._passes += 1
         try:
             if self._plan.ordered:
                 yield from self._ordered_pass(pool)
+            elif self._plan.pass_length is not None:
+                yield from self._stream_pass(pool, self._plan.pass_length)
             else:
                 yield from self._unordered_pass(pool)
-        except _PoolClosed:
+        except PoolClosed:
             msg = f"{self}: the workers were stopped during a pass"
             raise ParallelWorkerError(msg) from None
         except ParallelWorkerError:
@@ -432,8 +255,8 @@ class ParallelIterable:
                 self.close()
             raise
 
-    def _message(self, pool: _Pool, worker: int | None) -> tuple[Any, ...]:
-        msg = pool.get(worker)
+    def _message(self, pool: Pool, worker: int | None, count: int) -> tuple[Any, ...]:
+        msg = pool.get(worker, self._timeout, (self._passes, count))
         if msg[0] == "err":
             _, worker, index, pass_number, text = msg
             what = "index" if self._plan.split == "index" else "position"
@@ -447,29 +270,43 @@ class ParallelIterable:
             raise err
         return msg
 
-    def _ordered_pass(self, pool: _Pool) -> Iterator[Any]:
+    def _ordered_pass(self, pool: Pool) -> Iterator[Any]:
         state: MergeState = start_merge(self._plan.workers)
+        count = 0
         while not state.done:
-            msg = self._message(pool, state.current)
+            msg = self._message(pool, state.current, count)
             if msg[0] == "end":
                 state = merge_after_end(state)
                 continue
             pool.stats.record(msg[1], msg[3], pool.waiting())
             state = merge_after_datapoint(state)
+            count += 1
             yield msg[2]
 
-    def _unordered_pass(self, pool: _Pool) -> Iterator[Any]:
+    def _stream_pass(self, pool: Pool, length: int) -> Iterator[Any]:
+        """`length` datapoints of the copies, as they come; they run on between passes."""
+        count = 0
+        while count < length:
+            msg = self._message(pool, None, count)
+            if msg[0] == "end":
+                continue
+            pool.stats.record(msg[1], msg[3], pool.waiting())
+            count += 1
+            yield msg[2]
+
+    def _unordered_pass(self, pool: Pool) -> Iterator[Any]:
         pool.passes += 1
         if pool.claim is not None:
             pool.claim.value = 0  # every worker has ended the last pass: none reads it now
         pool.started.value = pool.passes  # type: ignore[union-attr]
-        ended = 0
+        ended = count = 0
         while ended < self._plan.workers:
-            msg = self._message(pool, None)
+            msg = self._message(pool, None, count)
             if msg[0] == "end":
                 ended += 1
                 continue
             pool.stats.record(msg[1], msg[3], pool.waiting())
+            count += 1
             yield msg[2]
 
     def __str__(self) -> str:
@@ -494,3 +331,57 @@ def _check_picklable(source: Any, start_method: str) -> None:
             "threads excepted)"
         )
         raise TypeError(msg) from err
+
+
+def _length(source: Any) -> int | None:
+    """The source's length where it has a positive one (a pass of the copies), else None."""
+    try:
+        length = len(source)
+    except TypeError:  # a DataFlow without a length raises it (or NotImplementedError)
+        return None
+    except NotImplementedError:
+        return None
+    return length if isinstance(length, int) and length > 0 else None
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        msg = f"'timeout' must be a number of seconds > 0 or None; got {timeout!r}"
+        raise ValueError(msg)
+    if timeout == float("inf"):
+        return None
+    return float(timeout)
+
+
+def _warn_stride(source: Any, workers: int) -> None:
+    """Say once per source type that ``stride`` does the source's work `workers` times."""
+    name = type(source).__qualname__
+    if name in _WARNED_STRIDE:
+        return
+    _WARNED_STRIDE.add(name)
+    logger.warning(
+        "ParallelIterable(%s, workers=%d, ordered=True): the source has no __getitem__, so "
+        "each worker iterates all of it (seeded alike) and keeps one datapoint in %d: its "
+        "work is done %d times over and the workers gain nothing where the cost is in "
+        "__iter__ (and a source shuffling from its own clock or pid is not split right). Forms "
+        "that pay: leave 'ordered' out (each worker iterates a copy of its own, "
+        "unordered), give the source __len__ and __getitem__ (ordered, split by index), "
+        "or a function (worker, workers) returning worker k's own iterable",
+        name,
+        workers,
+        workers,
+        workers,
+    )
+
+
+def _unguarded_message(pool: ParallelIterable, path: str, line: int) -> str:
+    return (
+        f"{pool}: the main module {path} starts the workers from its top-level code "
+        f'(line {line}), outside `if __name__ == "__main__":`. Under '
+        f"start_method={pool.plan.start_method!r} each worker imports the main module "
+        "first and would run that line again (build the model, train, start workers of "
+        'its own). Put the training code under `if __name__ == "__main__":` (or in a '
+        "main() called from there)"
+    )

@@ -12,8 +12,11 @@ __all__ = [
     "SPLITS",
     "START_METHODS",
     "MergeState",
+    "StartLimit",
     "WorkerPlan",
+    "check_worker_limits",
     "choose_split",
+    "room_for_workers",
     "keeps_position",
     "merge_after_datapoint",
     "pick_start_method",
@@ -24,9 +27,9 @@ __all__ = [
     "worker_seed",
 ]
 
-Split = Literal["index", "stride", "factory"]
-SPLITS: tuple[Split, ...] = ("index", "stride", "factory")
-"""How a source is split: by index, by keeping every N-th datapoint, or by a user function."""
+Split = Literal["index", "copies", "stride", "factory"]
+SPLITS: tuple[Split, ...] = ("index", "copies", "stride", "factory")
+"""How a source is split: by index, a copy of it per worker, every N-th datapoint, or a function."""
 
 SHARED_MEMORY_MIN_BYTES = 1 << 20
 """Arrays of 1 MiB and more travel through shared memory by default. On 2 cores
@@ -67,6 +70,17 @@ def _start_method(_: Any, __: attrs.Attribute[Any], method: str) -> None:
         raise ValueError(msg)
 
 
+def _pass_length(plan: Any, _: attrs.Attribute[Any], length: int | None) -> None:
+    if length is None:
+        return
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        msg = f"'pass_length' must be an int >= 1 (datapoints in a pass) or None; got {length!r}"
+        raise ValueError(msg)
+    if plan.split != "copies":
+        msg = f"'pass_length' is for the 'copies' split only; got split={plan.split!r}"
+        raise ValueError(msg)
+
+
 def _seed(_: Any, __: attrs.Attribute[Any], seed: int) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         msg = f"'seed' must be an int >= 0; got {seed!r}"
@@ -79,20 +93,26 @@ class WorkerPlan:
 
     Attributes:
         workers: producer processes, >= 1.
-        split: ``"index"`` (worker k takes indices k, k+N, ...), ``"stride"`` (each
-            worker iterates the whole source and keeps every N-th datapoint) or
-            ``"factory"`` (a user function builds worker k's source).
-        ordered: deliver datapoints in the order one worker would produce them.
+        split: ``"index"`` (worker k takes indices k, k+N, ...), ``"copies"`` (each
+            worker iterates a copy of its own, reset and seeded for that worker),
+            ``"stride"`` (each worker iterates the whole source and keeps every N-th
+            datapoint: the source's work done N times) or ``"factory"`` (a user
+            function builds worker k's source).
+        ordered: deliver datapoints in the order one worker would produce them
+            (never under ``"copies"``: its datapoints come as the copies make them).
         seed: the base of every worker's seeds (`worker_seed`), >= 0.
         start_method: the multiprocessing start method.
         capacity: datapoints each worker may have waiting, >= 1.
         shared_memory_min_bytes: the size from which an array of a datapoint travels
             through shared memory instead of the worker's pipe (None: never).
+        pass_length: under ``"copies"``, the datapoints of one pass (the source's
+            length: the copies run on without a break, as tensorpack's
+            ``MultiProcessRunnerZMQ`` does); None: a pass is one pass of every copy.
 
     Examples:
         >>> WorkerPlan(workers=2, split="index")  # doctest: +NORMALIZE_WHITESPACE
         WorkerPlan(workers=2, split='index', ordered=True, seed=0, start_method='spawn',
-                   capacity=8, shared_memory_min_bytes=1048576)
+                   capacity=8, shared_memory_min_bytes=1048576, pass_length=None)
         >>> WorkerPlan(workers=0, split="index")
         Traceback (most recent call last):
         ...
@@ -108,6 +128,15 @@ class WorkerPlan:
     shared_memory_min_bytes: int | None = attrs.field(
         default=SHARED_MEMORY_MIN_BYTES, validator=_min_bytes
     )
+    pass_length: int | None = attrs.field(default=None, validator=_pass_length)
+
+    def __attrs_post_init__(self) -> None:
+        if self.split == "copies" and self.ordered:
+            msg = (
+                "'ordered' must be False under the 'copies' split: each worker iterates a "
+                "copy of its own, and their datapoints come as they are made"
+            )
+            raise ValueError(msg)
 
 
 def pick_start_method(requested: str | None, available: Sequence[str]) -> str:
@@ -131,20 +160,82 @@ def pick_start_method(requested: str | None, available: Sequence[str]) -> str:
     return "forkserver" if "forkserver" in available else "spawn"
 
 
-def choose_split(has_len: bool, has_getitem: bool, factory: bool) -> Split:
+def choose_split(
+    has_len: bool, has_getitem: bool, factory: bool, ordered: bool | None = None
+) -> Split:
     """The split of a source: ``factory`` for a function, ``index`` when it is indexable.
+
+    Any other iterable (a DataFlow, a generator class: its cost is in ``__iter__``) gets
+    a copy per worker (``copies``), unordered, unless `ordered` is True: then every
+    worker iterates it whole and keeps every N-th datapoint (``stride``), which does
+    the source's work N times over; the shell warns when it chooses that.
 
     Examples:
         >>> choose_split(True, True, False)
         'index'
-        >>> choose_split(False, False, False)
+        >>> choose_split(True, False, False)
+        'copies'
+        >>> choose_split(False, False, False, ordered=True)
         'stride'
         >>> choose_split(False, False, True)
         'factory'
     """
     if factory:
         return "factory"
-    return "index" if has_len and has_getitem else "stride"
+    if has_len and has_getitem:
+        return "index"
+    return "stride" if ordered else "copies"
+
+
+@attrs.frozen(kw_only=True)
+class StartLimit:
+    """One limit of the machine on the worker processes a pool may start.
+
+    Attributes:
+        what: the limit, as the user would look it up (``"open files (ulimit -n 1024,
+            40 open)"``).
+        workers: the workers it leaves room for, >= 0.
+    """
+
+    what: str
+    workers: int = attrs.field(validator=attrs.validators.ge(0))
+
+
+def room_for_workers(limit: int, in_use: int, per_worker: int, reserve: int) -> int:
+    """Workers that fit under `limit` with `in_use` taken, `per_worker` each, `reserve` kept.
+
+    Examples:
+        >>> room_for_workers(1024, 40, 3, 64)
+        306
+        >>> room_for_workers(100, 90, 2, 16)
+        0
+    """
+    return max((limit - in_use - reserve) // max(per_worker, 1), 0)
+
+
+def check_worker_limits(workers: int, limits: Sequence[StartLimit]) -> None:
+    """Refuse `workers` when a limit of the machine leaves room for fewer.
+
+    Raises:
+        ValueError: naming the tightest limit and the most workers it allows.
+
+    Examples:
+        >>> check_worker_limits(4, [StartLimit(what="processes", workers=10)])
+        >>> check_worker_limits(100000, [StartLimit(what="open files (ulimit -n 1024)",
+        ...                                         workers=306)])
+        Traceback (most recent call last):
+        ...
+        ValueError: 'workers' must be at most 306 on this machine (open files (ulimit -n 1024)); got 100000
+    """
+    if not limits:
+        return
+    tightest = min(limits, key=lambda limit: limit.workers)
+    if workers > tightest.workers:
+        msg = (
+            f"'workers' must be at most {tightest.workers} on this machine "
+            f"({tightest.what}); got {workers}"
+        )
+        raise ValueError(msg)
 
 
 def shard_indices(length: int, workers: int, worker: int) -> range:

@@ -15,7 +15,9 @@ tracker of the training process removes any other left by a process that died.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
+import logging
 import os
 import pickle
 import signal
@@ -45,6 +47,11 @@ BLOCK_MARK = b"S"
 
 _LENGTH = struct.Struct("<I")
 
+_FULL: list[str] = []
+"""Why this process stopped making blocks (``/dev/shm`` full), once it has; empty before."""
+
+logger = logging.getLogger("towerkit.callbacks")
+
 
 def offsets(sizes: Sequence[int]) -> list[int]:
     """Where each buffer of `sizes` starts in a block holding them one after the other.
@@ -66,8 +73,14 @@ def names(prefix: str) -> Iterator[str]:
 def encode(message: Any, min_bytes: int | None, next_name: Callable[[], str]) -> bytes:
     """`message` pickled, its buffers of at least `min_bytes` in a new block (None: none).
 
-    Where no block can be made (``/dev/shm`` full or missing), everything goes in band.
+    Where no block can be made (``/dev/shm`` missing), everything goes in band. A
+    block's pages are reserved when it is made (``posix_fallocate``): where
+    ``/dev/shm`` is full that fails at once, rather than a write into the block
+    killing the worker by SIGBUS; this process then sends everything in band from
+    then on, and says so once.
     """
+    if _FULL:
+        min_bytes = None
     large: list[memoryview] = []
 
     def in_band(buffer: pickle.PickleBuffer) -> bool:
@@ -88,6 +101,18 @@ def encode(message: Any, min_bytes: int | None, next_name: Callable[[], str]) ->
             )
     except OSError:
         return pickle.dumps(message, protocol=5)
+    full = _reserve(block)
+    if full is not None:
+        _FULL.append(full)
+        logger.warning(
+            "towerkit: a parallel input worker (pid %d): shared memory (/dev/shm) is full "
+            "(%s); its datapoints go through its pipe from now on. Free /dev/shm (df -h "
+            "/dev/shm), or turn blocks off with ParallelIterable(..., "
+            "shared_memory_min_bytes=None)",
+            os.getpid(),
+            full,
+        )
+        return pickle.dumps(message, protocol=5)
     try:
         view = _view(block)
         for start, raw in zip(offsets(sizes), large, strict=True):
@@ -97,6 +122,25 @@ def encode(message: Any, min_bytes: int | None, next_name: Callable[[], str]) ->
         block.close()
     header = pickle.dumps((block.name, sizes), protocol=5)
     return BLOCK_MARK + _LENGTH.pack(len(header)) + header + data
+
+
+def _reserve(block: shared_memory.SharedMemory) -> str | None:
+    """Reserve the pages of a new `block`; None, or why not (the block is then removed)."""
+    fd = getattr(block, "_fd", -1)
+    allocate = getattr(os, "posix_fallocate", None)
+    if fd < 0 or allocate is None:
+        return None
+    try:
+        allocate(fd, 0, block.size)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            return None  # no reservation where the file system cannot make one
+        with CREATING, _termination_held():
+            block.close()
+            with contextlib.suppress(FileNotFoundError):
+                block.unlink()
+        return f"{block.size} bytes asked: {os.strerror(err.errno)}"
+    return None
 
 
 @contextlib.contextmanager

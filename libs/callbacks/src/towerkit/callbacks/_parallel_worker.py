@@ -71,10 +71,20 @@ def _pass_items(
             yield source[i]
         return
     cursor.index = 0
+    if plan.split != "stride":  # a factory's source, or this worker's copy: all of it
+        for i, dp in enumerate(source):
+            yield dp
+            cursor.index = i + 1
+        return
     for i, dp in enumerate(source):
-        if plan.split == "factory" or keeps_position(i, plan.workers, worker):
+        if keeps_position(i, plan.workers, worker):
             yield dp
         cursor.index = i + 1
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
 
 
 def _send(out: Any, slots: Any, message: tuple[Any, ...], large: Any = None) -> None:
@@ -103,6 +113,7 @@ def worker_main(
     claim: Any,
     alive: Any,
     block_prefix: str = "",
+    ready: Any = None,
 ) -> None:
     """A worker's life: pass after pass over its share, each datapoint sent through `out`.
 
@@ -110,8 +121,13 @@ def worker_main(
     and ``("err", worker, index, pass_number, traceback_text)``, after which it ends.
     Each takes one of the `slots` the parent gives back when it reads a message.
     With `started` (unordered pools) a pass begins only once the parent has begun it,
-    so one pass's datapoints never mix with the next's.
+    so one pass's datapoints never mix with the next's. `ready[worker]` is set first
+    thing: a worker that dies with it unset died while multiprocessing prepared it.
+    Under the ``copies`` split a pass that yields nothing is an error (the copy would
+    spin through empty passes).
     """
+    if ready is not None:
+        ready[worker] = 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     threading.Thread(target=_watch_parent, args=(alive,), daemon=True).start()
     cursor = _Cursor()
@@ -120,6 +136,10 @@ def worker_main(
     if plan.shared_memory_min_bytes is not None:
         large = (plan.shared_memory_min_bytes, names(f"{block_prefix}w{worker}_").__next__)
     try:
+        # Under stride every worker must make the same pass (each keeps its share of
+        # it), so all take worker 0's seeds; elsewhere each draws its own.
+        seeded = 0 if plan.split == "stride" else worker
+        _seed_all(worker_seed(plan.seed, seeded, 0))  # reset_state draws its own state
         if plan.split == "factory":
             source = source(worker, plan.workers)
         reset = getattr(source, "reset_state", None)
@@ -129,13 +149,16 @@ def worker_main(
             pass_number += 1
             while started is not None and started.value < pass_number:
                 time.sleep(0.005)
-            seed = worker_seed(plan.seed, worker, pass_number)
-            random.seed(seed)
-            np.random.seed(seed)
+            _seed_all(worker_seed(plan.seed, seeded, pass_number))
             start = time.perf_counter()
+            made = 0
             for dp in _pass_items(source, plan, worker, cursor, claim):
                 _send(out, slots, ("dp", worker, dp, time.perf_counter() - start), large)
+                made += 1
                 start = time.perf_counter()
+            if made == 0 and plan.split == "copies":
+                msg = f"pass {pass_number} of this worker's copy of the source yielded no datapoint"
+                raise ValueError(msg)
             _send(out, slots, ("end", worker, pass_number))
     except BaseException:
         text = traceback.format_exc()

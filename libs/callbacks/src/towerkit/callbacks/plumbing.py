@@ -24,24 +24,28 @@ from towerkit.callbacks._datapoints import (
     datapoint_tuple,
     describe_value,
     input_kind,
+    timeout_message,
 )
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS
 from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
-from towerkit.callbacks._parallel import PoolStats
 from towerkit.callbacks._parallel_core import (
     SPLITS,
     START_METHODS,
     MergeState,
+    StartLimit,
+    check_worker_limits,
     choose_split,
     keeps_position,
     merge_after_datapoint,
     merge_after_end,
     pick_start_method,
+    room_for_workers,
     round_robin,
     shard_indices,
     start_merge,
     worker_seed,
 )
+from towerkit.callbacks._parallel_pool import PoolStats
 from towerkit.callbacks._positions import (
     POSITIONS_FILENAME,
     SavedPosition,
@@ -80,11 +84,14 @@ __all__ = [
     "START_METHODS",
     "MergeState",
     "PoolStats",
+    "StartLimit",
+    "check_worker_limits",
     "choose_split",
     "keeps_position",
     "merge_after_datapoint",
     "merge_after_end",
     "pick_start_method",
+    "room_for_workers",
     "round_robin",
     "shard_indices",
     "start_merge",
@@ -107,6 +114,7 @@ __all__ = [
     "gate_kinds",
     "gated_record",
     "input_kind",
+    "timeout_message",
     "periodic_callback_record",
     "periodic_record",
     "periodic_trigger_record",

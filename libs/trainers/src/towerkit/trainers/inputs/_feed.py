@@ -12,7 +12,8 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from towerkit.callbacks.plumbing import DatapointLayout, conform_datapoint
+from towerkit.callbacks import ParallelTimeoutError
+from towerkit.callbacks.plumbing import DatapointLayout, conform_datapoint, timeout_message
 from towerkit.trainers._errors import InputDataError, InputProducerError, InputTimeoutError
 from towerkit.trainers._interrupt import aborting, on_abort, remove_on_abort
 from towerkit.trainers._tf_lines import tensorflow_lines_hidden
@@ -201,15 +202,7 @@ class QueueFeeder:
             if waited < timeout:
                 wait = timeout - waited
                 continue
-            passes, count = self._position
-            what = (
-                f"datapoint #{count} of pass {passes}" if count else f"the start of pass {passes}"
-            )
-            msg = (
-                f"{self._name}: the iterable gave no datapoint for {waited:.1f} s "
-                f"(timeout={timeout:g} s), waiting for {what}; it is blocked or too slow: "
-                "fix the producer, or give IterableInput a larger 'timeout'"
-            )
+            msg = timeout_message(self._name, waited, timeout, *self._position)
             stopping.set()
             self._fail(InputTimeoutError(msg))
             return
@@ -298,6 +291,9 @@ class QueueFeeder:
     def _keep_failure(self, err: BaseException) -> None:
         if isinstance(err, InputTimeoutError):
             failure: BaseException = err
+        elif isinstance(err, ParallelTimeoutError):  # the pool's own bound: the same words
+            failure = InputTimeoutError(str(err))
+            failure.__cause__ = err
         elif isinstance(err, _DataFault):
             failure = err.kind(str(err))
             failure.__cause__ = err.__cause__

@@ -99,7 +99,9 @@ class IterableInput(InputSource):
         workers: producer processes, >= 1; None (the default): the feeding thread
             produces them itself.
         ordered: with `workers`, keep the order one worker would produce (True) or
-            deliver datapoints as they come (False).
+            deliver datapoints as they come (False); None (the default): ordered,
+            except an iterable without ``__getitem__`` (a DataFlow), whose workers
+            each iterate a copy of their own, unordered (see `ParallelIterable`).
         seed: with `workers`, the base of the workers' seeds (NumPy and ``random``).
         start_method: with `workers`, ``"forkserver"``, ``"spawn"`` or ``"fork"``;
             None (the default): ``"forkserver"`` where the platform has it, else
@@ -125,7 +127,7 @@ class IterableInput(InputSource):
         prefetch: int = 8,
         timeout: float | None = None,
         workers: int | None = None,
-        ordered: bool = True,
+        ordered: bool | None = None,
         seed: int = 0,
         start_method: str | None = None,
     ) -> None:

@@ -15,7 +15,7 @@ def parallel_source(
     iterable: Any,
     workers: int | None,
     *,
-    ordered: bool,
+    ordered: bool | None,
     seed: int,
     start_method: str | None,
     capacity: int,
