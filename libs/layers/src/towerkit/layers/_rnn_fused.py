@@ -1,7 +1,8 @@
 """LSTM layers over time with a gradient of their own: the weights' gradients in one product.
 
-``dynamic_rnn`` runs a plain LSTM (`BasicLSTMCell` or `LSTMCell` without peepholes,
-clipping or projection, or a `MultiRNNCell` of them) through `lstm_stack` when it
+``dynamic_rnn`` runs a plain LSTM (`BasicLSTMCell`, `LSTMCell` without peepholes,
+clipping or projection, `LSTMBlockCell` without peepholes or clipping, or a
+`MultiRNNCell` of them) through `lstm_stack` when it
 trains. The forward loop computes what the cells compute, op for op, and keeps for
 each step and layer the step's ``[x, h]`` and one tensor of its gates, ``tanh(c)`` and
 the previous ``c``. The backward loop walks time in reverse, writing each step's
@@ -18,6 +19,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from towerkit.layers._rnn_block import LSTMBlockCell
 from towerkit.layers._rnn_cells import BasicLSTMCell, LSTMCell
 from towerkit.layers._rnn_nest import LSTMStateTuple
 from towerkit.layers._rnn_wrappers import MultiRNNCell
@@ -30,13 +32,14 @@ __all__ = ["fusable_layers", "lstm_stack"]
 def _plain_lstm(cell: Any) -> bool:
     """Whether `cell` is an LSTM the fused loop computes exactly (TensorFlow 1's math)."""
     kind = type(cell)
-    if kind not in (BasicLSTMCell, LSTMCell):
+    if kind not in (BasicLSTMCell, LSTMCell, LSTMBlockCell):
         return False
     forget = cell._forget_bias
     if isinstance(forget, bool) or not isinstance(forget, (int, float)):
         return False
     plain = cell._state_is_tuple and cell._activation is tf1.tanh
-    if kind is LSTMCell:
+    if kind is not BasicLSTMCell:
+        # an LSTMBlockCell is an LSTMCell with contrib's arguments and names
         plain = plain and not cell._use_peepholes and cell._num_proj is None
         plain = plain and cell._cell_clip is None and cell._proj_clip is None
     return bool(plain)

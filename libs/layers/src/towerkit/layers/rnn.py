@@ -8,6 +8,8 @@ they share the other layers' variables.
 .. versionadded:: 0.2
 """
 
+from towerkit.layers._rnn_block import GRUBlockCell, GRUBlockCellV2, LSTMBlockCell
+from towerkit.layers._rnn_block_fused import LSTMBlockFusedCell
 from towerkit.layers._rnn_cells import (
     BasicLSTMCell,
     BasicRNNCell,
@@ -25,6 +27,10 @@ __all__ = [
     "BasicLSTMCell",
     "LSTMCell",
     "GRUCell",
+    "LSTMBlockCell",
+    "LSTMBlockFusedCell",
+    "GRUBlockCell",
+    "GRUBlockCellV2",
     "MultiRNNCell",
     "DropoutWrapper",
     "ResidualWrapper",
