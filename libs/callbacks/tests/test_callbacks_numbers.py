@@ -68,6 +68,12 @@ class TestEntryPoints:
         setter = ScheduledHyperParamSetter("learning_rate", [("0", "1e-3"), (25.0, "1e-5")])
         assert setter.schedule.points == ((0, 1e-3), (25, 1e-5))
 
+    def test_schedule_of_lists_and_tuples(self):
+        """A tuple of pairs, a list of lists (a TOML array) and a generator, as tensorpack's."""
+        expected = ((1, 0.1), (5, 0.01))
+        for schedule in (((1, 0.1), (5, 0.01)), [[1, 0.1], [5, 0.01]], iter([(1, 0.1), (5, 0.01)])):
+            assert ScheduledHyperParamSetter("lr", schedule).schedule.points == expected
+
     def test_schedule_fraction_refused(self):
         """A fractional point is refused, not truncated as int() did."""
         with pytest.raises(TypeError, match=r"point 2\.5 is not an int"):

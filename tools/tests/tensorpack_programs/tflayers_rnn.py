@@ -41,8 +41,8 @@ class Model(ModelDesc):
         logits = tf.layers.dense(l, 3, name='fc1')
         cost = tf.nn.sparse_softmax_cross_entropy_with_logits(logits=logits, labels=label)
         cost = tf.reduce_mean(cost, name='cross_entropy_loss')
-        reg = tf.contrib.layers.apply_regularization(
-            l2, tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, 'fc0'))
+        reg = tf.identity(tf.contrib.layers.apply_regularization(
+            l2, tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, 'fc0')), name='regularize_loss')
 
         x, y = producer(seq, tf.shape(seq)[0])
         cell = rnn.MultiRNNCell([rnn.LSTMBlockCell(num_units=HIDDEN) for _ in range(2)])
@@ -100,5 +100,3 @@ if __name__ == '__main__':
         max_epoch=args.epochs,
     )
     launch_train_with_config(config, SimpleTrainer())
-    print('variables', sorted(v.op.name for v in tf.global_variables()
-                              if v.op.name.startswith(('conv0', 'bn0', 'fc0'))))

@@ -71,7 +71,7 @@ def fate_of(entry: object) -> Fate:
     kind, text = entry
     if kind == "convert":
         return Fate(kind="convert", target=text)
-    return Fate(kind=kind, why=text)  # type: ignore[arg-type]
+    return Fate(kind=kind, why=text)
 
 
 @functools.cache

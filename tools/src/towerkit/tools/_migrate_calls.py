@@ -237,7 +237,7 @@ class CallRules(cst.CSTTransformer):
         else:
             dist = f'("uniform" if {code(uniform.value)} else "truncated_normal")'
         extra = "".join(
-            f", {p}={code(given[p].value)}" for p in ("seed", "dtype") if given[p] is not None
+            f", {p}={code(arg.value)}" for p in ("seed", "dtype") if (arg := given[p]) is not None
         )
         new = f"tf.compat.v1.variance_scaling_initializer(scale={scale}, mode={mode}, distribution={dist}{extra})"
         self.change(

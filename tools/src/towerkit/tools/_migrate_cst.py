@@ -23,7 +23,7 @@ from towerkit.tools._migrate_names import (
     home_of,
 )
 from towerkit.tools._migrate_old import modernize
-from towerkit.tools._migrate_rnn import RNN_MODULES, rnn_move, tf_layers_move
+from towerkit.tools._migrate_rnn import LAYERS_MODULES, RNN_MODULES, rnn_move, tf_layers_move
 from towerkit.tools._migrate_scan import CONFIG_CALLS, LOGDIR_CALLS, STAR_CANDIDATES, Scan
 from towerkit.tools._migrate_syntax import (
     BASIC_CONFIG,
@@ -253,6 +253,12 @@ class Migrator(CallRules):
         if name is None:
             return updated_node
         head, _, rest = name.partition(".")
+        if (
+            head == "tf"
+            and self.scan.tf_alias_is_v1
+            and (tf_layers_move(name) or name in LAYERS_MODULES)
+        ):  # tf is tf.compat.v1: its layers functions go to tf_layers all the same
+            return self._tf_attribute(original_node, updated_node, name)
         if head in self.module_aliases and "." not in rest:
             target = self.module_aliases[head]
             if target.startswith("towerkit.") and home_of(rest) != target:
@@ -267,6 +273,12 @@ class Migrator(CallRules):
                 return cst.Name(new)
             return updated_node
         if head == "tf" and self._tf:
+            return self._tf_attribute(original_node, updated_node, name)
+        if (
+            head == "tf"
+            and self.scan.tf_alias_is_v1
+            and (tf_layers_move(name) or name == "tf.layers")
+        ):
             return self._tf_attribute(original_node, updated_node, name)
         if head == "rnn" and self.rnn_alias and "." not in rest:
             move = rnn_move(f"tf.contrib.rnn.{rest}")
@@ -293,12 +305,13 @@ class Migrator(CallRules):
             )
             self._tf_moves[id(original_node)] = self.notes[-1]
             return updated_node
-        layer = tf_layers_move(name)
+        layer = "tf_layers" if name in LAYERS_MODULES else tf_layers_move(name)
         if layer is not None:
             self._supersede(original_node)
             self.tf_layers_uses.pop(id(original_node.value), None)
             self.need("towerkit.layers", "tf_layers")
             self.change(original_node, f"{name} -> {layer} (from towerkit.layers, no Keras)")
+            self._tf_moves[id(original_node)] = self.notes[-1]
             return parse_expr(layer)
         if name == "tf.placeholder" and self.scopes[-1:] == ["inputs"]:
             return updated_node  # becomes a tf.TensorSpec in leave_Call

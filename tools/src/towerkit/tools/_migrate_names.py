@@ -102,6 +102,7 @@ _LIB_NAMES = {
     rename_tflayer_get_variable
     RNNCell BasicRNNCell BasicLSTMCell LSTMCell GRUCell MultiRNNCell DropoutWrapper
     ResidualWrapper LSTMStateTuple static_rnn dynamic_rnn bidirectional_dynamic_rnn
+    LSTMBlockCell LSTMBlockFusedCell GRUBlockCell GRUBlockCellV2
     """,
 }
 """The public names of each towerkit lib (its ``__all__``), checked against the libs by a test."""
