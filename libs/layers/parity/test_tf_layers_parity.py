@@ -7,11 +7,12 @@ the same ``UPDATE_OPS`` and as many ``REGULARIZATION_LOSSES``, and name their ou
 alike; then every variable gets a random value loaded by name into both, and the
 outputs, the regularization losses, the gradients (of the input and of every
 trainable variable) and the moving averages after one run of the update ops are
-compared. Run by ``nox -s layers_parity``.
+compared; and each function's signature is TensorFlow 1's. Run by ``nox -s layers_parity``.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -283,3 +284,15 @@ def test_initializers_match():
         limit = np.sqrt(6 / (fan_in + fan_out))
         assert np.abs(got[name]).max() <= limit
         assert np.abs(got[name]).max() > 0.8 * limit
+
+
+@pytest.mark.parametrize("name", sorted(tk.__all__))
+def test_signatures(name: str):
+    """Each function takes TensorFlow 1's arguments, in its order, with its plain defaults."""
+    ours = inspect.signature(getattr(tk, name)).parameters
+    theirs = inspect.signature(getattr(ORACLE, name)).parameters
+    assert list(ours) == list(theirs)
+    plain = (bool, int, float, str, tuple, type(None))
+    for arg, param in theirs.items():
+        if isinstance(param.default, plain) and param.default is not inspect.Parameter.empty:
+            assert ours[arg].default == param.default, arg

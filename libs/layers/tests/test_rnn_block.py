@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from layers_session import initialize
 
 from towerkit.layers import rnn
 from towerkit.layers._rnn_block import block_cell_clip
@@ -336,3 +337,101 @@ def test_tf1_checkpoint_restores(tmp_path):
         # LSTMCell reads the same names: the block cell computes what it computes
         tf1.train.Saver(var_list=tf1.global_variables()).restore(sess, path)
         np.testing.assert_allclose(got, sess.run(out), rtol=1e-5, atol=1e-6)
+
+
+class TestAgainstBlockKernels:
+    """The block cells compute what TensorFlow's own block kernels compute (``tf.raw_ops``)."""
+
+    @staticmethod
+    def values(shapes, seed):
+        rng = np.random.default_rng(seed)
+        return [(rng.standard_normal(s) * 0.5).astype(np.float32) for s in shapes]
+
+    @pytest.mark.parametrize("peephole", [False, True], ids=["plain", "peephole-clip"])
+    def test_lstm_block_cell(self, sess, peephole):
+        """One step of LSTMBlockCell is the LSTMBlockCell kernel's (cs, h) for its weights."""
+        n, d = 4, 3
+        x, c, h = (tf1.constant(v) for v in self.values([[2, d], [2, n], [2, n]], 6))
+        clip = 0.3 if peephole else None
+        cell = rnn.LSTMBlockCell(n, forget_bias=0.7, cell_clip=clip, use_peephole=peephole)
+        out, state = cell(x, rnn.LSTMStateTuple(c, h))
+        w = {v.op.name.split("/")[-1]: v for v in cell.variables}
+        zero = tf1.zeros([n])
+        kernel = tf1.raw_ops.LSTMBlockCell(
+            x=x,
+            cs_prev=c,
+            h_prev=h,
+            w=w["kernel"],
+            wci=w.get("w_i_diag", zero),
+            wcf=w.get("w_f_diag", zero),
+            wco=w.get("w_o_diag", zero),
+            b=w["bias"],
+            forget_bias=0.7,
+            cell_clip=clip or -1.0,
+            use_peephole=peephole,
+        )
+        initialize(sess)
+        for v, value in zip(
+            cell.variables, self.values([v.shape for v in cell.variables], 7), strict=True
+        ):
+            v.load(value, sess)
+        got_h, got_c, got_out, want_cs, want_h = sess.run(
+            [state.h, state.c, out, kernel.cs, kernel.h]
+        )
+        np.testing.assert_allclose(got_c, want_cs, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_h, want_h, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got_out, got_h)
+
+    def test_gru_block_cell(self, sess):
+        """One step of GRUBlockCell is the GRUBlockCell kernel's h (gates' kernel: ``w_c``)."""
+        x, h = (tf1.constant(v) for v in self.values([[2, 3], [2, 4]], 8))
+        cell = rnn.GRUBlockCell(4)
+        out, _ = cell(x, h)
+        w = {v.op.name.split("/")[-1]: v for v in cell.variables}
+        kernel = tf1.raw_ops.GRUBlockCell(
+            x=x, h_prev=h, w_ru=w["w_c"], w_c=w["w_ru"], b_ru=w["b_ru"], b_c=w["b_c"]
+        )
+        initialize(sess)
+        for v, value in zip(
+            cell.variables, self.values([v.shape for v in cell.variables], 9), strict=True
+        ):
+            v.load(value, sess)
+        got, want = sess.run([out, kernel.h])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    @pytest.mark.parametrize("peephole", [False, True], ids=["plain", "peephole-clip"])
+    def test_lstm_block_fused_cell(self, sess, peephole):
+        """LSTMBlockFusedCell over a sequence is the BlockLSTM kernel's outputs and last state."""
+        n, d = 5, 3
+        x, c, h = (tf1.constant(v) for v in self.values([[TIME, 2, d], [2, n], [2, n]], 10))
+        clip = 0.4 if peephole else None
+        with TowerContext("", is_training=True):
+            cell = rnn.LSTMBlockFusedCell(n, forget_bias=0.2, cell_clip=clip, use_peephole=peephole)
+            out, state = cell(x, initial_state=(c, h))
+        w = {v.op.name.split("/")[-1]: v for v in cell.variables}
+        zero = tf1.zeros([n])
+        kernel = tf1.raw_ops.BlockLSTM(
+            seq_len_max=tf1.constant(TIME, tf1.int64),
+            x=x,
+            cs_prev=c,
+            h_prev=h,
+            w=w["kernel"],
+            wci=w.get("w_i_diag", zero),
+            wcf=w.get("w_f_diag", zero),
+            wco=w.get("w_o_diag", zero),
+            b=w["bias"],
+            forget_bias=0.2,
+            cell_clip=clip or -1.0,
+            use_peephole=peephole,
+        )
+        initialize(sess)
+        for v, value in zip(
+            cell.variables, self.values([v.shape for v in cell.variables], 11), strict=True
+        ):
+            v.load(value, sess)
+        got_out, got_c, got_h, want_cs, want_h = sess.run(
+            [out, state.c, state.h, kernel.cs, kernel.h]
+        )
+        np.testing.assert_allclose(got_out, want_h, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_c, want_cs[-1], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_h, want_h[-1], rtol=1e-5, atol=1e-6)

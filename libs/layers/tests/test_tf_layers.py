@@ -6,6 +6,10 @@ comparison with tf-keras's own ``tf.compat.v1.layers`` is in ``libs/layers/parit
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import reference
@@ -14,7 +18,12 @@ from hypothesis import strategies as st
 from layers_session import initialize
 
 from towerkit.layers import tf_layers
-from towerkit.layers._tf_layers_rules import normalize_axis, size_tuple, static_training
+from towerkit.layers._tf_layers_rules import (
+    normalize_axis,
+    positive_int,
+    size_tuple,
+    static_training,
+)
 from towerkit.towers import TowerContext, argscope, enable_argscope_for_module
 from towerkit.towers.compat import tf1
 
@@ -283,6 +292,15 @@ class TestRules:
         assert 1 <= result < ndims
         assert result % ndims == axis % ndims
 
+    @given(st.one_of(st.integers(-5, 5), st.booleans(), st.floats(0.5, 3), st.none()))
+    def test_positive_int(self, value):
+        """A positive int is kept; anything else (bools, floats, zero) is refused, named."""
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            assert positive_int(value, "units") == value
+        else:
+            with pytest.raises(ValueError, match=r"'units' must be a positive int; got"):
+                positive_int(value, "units")
+
     @given(st.booleans())
     def test_static_training(self, flag):
         """A bool or a constant tensor is known; a placeholder is not."""
@@ -290,3 +308,42 @@ class TestRules:
             assert static_training(flag) is flag
             assert static_training(tf1.constant(flag)) is flag
             assert static_training(tf1.placeholder(tf1.bool, [])) is None
+
+
+KERAS_FREE = """
+import sys
+import tensorflow as tf
+from towerkit.layers import rnn, tf_layers
+
+tf1 = tf.compat.v1
+with tf.Graph().as_default():
+    x = tf1.placeholder(tf.float32, [2, 8, 8, 3])
+    y = tf_layers.conv2d(x, 4, 3, activation=tf.nn.relu)
+    y = tf_layers.batch_normalization(tf_layers.max_pooling2d(y, 2, 2), training=True)
+    y = tf_layers.dense(tf_layers.dropout(tf_layers.flatten(y), training=True), 6)
+    steps = [y, y]
+    cell = rnn.MultiRNNCell([rnn.LSTMBlockCell(5), rnn.GRUBlockCell(4)])
+    rnn.static_rnn(cell, steps, dtype=tf.float32)
+    rnn.LSTMBlockFusedCell(3)(tf1.stack(steps), dtype=tf.float32)
+    tf1.gradients(tf1.reduce_sum(y), tf1.trainable_variables())
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("keras", "tf_keras"))
+print("keras modules:", loaded)
+sys.exit(1 if loaded else 0)
+"""
+
+
+@pytest.mark.procs
+def test_no_keras_imported(tmp_path):
+    """Building the layers and block cells (and their gradients) imports no Keras at all."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    done = subprocess.run(
+        [sys.executable, "-c", KERAS_FREE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "keras modules: []" in done.stdout

@@ -48,9 +48,10 @@ def _plain_lstm(cell: Any) -> bool:
 def fusable_layers(cell: Any) -> list[Any] | None:
     """The LSTM layers of `cell` when the fused loop can run it, else None.
 
-    `cell` qualifies when it is a plain LSTM (`BasicLSTMCell` or `LSTMCell` with a
-    numeric forget bias, ``tanh``, a tuple state, and for `LSTMCell` no peepholes,
-    clipping or projection) or a `MultiRNNCell` with a tuple state of such cells;
+    `cell` qualifies when it is a plain LSTM (`BasicLSTMCell`, `LSTMCell` or
+    `LSTMBlockCell` with a numeric forget bias, ``tanh``, a tuple state, and for the
+    last two no peepholes, clipping or projection) or a `MultiRNNCell` with a tuple
+    state of such cells;
     subclasses and wrappers do not (their step may differ).
     """
     if type(cell) is MultiRNNCell:
