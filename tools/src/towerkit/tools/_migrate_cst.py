@@ -63,6 +63,7 @@ class Migrator(CallRules):
         self.removed: set[int] = set()  # ids of top-level statements removed
         self.logdir_placed = False
         self._tf_moves: dict[int, Note] = {}
+        self.tf_layers_refs = 0  # expressions that became tf_layers (its import is needed)
         self.tf_layers_uses: dict[int, int] = {}  # id of a tf.layers name needing tf-keras -> line
         self.removed_calls: set[int] = set()  # ids of the names of removed wrappers' calls
         self.rnn_alias = False  # rnn is tensorflow.contrib.rnn, imported from towerkit.layers now  # id of a renamed tf attribute -> its note
@@ -312,7 +313,18 @@ class Migrator(CallRules):
             self.need("towerkit.layers", "tf_layers")
             self.change(original_node, f"{name} -> {layer} (from towerkit.layers, no Keras)")
             self._tf_moves[id(original_node)] = self.notes[-1]
+            self.tf_layers_refs += 1
             return parse_expr(layer)
+        module, _, last = name.rpartition(".")
+        if module in LAYERS_MODULES:  # a name tf_layers lacks (a Keras layer class): tf-keras's
+            if self._tf_moves.get(id(original_node.value)) is not None:
+                self.tf_layers_refs -= 1  # the tf.layers prefix is not tf_layers after all
+            self._supersede(original_node)
+            new = f"tf.compat.v1.layers.{last}"
+            self.tf_layers_uses[id(original_node)] = self._line(original_node)
+            self.change(original_node, f"{name} -> {new} (tf-keras's, once enable_tf_layers() ran)")
+            self._tf_moves[id(original_node)] = self.notes[-1]
+            return parse_expr(new)
         if name == "tf.placeholder" and self.scopes[-1:] == ["inputs"]:
             return updated_node  # becomes a tf.TensorSpec in leave_Call
         found = compat_name(name)
@@ -475,6 +487,10 @@ class Migrator(CallRules):
                 )
             )
         self.tf_layers_line = min(self.tf_layers_uses.values(), default=0)
+        if self.tf_layers_refs <= 0:
+            self.imports.get("towerkit.layers", set()).discard("tf_layers")
+            if self.imports.get("towerkit.layers") == set():
+                del self.imports["towerkit.layers"]
         layers = self.tf_layers_line and not self.scan.enables_tf_layers
         if layers:
             self.need("towerkit.towers", "enable_tf_layers")
