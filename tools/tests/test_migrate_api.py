@@ -137,7 +137,7 @@ class TestFateOf:
     )
     def test_fail(self, entry):
         """Anything else is refused, naming the entry."""
-        with pytest.raises(ValueError, match="fate|'kind' must be one of"):
+        with pytest.raises(ValueError, match=r"fate|'kind' must be one of"):
             fate_of(entry)
 
     def test_repr(self):

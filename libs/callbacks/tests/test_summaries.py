@@ -195,7 +195,9 @@ class TestSimpleMovingAverage:
         """Bad windows and non-scalar tensors are refused."""
         with pytest.raises(ValueError, match=r"'window_size' must be >= 1 \(steps\); got 0"):
             SimpleMovingAverage("a", 0)
-        with pytest.raises(TypeError, match=r"'window_size' must be an int \(steps\); got float 2\.5"):
+        with pytest.raises(
+            TypeError, match=r"'window_size' must be an int \(steps\); got float 2\.5"
+        ):
             SimpleMovingAverage("a", 2.5)
         with pytest.raises(ValueError, match=r"'tensors' is empty"):
             SimpleMovingAverage([], 2)
