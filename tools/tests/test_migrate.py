@@ -83,7 +83,7 @@ class TestPrograms:
         out, done = migrated
         assert done.returncode == 0, done.stderr[-3000:]
         report = done.stdout
-        assert report.rstrip().endswith("26 file(s), 343 change(s), 0 left by hand"), report[-500:]
+        assert report.rstrip().endswith("28 file(s), 394 change(s), 0 left by hand"), report[-500:]
         train_py = PROGRAMS / "convnet" / "train.py"
         expected = [
             f"{train_py}:9: changed: tensorpack.input_source.QueueInput -> towerkit.trainers.IterableInput",
@@ -538,14 +538,14 @@ class TestCommand:
             "def where():\n"
             "    return logger.get_logger_dir()\n"
             "\n"
-            "x = tf.contrib.layers.flatten\n"
+            "x = tf.contrib.learn.datasets\n"
             "config = TrainConfig(data=tf.data.Dataset.range(3), max_epoch=1)\n"
         )
         status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
         assert status == 1
         assert f"{source}:2: by hand: MultiThreadAsyncPredictor (from tensorpack)" in report
         assert f"{source}:6: by hand: logger.get_logger_dir(): use trainer.logdir" in report
-        assert f"{source}:8: by hand: tf.contrib.layers: tf.contrib is gone" in report
+        assert f"{source}:8: by hand: tf.contrib.learn: tf.contrib is gone" in report
         assert f"{source}:9: by hand: TrainConfig(data=tf.data.Dataset.range(3)...)" in report
         assert report.rstrip().endswith("4 left by hand")
 

@@ -647,8 +647,8 @@ class TestNothingVanishes:
         status, report, _ = run_migrate(capsys, source, "--out", tmp_path / "out")
         assert status == 1
         assert (
-            f"{source}:1: by hand: libinfo (from tensorpack import *): "
-            "no towerkit counterpart" in report
+            f"{source}:1: by hand: libinfo (from tensorpack): "
+            "tensorpack's version module: there is towerkit.<lib>.__version__" in report
         )
         assert (
             f"{source}:1: by hand: TensorInputLike (from tensorpack import *): not defined in "
@@ -828,10 +828,10 @@ class TestModules:
     """tensorpack modules imported as modules go to the towerkit module holding their names."""
 
     @pytest.mark.procs
-    def test_tf_layers_through_tf_keras(self, tmp_path, capsys):
-        """``tf.layers`` (tensorpack's Caffe loaders, FlowNet, mnist-tflayers) becomes
-        ``tf.compat.v1.layers`` with ``enable_tf_layers()`` after the imports: converted,
-        nothing by hand, and the program trains; a second migration changes nothing."""
+    def test_tf_layers_without_keras(self, tmp_path, capsys):
+        """``tf.layers``'s functions (tensorpack's Caffe loaders, FlowNet, mnist-tflayers)
+        become ``towerkit.layers.tf_layers``'s (plain ops, no Keras): converted, nothing by
+        hand, and the program trains; a second migration changes nothing."""
         source = write(
             tmp_path / "tflayers.py",
             """\
@@ -880,20 +880,30 @@ class TestModules:
         assert status == 0, report
         assert_lines(
             report,
-            f"{source}:12: changed: tf.layers -> tf.compat.v1.layers "
-            "(tf-keras's, once enable_tf_layers() ran)",
-            f"{source}:12: changed: tf.compat.v1.layers is tf-keras's: enable_tf_layers() goes "
-            "after the imports (pip install 'towerkit-towers[layers]')",
+            f"{source}:12: changed: tf.layers.conv2d -> tf_layers.conv2d (from towerkit.layers, "
+            "no Keras)",
+            f"{source}:14: changed: tf.layers.flatten -> tf_layers.flatten (from towerkit.layers, "
+            "no Keras)",
         )
+        assert "tf.layers ->" not in report
         text = (tmp_path / "out" / "tflayers.py").read_text()
-        assert_lines(text, "from towerkit.towers import enable_tf_layers\n")
-        assert text.count("enable_tf_layers()") == 1
-        assert text.index("enable_tf_layers()") < text.index("class Model")
+        assert_lines(text, "from towerkit.layers import tf_layers\n")
+        assert "enable_tf_layers" not in text
         assert migrate_source(text, "tflayers").source == text, "migrating again changes nothing"
         done = run_program(tmp_path / "out", "tflayers.py")
         assert done.returncode == 0, done.stderr[-3000:]
         stats = (tmp_path / "out" / "train_log" / "tflayers" / "stats.json").read_text()
         assert '"epoch_num": 2' in stats
+
+    def test_tf_layers_class_through_tf_keras(self):
+        """A ``tf.layers`` name towerkit's tf_layers lacks (a Keras layer class) still goes to
+        ``tf.compat.v1.layers`` with ``enable_tf_layers()`` after the imports."""
+        done = migrate_source(
+            "import tensorflow as tf\n\n\ndef f(x):\n    return tf.layers.Dense(3)(x)\n", "prog"
+        )
+        assert "tf.compat.v1.layers.Dense(3)(x)" in done.source
+        assert "enable_tf_layers()\n" in done.source
+        assert any("enable_tf_layers() goes after the imports" in n.text for n in done.notes)
 
     def test_tfutils_modules(self, tmp_path, capsys):
         source = write(
@@ -1085,9 +1095,12 @@ class TestNewNames:
         text = (tmp_path / "out" / "prog.py").read_text()
         assert "from towerkit.trainers import TensorInput" in text
         assert "from towerkit.callbacks import describe_trainable_vars" in text
-        assert "from tensorpack.dataflow import PrintData" in text
-        assert status == 1
-        assert f"{source}:3: by hand: PrintData (from tensorpack.dataflow): " in report
+        assert "PrintData" not in text.splitlines()[0] + text.splitlines()[1]
+        assert status == 1  # PrintData is used, not called: left by hand
+        assert (
+            f"{source}:3: changed: PrintData (from tensorpack.dataflow): import dropped" in report
+        )
+        assert f"{source}:5: by hand: PrintData used other than called: " in report
         assert "fails under NumPy 2" in report
 
     def test_feedfree_predictor(self, tmp_path, capsys):

@@ -162,8 +162,8 @@ class TestMergeAllSummaries:
             ValueError, match=r"'period' must be >= 0 \(0: once per epoch only\); got -1"
         ):
             MergeAllSummaries(period=-1)
-        with pytest.raises(TypeError, match=r"'period' must be an int \(steps\); got str"):
-            MergeAllSummaries(period="1")
+        with pytest.raises(TypeError, match=r"'period' must be an int \(steps\); got str 'one'"):
+            MergeAllSummaries(period="one")
         with pytest.raises(TypeError, match=r"'key' must be a collection name or None; got int"):
             MergeAllSummaries(key=1)
 
@@ -195,8 +195,10 @@ class TestSimpleMovingAverage:
         """Bad windows and non-scalar tensors are refused."""
         with pytest.raises(ValueError, match=r"'window_size' must be >= 1 \(steps\); got 0"):
             SimpleMovingAverage("a", 0)
-        with pytest.raises(TypeError, match=r"'window_size' must be an int \(steps\); got float"):
-            SimpleMovingAverage("a", 2.0)
+        with pytest.raises(
+            TypeError, match=r"'window_size' must be an int \(steps\); got float 2\.5"
+        ):
+            SimpleMovingAverage("a", 2.5)
         with pytest.raises(ValueError, match=r"'tensors' is empty"):
             SimpleMovingAverage([], 2)
         _, train = stream_model()

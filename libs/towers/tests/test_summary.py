@@ -196,5 +196,24 @@ class TestAddMovingSummary:
             add_moving_summary(tf.constant([1.0, 2.0], name="v"))
         with pytest.raises(TypeError, match="arguments at fault: 0: float"):
             add_moving_summary(1.0)
-        with pytest.raises(ValueError, match=r"'decay' must be in \(0, 1\); got 1.5"):
+        with pytest.raises(ValueError, match=r"'decay' must be in \[0, 1\); got 1.5"):
             add_moving_summary(tf.constant(1.0), decay=1.5)
+        with pytest.raises(
+            TypeError, match=r"'decay' must be a number in \[0, 1\); got str '0\.9'"
+        ):
+            add_moving_summary(tf.constant(1.0), decay="0.9")
+
+    def test_decay_zero_is_the_last_value(self, graph, sess):
+        """decay=0 (tensorpack took it, as GAN programs write): the summary is the last value."""
+        x = tf1.placeholder(tf.float32, [])
+        [update] = add_moving_summary(tf.identity(x, name="d_loss"), decay=0)
+        sess.run(tf1.global_variables_initializer())
+        assert [sess.run(update, {x: v}) for v in (4.0, 2.0, -1.0)] == [4.0, 2.0, -1.0]
+
+    def test_variable(self, graph, sess):
+        """A scalar variable is summarized as its value (tensorpack took tf.Variable too)."""
+        v = tf1.Variable(3.0, name="temperature", trainable=False)
+        [update] = add_moving_summary(v)
+        sess.run(tf1.global_variables_initializer())
+        assert sess.run(update) == 3.0
+        assert tags(sess, tf1.get_collection(tf1.GraphKeys.SUMMARIES)) == {"temperature": 3.0}

@@ -328,8 +328,8 @@ class TestAccumGradOptimizer:
         inner = tf1.train.GradientDescentOptimizer(0.1)
         with pytest.raises(ValueError, match="'niter' must be >= 1; got 0"):
             AccumGradOptimizer(inner, 0)
-        with pytest.raises(TypeError, match="'niter' must be an int >= 1; got float"):
-            AccumGradOptimizer(inner, 2.0)
+        with pytest.raises(TypeError, match=r"'niter' must be an int >= 1; got float 2\.5"):
+            AccumGradOptimizer(inner, 2.5)
         with pytest.raises(TypeError, match="'niter' must be an int >= 1; got bool"):
             AccumGradOptimizer(inner, True)
         v = tf1.get_variable("v", initializer=tf.constant(0.0))

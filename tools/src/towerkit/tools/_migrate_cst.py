@@ -5,19 +5,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
+from towerkit.tools._migrate_api import Fate, contrib_fate, tensorpack_fate
+from towerkit.tools._migrate_calls import CallRules
 from towerkit.tools._migrate_names import (
     GONE,
     KEEP_TENSORPACK,
     KEPT_MODULES,
     MODULE_HOMES,
+    REMOVED,
+    RENAMED,
     STAR_MODULES,
     STAR_ONLY,
     home_of,
 )
-from towerkit.tools._migrate_rnn import RNN_MODULES, rnn_move
+from towerkit.tools._migrate_old import modernize
+from towerkit.tools._migrate_rnn import LAYERS_MODULES, RNN_MODULES, rnn_move, tf_layers_move
 from towerkit.tools._migrate_scan import CONFIG_CALLS, LOGDIR_CALLS, STAR_CANDIDATES, Scan
 from towerkit.tools._migrate_syntax import (
     BASIC_CONFIG,
@@ -29,14 +35,14 @@ from towerkit.tools._migrate_syntax import (
     configure_logging,
     dotted,
     imports_tensorpack,
-    keywords_for_positions,
     logdir_of,
     parse_expr,
 )
-from towerkit.tools._migrate_tf import compat_name, load_rules
+from towerkit.tools._migrate_tf import compat_name
+from towerkit.tools._migrate_tf1 import ITERATOR_METHODS, find_arg, upgrade_call
 
 
-class Migrator(cst.CSTTransformer):
+class Migrator(CallRules):
     """Rewrite tensorpack imports, the logger's log directory, inputs and TensorFlow 1 calls."""
 
     METADATA_DEPENDENCIES = (PositionProvider,)
@@ -56,21 +62,13 @@ class Migrator(cst.CSTTransformer):
         self.module_aliases: dict[str, str] = {}  # bound name -> towerkit module
         self.removed: set[int] = set()  # ids of top-level statements removed
         self.logdir_placed = False
-        self._tf_moves: dict[int, Note] = {}  # id of a renamed tf attribute -> its note
+        self._tf_moves: dict[int, Note] = {}
+        self.tf_layers_refs = 0  # expressions that became tf_layers (its import is needed)
+        self.tf_layers_uses: dict[int, int] = {}  # id of a tf.layers name needing tf-keras -> line
+        self.removed_calls: set[int] = set()  # ids of the names of removed wrappers' calls
+        self.rnn_alias = False  # rnn is tensorflow.contrib.rnn, imported from towerkit.layers now  # id of a renamed tf attribute -> its note
 
     # -- reporting ------------------------------------------------------------------------
-    def _line(self, node: cst.CSTNode) -> int:
-        try:
-            return self.get_metadata(PositionProvider, node).start.line
-        except KeyError:
-            return 0
-
-    def change(self, node: cst.CSTNode, text: str) -> None:
-        self.notes.append(Note(line=self._line(node), text=text))
-
-    def manual(self, node: cst.CSTNode, text: str) -> None:
-        self.notes.append(Note(line=self._line(node), text=text, manual=True))
-
     def need(self, module: str, name: str) -> None:
         self.imports.setdefault(module, set()).add(name)
 
@@ -79,6 +77,20 @@ class Migrator(cst.CSTTransformer):
         self.kept.append((self._line(node), module))
 
     # -- scopes ---------------------------------------------------------------------------
+    # -- wrappers removed (PrintData): a use other than a call is left by hand -------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value in REMOVED:
+            self.removed_calls.add(id(node.func))
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        self.removed_calls.add(id(node.name))  # an imported name is not a use
+
+    def leave_Name(self, original_node: cst.Name, updated_node: Any) -> Any:
+        name = original_node.value
+        if name in REMOVED and id(original_node) not in self.removed_calls:
+            self.manual(original_node, f"{name} used other than called: {REMOVED[name]}")
+        return updated_node
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.scopes.append(node.name.value)
 
@@ -100,6 +112,11 @@ class Migrator(cst.CSTTransformer):
                 return cst.Import(
                     names=[cst.ImportAlias(cst.Name("tf_slim"), cst.AsName(cst.Name("slim")))]
                 )
+            if names == ["rnn"] and alias_name(original_node.names[0]) is None:
+                self.need("towerkit.layers", "rnn")
+                self.rnn_alias = True
+                self.change(original_node, "tensorflow.contrib.rnn -> rnn (from towerkit.layers)")
+                return cst.RemovalSentinel.REMOVE
         if module != "tensorpack" and not module.startswith("tensorpack."):
             return updated_node
         if isinstance(original_node.names, cst.ImportStar):
@@ -151,12 +168,14 @@ class Migrator(cst.CSTTransformer):
         if name == "InputDesc":
             self.change(node, "InputDesc -> tf.TensorSpec (the import is dropped)")
             return True
-        if name == "PrintData":  # kept on tensorpack, where it fails under NumPy 2
-            self.manual(node, f"{name} (from {module}): {GONE[name]}")
+        if name in REMOVED:
+            self.change(node, f"{name} (from {module}): import dropped; {REMOVED[name]}")
+            return True
         home = home_of(name, module)
         if home is None:
-            hint = GONE.get(name, "no towerkit counterpart")
-            self.manual(node, f"{name} (from {module}): {hint}")
+            fate = tensorpack_fate(module, name)
+            hint = fate.why if fate is not None and fate.why else GONE.get(name)
+            self.manual(node, f"{name} (from {module}): {hint or 'no towerkit counterpart'}")
             return star
         if home == module:
             if star:
@@ -165,8 +184,13 @@ class Migrator(cst.CSTTransformer):
             return False
         if home.startswith("tensorpack"):
             self.keep(node, home)
-        target = {"QueueInput": "IterableInput"}.get(name, name)
-        self.need(home, target if asname is None or target != name else f"{name} as {asname}")
+        target = RENAMED.get(name, name) if home.startswith("towerkit.") else name
+        if name == "QueueInput":  # its calls are rewritten to IterableInput(...)
+            self.need(home, target)
+        elif target != name:  # an alias of tensorpack's (TowerFuncWrapper): the name stays bound
+            self.need(home, f"{target} as {asname or name}")
+        else:
+            self.need(home, name if asname is None else f"{name} as {asname}")
         if not star:
             self.change(node, f"{module}.{name} -> {home}.{target}")
         return True
@@ -230,6 +254,12 @@ class Migrator(cst.CSTTransformer):
         if name is None:
             return updated_node
         head, _, rest = name.partition(".")
+        if (
+            head == "tf"
+            and self.scan.tf_alias_is_v1
+            and (tf_layers_move(name) or name in LAYERS_MODULES)
+        ):  # tf is tf.compat.v1: its layers functions go to tf_layers all the same
+            return self._tf_attribute(original_node, updated_node, name)
         if head in self.module_aliases and "." not in rest:
             target = self.module_aliases[head]
             if target.startswith("towerkit.") and home_of(rest) != target:
@@ -238,12 +268,23 @@ class Migrator(cst.CSTTransformer):
         if head in self.scan.tp_aliases:
             home = home_of(rest) if "." not in rest else None
             if home is not None and home.startswith("towerkit."):
-                self.need(home, rest)
-                self.change(original_node, f"{name} -> {rest} (from {home})")
-                return cst.Name(rest)
+                new = RENAMED.get(rest, rest)
+                self.need(home, new)
+                self.change(original_node, f"{name} -> {new} (from {home})")
+                return cst.Name(new)
             return updated_node
         if head == "tf" and self._tf:
             return self._tf_attribute(original_node, updated_node, name)
+        if (
+            head == "tf"
+            and self.scan.tf_alias_is_v1
+            and (tf_layers_move(name) or name == "tf.layers")
+        ):
+            return self._tf_attribute(original_node, updated_node, name)
+        if head == "rnn" and self.rnn_alias and "." not in rest:
+            move = rnn_move(f"tf.contrib.rnn.{rest}")
+            if move is not None and move.manual:
+                self.manual(original_node, move.note.replace("tf.contrib.rnn.", "rnn.", 1))
         return updated_node
 
     def _tf_attribute(self, original_node: cst.Attribute, updated_node: Any, name: str) -> Any:
@@ -255,16 +296,35 @@ class Migrator(cst.CSTTransformer):
             (self.manual if move.manual else self.change)(original_node, move.note)
             self._tf_moves[id(original_node)] = self.notes[-1]
             return parse_expr(move.new)
-        if name == "tf.contrib.slim":
-            self.need("tf_slim", "")
-            self.change(original_node, "tf.contrib.slim -> tf_slim (pip install tf-slim)")
-            return cst.Name("tf_slim")
+        fate = contrib_fate(name) if name.startswith("tf.contrib.") else None
+        if fate is not None:
+            return self._contrib(original_node, updated_node, name, fate)
         if name.startswith("tf.contrib.") and name.count(".") == 2:
             self.manual(
                 original_node,
                 f"{name}: tf.contrib is gone; find its TensorFlow 2 or add-on replacement",
             )
+            self._tf_moves[id(original_node)] = self.notes[-1]
             return updated_node
+        layer = "tf_layers" if name in LAYERS_MODULES else tf_layers_move(name)
+        if layer is not None:
+            self._supersede(original_node)
+            self.tf_layers_uses.pop(id(original_node.value), None)
+            self.need("towerkit.layers", "tf_layers")
+            self.change(original_node, f"{name} -> {layer} (from towerkit.layers, no Keras)")
+            self._tf_moves[id(original_node)] = self.notes[-1]
+            self.tf_layers_refs += 1
+            return parse_expr(layer)
+        module, _, last = name.rpartition(".")
+        if module in LAYERS_MODULES:  # a name tf_layers lacks (a Keras layer class): tf-keras's
+            if self._tf_moves.get(id(original_node.value)) is not None:
+                self.tf_layers_refs -= 1  # the tf.layers prefix is not tf_layers after all
+            self._supersede(original_node)
+            new = f"tf.compat.v1.layers.{last}"
+            self.tf_layers_uses[id(original_node)] = self._line(original_node)
+            self.change(original_node, f"{name} -> {new} (tf-keras's, once enable_tf_layers() ran)")
+            self._tf_moves[id(original_node)] = self.notes[-1]
+            return parse_expr(new)
         if name == "tf.placeholder" and self.scopes[-1:] == ["inputs"]:
             return updated_node  # becomes a tf.TensorSpec in leave_Call
         found = compat_name(name)
@@ -272,12 +332,34 @@ class Migrator(cst.CSTTransformer):
             return updated_node
         new, why = found
         if new.startswith("tf.compat.v1.layers"):
-            if not self.tf_layers_line:
-                self.tf_layers_line = self._line(original_node)
+            self._supersede(original_node)
+            # tf.layers itself: needs tf-keras unless the whole name goes to tf_layers
+            self.tf_layers_uses[id(original_node)] = self._line(original_node)
             self.change(original_node, f"{name} -> {new} (tf-keras's, once enable_tf_layers() ran)")
+            self._tf_moves[id(original_node)] = self.notes[-1]
             return parse_expr(new)
         self._supersede(original_node)
         self.change(original_node, f"{name} -> {new} ({why})")
+        self._tf_moves[id(original_node)] = self.notes[-1]
+        return parse_expr(new)
+
+    def _contrib(
+        self, original_node: cst.Attribute, updated_node: Any, name: str, fate: Fate
+    ) -> Any:
+        """A tf.contrib name the API record accounts for: converted, or reported with its reason."""
+        self._supersede(original_node)
+        if fate.kind != "convert":
+            self.manual(original_node, f"{name}: {fate.why}")
+            self._tf_moves[id(original_node)] = self.notes[-1]
+            return updated_node
+        if fate.target.startswith("towerkit."):
+            self.need(fate.home, fate.new_name)
+            new = fate.new_name
+        else:
+            if "." not in fate.target:  # a module of its own: tf_slim
+                self.need(fate.target, "")
+            new = fate.target
+        self.change(original_node, f"{name} -> {new}" + (f" ({fate.why})" if fate.why else ""))
         self._tf_moves[id(original_node)] = self.notes[-1]
         return parse_expr(new)
 
@@ -296,6 +378,18 @@ class Migrator(cst.CSTTransformer):
         last = name.split(".")[-1]
         if self._tf and name.startswith("tf."):
             updated_node = self._tf_call(original_node, updated_node, name)
+        elif self._tf and last in ITERATOR_METHODS:
+            rewrite = upgrade_call(name, updated_node)
+            if rewrite is not None:
+                self.change(original_node, rewrite.note)
+                return rewrite.node
+        if name in REMOVED:
+            first = find_arg(updated_node, "ds", 0)
+            if first is None or first.star:
+                self.manual(original_node, f"{name}(...): {REMOVED[name]}: remove it by hand")
+                return updated_node
+            self.change(original_node, f"{name}(df, ...) -> df: {REMOVED[name]}")
+            return first.value
         if name in ("tf.placeholder", "tf.compat.v1.placeholder") and self.scopes[-1:] == [
             "inputs"
         ]:
@@ -341,115 +435,6 @@ class Migrator(cst.CSTTransformer):
         if last in CONFIG_CALLS or name.endswith(".train_with_defaults"):
             return self._add_logdir(original_node, updated_node, name)
         return updated_node
-
-    def _tf_call(self, original_node: cst.Call, updated_node: Any, name: str) -> Any:
-        rules = load_rules()
-        args = list(updated_node.args)
-        positional = [a for a in args if a.keyword is None and not a.star]
-        if name == "tf.nn.dropout" and (
-            len(positional) > 1 or any(a.keyword and a.keyword.value == "keep_prob" for a in args)
-        ):
-            self.change(
-                original_node,
-                "tf.nn.dropout(x, keep_prob) -> tf.compat.v1.nn.dropout (keep_prob kept)",
-            )
-            return updated_node.with_changes(func=parse_expr("tf.compat.v1.nn.dropout"))
-        order = rules.reorders.get(name)
-        named = keywords_for_positions(order or (), len(positional))
-        if named and not any(a.star for a in args):
-            new_args = []
-            for i, arg in enumerate(args):
-                if arg.keyword is None and i < len(named) and named[i] is not None:
-                    arg = arg.with_changes(
-                        keyword=cst.Name(str(named[i])),
-                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-                    )
-                new_args.append(arg)
-            args = new_args
-            names = ", ".join(str(n) for n in named if n is not None)
-            self.change(
-                original_node,
-                f"{name}: positional arguments named ({names}), whose order changed in TensorFlow 2",
-            )
-        renames = rules.keyword_renames.get(name, {})
-        if renames:
-            renamed = []
-            for arg in args:
-                if arg.keyword is not None and arg.keyword.value in renames:
-                    self.change(
-                        original_node,
-                        f"{name}: keyword {arg.keyword.value} -> {renames[arg.keyword.value]}",
-                    )
-                    arg = arg.with_changes(keyword=cst.Name(renames[arg.keyword.value]))
-                renamed.append(arg)
-            args = renamed
-        return updated_node.with_changes(args=args)
-
-    def _spec_call(self, original_node: cst.Call, updated_node: Any, what: str) -> Any:
-        params = ["dtype", "shape", "name"]
-        values: dict[str, cst.BaseExpression] = {}
-        for i, arg in enumerate(updated_node.args):
-            key = arg.keyword.value if arg.keyword is not None else params[i] if i < 3 else "?"
-            values[key] = arg.value
-        if set(values) - set(params) or "dtype" not in values:
-            self.manual(
-                original_node, f"{what}(...): write tf.TensorSpec(shape, dtype, name) by hand"
-            )
-            return updated_node
-        self.change(
-            original_node, f"{what}(dtype, shape, name) -> tf.TensorSpec(shape, dtype, name)"
-        )
-        new_args = [
-            cst.Arg(values.get("shape", cst.Name("None"))),
-            cst.Arg(values["dtype"]),
-        ]
-        if "name" in values:
-            new_args.append(cst.Arg(values["name"]))
-        return cst.Call(func=parse_expr("tf.TensorSpec"), args=new_args)
-
-    def _add_logdir(self, original_node: cst.Call, updated_node: Any, name: str) -> Any:
-        if self.scan.logdir_calls == [] or any(
-            a.keyword is not None and a.keyword.value == "logdir" for a in original_node.args
-        ):
-            return updated_node
-        if self.scan.logdir is None:
-            return updated_node
-        expr, action, scope = self.scan.logdir
-        literal = expr.startswith(("'", '"', "os.path.join('train_log'"))
-        if not literal and scope != ".".join(self.scopes):
-            self.manual(
-                original_node, f"pass logdir={expr} to {name}(...) (set by the logger elsewhere)"
-            )
-            return updated_node
-        equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-        extra = [cst.Arg(parse_expr(expr), keyword=cst.Name("logdir"), equal=equal)]
-        if action:
-            extra.append(
-                cst.Arg(
-                    cst.SimpleString(repr(action)), keyword=cst.Name("logdir_action"), equal=equal
-                )
-            )
-        self.logdir_placed = True
-        self.change(
-            original_node,
-            f"{name}(...): logdir={expr}" + (f", logdir_action={action!r}" if action else ""),
-        )
-        args = list(updated_node.args)
-        if args and isinstance(args[-1].comma, cst.Comma):
-            # A trailing comma (one argument a line): the new ones follow the layout.
-            last = args[-1].comma
-            inner = (
-                args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last
-            )
-            args[-1] = args[-1].with_changes(comma=inner)
-            extra = [a.with_changes(comma=inner) for a in extra[:-1]] + [
-                extra[-1].with_changes(comma=last)
-            ]
-        elif args:
-            args[-1] = args[-1].with_changes(
-                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            )
-        return updated_node.with_changes(args=[*args, *extra])
 
     # -- statements: the logger's log directory -------------------------------------------
     def leave_SimpleStatementLine(
@@ -501,6 +486,11 @@ class Migrator(cst.CSTTransformer):
                     manual=True,
                 )
             )
+        self.tf_layers_line = min(self.tf_layers_uses.values(), default=0)
+        if self.tf_layers_refs <= 0:
+            self.imports.get("towerkit.layers", set()).discard("tf_layers")
+            if self.imports.get("towerkit.layers") == set():
+                del self.imports["towerkit.layers"]
         layers = self.tf_layers_line and not self.scan.enables_tf_layers
         if layers:
             self.need("towerkit.towers", "enable_tf_layers")
@@ -567,7 +557,8 @@ def migrate_source(source: str, script_stem: str) -> Migrated:
     Raises:
         libcst.ParserSyntaxError: the source is not valid Python.
     """
-    wrapper = MetadataWrapper(cst.parse_module(source))
+    old = modernize(source)  # tensorpack 0.8-0.10's ModelDesc first, at the original lines
+    wrapper = MetadataWrapper(cst.parse_module(old.source))
     scan = Scan()
     scan.stem = script_stem
     wrapper.visit(scan)
@@ -580,9 +571,10 @@ def migrate_source(source: str, script_stem: str) -> Migrated:
             }
     migrator = Migrator(scan, script_stem)
     new = wrapper.visit(migrator)
-    notes: list[Note] = list(migrator.notes)
+    notes: list[Note] = [*old.notes]
+    notes += [attrs.evolve(n, line=old.original_line(n.line)) for n in migrator.notes]
     if migrator.kept:
-        line = min(line for line, _ in migrator.kept)
+        line = old.original_line(min(line for line, _ in migrator.kept))
         modules = ", ".join(sorted({m for _, m in migrator.kept}))
         notes.append(
             Note(

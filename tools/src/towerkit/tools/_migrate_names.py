@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from towerkit.tools._migrate_api import tensorpack_fates
+
 _LIB_NAMES = {
     "sessinit": """
     ASIDE_PREFIX Assignment ChainInit CheckpointNotFoundError CheckpointVanishedError
@@ -100,6 +102,7 @@ _LIB_NAMES = {
     rename_tflayer_get_variable
     RNNCell BasicRNNCell BasicLSTMCell LSTMCell GRUCell MultiRNNCell DropoutWrapper
     ResidualWrapper LSTMStateTuple static_rnn dynamic_rnn bidirectional_dynamic_rnn
+    LSTMBlockCell LSTMBlockFusedCell GRUBlockCell GRUBlockCellV2
     """,
 }
 """The public names of each towerkit lib (its ``__all__``), checked against the libs by a test."""
@@ -170,6 +173,12 @@ DATAFLOW_NAMES = frozenset(
 )
 """Names of ``tensorpack.dataflow`` that a ``from tensorpack import *`` program may use."""
 
+DATAFLOW_NAMES |= frozenset(
+    name
+    for name, fate in tensorpack_fates()["tensorpack.dataflow"].items()
+    if fate.kind in ("keep", "remove")
+)
+
 UTILS_NAMES = frozenset(
     [
         "get_rng",
@@ -182,12 +191,20 @@ UTILS_NAMES = frozenset(
 )
 """Names of ``tensorpack.utils`` that a ``from tensorpack import *`` program may use."""
 
-RENAMED = {"InputDesc": "tf.TensorSpec", "QueueInput": "IterableInput"}
-"""tensorpack names the command rewrites into a towerkit (or TensorFlow) one."""
+UTILS_NAMES |= frozenset(
+    name for name, fate in tensorpack_fates()["tensorpack.utils"].items() if fate.kind == "keep"
+)
+
+RENAMED = {"InputDesc": "tf.TensorSpec", "QueueInput": "IterableInput"} | {
+    name: fate.new_name
+    for names in tensorpack_fates().values()
+    for name, fate in names.items()
+    if fate.kind == "convert" and fate.home.startswith("towerkit.") and fate.new_name != name
+}
+"""tensorpack names the command rewrites into a towerkit (or TensorFlow) one: the record's
+aliases (``TowerFuncWrapper`` is ``TowerFunc``) and the two whose calls change."""
 
 GONE = {
-    "PrintData": "tensorpack 0.11's PrintData fails under NumPy 2: remove it, or print a "
-    "datapoint of the DataFlow yourself",
     "BatchQueueInput": "batch the DataFlow (BatchData) and read it with IterableInput",
     "MultiThreadAsyncPredictor": "call an OfflinePredictor from your own threads",
     "FeedfreeInput": "subclass InputSource",
@@ -200,9 +217,6 @@ GONE = {
     "DatasetPredictorBase": "use SimpleDatasetPredictor (towerkit.export)",
     "MultiProcessDatasetPredictor": "use SimpleDatasetPredictor (towerkit.export)",
     "PredictorBase": "subclass OnlinePredictor (towerkit.towers) or call an OfflinePredictor",
-    "DumpTensor": "use DumpTensors (towerkit.callbacks)",
-    "DumpParamAsImage": "use DumpTensorAsImage (towerkit.callbacks)",
-    "PeakMemoryTracker": "use GPUMemoryTracker or HostMemoryTracker (towerkit.callbacks)",
     "collect_env_info": "print tf.sysconfig.get_build_info() and the versions you need",
     "KerasModel": "build the model in a ModelDesc (towerkit.layers, or a tf.keras model "
     "called inside build_graph) and train it with a towerkit trainer",
@@ -210,7 +224,22 @@ GONE = {
     "the tower context (TowerContext.is_training): pass training= yourself",
     "TFDatasetInput.dataflow_to_dataset": "pass the DataFlow to IterableInput",
 }
-"""tensorpack names without a towerkit counterpart, and what to write instead."""
+GONE |= {
+    name: fate.why
+    for names in tensorpack_fates().values()
+    for name, fate in names.items()
+    if fate.kind == "report"
+}
+"""tensorpack names without a towerkit counterpart, and what to write instead (the record's
+``report`` fates, and names of tensorpack's older releases and contrib modules)."""
+
+REMOVED = {
+    name: fate.why
+    for names in tensorpack_fates().values()
+    for name, fate in names.items()
+    if fate.kind == "remove"
+}
+"""Wrappers whose calls are replaced by their first argument (``PrintData(df)`` by ``df``)."""
 
 
 KEEP_TENSORPACK = "pip install tensorpack==0.11"

@@ -1,4 +1,4 @@
-"""Where TensorFlow 1's recurrent cells and loops go: ``towerkit.layers.rnn`` (pure tables)."""
+"""Where TensorFlow 1's cells, loops and ``tf.layers`` functions go in ``towerkit.layers``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ RNN_CELLS = frozenset(
         "DropoutWrapper",
         "ResidualWrapper",
         "LSTMStateTuple",
+        "LSTMBlockCell",
+        "LSTMBlockFusedCell",
+        "GRUBlockCell",
+        "GRUBlockCellV2",
     ]
 )
 """Names of the cell modules that ``towerkit.layers.rnn`` holds."""
@@ -85,4 +89,45 @@ def rnn_move(name: str) -> RnnMove | None:
             manual=True,
             needs_rnn=False,
         )
+    return None
+
+
+LAYERS_MODULES = ("tf.layers", "tf.compat.v1.layers")
+"""TensorFlow 1's functional layers modules, whose functions ``towerkit.layers.tf_layers`` holds."""
+
+TF_LAYERS = frozenset(
+    [
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv2d_transpose",
+        "separable_conv2d",
+        "dense",
+        "batch_normalization",
+        "dropout",
+        "flatten",
+        "max_pooling1d",
+        "max_pooling2d",
+        "average_pooling1d",
+        "average_pooling2d",
+    ]
+)
+"""The functions of ``tf.layers`` that ``towerkit.layers.tf_layers`` holds (plain ops, TensorFlow
+1's variable names, no Keras)."""
+
+
+def tf_layers_move(name: str) -> str | None:
+    """``tf_layers.<f>`` for ``tf.layers.<f>`` or ``tf.compat.v1.layers.<f>``; None otherwise.
+
+    Examples:
+        >>> tf_layers_move("tf.layers.conv2d")
+        'tf_layers.conv2d'
+        >>> tf_layers_move("tf.compat.v1.layers.dense")
+        'tf_layers.dense'
+        >>> tf_layers_move("tf.layers.Conv2D") is None
+        True
+    """
+    module, _, last = name.rpartition(".")
+    if module in LAYERS_MODULES and last in TF_LAYERS:
+        return f"tf_layers.{last}"
     return None

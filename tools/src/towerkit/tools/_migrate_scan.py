@@ -28,6 +28,17 @@ STAR_CANDIDATES = (
 )
 
 
+V1_ALIASES = frozenset(
+    [
+        ("tensorpack", "tfv1"),
+        ("tensorpack.compat", "tfv1"),
+        ("tensorpack.tfutils.compat", "tfv1"),
+        ("tensorflow.compat", "v1"),
+    ]
+)
+"""``from <module> import <name> as tf``: tf is TensorFlow 1's API (``tf.compat.v1``)."""
+
+
 class Scan(cst.CSTVisitor):
     """What the rewrite needs to know first: names used and bound, logdir calls, aliases."""
 
@@ -39,6 +50,7 @@ class Scan(cst.CSTVisitor):
         self.bound: set[str] = set()
         self.tp_aliases: set[str] = set()
         self.tf_alias_is_v2 = False
+        self.tf_alias_is_v1 = False  # tf is tf.compat.v1 (tensorpack's tfv1 as tf)
         self.logger_uses = 0
         self.logdir_calls: list[tuple[str, int]] = []
         self.scopes: list[str] = []
@@ -103,6 +115,8 @@ class Scan(cst.CSTVisitor):
                 self.imports_logging = True
             if name == "tensorflow" and bound == "tf":
                 self.tf_alias_is_v2 = True
+            if name == "tensorflow.compat.v1" and bound == "tf":
+                self.tf_alias_is_v1 = True
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None else None
@@ -112,6 +126,8 @@ class Scan(cst.CSTVisitor):
         for alias in node.names:  # a name imported by name is not a star import's
             if isinstance(alias.name, cst.Name):
                 self.bound.add(alias_name(alias) or alias.name.value)
+                if alias_name(alias) == "tf" and (module, alias.name.value) in V1_ALIASES:
+                    self.tf_alias_is_v1 = True
 
     def visit_If(self, node: cst.If) -> None:
         if is_main_test(node.test):

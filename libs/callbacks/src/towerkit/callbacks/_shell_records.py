@@ -16,6 +16,7 @@ from typing import Any, cast
 import attrs
 
 from towerkit.callbacks._loop import GATE_KINDS, TRIGGER_KINDS, EventKind
+from towerkit.callbacks._numbers import real_number, whole_number
 from towerkit.callbacks._schedules import OnSchedule, PiecewiseSchedule
 from towerkit.callbacks._triggers import EveryK, Trigger, firing_kinds, periodic_record
 
@@ -170,8 +171,8 @@ def scheduled_setter_record(
                 f"unit={given.unit!r}; the arguments say interp={interp!r}, step_based={step_based}"
             )
             raise ValueError(msg)
-    elif isinstance(schedule, list):  # a TOML array of arrays
-        schedule = [tuple(p) if isinstance(p, list) else p for p in schedule]
+    elif isinstance(schedule, Iterable) and not isinstance(schedule, str | bytes):
+        schedule = [_tensorpack_point(p) for p in schedule]
     record = PiecewiseSchedule(
         points=schedule, interp=cast(Any, interp), unit="step" if step_based else "epoch"
     )
@@ -190,3 +191,19 @@ SHELL_RECORDS: Mapping[str, Callable[..., ShellRecord]] = MappingProxyType(
     }
 )
 """The builder of each trigger shell, by class name: what the timeline tool describes."""
+
+
+def _tensorpack_point(entry: Any) -> Any:
+    """A schedule entry as tensorpack read it: ``(int(point), float(value))``.
+
+    A list (a TOML array) becomes a pair; a point ``int()`` takes (``'25'``, ``30.0``) and
+    a value ``float()`` takes (``'1e-5'``) become numbers. Anything else is left for
+    `PiecewiseSchedule` to refuse with its message.
+    """
+    if isinstance(entry, list):
+        entry = tuple(entry)
+    if not isinstance(entry, tuple) or len(entry) != 2:
+        return entry
+    point, value = entry
+    whole, real = whole_number(point), real_number(value)
+    return (point if whole is None else whole, value if real is None else real)

@@ -14,6 +14,7 @@ import tqdm
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._console_stream import CONSOLE
 from towerkit.callbacks._graph import ProcessTensors, fetchable_tensors, tensor_names
+from towerkit.callbacks._numbers import whole_number
 from towerkit.towers.compat import tf1
 
 logger = logging.getLogger("towerkit.callbacks")
@@ -224,8 +225,9 @@ class SessionRunTimeout(Callback):
     _chief_only = False
 
     def __init__(self, timeout_in_ms: int) -> None:
-        if isinstance(timeout_in_ms, bool) or not isinstance(timeout_in_ms, (int, np.integer)):
-            msg = f"'timeout_in_ms' must be an int; got {type(timeout_in_ms).__name__}"
+        given, timeout_in_ms = timeout_in_ms, whole_number(timeout_in_ms)  # type: ignore[assignment]
+        if timeout_in_ms is None:
+            msg = f"'timeout_in_ms' must be an int; got {type(given).__name__} {given!r}"
             raise TypeError(msg)
         if timeout_in_ms <= 0:
             msg = f"'timeout_in_ms' must be > 0 (milliseconds); got {timeout_in_ms}"

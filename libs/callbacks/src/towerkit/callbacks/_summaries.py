@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._graph import fetchable_tensors, tensor_names
+from towerkit.callbacks._numbers import whole_number
 from towerkit.callbacks._steps import display_name
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY
 from towerkit.towers.compat import tf1
@@ -226,8 +227,9 @@ def MergeAllSummaries(period: int = 0, run_alone: bool = False, key: str | None 
         TypeError: ``period`` is not an int, or ``key`` not a string.
         ValueError: ``period`` < 0.
     """
-    if isinstance(period, bool) or not isinstance(period, (int, np.integer)):
-        msg = f"'period' must be an int (steps); got {type(period).__name__}"
+    given, period = period, whole_number(period)  # type: ignore[assignment]
+    if period is None:
+        msg = f"'period' must be an int (steps); got {type(given).__name__} {given!r}"
         raise TypeError(msg)
     if period < 0:
         msg = f"'period' must be >= 0 (0: once per epoch only); got {period}"
@@ -273,8 +275,9 @@ class SimpleMovingAverage(Callback):
 
     def __init__(self, tensors: str | Sequence[str], window_size: int) -> None:
         self._names = tensor_names(tensors, "tensors")
-        if isinstance(window_size, bool) or not isinstance(window_size, (int, np.integer)):
-            msg = f"'window_size' must be an int (steps); got {type(window_size).__name__}"
+        given, window_size = window_size, whole_number(window_size)  # type: ignore[assignment]
+        if window_size is None:
+            msg = f"'window_size' must be an int (steps); got {type(given).__name__} {given!r}"
             raise TypeError(msg)
         if window_size < 1:
             msg = f"'window_size' must be >= 1 (steps); got {window_size}"

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from towerkit.callbacks._base import Callback
+from towerkit.callbacks._numbers import whole_number
 
 logger = logging.getLogger("towerkit.callbacks")
 
@@ -49,10 +50,9 @@ class ThroughputTracker(Callback):
 
     def __init__(self, samples_per_step: int | None = None) -> None:
         if samples_per_step is not None:
-            if isinstance(samples_per_step, bool) or not isinstance(
-                samples_per_step, (int, np.integer)
-            ):
-                msg = f"'samples_per_step' must be an int or None; got {type(samples_per_step).__name__}"
+            given, samples_per_step = samples_per_step, whole_number(samples_per_step)
+            if samples_per_step is None:
+                msg = f"'samples_per_step' must be an int or None; got {type(given).__name__} {given!r}"
                 raise TypeError(msg)
             if samples_per_step <= 0:
                 msg = f"'samples_per_step' must be > 0; got {samples_per_step}"

@@ -7,7 +7,8 @@ the trigger shells' records, the loop event of a trainer (``trainer_event``), th
 of several steps per session call, ``stop_process_group``, the console stream that
 never ends a run (``CONSOLE``, ``console_lines``), the input vocabulary
 (``input_kind``, ``DatapointLayout``, ``conform_datapoint``) that training and inference
-inputs share, and the pure core of parallel Python input (how a source is split
+inputs share, the numbers tensorpack's entry points took (``whole_number``,
+``real_number``), and the pure core of parallel Python input (how a source is split
 across worker processes, the ordered merge, the workers' seeds). Names here may change or
 go between any two releases without deprecation: programs should use the names of
 ``towerkit.callbacks`` instead.
@@ -28,6 +29,7 @@ from towerkit.callbacks._datapoints import (
 )
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS
 from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
+from towerkit.callbacks._numbers import real_number, whole_number
 from towerkit.callbacks._parallel_core import (
     SPLITS,
     START_METHODS,
@@ -70,6 +72,8 @@ from towerkit.callbacks._timeline import timeline_entry
 from towerkit.callbacks._triggers import periodic_record, trainer_event
 
 __all__ = [
+    "real_number",
+    "whole_number",
     "POSITIONS_FILENAME",
     "SavedPosition",
     "dumps_positions",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -240,8 +241,9 @@ def add_moving_summary(
     A no-op returning ``[]`` in any tower but the main training tower.
 
     Args:
-        tensors: scalar tensors.
-        decay: the EMA decay per update, in (0, 1).
+        tensors: scalar tensors (a variable is read as a tensor, as tensorpack did).
+        decay: the EMA decay per update, in [0, 1); 0 (as tensorpack took it): the summary
+            is the last value.
         collection: the collection to add the update ops to (None: none).
         summary_collections: collections of the summary ops (default: ``SUMMARIES``).
 
@@ -249,17 +251,22 @@ def add_moving_summary(
         The update ops' outputs (the new averages), one per tensor.
 
     Raises:
-        ValueError: no tensors, a tensor that is not a scalar, or `decay` outside (0, 1).
+        ValueError: no tensors, a tensor that is not a scalar, or `decay` outside [0, 1).
         TypeError: an argument is not a tensor.
     """
     if not tensors:
         msg = "add_moving_summary needs at least one scalar tensor"
         raise ValueError(msg)
-    if not 0.0 < float(decay) < 1.0:
-        msg = f"'decay' must be in (0, 1); got {decay}"
+    if isinstance(decay, bool) or not isinstance(decay, numbers.Real):
+        msg = f"'decay' must be a number in [0, 1); got {type(decay).__name__} {decay!r}"
+        raise TypeError(msg)
+    if not 0.0 <= float(decay) < 1.0:
+        msg = f"'decay' must be in [0, 1); got {decay}"
         raise ValueError(msg)
     wrong = [
-        f"{i}: {type(t).__name__}" for i, t in enumerate(tensors) if not isinstance(t, tf.Tensor)
+        f"{i}: {type(t).__name__}"
+        for i, t in enumerate(tensors)
+        if not isinstance(t, tf.Tensor | tf.Variable)
     ]
     if wrong:
         msg = f"add_moving_summary takes tensors; arguments at fault: {', '.join(wrong)}"
@@ -272,8 +279,9 @@ def add_moving_summary(
         return []
     summary_colls = list(summary_collections or [tf1.GraphKeys.SUMMARIES])
     updates = []
-    for x in tensors:
-        name = _tower_free_name(x.op.name)
+    for given in tensors:
+        x = given.value() if isinstance(given, tf.Variable) else given
+        name = _tower_free_name(given.op.name)
         value = tf.cast(x, tf.float32) if x.dtype != tf.float32 else x
         parent, _, base = name.rpartition("/")
         with tf1.name_scope(join_scope("EMA", parent) + "/"), tf1.name_scope(base):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from towerkit.callbacks.plumbing import whole_number
 from towerkit.towers.compat import tf1
 from towerkit.trainers._gradproc import GradientProcessor, chain
 
@@ -233,8 +234,9 @@ class AccumGradOptimizer(ProxyOptimizer):
 
     def __init__(self, opt: Any, niter: int) -> None:
         super().__init__(opt, name="AccumGrad")
-        if isinstance(niter, bool) or not isinstance(niter, (int, np.integer)):
-            msg = f"'niter' must be an int >= 1; got {type(niter).__name__}"
+        given, niter = niter, whole_number(niter)  # type: ignore[assignment]
+        if niter is None:  # tensorpack took int(niter): '4' and 4.0 too
+            msg = f"'niter' must be an int >= 1; got {type(given).__name__} {given!r}"
             raise TypeError(msg)
         if niter < 1:
             msg = f"'niter' must be >= 1; got {niter}"

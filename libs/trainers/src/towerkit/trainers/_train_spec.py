@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from towerkit.callbacks import Callback, LoopBounds
-from towerkit.callbacks.plumbing import check_steps_per_execution, input_kind
+from towerkit.callbacks.plumbing import check_steps_per_execution, input_kind, whole_number
 from towerkit.towers import precision_policy
 from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
@@ -103,6 +103,15 @@ def _precision_name(value: Any) -> str:
     return precision_policy(value).name
 
 
+def _as_int(value: Any) -> Any:
+    """A loop bound as tensorpack's ``int(value)`` took it (``'3'``, ``1e3``); else as given.
+
+    What is not a whole number is left for the loop's check to refuse with its message.
+    """
+    whole = whole_number(value)
+    return value if whole is None else whole
+
+
 @attrs.frozen(kw_only=True)
 class TrainSpec:
     """Every option of a single-cost training run, validated once, when it is built.
@@ -160,9 +169,9 @@ class TrainSpec:
     session_init: SessionInit | None = attrs.field(
         default=None, validator=_has_method("init", "an init(sess) method or be None")
     )
-    starting_epoch: int = 1
-    max_epoch: int = 99999
-    steps_per_epoch: int | None = None
+    starting_epoch: int = attrs.field(default=1, converter=_as_int)
+    max_epoch: int = attrs.field(default=99999, converter=_as_int)
+    steps_per_epoch: int | None = attrs.field(default=None, converter=_as_int)
     logdir: str | None = attrs.field(default=None, converter=_logdir)
     logdir_action: str = attrs.field(default="error", validator=_logdir_action)
     steps_per_execution: int = attrs.field(default=1, converter=check_k)

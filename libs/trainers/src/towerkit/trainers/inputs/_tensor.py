@@ -7,6 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from towerkit.callbacks.plumbing import whole_number
 from towerkit.trainers.inputs._base import InputSource
 
 
@@ -36,8 +37,9 @@ class TensorInput(InputSource):
             )
             raise TypeError(msg)
         if size is not None:
-            if isinstance(size, bool) or not isinstance(size, int):
-                msg = f"'size' must be an int or None; got {type(size).__name__}"
+            given, size = size, whole_number(size)
+            if size is None:  # tensorpack took int(size): '100' and 100.0 too
+                msg = f"'size' must be an int or None; got {type(given).__name__} {given!r}"
                 raise TypeError(msg)
             if size < 1:
                 msg = f"'size' must be at least 1 (steps in one epoch); got {size}"
