@@ -12,13 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.layers import rnn
+from towerkit.layers import rnn, tf_layers
 from towerkit.tools._migrate_cst import migrate_source
 from towerkit.tools._migrate_rnn import (
     LOOP_MODULES,
     RNN_CELLS,
     RNN_LOOPS,
     RNN_MODULES,
+    TF_LAYERS,
     RnnMove,
     rnn_move,
 )
@@ -38,6 +39,12 @@ def build(x, lengths):
     init = tf.contrib.rnn.LSTMStateTuple(state[0].c, state[0].h)
     return out, steps, both, init
 """
+
+
+def test_the_layers_functions_table_is_tf_layers():
+    """The command's list of tf.layers functions is what towerkit.layers.tf_layers holds."""
+    assert set(TF_LAYERS) == set(tf_layers.__all__)
+    assert all(callable(getattr(tf_layers, name)) for name in TF_LAYERS)
 
 
 class TestRnnMove:

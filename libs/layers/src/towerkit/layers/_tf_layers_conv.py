@@ -35,6 +35,23 @@ def _variable(
     )
 
 
+def _bias(
+    use_bias: bool,
+    units: int,
+    dtype: Any,
+    initializer: Any,
+    regularizer: Regularizer,
+    constraint: Any,
+    trainable: bool,
+) -> Any:
+    """The layer's ``bias`` of `units` (zeros unless `initializer` says), or None without one."""
+    if not use_bias:
+        return None
+    if initializer is None:
+        initializer = tf1.zeros_initializer()
+    return _variable("bias", [units], dtype, initializer, regularizer, constraint, trainable)
+
+
 def _input(inputs: Any, rank: int, layer: str) -> Any:
     x = tf1.convert_to_tensor(inputs)
     if x.shape.rank != rank:
@@ -98,17 +115,15 @@ def _conv(
             options["kernel_constraint"],
             options["trainable"],
         )
-        b = None
-        if options["use_bias"]:
-            b = _variable(
-                "bias",
-                [filters],
-                dtype,
-                options["bias_initializer"],
-                options["bias_regularizer"],
-                options["bias_constraint"],
-                options["trainable"],
-            )
+        b = _bias(
+            options["use_bias"],
+            filters,
+            dtype,
+            options["bias_initializer"],
+            options["bias_regularizer"],
+            options["bias_constraint"],
+            options["trainable"],
+        )
         out = tf1.nn.convolution(
             x,
             w,
@@ -317,17 +332,9 @@ def conv2d_transpose(
             kernel_constraint,
             trainable,
         )
-        b = None
-        if use_bias:
-            b = _variable(
-                "bias",
-                [filters],
-                dtype,
-                bias_initializer if bias_initializer is not None else tf1.zeros_initializer(),
-                bias_regularizer,
-                bias_constraint,
-                trainable,
-            )
+        b = _bias(
+            use_bias, filters, dtype, bias_initializer, bias_regularizer, bias_constraint, trainable
+        )
         full = [1, *stride, 1] if fmt == "NHWC" else [1, 1, *stride]
         out = tf1.nn.conv2d_transpose(
             x, w, tf1.stack(out_shape), full, padding=pad, data_format=fmt
@@ -397,17 +404,9 @@ def separable_conv2d(
             pointwise_constraint,
             trainable,
         )
-        b = None
-        if use_bias:
-            b = _variable(
-                "bias",
-                [filters],
-                dtype,
-                bias_initializer if bias_initializer is not None else tf1.zeros_initializer(),
-                bias_regularizer,
-                bias_constraint,
-                trainable,
-            )
+        b = _bias(
+            use_bias, filters, dtype, bias_initializer, bias_regularizer, bias_constraint, trainable
+        )
         full = [1, *stride, 1] if fmt == "NHWC" else [1, 1, *stride]
         out = tf1.nn.separable_conv2d(
             x, depthwise, pointwise, full, pad, rate=list(dilation), data_format=fmt
@@ -456,17 +455,9 @@ def dense(
             kernel_constraint,
             trainable,
         )
-        b = None
-        if use_bias:
-            b = _variable(
-                "bias",
-                [units],
-                dtype,
-                bias_initializer if bias_initializer is not None else tf1.zeros_initializer(),
-                bias_regularizer,
-                bias_constraint,
-                trainable,
-            )
+        b = _bias(
+            use_bias, units, dtype, bias_initializer, bias_regularizer, bias_constraint, trainable
+        )
         if rank == 2:
             out = tf1.matmul(x, w)
         else:
