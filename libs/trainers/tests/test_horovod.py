@@ -261,7 +261,9 @@ class TestPreemption:
         """model-6 and its position (epoch 2, 2 of its 4 steps) are on disk; stats.json has epoch 1."""
         assert {"model-4.index", "model-6.index", "positions.json"} <= set(preempted["files"])
         at6 = [p for p in preempted["positions"]["positions"] if p["step"] == 6]
-        assert at6 == [{"step": 6, "epoch": 2, "done": 2, "data_steps": 6}], preempted["positions"]
+        # with the epoch length and the batch size the position was saved under (a resume checks both)
+        want = {"step": 6, "epoch": 2, "done": 2, "data_steps": 6, "steps_per_epoch": 4}
+        assert at6 == [{**want, "batch_size": 16}], preempted["positions"]
         assert [r["global_step"] for r in preempted["stats"]] == [4]
 
     def test_resumed_job_matches_the_uninterrupted_one(self, preempted, jobs):
