@@ -410,7 +410,6 @@ def resume_plan(
                 found.append((step, path, epoch + 1, 0, why))
     if not found:
         keep = 0 if snapshot.epochs else None
-        notes = tuple(faults.values())
         ignored = tuple(p for p, _ in checkpoints)
         return ResumePlan(
             checkpoint=None,
@@ -424,7 +423,7 @@ def resume_plan(
             )
             + "training starts afresh"
             + (" and the statistics of the earlier run are dropped" if keep == 0 else ""),
-            notes=notes,
+            notes=tuple(faults.values()),
         )
     step, path, resumed_epoch, done, why = max(found, key=lambda f: f[0])
     pos = positions.get(step)
