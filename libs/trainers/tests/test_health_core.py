@@ -261,7 +261,7 @@ class TestVouched:
             past = now - quiet > dead_after or (
                 health.accepted_at is not None and now - health.since > start_within
             )
-            past = past or now - health.since > start_within and health.accepted_at is None
+            past = past or (now - health.since > start_within and health.accepted_at is None)
             assert (health.status is Health.LOST) == past
             if health.status is not Health.LOST:
                 assert health.vouched_at == vouched_at
