@@ -54,18 +54,24 @@ class Cluster:
     ) -> None:
         self.ports = free_ports(3)
         self.address = dict(zip(ROLES, (f"127.0.0.1:{p}" for p in self.ports)))
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         self.logs = {key: tmp_path / f"{key[0]}{key[1]}.log" for key in ROLES}
         self.procs = {}
+        self._args = (tmp_path, trainer, timeouts, extra)
         for role, task in roles:
-            argv = [sys.executable, str(SCRIPT), role, str(task)]
-            argv += ["--ports", ",".join(map(str, self.ports)), "--trainer", trainer]
-            argv += ["--logdir-base", str(tmp_path), "--max-epoch", "100000"]
-            argv += ["--timeouts", timeouts, *extra]
-            with open(self.logs[(role, task)], "w") as out:
-                self.procs[(role, task)] = prefork.popen(
-                    argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-                )
+            self.start(role, task)
+
+    def start(self, role: str, task: int, ports: list[int] | None = None) -> None:
+        """Start one task (with `ports`: the cluster as it is told of it)."""
+        tmp_path, trainer, timeouts, extra = self._args
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+        argv = [sys.executable, str(SCRIPT), role, str(task)]
+        argv += ["--ports", ",".join(map(str, ports or self.ports)), "--trainer", trainer]
+        argv += ["--logdir-base", str(tmp_path), "--max-epoch", "100000"]
+        argv += ["--timeouts", timeouts, *extra]
+        with open(self.logs[(role, task)], "w") as out:
+            self.procs[(role, task)] = prefork.popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
 
     def output(self, key: tuple[str, int]) -> str:
         return self.logs[key].read_text(errors="replace")
@@ -296,6 +302,42 @@ def test_parameter_server_lost_while_a_worker_starts(tmp_path):
         line = one_line(out, naming("ps", 0, job.address[("ps", 0)]))
         assert line.startswith("towerkit.trainers.TaskLostError: worker 1 lost a parameter server")
         assert line.endswith("before the first step (the session was starting)"), line
+    finally:
+        job.stop_all()
+
+
+@pytest.mark.slow
+def test_parameter_server_lost_before_a_late_worker_reached_it(tmp_path):
+    """The chief trains; worker 1 starts late and never reaches its parameter server
+    (told of a port where nothing serves: as one killed before worker 1 reached it):
+    the chief being past its start proves the ps was up, so worker 1 ends within BOUND
+    (``dead_after``, not ``start_within``: 600 s), naming the ps."""
+    if 0 < visible_gpu_count() < 2:
+        pytest.skip("2 towers per worker need 2 visible GPUs, or none")
+    job = Cluster(tmp_path, roles=[("ps", 0), ("worker", 0)], timeouts="1,5,5,600")
+    try:
+        job.wait_until(
+            lambda: "DIST-TRAINING" in job.output(("worker", 0)),
+            START_LIMIT,
+            "the chief did not start training",
+        )
+        gone = free_ports(1)[0]
+        job.start("worker", 1, ports=[gone, *job.ports[1:]])
+        job.wait_until(
+            lambda: job.procs[("worker", 1)].poll() is not None,
+            START_LIMIT,  # its own start (imports, graph) on a loaded machine, then the bound
+            "worker 1 did not end though its parameter server never came up",
+        )
+        out = job.output(("worker", 1))
+        assert job.procs[("worker", 1)].returncode != 0, out
+        assert job.procs[("worker", 0)].poll() is None, job.output(("worker", 0))
+        line = one_line(out, naming("ps", 0, f"127.0.0.1:{gone}"))
+        assert line.startswith("towerkit.trainers.TaskLostError: worker 1 lost a parameter server")
+        assert "after the job went past its start" in line, line
+        assert line.endswith("before the first step (the session was starting)"), line
+        waited = re.search(r"unreachable for (\d+) s after the job", line)
+        assert waited is not None, line
+        assert int(waited.group(1)) < BOUND, line
     finally:
         job.stop_all()
 

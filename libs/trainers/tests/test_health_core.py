@@ -61,7 +61,7 @@ class TestTaskHealth:
         """The repr shows the state and its times."""
         assert repr(start_health(1.0, alive=True)) == (
             "TaskHealth(status=<Health.ANSWERING: 'answering'>, since=1.0, alive_at=1.0, "
-            "answered=False, accepted_at=1.0, reason='')"
+            "answered=False, accepted_at=1.0, reason='', vouched_at=None)"
         )
 
     def test_fail(self):
@@ -199,3 +199,96 @@ class TestAdvanceHealth:
             assert (health.status is Health.LOST) == (now - accepted > dead_after)
             if health.status is Health.LOST:
                 break
+
+
+VOUCHED = "vouched"
+"""Word that the task was up (the job went past its start), not a probe."""
+
+starting = st.lists(
+    st.tuples(gaps, st.sampled_from([Reach.ACCEPTS, Reach.NOTHING, None])), max_size=30
+)
+"""Probes and ticks of a job still starting: nothing answers, no word."""
+
+
+def fold_vouched(health, kind, now, dead_after, start_within):
+    if kind == VOUCHED:
+        return advance_health(
+            health, None, now, dead_after=dead_after, start_within=start_within, vouched=True
+        )
+    return fold(health, kind, now, dead_after, start_within)
+
+
+class TestVouched:
+    """Word that a task never reached was up bounds it by dead_after, never earlier."""
+
+    @given(starting, bounds, bounds)
+    def test_never_lost_early_while_starting(self, history, dead_after, start_within):
+        """With no word that the job went past its start, a task that never answered is
+        not lost before start_within, unless it accepted and then went quiet."""
+        health, now, accepted = start_health(0.0), 0.0, None
+        for gap, kind in history:
+            now += gap
+            health = fold(health, kind, now, dead_after, start_within)
+            accepted = now if kind is Reach.ACCEPTS else accepted
+            if health.status is Health.LOST:
+                assert now > start_within or (accepted is not None and now - accepted > dead_after)
+                break
+            assert health.vouched_at is None
+
+    @given(starting, gaps, starting, bounds, bounds)
+    def test_lost_within_dead_after_of_the_word(
+        self, before, vouch_gap, after, dead_after, start_within
+    ):
+        """Once vouched for, a task never known alive is lost exactly when it has
+        accepted nothing for more than dead_after since the first word (or start_within
+        passed), never before; later words do not move the bound."""
+        health, now = start_health(0.0), 0.0
+        for gap, kind in before:
+            now += gap
+            health = fold_vouched(health, kind, now, dead_after, start_within)
+        if health.status is Health.LOST:
+            return
+        now += vouch_gap
+        health = fold_vouched(health, VOUCHED, now, dead_after, start_within)
+        vouched_at = now
+        quiet = max(vouched_at, health.accepted_at if health.accepted_at is not None else 0.0)
+        for gap, kind in [(0.0, None), *[(g, k) for g, k in after], (dead_after + 1, VOUCHED)]:
+            if health.status is Health.LOST:
+                break
+            now += gap
+            health = fold_vouched(health, kind, now, dead_after, start_within)
+            quiet = now if kind is Reach.ACCEPTS else quiet
+            past = now - quiet > dead_after or (
+                health.accepted_at is not None and now - health.since > start_within
+            )
+            past = past or (now - health.since > start_within and health.accepted_at is None)
+            assert (health.status is Health.LOST) == past
+            if health.status is not Health.LOST:
+                assert health.vouched_at == vouched_at
+        assert health.status is Health.LOST or now - quiet <= dead_after
+        if health.status is Health.LOST and now - quiet > dead_after:
+            assert "after the job went past its start" in health.reason or "within" in (
+                health.reason
+            )
+
+    @given(gaps, gaps, bounds)
+    def test_answering_task_is_bound_as_before(self, answered_at, later, dead_after):
+        """Word does not shorten the bound of a task known alive: dead_after from its
+        last answer."""
+        health = fold(start_health(0.0), Reach.ANSWERS, answered_at, dead_after, 1e9)
+        health = fold_vouched(health, VOUCHED, answered_at, dead_after, 1e9)
+        now = answered_at + later
+        health = fold(health, Reach.NOTHING, now, dead_after, 1e9)
+        assert (health.status is Health.LOST) == (now - answered_at > dead_after)
+
+    def test_reason(self):
+        """The reason names the bound."""
+        health = advance_health(
+            start_health(0.0), None, 3.0, dead_after=5, start_within=600, vouched=True
+        )
+        assert health.status is Health.NEVER_SEEN
+        health = advance_health(health, Reach.NOTHING, 9.0, dead_after=5, start_within=600)
+        assert health.reason == (
+            "unreachable for 6 s after the job went past its start "
+            "(it was up; this task never reached it)"
+        )

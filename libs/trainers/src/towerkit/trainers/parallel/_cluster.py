@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,7 +28,7 @@ from towerkit.trainers.parallel._health import (
     task_addresses,
 )
 
-__all__ = ["DONE_QUEUE", "serve_parameters"]
+__all__ = ["DONE_QUEUE", "serve_parameters", "start_watch"]
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -184,6 +185,63 @@ def serve_parameters(
     return done
 
 
+_CHIEF = "/job:worker/task:0/device:CPU:0"
+
+
+def _chief_past_start() -> Any:
+    """The flag the chief initializes on its own task once its session reached every ps.
+
+    Outside every collection; the same shared name in every graph.
+    """
+    with tf1.device(_CHIEF), tf1.name_scope(None):
+        return tf1.Variable(
+            False, trainable=False, collections=[], name="towerkit_chief_past_start"
+        )
+
+
+def start_watch(
+    ps: Sequence[TaskAddress],
+    timeouts: ClusterTimeouts,
+    on_dead: Callable[[TaskAddress, str], None],
+    started: threading.Event,
+    target: str | None,
+) -> ClusterWatch:
+    """The watch of the parameter servers while a worker's session starts.
+
+    With `target` (a non-chief worker's server), a daemon thread asks the chief, every
+    ``check_every`` until `started` is set, whether its session has reached every
+    parameter server (a session's first call waits for all of them); once it has, the
+    job is past its start, and a parameter server this worker never reached is bound
+    by ``dead_after`` (`ClusterWatch.vouch_for_all`) instead of ``start_within``.
+    """
+    watch = ClusterWatch(ps, timeouts, on_dead=on_dead, name="start-watch").start()
+    if target is not None:
+        args = (watch, timeouts, started, target)
+        threading.Thread(target=_ask_chief, args=args, name="chief-started", daemon=True).start()
+    return watch
+
+
+def _ask_chief(
+    watch: ClusterWatch, timeouts: ClusterTimeouts, started: threading.Event, target: str
+) -> None:
+    graph = tf1.Graph()
+    with graph.as_default():
+        past_start = tf1.is_variable_initialized(_chief_past_start())
+    config = tf1.ConfigProto(operation_timeout_in_ms=timeouts.operation_timeout_ms)
+    config.device_filters.append("/job:worker/task:0")
+    sess = tf1.Session(target=target, graph=graph, config=config)
+    try:
+        while not started.is_set():
+            with contextlib.suppress(tf.errors.OpError):
+                if sess.run(past_start):
+                    logger.info("the chief is past its start: every parameter server was up")
+                    watch.vouch_for_all()
+                    return
+            started.wait(timeouts.check_every)
+    finally:
+        close_within(sess, timeouts.close_seconds)
+
+
 def session_start_ops(
     chief_init: Sequence[Any] | None,
 ) -> tuple[Any, list[Any], tuple[Any, Any, Any], Any]:
@@ -193,7 +251,9 @@ def session_start_ops(
     servers' variables not initialized yet; the initializers of every other variable
     and of the tables; the (initializer, is-initialized, value) of the flag the chief
     raises once its ``session_init`` has run (only then are the global values final),
-    the initializer grouped with `chief_init` when given; the op that raises it.
+    the initializer grouped, on the chief (`chief_init` given, maybe empty), with
+    `chief_init` and the flag on the chief's own task that says its session is past its
+    start; the op that raises it.
     """
     global_vars = tf1.global_variables()
     on_ps = [v for v in global_vars if "/job:ps" in v.device]
@@ -205,7 +265,11 @@ def session_start_ops(
         # Outside every collection: never saved, restored or initialized by others.
         done = tf1.Variable(False, trainable=False, collections=[], name="chief_init_done")
         raise_done = done.assign(True, read_value=False)
-        init = done.initializer if chief_init is None else tf.group(done.initializer, *chief_init)
+        init = tf.group(
+            done.initializer,
+            *([] if chief_init is None else [_chief_past_start().initializer]),
+            *(chief_init or ()),
+        )
         chief_done = (init, tf1.is_variable_initialized(done), done.read_value())
     # Both are run by the session creator, which TensorFlow's use-tracking of these two
     # functions' results does not see: without this, it logs an error ("Object was

@@ -29,6 +29,7 @@ from towerkit.trainers.parallel._cluster import (
     lost_error,
     serve_parameters,
     session_start_ops,
+    start_watch,
 )
 from towerkit.trainers.parallel._dataparallel import tower_variable_key
 from towerkit.trainers.parallel._grad_sync import align_tower_grads, make_replicas_local
@@ -258,11 +259,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             )
         with self._graph.as_default():
             after = self._after_init_ops()
-            chief_init = (
-                self._chief_initializers()
-                if self.is_chief and self._finished_var is not None
-                else None
-            )
+            chief_init = self._chief_initializers() if self.is_chief else None
             ready, local_init, chief_done, raise_done = session_start_ops(chief_init)
         if self.is_chief:
             after = [*after, raise_done]
@@ -295,7 +292,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
             )
 
         ps = [t for t in tasks if t.job == "ps"]  # watched from the start
-        watch = ClusterWatch(ps, self.timeouts, on_dead=lost_at_start, name="start-watch").start()
+        target = None if self.is_chief else _target(self._server)
+        watch = start_watch(ps, self.timeouts, lost_at_start, started, target)
         try:
             # The session's first call waits for every parameter server, with no deadline
             # (TensorFlow's graph extension): it starts once the watch has reached them
@@ -342,6 +340,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
 
     def _chief_initializers(self) -> list[Any]:
         """The initializers of the flags the chief keeps on a parameter server (not saved)."""
+        if self._finished_var is None:
+            return []
         return [v.initializer for v in [self._finished_var, *(self._preempt_flag or ())[:1]]]
 
     def _finishing(self) -> bool:

@@ -183,6 +183,7 @@ def observe(
     timeouts: ClusterTimeouts,
     *,
     heard: bool = False,
+    vouched: bool = False,
 ) -> LivenessState:
     """The state after one event about `task` at `now`: a probe's `reach`, or word it is alive.
 
@@ -201,6 +202,7 @@ def observe(
         dead_after=timeouts.dead_after,
         start_within=timeouts.start_within,
         heard=heard,
+        vouched=vouched,
     )
     rest = [(t, h) for t, h in state.healths if t != task]
     return attrs.evolve(state, healths=(*rest, (task, health)))
@@ -351,6 +353,14 @@ class ClusterWatch:
         for task in [t for t in self._tasks if (t.job, t.index) == (job, index)]:
             self._fold(task, None, heard=True)
 
+    def vouch_for_all(self) -> None:
+        """Word that every watched task was up (the job went past its start), reached or not.
+
+        A task never known alive is then bound by ``dead_after`` from the first word.
+        """
+        for task in list(self._tasks):
+            self._fold(task, None, vouched=True)
+
     def health(self, task: TaskAddress) -> TaskHealth:
         """What the watch has seen of `task` so far."""
         return self._state.health(task)
@@ -369,10 +379,14 @@ class ClusterWatch:
             time.sleep(0.05)
         return self.lost[0] if self.lost else None
 
-    def _fold(self, task: TaskAddress, found: Reach | None, *, heard: bool = False) -> None:
+    def _fold(
+        self, task: TaskAddress, found: Reach | None, *, heard: bool = False, vouched: bool = False
+    ) -> None:
         with self._lock:
             now = time.monotonic()
-            self._state = observe(self._state, task, found, now, self._timeouts, heard=heard)
+            self._state = observe(
+                self._state, task, found, now, self._timeouts, heard=heard, vouched=vouched
+            )
 
     def check_now(self) -> tuple[TaskAddress, str] | None:
         """Check every watched task once, now; the first one down, with a reason, or None."""

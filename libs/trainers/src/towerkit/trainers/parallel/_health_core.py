@@ -2,7 +2,9 @@
 
 The watch probes each task (`Reach`: it answered, it only accepted the connection, or
 nothing) and hears of tasks alive by other ways (a worker's check-in on a parameter
-server, a session that reached it). `advance_health` folds one such event into a
+server, a session that reached it), and of tasks that were up although this watch never
+reached them (word that the job went past its start: a chief only trains once every
+parameter server serves). `advance_health` folds one such event into a
 task's `TaskHealth`; the states and their edges are drawn in the trainers' README
 ("A task's health, as the watch sees it"): answers (or word) lead to ANSWERING,
 accepts only to ACCEPTING, nothing to SILENT once seen (NEVER_SEEN before), and any
@@ -64,10 +66,12 @@ class TaskHealth:
         accepted_at: the last time its server accepted a probe's connection (answered
             or not); None: never.
         reason: why it is lost (empty unless LOST).
+        vouched_at: the first time the watch had word that the task was up (the job
+            went past its start) though it had not reached it; None: never.
 
     Examples:
         >>> start_health(0.0)
-        TaskHealth(status=<Health.NEVER_SEEN: 'never seen'>, since=0.0, alive_at=None, answered=False, accepted_at=None, reason='')
+        TaskHealth(status=<Health.NEVER_SEEN: 'never seen'>, since=0.0, alive_at=None, answered=False, accepted_at=None, reason='', vouched_at=None)
     """
 
     status: Health = attrs.field(validator=attrs.validators.instance_of(Health))
@@ -76,6 +80,7 @@ class TaskHealth:
     answered: bool = False
     accepted_at: float | None = attrs.field(default=None, converter=_optional_time)
     reason: str = ""
+    vouched_at: float | None = attrs.field(default=None, converter=_optional_time)
 
 
 def start_health(now: float, *, alive: bool = False) -> TaskHealth:
@@ -99,6 +104,14 @@ _LAST_FOUND = {
 """What a loss's reason adds about the last probe, when there was one since it was alive."""
 
 
+def _quiet_since(health: TaskHealth) -> float:
+    """Since when a task vouched for but never known alive has accepted nothing."""
+    assert health.vouched_at is not None
+    if health.accepted_at is None:
+        return health.vouched_at
+    return max(health.vouched_at, health.accepted_at)
+
+
 def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within: float) -> str:
     """Why `health` is past its bound at `now` (seconds), or ``""`` while it is not.
 
@@ -110,7 +123,8 @@ def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within:
     machine): lost once it has accepted nothing for more than `dead_after` seconds, or
     once `start_within` seconds have passed since the watch began (a stopped process
     accepts forever). Never seen: lost once `start_within` seconds have passed since
-    the watch began.
+    the watch began, or, once there was word that it was up (`vouched_at`), once it
+    has accepted nothing for more than `dead_after` seconds since that word.
 
     >>> h = start_health(0.0, alive=True)
     >>> lost_reason(h, 4.0, 5.0, 600.0), lost_reason(h, 6.0, 5.0, 600.0)
@@ -127,6 +141,12 @@ def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within:
         if now - alive > dead_after:
             last = _LAST_FOUND.get(health.status, "")
             return f"unreachable for {now - alive:.0f} s{last}"
+    elif health.vouched_at is not None and now - _quiet_since(health) > dead_after:
+        gone = now - _quiet_since(health)
+        return (
+            f"unreachable for {gone:.0f} s after the job went past its start "
+            "(it was up; this task never reached it)"
+        )
     elif health.accepted_at is not None:
         if now - health.accepted_at > dead_after:
             gone = now - health.accepted_at
@@ -146,6 +166,7 @@ def advance_health(
     dead_after: float,
     start_within: float,
     heard: bool = False,
+    vouched: bool = False,
 ) -> TaskHealth:
     """The health after one event at `now`: a probe's `reach`, word that it is alive, or time.
 
@@ -156,6 +177,9 @@ def advance_health(
         dead_after: seconds a task known alive may go unheard before it is lost.
         start_within: seconds a task never seen may take to come up.
         heard: the watch heard at `now`, another way, that the task is alive.
+        vouched: word at `now` that the task was up though the watch may never have
+            reached it (the job went past its start); the first such word bounds a task
+            never known alive by `dead_after` (`lost_reason`).
 
     Returns:
         The new health; LOST (with its reason) once past its bound (`lost_reason`).
@@ -180,8 +204,14 @@ def advance_health(
         accepted_at, status = now, Health.ACCEPTING
     elif reach is Reach.NOTHING and status is not Health.NEVER_SEEN:
         status = Health.SILENT
+    vouched_at = now if vouched and health.vouched_at is None else health.vouched_at
     health = attrs.evolve(
-        health, status=status, alive_at=alive_at, answered=answered, accepted_at=accepted_at
+        health,
+        status=status,
+        alive_at=alive_at,
+        answered=answered,
+        accepted_at=accepted_at,
+        vouched_at=vouched_at,
     )
     why = lost_reason(health, now, dead_after, start_within)
     return attrs.evolve(health, status=Health.LOST, reason=why) if why else health
