@@ -1,7 +1,7 @@
 """Programs in the users' style for the idioms of tensorpack's own examples and of programs
 published on it: tensorpack 0.8-0.10's ModelDesc, TowerFuncWrapper, PrintData, decay=0,
 string numbers, tf.layers, contrib's regularizers and block cells, a three-argument
-name_scope. Each converts with nothing by hand and trains 2 epochs."""
+name_scope, readers through TensorFlow 1's queue runners. Each converts with nothing by hand and trains 2 epochs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import tensorflow as tf
 pytestmark = pytest.mark.xdist_group("test_migrate_idioms")
 
 PROGRAMS = Path(__file__).parent / "tensorpack_programs"
-SCRIPTS = ("old_release_gan.py", "tflayers_rnn.py")
+SCRIPTS = ("old_release_gan.py", "tflayers_rnn.py", "queue_reader.py")
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +114,18 @@ class TestIdioms:
             "rnn/multi_rnn_cell/cell_0/lstm_cell/kernel",
             "rnn/multi_rnn_cell/cell_1/lstm_cell/bias",
         } <= names
+
+    def test_queue_reader(self, migrated):
+        """PTB-LSTM's reader: range_input_producer and train.batch queues feed training and
+        inference (the trainer starts the graph's queue runners); 2 epochs, in order."""
+        out, _ = migrated
+        text = (out / SCRIPTS[2]).read_text()
+        assert "tf.compat.v1.train.range_input_producer(" in text
+        assert "tf.compat.v1.train.batch(" in text
+        done = train(out, SCRIPTS[2])
+        assert done.returncode == 0, done.stderr[-3000:]
+        logdir = out / "train_log" / "queue_reader"
+        assert epochs_recorded(logdir) == [1, 2]
+        stats = json.loads((logdir / "stats.json").read_text())
+        assert stats[-1]["global_step"] == 12
+        assert {"cost", "validation_cost", "batch/fraction_of_16_full"} <= set(stats[-1])

@@ -39,6 +39,7 @@ from towerkit.trainers._preempt import (
     TrainingPreempted,
     save_for_resume,
 )
+from towerkit.trainers._queue_runners import QueueRunnerThreads, start_queue_runners
 from towerkit.trainers._resume import plan_logdir
 from towerkit.trainers._train_calls import TrainCalls
 from towerkit.trainers._trainer_view import TrainerViewMixin
@@ -113,6 +114,7 @@ class Trainer(
         self.train_op: Any = None
         self.sess: Any = None
         self.hooked_sess: Any = None
+        self._queue_runners: QueueRunnerThreads | None = None
         self._registered: list[Callback] = []
         self._callbacks: Callbacks = Callbacks(())
         self._monitors: Monitors | None = None
@@ -315,6 +317,8 @@ class Trainer(
                 session_init.init(self.sess)
         self._graph.finalize()
         self._start_global_step = int(self.sess.run(self._global_step_var))
+        # as tensorpack's MonitoredSession did: the graph's queues fill from here on
+        self._queue_runners = start_queue_runners(self.sess)
         self.initialize_hooks()
         self._phase = "initialized"
 
@@ -477,7 +481,19 @@ class Trainer(
         finally:
             self._phase = "done"
             self._interrupt = None
-            self._close_session()
+            try:
+                self._stop_queue_runners()
+            finally:
+                self._close_session()
+
+    def _stop_queue_runners(self) -> None:
+        """Stop the graph's queue runners while the session is still open; log a runner's error."""
+        runners, self._queue_runners = self._queue_runners, None
+        if runners is None:
+            return
+        err = runners.stop()
+        if err is not None:
+            logger.error("a queue runner of the graph stopped on: %s: %s", type(err).__name__, err)
 
     def _close_session(self) -> None:
         """Close ``self.sess`` at the end of the loop (a trainer may bound how long it waits)."""
