@@ -287,8 +287,8 @@ CONFIGS = [
     Case(
         "config-max-epoch-kind",
         TypeError,
-        r"'max_epoch' must be an int; got '10'",
-        lambda tmp, _: T.TrainConfig(max_epoch="10"),
+        r"'max_epoch' must be an int; got 'ten'",
+        lambda tmp, _: T.TrainConfig(max_epoch="ten"),  # "10" is 10, as tensorpack's int() took it
     ),
     Case(
         "config-max-before-start",

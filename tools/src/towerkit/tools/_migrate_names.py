@@ -48,7 +48,7 @@ _LIB_NAMES = {
     LoopBounds LoopEvent LoopPosition MaxSaver MeanState MergeAllSummaries MinSaver
     MissingStatError ModelSaver MonitorBase Monitors MovingAverageSummary
     NON_FINITE_TOKENS Not ObjAttrParam OnKinds OnSchedule ParallelIterable ParallelWorkerError
-    PeriodicCallback WorkerPlan
+    PeriodicCallback WorkerPlan ParallelStartError ParallelTimeoutError
     PeriodicTrigger PiecewiseSchedule ProcessTensors ProgressBar ProxyCallback PrunePlan
     RunOp RunUpdateOps ScalarPrinter ScalarStats Schedule ScheduledHyperParamSetter
     SendMonitorData SendStat SessionRunTimeout SimpleMovingAverage StartProcOrThread
@@ -85,7 +85,7 @@ _LIB_NAMES = {
     get_global_step_var get_tf_version_tuple launch_horovod_job launch_train_with_config
     lock_verdict make_replicas_local match_tower_variables parse_lock plan_logdir
     LossScaleMonitor LossScaleOptimizer LossScaleSchedule next_loss_scale
-    OptimizerFactory DatasetFactory
+    OptimizerFactory DatasetFactory LossScaleError loop_outcome position_fault
     resume_plan serve_parameters session_creator_for_devices sync_replicas_op
     """,
     "export": """
