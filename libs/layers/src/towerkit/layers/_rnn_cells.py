@@ -86,12 +86,12 @@ class RNNCell:
     @property
     def state_size(self) -> Any:
         """The size (or nested sizes) of the state, without the batch axis."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each cell defines it
 
     @property
     def output_size(self) -> Any:
         """The size of the output, without the batch axis."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each cell defines it
 
     @property
     def name(self) -> str | None:
@@ -125,7 +125,7 @@ class RNNCell:
 
     def call(self, inputs: Any, state: Any) -> tuple[Any, Any]:
         """One step: the output and the new state."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each cell defines it
 
     def _check_inputs(self, inputs: Any) -> int:
         if inputs.shape.rank != 2 or inputs.shape.as_list()[-1] is None:
