@@ -97,3 +97,41 @@ def test_same_datapoints_as_tensorpack_runner():
     allowed = {2.0 * i for i in range(N)}
     assert set(mine) <= allowed
     assert set(peer) <= allowed
+
+
+class MappedItems:
+    """The ordered parallel map the trainers' README gives: a map-style source over items."""
+
+    def __init__(self, items, func):
+        self.items, self.func = items, func
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.func(self.items[i])
+
+
+def test_map_style_source_is_a_strict_map_that_keeps_order():
+    """``MultiProcessMapDataZMQ(..., strict=True)`` gives each datapoint once a pass, in
+    another order; a map-style source over the same items gives each once too, mapped
+    in the workers, and in the items' order."""
+    items = [[np.float32(i)] for i in range(N)]
+    ours = ParallelIterable(MappedItems(items, decode), 2)
+    assert (ours.plan.split, ours.plan.ordered) == ("index", True)
+    theirs = dataflow.MultiProcessMapDataZMQ(
+        dataflow.DataFromList(items, shuffle=False), 2, decode, buffer_size=8, strict=True
+    )
+    theirs.reset_state()
+    try:
+        mine = [list(ours) for _ in range(2)]
+        peer = [[float(dp[0]) for dp in theirs] for _ in range(2)]
+    finally:
+        ours.close()
+        del theirs
+    expected = [2.0 * i for i in range(N)]
+    for one_pass in peer:
+        assert sorted(one_pass) == expected, "tensorpack's strict map: each once a pass"
+    for one_pass in mine:
+        assert [float(dp[0]) for dp in one_pass] == expected, "each once, in the items' order"
+        assert os.getpid() not in {dp[1] for dp in one_pass}, "mapped in the workers"
