@@ -104,7 +104,11 @@ def gru(signal: Any, paper: bool = True) -> Any:
     init = uniform(GRU_UNITS, paper)
 
     def cell() -> Any:
-        return rnn.GRUCell(GRU_UNITS, kernel_initializer=init, bias_initializer=init)
+        # The reset gate after the state's product, as PyTorch's GRU (the paper's) and
+        # Keras's compute it; TensorFlow 1's cell (reset_after=False) applies it before.
+        return rnn.GRUCell(
+            GRU_UNITS, kernel_initializer=init, bias_initializer=init, reset_after=True
+        )
 
     x = tf.reshape(signal, [-1, LENGTH, 1])
     (fw, bw), _ = rnn.bidirectional_dynamic_rnn(cell(), cell(), x, dtype=tf.float32, scope="gru")

@@ -260,6 +260,34 @@ class TestOneStep:
         )
         np.testing.assert_allclose(out, u * self.h + (1 - u) * cand, rtol=1e-5, atol=1e-6)
 
+    def test_gru_reset_after(self, sess):
+        """reset_after: h' = u h + (1 - u) tanh(x Wx + bx + r (h Wh + bh))."""
+        (out, new), v = step_once(sess, rnn.GRUCell(5, reset_after=True), self.x, self.h)
+        g = sigmoid(
+            np.concatenate([self.x, self.h], 1) @ v["gru_cell/gates/kernel"]
+            + v["gru_cell/gates/bias"]
+        )
+        r, u = g[:, :5], g[:, 5:]
+        p = "gru_cell/candidate/"
+        hidden = self.h @ v[p + "hidden_kernel"] + v[p + "hidden_bias"]
+        cand = np.tanh(self.x @ v[p + "input_kernel"] + v[p + "input_bias"] + r * hidden)
+        want = u * self.h + (1 - u) * cand
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(new, want, rtol=1e-5, atol=1e-6)
+        shapes = {k: a.shape for k, a in v.items()}
+        assert shapes == {
+            "gru_cell/gates/kernel": (9, 10),
+            "gru_cell/gates/bias": (10,),
+            p + "input_kernel": (4, 5),
+            p + "input_bias": (5,),
+            p + "hidden_kernel": (5, 5),
+            p + "hidden_bias": (5,),
+        }
+
+    def test_gru_reset_after_refuses_a_non_bool(self):
+        with pytest.raises(TypeError, match=r"GRUCell: 'reset_after' must be True or False"):
+            rnn.GRUCell(5, reset_after="yes")
+
     @pytest.mark.parametrize("tuple_state", [True, False])
     def test_basic_lstm(self, sess, tuple_state):
         """Gates i, j, f, o; forget_bias added to f; the state (c, h) or [c, h]."""

@@ -264,7 +264,16 @@ class GRUCell(RNNCell):
     ``candidate/bias`` (zeros unless `bias_initializer`). ``h' = u h + (1 - u) c``
     with ``c = activation(W_c [x, r h] + b_c)``.
 
+    With ``reset_after=True`` the reset gate applies after the state's product, as
+    Keras's ``GRUCell`` (its default), cuDNN's and PyTorch's GRUs compute:
+    ``c = activation(x W_x + b_x + r (h W_h + b_h))``. The candidate's variables are
+    then ``candidate/input_kernel`` ``[depth, n]``, ``candidate/input_bias``,
+    ``candidate/hidden_kernel`` ``[n, n]`` and ``candidate/hidden_bias`` (biases zeros
+    unless `bias_initializer`); the gates' are as above (one bias per gate: Keras's
+    input and recurrent gate biases add up to it).
+
     .. versionadded:: 0.2
+    .. versionchanged:: 0.2 ``reset_after``.
     """
 
     default_name = "gru_cell"
@@ -278,12 +287,20 @@ class GRUCell(RNNCell):
         bias_initializer: Any = None,
         name: str | None = None,
         dtype: Any = None,
+        reset_after: bool = False,
     ) -> None:
         super().__init__(name=name, dtype=dtype, reuse=reuse)
         self._num_units = _positive_units(type(self).__name__, num_units)
         self._activation = activation or tf1.tanh
         self._kernel_initializer = kernel_initializer
         self._bias_initializer = bias_initializer
+        if not isinstance(reset_after, bool):
+            msg = (
+                f"{type(self).__name__}: 'reset_after' must be True or False (apply the reset "
+                f"gate after the state's product, or before it); got {reset_after!r}"
+            )
+            raise TypeError(msg)
+        self._reset_after = reset_after
 
     @property
     def state_size(self) -> int:
@@ -306,14 +323,26 @@ class GRUCell(RNNCell):
             dtype=dtype,
             initializer=bias if bias is not None else tf1.constant_initializer(1.0, dtype=dtype),
         )
+        zeros = bias if bias is not None else tf1.zeros_initializer()
+        if self._reset_after:
+            self._input_kernel = self.get_variable(
+                "candidate/input_kernel", [input_depth, n], dtype=dtype, initializer=init
+            )
+            self._input_bias = self.get_variable(
+                "candidate/input_bias", [n], dtype=dtype, initializer=zeros
+            )
+            self._hidden_kernel = self.get_variable(
+                "candidate/hidden_kernel", [n, n], dtype=dtype, initializer=init
+            )
+            self._hidden_bias = self.get_variable(
+                "candidate/hidden_bias", [n], dtype=dtype, initializer=zeros
+            )
+            return
         self._candidate_kernel = self.get_variable(
             "candidate/kernel", [input_depth + n, n], dtype=dtype, initializer=init
         )
         self._candidate_bias = self.get_variable(
-            "candidate/bias",
-            [n],
-            dtype=dtype,
-            initializer=bias if bias is not None else tf1.zeros_initializer(),
+            "candidate/bias", [n], dtype=dtype, initializer=zeros
         )
 
     def call(self, inputs: Any, state: Any) -> tuple[Any, Any]:
@@ -323,10 +352,17 @@ class GRUCell(RNNCell):
             )
         )
         r, u = tf1.split(gates, 2, axis=1)
-        candidate = tf1.nn.bias_add(
-            tf1.matmul(tf1.concat([inputs, r * state], 1), self._candidate_kernel),
-            self._candidate_bias,
-        )
+        if self._reset_after:
+            hidden = tf1.nn.bias_add(tf1.matmul(state, self._hidden_kernel), self._hidden_bias)
+            candidate = (
+                tf1.nn.bias_add(tf1.matmul(inputs, self._input_kernel), self._input_bias)
+                + r * hidden
+            )
+        else:
+            candidate = tf1.nn.bias_add(
+                tf1.matmul(tf1.concat([inputs, r * state], 1), self._candidate_kernel),
+                self._candidate_bias,
+            )
         c = self._activation(candidate)
         h = u * state + (1 - u) * c
         return h, h
