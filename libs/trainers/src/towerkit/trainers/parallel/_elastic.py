@@ -30,6 +30,7 @@ from towerkit.trainers._loop_end import end_epoch, stop_requested
 from towerkit.trainers.parallel._elastic_core import (
     LoopCommit,
     commit_after_step,
+    is_collective_failure,
     reform_within,
     remaining_epochs,
 )
@@ -246,8 +247,6 @@ class GraphState:
 
 def _as_internal_error(err: tf.errors.OpError) -> Exception:
     from horovod.common.exceptions import HorovodInternalError
-
-    from towerkit.trainers.parallel._horovod import is_collective_failure
 
     error: Exception = HorovodInternalError(err) if is_collective_failure(err) else err
     return error

@@ -17,7 +17,11 @@ from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
-from towerkit.trainers.parallel._elastic_core import LoopCommit, check_commit_every
+from towerkit.trainers.parallel._elastic_core import (
+    LoopCommit,
+    check_commit_every,
+    is_collective_failure,
+)
 from towerkit.trainers.parallel._trainer_parts import (
     ChiefOwnsLogdir,
     PreemptionVote,
@@ -31,7 +35,7 @@ if TYPE_CHECKING:
     from towerkit.trainers._sesscreate import SessionCreatorLike
     from towerkit.trainers.inputs._base import InputSource
 
-__all__ = ["HorovodTrainer", "import_horovod", "is_collective_failure", "rank_gpu"]
+__all__ = ["HorovodTrainer", "import_horovod", "rank_gpu"]
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -54,19 +58,6 @@ def import_horovod() -> Any:
         msg = f"HorovodTrainer needs horovod: {INSTALL_HINT}. The import failed with: {err}"
         raise ImportError(msg) from err
     return hvd
-
-
-def is_collective_failure(err: BaseException) -> bool:
-    """Whether a TensorFlow error comes from a failed horovod collective.
-
-    Examples:
-        >>> is_collective_failure(RuntimeError("Horovod has been shut down."))
-        True
-        >>> is_collective_failure(ValueError("NaN in fc/W"))
-        False
-    """
-    text = str(err).lower()
-    return "horovod" in text or "gloo" in text
 
 
 def rank_gpu(local_rank: int, num_visible_gpus: int) -> str | None:
