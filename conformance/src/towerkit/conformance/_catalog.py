@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from towerkit.callbacks import EventKind
 from towerkit.conformance._scenario import (
     AutoResumeSpec,
@@ -23,6 +21,7 @@ from towerkit.conformance._scenario import (
     TowersSpec,
     VariablesSpec,
 )
+from towerkit.towers import FLOAT32, Precision
 
 # -- the loop ------------------------------------------------------------------------------
 
@@ -221,7 +220,7 @@ def _resume(
     logdir: str,
     max_epoch: int,
     spec: AutoResumeSpec,
-    precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = "float32",
+    precision: str | Precision = FLOAT32,
 ) -> Scenario:
     return Scenario(
         name=name,

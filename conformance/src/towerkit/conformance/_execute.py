@@ -42,6 +42,7 @@ from towerkit.conformance._scenario import (
     TowersSpec,
     VariablesSpec,
 )
+from towerkit.towers import FLOAT32, Precision
 
 logger = logging.getLogger("towerkit.conformance")
 
@@ -52,7 +53,7 @@ def make_trainer(
     *,
     setup: bool = True,
     k: int = 1,
-    precision: str = "float32",
+    precision: Precision = FLOAT32,
 ) -> Any:
     """A trainer of `entry` for `model`, in the default graph.
 
@@ -70,7 +71,7 @@ def make_trainer(
             model.build_cost,
             model.make_optimizer,
             **({} if k == 1 else {"steps_per_execution": k}),
-            **({} if precision == "float32" else {"precision": precision}),
+            **({"precision": precision} if precision.mixed else {}),
         )
     return trainer
 
@@ -260,7 +261,7 @@ def _auto_resume(
     options: dict[str, Any] = {}
     if spec.starting_epoch is not None:
         options["starting_epoch"] = spec.starting_epoch
-    if scenario.precision != "float32":
+    if scenario.precision.mixed:
         options["precision"] = scenario.precision
     if spec.marker is not None:
         marker = next(s for s in scenario.callbacks if isinstance(s, MarkerSpec))

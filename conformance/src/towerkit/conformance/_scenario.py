@@ -15,6 +15,7 @@ from towerkit.callbacks import LoopBounds
 from towerkit.callbacks.plumbing import check_steps_per_execution
 from towerkit.conformance._entries import one_of
 from towerkit.conformance._trace import event_kind
+from towerkit.towers import FLOAT32, Precision, precision_policy
 
 if TYPE_CHECKING:
     from towerkit.callbacks import EventKind
@@ -412,8 +413,8 @@ class Scenario:
             gradient does not depend on the variables) or ``"layers"`` (the
             regression built with towerkit.layers' ``BatchNorm`` and ``FullyConnected``).
         precision: the mixed-precision policy the trainer builds in (``setup_graph(...,
-            precision=...)``, ``TrainConfig(precision=...)``): ``"float32"``,
-            ``"mixed_bfloat16"`` or ``"mixed_float16"``.
+            precision=...)``, ``TrainConfig(precision=...)``): a `Precision` record, or
+            its name (`towerkit.towers.POLICIES`); the data of a scenario holds the name.
 
     Examples:
         >>> s = Scenario(name="order", loop=LoopSpec(max_epoch=2, steps_per_epoch=2))
@@ -441,9 +442,7 @@ class Scenario:
     model: Literal["quadratic", "linear", "layers"] = attrs.field(
         default="quadratic", validator=one_of("quadratic", "linear", "layers")
     )
-    precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = attrs.field(
-        default="float32", validator=one_of("float32", "mixed_bfloat16", "mixed_float16")
-    )
+    precision: Precision = attrs.field(default=FLOAT32, converter=precision_policy)
 
     def __attrs_post_init__(self) -> None:
         names = [s.name for s in self.callbacks]  # type: ignore[attr-defined]
@@ -486,6 +485,8 @@ class Scenario:
 def _to_data(obj: Any) -> Any:
     if isinstance(obj, enum.Enum):
         return obj.value
+    if isinstance(obj, Precision):  # by its name: the field's converter makes it a record again
+        return obj.name
     if attrs.has(type(obj)):
         out: dict[str, Any] = {"type": getattr(obj, "TYPE", "") or type(obj).__name__}
         for f in attrs.fields(type(obj)):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
 from towerkit.callbacks.plumbing import console_lines
+from towerkit.towers import FLOAT32, Precision
 from towerkit.towers.compat import tf1
 from towerkit.trainers._callback_checks import (
     _as_callback_list,
@@ -33,6 +34,7 @@ from towerkit.trainers._loop_end import (
     stop_requested,
 )
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k
+from towerkit.trainers._precision import built_in_refusal
 from towerkit.trainers._preempt import (
     PreemptionPolicy,
     ResumeAndPreemption,
@@ -542,6 +544,19 @@ class Trainer(
             self.main_loop(bounds.steps_per_epoch, bounds.starting_epoch, bounds.max_epoch)
         else:
             self._main_loop(bounds)
+
+    @property
+    def precision(self) -> Precision:
+        """The mixed-precision policy the graph was built in (float32: a trainer without towers)."""
+        return FLOAT32
+
+    def _check_built_for(self, k: int | None, precision: Precision | None) -> None:
+        """``train(steps_per_execution=..., precision=...)`` must name what the graph was built for."""
+        if precision is not None:
+            refusal = built_in_refusal(precision, self.precision, type(self).__name__)
+            if refusal is not None:
+                raise ValueError(refusal)
+        self._check_train_k(k)
 
     # -- helpers -------------------------------------------------------------------------
 

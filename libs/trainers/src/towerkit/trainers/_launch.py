@@ -81,7 +81,7 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         config.data if config.data is not None else config.dataflow, trainer
     )
     options: dict[str, Any] = dict(_k_kwargs(config.steps_per_execution))
-    if config.precision != "float32":  # as a keyword only when asked (trainers of other signatures)
+    if config.precision.mixed:  # as a keyword only when asked (trainers of other signatures)
         options["precision"] = config.precision
     trainer.setup_graph(
         model.get_input_signature(), source, model.build_graph, model.get_optimizer, **options
@@ -153,7 +153,7 @@ def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds)
     # the config's record goes on as it is: the trainer took the logdir above, and its
     # graph must be built for the config's steps per call and precision
     k, precision = config.steps_per_execution, config.precision
-    trainer._check_train_k(k if k != 1 else None, None if precision == "float32" else precision)
+    trainer._check_built_for(k if k != 1 else None, precision if precision.mixed else None)
     trainer._train(bounds, callbacks, monitors, session_creator, session_init)
 
 

@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from towerkit.towers import Precision, precision_policy
 from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._sesscreate import default_session_creator
@@ -34,7 +35,7 @@ class TrainCalls:
             self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
         ) -> None: ...
 
-        def _check_train_k(self, value: int | None, precision: Any = None) -> None: ...
+        def _check_built_for(self, k: int | None, precision: Precision | None) -> None: ...
 
         def _bounds_for(
             self, steps_per_epoch: int, starting_epoch: int, max_epoch: int
@@ -65,7 +66,7 @@ class TrainCalls:
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
         steps_per_execution: int | None = None,
-        precision: Any = None,
+        precision: str | Precision | None = None,
     ) -> None:
         """``train`` with defaults for every option but ``steps_per_epoch``.
 
@@ -119,7 +120,7 @@ class TrainCalls:
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
         steps_per_execution: int | None = None,
-        precision: Any = None,
+        precision: str | Precision | None = None,
     ) -> None:
         """Set the log directory, set up callbacks, initialize and run the loop.
 
@@ -128,7 +129,9 @@ class TrainCalls:
         ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``. ``steps_per_execution``
         and ``precision``, when given, must be those the graph was built for.
         """
-        self._check_train_k(steps_per_execution, precision)
+        self._check_built_for(
+            steps_per_execution, None if precision is None else precision_policy(precision)
+        )
         bounds = self._bounds_for(steps_per_epoch, starting_epoch, max_epoch)
         _train_logdir(self, logdir, logdir_action)
         self._train(bounds, callbacks, monitors, session_creator, session_init)

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, LoopBounds
-from towerkit.towers import TowerContext, TowerFn, TowerFunc, visible_gpu_count
+from towerkit.towers import FLOAT32, Precision, TowerContext, TowerFn, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers._seams import OptimizerFactory
@@ -295,7 +295,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         get_opt_fn: OptimizerFactory,
         *,
         steps_per_execution: int = 1,
-        precision: Any = "float32",
+        precision: str | Precision = FLOAT32,
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`, with the graph seed offset by the rank."""
         self._set_steps_per_execution(steps_per_execution)
