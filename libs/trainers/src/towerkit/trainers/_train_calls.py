@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from towerkit.towers import Precision, precision_policy
 from towerkit.trainers._defaults import callbacks_with_defaults
-from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._traceback import filter_traceback
 
 if TYPE_CHECKING:
     from towerkit.callbacks import Callback, LoopBounds, MonitorBase, Monitors
     from towerkit.sessinit import SessionInit
+    from towerkit.trainers._run_dir import RunDir
     from towerkit.trainers._sesscreate import SessionCreatorLike
 
 
@@ -28,8 +28,7 @@ class TrainCalls:
 
     if TYPE_CHECKING:  # what they use of `Trainer`
         _phase: str
-        _logdir: str | None
-        _logdir_set: bool
+        _run_dir: RunDir
 
         def set_logdir(
             self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
@@ -141,14 +140,5 @@ def _train_logdir(
     trainer: TrainCalls, logdir: str | os.PathLike[str] | None, logdir_action: str
 ) -> None:
     """``train(logdir=...)``: taken on a fresh trainer, else the one already taken (or None)."""
-    if trainer._phase == "new" and not trainer._logdir_set:
+    if trainer._run_dir.check_train_logdir(logdir, fresh=trainer._phase == "new"):
         trainer.set_logdir(logdir, logdir_action)
-    elif logdir is not None and trainer._phase != "new":
-        msg = "train(logdir=...) needs a fresh trainer: callbacks are already set up"
-        raise TrainerStateError(msg)
-    elif logdir is not None and os.path.abspath(logdir) != trainer._logdir:
-        msg = (
-            f"train(logdir={os.fspath(logdir)!r}) differs from the log directory "
-            f"set_logdir took, {trainer._logdir!r}: give it once"
-        )
-        raise TrainerStateError(msg)

@@ -37,7 +37,7 @@ from towerkit.trainers.parallel._elastic_core import (
 from towerkit.trainers.parallel._health import end_unless_set
 
 if TYPE_CHECKING:
-    from towerkit.trainers._interrupt import InterruptState
+    from towerkit.trainers._interrupt import StopControl
     from towerkit.trainers.parallel._horovod import HorovodTrainer
 
 __all__ = ["GraphState", "Snapshot", "check_elastic_launch", "run_elastic_loop"]
@@ -253,7 +253,7 @@ def _as_internal_error(err: tf.errors.OpError) -> Exception:
 
 
 def run_elastic_loop(
-    trainer: HorovodTrainer, state: GraphState, every_k: int, interrupt: InterruptState
+    trainer: HorovodTrainer, state: GraphState, every_k: int, interrupt: StopControl
 ) -> None:
     """The loop under horovod's elastic protocol, from the synced commit to ``max_epoch``.
 

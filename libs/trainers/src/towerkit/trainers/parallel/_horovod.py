@@ -31,7 +31,7 @@ from towerkit.trainers.parallel._trainer_parts import (
 
 if TYPE_CHECKING:
     from towerkit.sessinit import SessionInit
-    from towerkit.trainers._interrupt import InterruptState
+    from towerkit.trainers._interrupt import StopControl
     from towerkit.trainers._sesscreate import SessionCreatorLike
     from towerkit.trainers.inputs._base import InputSource
 
@@ -418,7 +418,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             return
         # a failure here is a failure before the first step: the logdir is given back
         # where a resumed run starts inside its epoch, and the input steps it skips
-        position = (self._resumed_in_epoch, self._data_steps_at_start or 0)
+        position = (self._run_dir.resumed_in_epoch, self._run_dir.data_steps_at_start or 0)
         with self._failed_start_cleanup():
             try:
                 sent = np.asarray(mine + position)
@@ -448,7 +448,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             what = "training"
             raise self._collective_error(what, err) from err
 
-    def _loop(self, bounds: LoopBounds, interrupt: InterruptState) -> None:
+    def _loop(self, bounds: LoopBounds, interrupt: StopControl) -> None:
         if self._elastic_state is None:
             super()._loop(bounds, interrupt)
             return
@@ -495,17 +495,15 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         the directory as a run resumed at `commit` would (``stats.json`` keeps the epochs
         before ``commit.epoch``; checkpoints saved after its global step are moved aside).
         """
-        from towerkit.trainers._logdir import take_over_logdir
-
-        if self._logdir is not None:
-            self._logdir_taken, before = take_over_logdir(self._logdir)
+        if self._run_dir.path is not None:
+            before = self._run_dir.take_over()
             lost = "no lock file" if before is None else f"pid {before.pid} on {before.host!r}"
             logger.warning(
                 "rank 0 of %d: the process that owned the logdir %s (%s) was lost; this "
                 "process takes it over at epoch %d, global step %d: checkpoints, stats.json "
                 "and event files are written from here on",
                 self._size,
-                self._logdir,
+                self._run_dir.path,
                 lost,
                 commit.epoch,
                 commit.global_step,
