@@ -67,6 +67,25 @@ class TestTake:
             RunDir(never).take_over()
 
 
+class TestPathOnly:
+    """`RunDir.take(path_only=True)`: a process whose chief owns the directory."""
+
+    def test_keeps_the_path_only(self, tmp_path):
+        """The path is kept; nothing is made, checked or locked."""
+        (tmp_path / "old.txt").write_text("x")
+        run = RunDir(never)
+        run.take(tmp_path, "error", lock=False, path_only=True)
+        assert run.path == str(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["old.txt"]
+
+    def test_none_is_none(self):
+        """No directory stays no directory."""
+        run = RunDir(never)
+        run.take(None, "error", lock=False, path_only=True)
+        assert run.path is None
+        assert run.chosen
+
+
 class TestFailedStart:
     """`RunDir.failed_start_cleanup`: a start that fails gives the directory back."""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -109,6 +108,9 @@ class Trainer(
     """
 
     is_chief: bool = True
+    CHIEF_OWNS_LOGDIR = False
+    """Whether only the chief creates, moves or locks the logdir (`ChiefOwnsLogdir`): on
+    other processes ``set_logdir`` keeps its path only."""
 
     def __init__(self) -> None:
         self._graph = tf1.get_default_graph()
@@ -158,7 +160,12 @@ class Trainer(
             TrainerStateError: callbacks are already set up.
         """
         self._require_phase("set_logdir", "new")
-        self._run_dir.take(logdir, logdir_action, lock=self.is_chief)
+        self._run_dir.take(
+            logdir,
+            logdir_action,
+            lock=self.is_chief,
+            path_only=self.CHIEF_OWNS_LOGDIR and not self.is_chief,
+        )
 
     # -- phase 1: callbacks ------------------------------------------------------------
 
@@ -228,7 +235,7 @@ class Trainer(
             TrainerStateError: called twice.
         """
         self._require_phase("setup_callbacks", "new")
-        with self._failed_start_cleanup():
+        with self._run_dir.failed_start_cleanup():
             self._setup_callbacks(callbacks, monitors)
         self._phase = "callbacks"
 
@@ -289,7 +296,7 @@ class Trainer(
             msg = f"'session_init' must have an init(sess) method or be None; got {type(session_init).__name__}"
             raise TypeError(msg)
         self._ensure_global_step()
-        with self._failed_start_cleanup(), self._graph.as_default():
+        with self._run_dir.failed_start_cleanup(), self._graph.as_default():
             setup = getattr(session_init, "setup_graph", None)
             if callable(setup):
                 setup()
@@ -350,7 +357,7 @@ class Trainer(
         self._local_step = -1
         self._phase = "running"
         try:
-            with self._failed_start_cleanup():
+            with self._run_dir.failed_start_cleanup():
                 self._run_loop(bounds)
         finally:
             self._run_dir.release()
@@ -493,9 +500,15 @@ class Trainer(
             self._local_step > 0 or self._epoch_num > self.starting_epoch
         )
 
-    def _failed_start_cleanup(self) -> contextlib.AbstractContextManager[None]:
-        """On an exception before any step finished, remove what the run wrote to its logdir."""
-        return self._run_dir.failed_start_cleanup()
+    @property
+    def run_dir(self) -> RunDir:
+        """The trainer's run directory part (`RunDir`); plumbing, no stability promise.
+
+        It holds the logdir, its lock, the resume position and what a failing start
+        gives back; ``launch_train_with_config`` wraps its own start in
+        ``run_dir.failed_start_cleanup()``.
+        """
+        return self._run_dir
 
     # -- all three (``train`` and ``train_with_defaults``: `TrainCalls`) ---------------
 

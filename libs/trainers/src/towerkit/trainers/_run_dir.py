@@ -11,6 +11,7 @@ produced. A run failing before its first step gives the directory back as it fou
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 
@@ -26,6 +27,8 @@ from towerkit.trainers._logdir import (
 from towerkit.trainers._resume import plan_logdir
 
 __all__ = ["RunDir"]
+
+logger = logging.getLogger("towerkit.trainers")
 
 
 class RunDir:
@@ -56,15 +59,26 @@ class RunDir:
         return self._chosen
 
     def take(
-        self, logdir: str | os.PathLike[str] | None, logdir_action: str, *, lock: bool
+        self,
+        logdir: str | os.PathLike[str] | None,
+        logdir_action: str,
+        *,
+        lock: bool,
+        path_only: bool = False,
     ) -> None:
         """Take `logdir` as `logdir_action` says (`take_logdir`); its lock too with `lock`.
+
+        With `path_only` (a process other than the chief of a job whose chief owns the
+        directory), keep its path only (`keep_path`).
 
         Raises:
             TrainerStateError: a directory was chosen already.
             LogdirNotEmptyError, LogdirLockedError, GlobPathError, ValueError: as
                 `Trainer.set_logdir` documents.
         """
+        if path_only and logdir is not None:
+            self.keep_path(logdir, logdir_action)
+            return
         self._choose(logdir)
         if logdir is None:
             plan_logdir(None, logdir_action)
@@ -78,6 +92,7 @@ class RunDir:
         self._choose(logdir)
         plan_logdir(None, logdir_action)
         self.path = os.path.abspath(os.fspath(logdir))
+        logger.info("not the chief: the logdir %s is left to the chief", self.path)
 
     def _choose(self, logdir: str | os.PathLike[str] | None) -> None:
         if self._chosen:

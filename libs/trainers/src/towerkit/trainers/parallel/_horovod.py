@@ -236,9 +236,12 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         self._elastic_state: Any = None
         self._took_over_at: int | None = None
         if elastic:
-            from towerkit.trainers.parallel._elastic import GraphState
+            from towerkit.trainers.parallel._elastic import GraphState, TrainerMoves
 
-            self._elastic_state = GraphState(self)
+            moves = TrainerMoves(
+                self._elastic_moved_to, self._take_over_logdir, self._elastic_reset
+            )
+            self._elastic_state = GraphState(self, moves)
         logger.info(
             "HorovodTrainer: rank %d of %d (local rank %d of %d)%s",
             self._rank,
@@ -419,7 +422,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         # a failure here is a failure before the first step: the logdir is given back
         # where a resumed run starts inside its epoch, and the input steps it skips
         position = (self._run_dir.resumed_in_epoch, self._run_dir.data_steps_at_start or 0)
-        with self._failed_start_cleanup():
+        with self._run_dir.failed_start_cleanup():
             try:
                 sent = np.asarray(mine + position)
                 agreed_all = self.sess.run(self._loop_value, {self._loop_feed: sent})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,6 @@ from towerkit.towers.compat import tf1
 
 if TYPE_CHECKING:
     from towerkit.trainers._interrupt import StopControl
-    from towerkit.trainers._run_dir import RunDir
 
 __all__ = [
     "ChiefOwnsLogdir",
@@ -245,16 +243,5 @@ class ChiefOwnsLogdir:
     directory, so processes sharing a file system never race on it.
     """
 
-    is_chief: bool
-    _run_dir: RunDir
-
-    def set_logdir(
-        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
-    ) -> None:
-        """As `Trainer.set_logdir` on the chief; other processes only keep the path."""
-        if self.is_chief or logdir is None:
-            super().set_logdir(logdir, logdir_action)  # type: ignore[misc]
-            return
-        self._require_phase("set_logdir", "new")  # type: ignore[attr-defined]
-        self._run_dir.keep_path(logdir, logdir_action)
-        logger.info("not the chief: the logdir %s is left to the chief", self._run_dir.path)
+    CHIEF_OWNS_LOGDIR = True
+    """Read by `Trainer.set_logdir`: on another process it keeps the path only."""
