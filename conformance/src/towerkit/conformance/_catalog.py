@@ -21,7 +21,6 @@ from towerkit.conformance._scenario import (
     TowersSpec,
     VariablesSpec,
 )
-from towerkit.towers import FLOAT32, Precision
 
 # -- the loop ------------------------------------------------------------------------------
 
@@ -220,7 +219,7 @@ def _resume(
     logdir: str,
     max_epoch: int,
     spec: AutoResumeSpec,
-    precision: str | Precision = FLOAT32,
+    precision: str | None = None,
 ) -> Scenario:
     return Scenario(
         name=name,

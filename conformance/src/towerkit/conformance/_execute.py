@@ -7,7 +7,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,7 +42,9 @@ from towerkit.conformance._scenario import (
     TowersSpec,
     VariablesSpec,
 )
-from towerkit.towers import FLOAT32, Precision
+
+if TYPE_CHECKING:
+    from towerkit.towers import Precision
 
 logger = logging.getLogger("towerkit.conformance")
 
@@ -53,7 +55,7 @@ def make_trainer(
     *,
     setup: bool = True,
     k: int = 1,
-    precision: Precision = FLOAT32,
+    precision: Precision | None = None,
 ) -> Any:
     """A trainer of `entry` for `model`, in the default graph.
 
@@ -71,7 +73,7 @@ def make_trainer(
             model.build_cost,
             model.make_optimizer,
             **({} if k == 1 else {"steps_per_execution": k}),
-            **({"precision": precision} if precision.mixed else {}),
+            **({"precision": precision} if precision is not None and precision.mixed else {}),
         )
     return trainer
 

@@ -15,10 +15,10 @@ from towerkit.callbacks import LoopBounds
 from towerkit.callbacks.plumbing import check_steps_per_execution
 from towerkit.conformance._entries import one_of
 from towerkit.conformance._trace import event_kind
-from towerkit.towers import FLOAT32, Precision, precision_policy
 
 if TYPE_CHECKING:
     from towerkit.callbacks import EventKind
+    from towerkit.towers import Precision
 
 CLOCK = "loop"
 """The name of the recorder that the suite always puts first in a scenario's callbacks."""
@@ -387,6 +387,17 @@ def _specs(value: Iterable[Any]) -> tuple[CallbackSpec, ...]:
     return out
 
 
+def _policy(value: str | Precision | None) -> Precision:
+    """The towers' `Precision` record of `value` (None: `FLOAT32`); TensorFlow loads here, on use."""
+    from towerkit.towers import FLOAT32, precision_policy
+
+    return FLOAT32 if value is None else precision_policy(value)
+
+
+def _policy_name(policy: Precision) -> str:
+    return policy.name
+
+
 @attrs.frozen(kw_only=True)
 class Scenario:
     """One training run of the suite: loop parameters, callbacks, options.
@@ -414,7 +425,8 @@ class Scenario:
             regression built with towerkit.layers' ``BatchNorm`` and ``FullyConnected``).
         precision: the mixed-precision policy the trainer builds in (``setup_graph(...,
             precision=...)``, ``TrainConfig(precision=...)``): a `Precision` record, or
-            its name (`towerkit.towers.POLICIES`); the data of a scenario holds the name.
+            its name (`towerkit.towers.POLICIES`); None: the default, `FLOAT32`. The
+            data of a scenario holds the name.
 
     Examples:
         >>> s = Scenario(name="order", loop=LoopSpec(max_epoch=2, steps_per_epoch=2))
@@ -442,7 +454,9 @@ class Scenario:
     model: Literal["quadratic", "linear", "layers"] = attrs.field(
         default="quadratic", validator=one_of("quadratic", "linear", "layers")
     )
-    precision: Precision = attrs.field(default=FLOAT32, converter=precision_policy)
+    precision: Precision = attrs.field(
+        default=None, converter=_policy, metadata={"to_data": _policy_name}
+    )
 
     def __attrs_post_init__(self) -> None:
         names = [s.name for s in self.callbacks]  # type: ignore[attr-defined]
@@ -485,13 +499,13 @@ class Scenario:
 def _to_data(obj: Any) -> Any:
     if isinstance(obj, enum.Enum):
         return obj.value
-    if isinstance(obj, Precision):  # by its name: the field's converter makes it a record again
-        return obj.name
     if attrs.has(type(obj)):
         out: dict[str, Any] = {"type": getattr(obj, "TYPE", "") or type(obj).__name__}
         for f in attrs.fields(type(obj)):
             if f.init:  # derived fields (LoopSpec.bounds) are rebuilt on load
-                out[f.name] = _to_data(getattr(obj, f.name))
+                value = getattr(obj, f.name)
+                to_data = f.metadata.get("to_data")  # a record kept by a name (the precision)
+                out[f.name] = to_data(value) if to_data is not None else _to_data(value)
         return out
     if isinstance(obj, tuple | list):
         return [_to_data(v) for v in obj]
