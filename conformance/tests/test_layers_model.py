@@ -17,7 +17,8 @@ from towerkit.conformance._layers_model import (
     moving_sequences,
     moving_update,
 )
-from towerkit.conformance._model import INPUT_DIM, first_batches
+from towerkit.conformance._model import first_batches
+from towerkit.conformance._sizes import INPUT_DIM
 from towerkit.towers import TowerContext
 from towerkit.towers.compat import tf1
 

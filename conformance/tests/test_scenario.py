@@ -25,6 +25,7 @@ from towerkit.conformance import (
     scenario_to_data,
 )
 from towerkit.conformance._catalog import named_scenarios
+from towerkit.towers import FLOAT32, precision_policy
 
 
 class TestLoopSpec:
@@ -151,6 +152,16 @@ class TestScenario:
         """stop_at takes a method name."""
         s = Scenario(name="s", loop=LoopSpec(), stop_at=["after_epoch", 0])
         assert s.stop_at == (EventKind.AFTER_EPOCH, 0)
+
+    def test_precision_is_the_towers_record(self):
+        """A policy's name becomes the towers' `Precision` record; its data is the name again."""
+        s = Scenario(name="s", loop=LoopSpec(), precision="mixed_bfloat16")
+        assert s.precision == precision_policy("mixed_bfloat16")
+        assert Scenario(name="s", loop=LoopSpec()).precision is FLOAT32
+        assert scenario_to_data(s)["precision"] == "mixed_bfloat16"
+        assert scenario_from_data(json.loads(json.dumps(scenario_to_data(s)))) == s
+        with pytest.raises(ValueError, match="unknown precision policy 'fp8'; valid: "):
+            Scenario(name="s", loop=LoopSpec(), precision="fp8")
 
     @settings(max_examples=30, deadline=None)
     @given(scenarios())

@@ -46,7 +46,7 @@ from towerkit.trainers import (
     apply_default_prefetch,
     launch_train_with_config,
 )
-from towerkit.trainers._interrupt import sigint_step
+from towerkit.trainers._stop import sigint_step
 from towerkit.trainers.inputs._base import check_input_tensors, spec_mismatches
 from towerkit.trainers.inputs._feed import QueueFeeder, SwitchInterval
 from towerkit.trainers.inputs._sources import datapoint_tuple, iterable_size, num_batches

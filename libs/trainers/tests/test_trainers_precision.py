@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 from towerkit.callbacks import JSONWriter, ModelSaver, ScalarPrinter
 from towerkit.sessinit import load_checkpoint_vars
 from towerkit.towers import (
+    FLOAT32,
+    POLICIES,
+    Precision,
     TowerContext,
     TowerFunc,
     add_moving_summary,
@@ -33,10 +36,11 @@ from towerkit.trainers import (
     SyncMultiGPUTrainerParameterServer,
     SyncMultiGPUTrainerReplicated,
     TrainConfig,
+    Trainer,
     launch_train_with_config,
     next_loss_scale,
 )
-from towerkit.trainers._precision import ops_without_half_kernels
+from towerkit.trainers._precision import built_in_refusal, ops_without_half_kernels
 
 SEED = 3
 
@@ -481,3 +485,55 @@ def test_gradient_processors_see_unscaled_gradients():
             sess.run(tf1.global_variables_initializer())
             sess.run(train_op)
             np.testing.assert_allclose(sess.run(w), [1.0 - 3.0, 2.0 + 5.0])
+
+
+_POLICY = st.sampled_from(sorted(POLICIES)).map(precision_policy)
+
+
+@given(_POLICY, _POLICY)
+def test_built_in_refusal_refuses_exactly_another_policy(asked, built):
+    """`built_in_refusal` is None for the policy the graph was built in, else names both."""
+    refusal = built_in_refusal(asked, built, "SomeTrainer")
+    assert (refusal is None) == (asked == built)
+    if refusal is not None:
+        assert refusal.startswith(f"train(precision={asked.name!r}): the graph of SomeTrainer")
+        assert f"built in {built.name!r}" in refusal
+
+
+class TestOneRecord:
+    """The policy is one `Precision` record from `TrainConfig` to the towers and the checks."""
+
+    def test_config_and_spec_hold_the_record(self):
+        """A name given to `TrainConfig` is the record from then on; the default is `FLOAT32`."""
+        config = TrainConfig(precision="mixed_bfloat16")
+        assert config.precision is precision_policy(config.precision)
+        assert config.precision == Precision("mixed_bfloat16", "bfloat16")
+        assert TrainConfig().precision is FLOAT32
+        assert TrainConfig(precision=FLOAT32).precision is FLOAT32
+
+    def test_the_trainer_gets_the_config_record(self, tmp_path):
+        """`launch_train_with_config` hands the config's record itself to ``setup_graph``."""
+        policy = precision_policy("mixed_bfloat16")
+        with tf.Graph().as_default():
+            trainer = SimpleTrainer()
+            config = TrainConfig(
+                model=ConvNet(),
+                data=NumpyInput(data(), batch_size=16, shuffle=False),
+                callbacks=[],
+                monitors=[],
+                steps_per_epoch=1,
+                max_epoch=1,
+                precision=policy,
+            )
+            launch_train_with_config(config, trainer)
+            assert trainer.precision is policy
+            assert trainer.global_step == 1
+
+    def test_a_trainer_without_towers_builds_in_float32(self):
+        """The base `Trainer` reports `FLOAT32` and refuses a train call asking for another."""
+        with tf.Graph().as_default():
+            trainer = Trainer()
+            assert trainer.precision is FLOAT32
+            expected = "the graph of Trainer was built in 'float32'"
+            with pytest.raises(ValueError, match=expected):
+                trainer.train([], [], None, None, 1, precision="mixed_float16")

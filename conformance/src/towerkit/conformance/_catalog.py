@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from towerkit.callbacks import EventKind
 from towerkit.conformance._scenario import (
     AutoResumeSpec,
@@ -221,7 +219,7 @@ def _resume(
     logdir: str,
     max_epoch: int,
     spec: AutoResumeSpec,
-    precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = "float32",
+    precision: str | None = None,
 ) -> Scenario:
     return Scenario(
         name=name,

@@ -7,7 +7,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from towerkit.conformance._scenario import (
     VariablesSpec,
 )
 
+if TYPE_CHECKING:
+    from towerkit.towers import Precision
+
 logger = logging.getLogger("towerkit.conformance")
 
 
@@ -52,7 +55,7 @@ def make_trainer(
     *,
     setup: bool = True,
     k: int = 1,
-    precision: str = "float32",
+    precision: Precision | None = None,
 ) -> Any:
     """A trainer of `entry` for `model`, in the default graph.
 
@@ -70,7 +73,7 @@ def make_trainer(
             model.build_cost,
             model.make_optimizer,
             **({} if k == 1 else {"steps_per_execution": k}),
-            **({} if precision == "float32" else {"precision": precision}),
+            **({"precision": precision} if precision is not None and precision.mixed else {}),
         )
     return trainer
 
@@ -260,7 +263,7 @@ def _auto_resume(
     options: dict[str, Any] = {}
     if spec.starting_epoch is not None:
         options["starting_epoch"] = spec.starting_epoch
-    if scenario.precision != "float32":
+    if scenario.precision.mixed:
         options["precision"] = scenario.precision
     if spec.marker is not None:
         marker = next(s for s in scenario.callbacks if isinstance(s, MarkerSpec))

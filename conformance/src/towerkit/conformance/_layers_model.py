@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from towerkit.conformance._model import INPUT_DIM, LEARNING_RATE
+from towerkit.conformance._sizes import INPUT_DIM, LEARNING_RATE
 
 TRAINABLE = ("bn/gamma", "bn/beta", "fc/W", "fc/b")
 """The layers model's trainable variables, as tensorpack's layers name them."""

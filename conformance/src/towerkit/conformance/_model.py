@@ -7,17 +7,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-INPUT_DIM = 3
-"""Features per datapoint."""
+from towerkit.conformance._sizes import INPUT_DIM, LEARNING_RATE
 
 BATCH_SIZE = 2
 """Datapoints per batch (per tower)."""
 
 DATAPOINTS = 16
 """Datapoints per data shard (a process reads its own shard)."""
-
-LEARNING_RATE = 0.1
-"""The plain SGD learning rate of the suite's optimizer."""
 
 VARIABLES = ("linear/w", "linear/b")
 """The model's variables, as a single-tower graph names them."""

@@ -18,6 +18,7 @@ from towerkit.conformance._trace import event_kind
 
 if TYPE_CHECKING:
     from towerkit.callbacks import EventKind
+    from towerkit.towers import Precision
 
 CLOCK = "loop"
 """The name of the recorder that the suite always puts first in a scenario's callbacks."""
@@ -386,6 +387,17 @@ def _specs(value: Iterable[Any]) -> tuple[CallbackSpec, ...]:
     return out
 
 
+def _policy(value: str | Precision | None) -> Precision:
+    """The towers' `Precision` record of `value` (None: `FLOAT32`); TensorFlow loads here, on use."""
+    from towerkit.towers import FLOAT32, precision_policy
+
+    return FLOAT32 if value is None else precision_policy(value)
+
+
+def _policy_name(policy: Precision) -> str:
+    return policy.name
+
+
 @attrs.frozen(kw_only=True)
 class Scenario:
     """One training run of the suite: loop parameters, callbacks, options.
@@ -412,8 +424,9 @@ class Scenario:
             gradient does not depend on the variables) or ``"layers"`` (the
             regression built with towerkit.layers' ``BatchNorm`` and ``FullyConnected``).
         precision: the mixed-precision policy the trainer builds in (``setup_graph(...,
-            precision=...)``, ``TrainConfig(precision=...)``): ``"float32"``,
-            ``"mixed_bfloat16"`` or ``"mixed_float16"``.
+            precision=...)``, ``TrainConfig(precision=...)``): a `Precision` record, or
+            its name (`towerkit.towers.POLICIES`); None: the default, `FLOAT32`. The
+            data of a scenario holds the name.
 
     Examples:
         >>> s = Scenario(name="order", loop=LoopSpec(max_epoch=2, steps_per_epoch=2))
@@ -441,8 +454,8 @@ class Scenario:
     model: Literal["quadratic", "linear", "layers"] = attrs.field(
         default="quadratic", validator=one_of("quadratic", "linear", "layers")
     )
-    precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = attrs.field(
-        default="float32", validator=one_of("float32", "mixed_bfloat16", "mixed_float16")
+    precision: Precision = attrs.field(
+        default=None, converter=_policy, metadata={"to_data": _policy_name}
     )
 
     def __attrs_post_init__(self) -> None:
@@ -490,7 +503,9 @@ def _to_data(obj: Any) -> Any:
         out: dict[str, Any] = {"type": getattr(obj, "TYPE", "") or type(obj).__name__}
         for f in attrs.fields(type(obj)):
             if f.init:  # derived fields (LoopSpec.bounds) are rebuilt on load
-                out[f.name] = _to_data(getattr(obj, f.name))
+                value = getattr(obj, f.name)
+                to_data = f.metadata.get("to_data")  # a record kept by a name (the precision)
+                out[f.name] = to_data(value) if to_data is not None else _to_data(value)
         return out
     if isinstance(obj, tuple | list):
         return [_to_data(v) for v in obj]

@@ -58,9 +58,9 @@ def not_applicable(entry: TrainerEntry, scenario: Scenario) -> str | None:
         return "the trainer runs one step per session call (steps_per_execution is not supported)"
     if scenario.loop.steps_per_execution != 1 and entry.builds_graph:
         return "the factory builds the graph itself: the suite cannot ask for a K-step loop"
-    if scenario.precision != "float32" and not caps.precision:
+    if scenario.precision.mixed and not caps.precision:
         return "the trainer builds in float32 only (precision is not supported)"
-    if scenario.precision != "float32" and entry.builds_graph:
+    if scenario.precision.mixed and entry.builds_graph:
         return "the factory builds the graph itself: the suite cannot ask for a precision policy"
     if scenario.non_chief and caps.chief_by_role:
         return "the chief is worker 0 of the cluster: is_chief cannot be set to False there"

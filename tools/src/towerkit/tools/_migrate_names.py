@@ -32,7 +32,7 @@ _LIB_NAMES = {
     has_own_variables is_main_training_tower remap_variables resolve_devices
     restore_collection session_config_for_devices tower_reuse under_name_scope
     under_variable_scope validate_input_signature visible_gpu_count
-    POLICIES Precision cast_inputs current_precision low_precision_variables
+    FLOAT32 POLICIES Precision cast_inputs current_precision low_precision_variables
     precision_policy precision_scope with_precision
     """,
     "callbacks": """

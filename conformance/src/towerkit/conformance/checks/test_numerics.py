@@ -11,13 +11,13 @@ import pytest
 from towerkit.conformance._catalog import NUMERICS, NUMERICS_MIXED
 from towerkit.conformance._checks import check_no_error, require
 from towerkit.conformance._model import (
-    LEARNING_RATE,
     SHAPES,
     VARIABLES,
     gradient_magnitudes,
     sgd_step,
     step_batches,
 )
+from towerkit.conformance._sizes import LEARNING_RATE
 
 if TYPE_CHECKING:
     from towerkit.conformance._entries import TrainerEntry
@@ -133,7 +133,7 @@ def check_steps(
             off = np.abs(np.asarray(vals, np.float64) - want[m].ravel())
             require(
                 bool((off <= bound).all()),
-                f"{who}: {name!r} after {steps} step(s) in {scenario.precision} is "
+                f"{who}: {name!r} after {steps} step(s) in {scenario.precision.name} is "
                 f"{np.round(vals, 6).tolist()}; the single-tower reference ({kind} cost, SGD "
                 f"lr 0.1, {what}, float32) gives {np.round(want[m].ravel(), 6).tolist()}: off by "
                 f"{np.round(off, 6).tolist()}, allowed {np.round(bound, 6).tolist()} (rtol "
@@ -143,7 +143,7 @@ def check_steps(
             exact = exact and np.allclose(vals, want[m].ravel(), rtol=1e-5, atol=1e-6)
         require(
             not (rounding and caps.trains and exact),
-            f"{who}: after {steps} step(s) in {scenario.precision} every variable equals the "
+            f"{who}: after {steps} step(s) in {scenario.precision.name} every variable equals the "
             f"float32 reference within float32's rounding (rtol 1e-5, atol 1e-6): the towers "
             f"did not compute in the policy's low precision (is setup_graph's precision ignored?)",
         )

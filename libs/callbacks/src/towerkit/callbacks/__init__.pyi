@@ -58,6 +58,7 @@ from towerkit.callbacks._loop import LoopBounds as LoopBounds
 from towerkit.callbacks._loop import LoopEvent as LoopEvent
 from towerkit.callbacks._loop import LoopPosition as LoopPosition
 from towerkit.callbacks._loop import count_steps as count_steps
+from towerkit.callbacks._loop import execution_faults as execution_faults
 from towerkit.callbacks._loop import loop_events as loop_events
 from towerkit.callbacks._misc import EstimatedTimeLeft as EstimatedTimeLeft
 from towerkit.callbacks._misc import InjectShell as InjectShell
@@ -65,7 +66,6 @@ from towerkit.callbacks._misc import StartProcOrThread as StartProcOrThread
 from towerkit.callbacks._monitor_hub import MonitorBase as MonitorBase
 from towerkit.callbacks._monitor_hub import Monitors as Monitors
 from towerkit.callbacks._multistep import execution_ends as execution_ends
-from towerkit.callbacks._multistep import execution_faults as execution_faults
 from towerkit.callbacks._parallel import ParallelIterable as ParallelIterable
 from towerkit.callbacks._parallel_core import WorkerPlan as WorkerPlan
 from towerkit.callbacks._paths import check_file_name as check_file_name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from towerkit.callbacks._loop import check_steps_per_execution
 from towerkit.callbacks._triggers import (
     AllOf,
     AnyOf,
@@ -10,65 +11,6 @@ from towerkit.callbacks._triggers import (
     Not,
     Trigger,
 )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def execution_faults(steps_per_epoch: object, steps_per_execution: object) -> list[str]:
-    """Every fault of running ``steps_per_execution`` steps per session call; empty when none.
-
-    A call runs ``steps_per_execution`` (K) steps, so K must be an int >= 1 that
-    divides ``steps_per_epoch``: an epoch is a whole number of calls and epoch hooks
-    run where they run with one step per call.
-
-    .. versionadded:: 0.2
-
-    Examples:
-        >>> execution_faults(100, 10)
-        []
-        >>> execution_faults(100, 32)
-        ["'steps_per_execution' 32 must divide 'steps_per_epoch' 100 (an epoch is a whole number of session calls); divisors near 32: 25, 50"]
-        >>> execution_faults(10, 0)
-        ["'steps_per_execution' must be an int >= 1; got 0"]
-    """
-    if not (_is_int(steps_per_execution) and steps_per_execution >= 1):  # type: ignore[operator]
-        return [f"'steps_per_execution' must be an int >= 1; got {steps_per_execution!r}"]
-    if not (_is_int(steps_per_epoch) and steps_per_epoch > 0):  # type: ignore[operator]
-        return [f"'steps_per_epoch' must be an int > 0; got {steps_per_epoch!r}"]
-    k, n = int(steps_per_execution), int(steps_per_epoch)  # type: ignore[call-overload]
-    if n % k == 0:
-        return []
-    below = max((d for d in range(1, k) if n % d == 0), default=None)
-    above = min((d for d in range(k + 1, n + 1) if n % d == 0), default=None)
-    near = ", ".join(str(d) for d in (below, above) if d is not None)
-    return [
-        f"'steps_per_execution' {k} must divide 'steps_per_epoch' {n} (an epoch is a whole "
-        f"number of session calls); divisors near {k}: {near}"
-    ]
-
-
-def check_steps_per_execution(steps_per_epoch: object, steps_per_execution: object) -> None:
-    """Raise for a ``steps_per_execution`` that cannot run epochs of ``steps_per_epoch``.
-
-    .. versionadded:: 0.2
-
-    Raises:
-        TypeError: ``steps_per_execution`` is not an int.
-        ValueError: it is < 1 or does not divide ``steps_per_epoch`` (both named).
-
-    Examples:
-        >>> check_steps_per_execution(64, 32)
-        >>> check_steps_per_execution(64, 48)
-        Traceback (most recent call last):
-        ...
-        ValueError: 'steps_per_execution' 48 must divide 'steps_per_epoch' 64 (an epoch is a whole number of session calls); divisors near 48: 32, 64
-    """
-    faults = execution_faults(steps_per_epoch, steps_per_execution)
-    if faults:
-        kind = TypeError if not _is_int(steps_per_execution) else ValueError
-        raise kind("; ".join(faults))
 
 
 def execution_ends(steps_per_epoch: int, steps_per_execution: int) -> range:

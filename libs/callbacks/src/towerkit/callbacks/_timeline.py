@@ -7,7 +7,14 @@ from typing import Any, Literal
 
 import attrs
 
-from towerkit.callbacks._loop import TRIGGER_KINDS, EventKind, LoopEvent, check_bounds, loop_events
+from towerkit.callbacks._loop import (
+    TRIGGER_KINDS,
+    EventKind,
+    LoopEvent,
+    check_bounds,
+    check_steps_per_execution,
+    loop_events,
+)
 from towerkit.callbacks._schedules import OnSchedule, scheduled_value
 from towerkit.callbacks._shell_records import _check_trigger, _kind_tuple, callback_record
 from towerkit.callbacks._triggers import EveryK, Trigger, fires  # noqa: F401 - EveryK: the examples use it
@@ -207,7 +214,7 @@ def iter_timeline(
     check_bounds(starting_epoch, max_epoch, steps_per_epoch)
     entries = _entries(callbacks_or_triggers, on_unknown)
     if steps_per_execution != 1:
-        from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
+        from towerkit.callbacks._multistep import coarse_step_faults
 
         check_steps_per_execution(steps_per_epoch, steps_per_execution)
         faults = [

@@ -27,8 +27,13 @@ from towerkit.callbacks._datapoints import (
     input_kind,
     timeout_message,
 )
-from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS
-from towerkit.callbacks._multistep import check_steps_per_execution, coarse_step_faults
+from towerkit.callbacks._loop import (
+    GATE_KINDS,
+    GATED_KINDS,
+    TRIGGER_KINDS,
+    check_steps_per_execution,
+)
+from towerkit.callbacks._multistep import coarse_step_faults
 from towerkit.callbacks._numbers import real_number, whole_number
 from towerkit.callbacks._parallel_core import (
     SPLITS,

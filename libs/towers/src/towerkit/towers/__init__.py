@@ -30,6 +30,7 @@ from towerkit.towers._errors import (
 from towerkit.towers._layers import check_tf_keras_version, enable_tf_layers
 from towerkit.towers._names import get_op_tensor_name
 from towerkit.towers._precision import (
+    FLOAT32,
     POLICIES,
     Precision,
     cast_inputs,
@@ -85,6 +86,7 @@ __all__ = [
     "build_placeholders",
     "validate_input_signature",
     # mixed precision
+    "FLOAT32",
     "POLICIES",
     "Precision",
     "precision_policy",

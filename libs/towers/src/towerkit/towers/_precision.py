@@ -24,6 +24,7 @@ from towerkit.towers._seams import TowerFn
 from towerkit.towers.compat import tf1
 
 __all__ = [
+    "FLOAT32",
     "POLICIES",
     "Precision",
     "cast_inputs",
@@ -89,14 +90,19 @@ def precision_policy(value: str | Precision) -> Precision:
     return Precision(value, POLICIES[value])
 
 
-_FLOAT32 = Precision("float32", "float32")
+FLOAT32 = precision_policy("float32")
+"""The default policy: towers compute in float32 (what every trainer builds unless told).
+
+.. versionadded:: 0.2
+"""
+
 _ACTIVE = threading.local()
 
 
 def current_precision() -> Precision:
     """The policy of the innermost `precision_scope` of this thread (float32 outside any)."""
     stack: list[Precision] = getattr(_ACTIVE, "stack", [])
-    return stack[-1] if stack else _FLOAT32
+    return stack[-1] if stack else FLOAT32
 
 
 def _float32_storage(compute: Any) -> Callable[..., Any]:

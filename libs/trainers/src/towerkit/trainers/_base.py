@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
 from towerkit.callbacks.plumbing import console_lines
+from towerkit.towers import FLOAT32, Precision
 from towerkit.towers.compat import tf1
 from towerkit.trainers._callback_checks import (
     _as_callback_list,
@@ -23,16 +23,15 @@ from towerkit.trainers._callback_checks import (
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._heap import frozen_heap
-from towerkit.trainers._interrupt import InterruptState, deferred_sigint
-from towerkit.trainers._logdir import _give_back, _LogdirTaken, release_logdir, take_logdir
+from towerkit.trainers._interrupt import StopControl, deferred_sigint
 from towerkit.trainers._loop_end import (
     SignalStop,
     end_epoch,
-    loop_outcome,
     stop_line,
     stop_requested,
 )
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k
+from towerkit.trainers._precision import built_in_refusal
 from towerkit.trainers._preempt import (
     PreemptionPolicy,
     ResumeAndPreemption,
@@ -40,7 +39,8 @@ from towerkit.trainers._preempt import (
     save_for_resume,
 )
 from towerkit.trainers._queue_runners import QueueRunnerThreads, start_queue_runners
-from towerkit.trainers._resume import plan_logdir
+from towerkit.trainers._run_dir import RunDir
+from towerkit.trainers._stop import StopEvent, stop_outcome
 from towerkit.trainers._train_calls import TrainCalls
 from towerkit.trainers._trainer_view import TrainerViewMixin
 from towerkit.trainers.inputs._callbacks import input_failure
@@ -108,6 +108,9 @@ class Trainer(
     """
 
     is_chief: bool = True
+    CHIEF_OWNS_LOGDIR = False
+    """Whether only the chief creates, moves or locks the logdir (`ChiefOwnsLogdir`): on
+    other processes ``set_logdir`` keeps its path only."""
 
     def __init__(self) -> None:
         self._graph = tf1.get_default_graph()
@@ -118,8 +121,6 @@ class Trainer(
         self._registered: list[Callback] = []
         self._callbacks: Callbacks = Callbacks(())
         self._monitors: Monitors | None = None
-        self._logdir: str | None = None
-        self._logdir_taken: _LogdirTaken | None = None
         self._phase = "new"
         self._epoch_num = 0
         self._local_step = -1
@@ -127,11 +128,9 @@ class Trainer(
         self._start_global_step = 0
         self._global_step_var: Any = None
         self._step_op: Any = None
-        self._interrupt: InterruptState | None = None
+        self._interrupt: StopControl | None = None
         self._failure: BaseException | None = None
-        self._logdir_set = False
-        self._resumed_in_epoch = 0
-        self._data_steps_at_start: int | None = 0
+        self._run_dir = RunDir(self._stepped)
         self._preemption = PreemptionPolicy()
         self._preempted = False
 
@@ -161,20 +160,12 @@ class Trainer(
             TrainerStateError: callbacks are already set up.
         """
         self._require_phase("set_logdir", "new")
-        if self._logdir_set:
-            msg = (
-                f"set_logdir({os.fspath(logdir) if logdir is not None else None!r}): the log "
-                f"directory is already set ({self._logdir!r}); set it once per trainer"
-            )
-            raise TrainerStateError(msg)
-        self._logdir_set = True
-        if logdir is None:
-            plan_logdir(None, logdir_action)
-            self._logdir = None
-            return
-        taken = take_logdir(logdir, logdir_action, lock=self.is_chief)
-        self._logdir = taken.path
-        self._logdir_taken = taken
+        self._run_dir.take(
+            logdir,
+            logdir_action,
+            lock=self.is_chief,
+            path_only=self.CHIEF_OWNS_LOGDIR and not self.is_chief,
+        )
 
     # -- phase 1: callbacks ------------------------------------------------------------
 
@@ -244,7 +235,7 @@ class Trainer(
             TrainerStateError: called twice.
         """
         self._require_phase("setup_callbacks", "new")
-        with self._failed_start_cleanup():
+        with self._run_dir.failed_start_cleanup():
             self._setup_callbacks(callbacks, monitors)
         self._phase = "callbacks"
 
@@ -305,7 +296,7 @@ class Trainer(
             msg = f"'session_init' must have an init(sess) method or be None; got {type(session_init).__name__}"
             raise TypeError(msg)
         self._ensure_global_step()
-        with self._failed_start_cleanup(), self._graph.as_default():
+        with self._run_dir.failed_start_cleanup(), self._graph.as_default():
             setup = getattr(session_init, "setup_graph", None)
             if callable(setup):
                 setup()
@@ -358,16 +349,18 @@ class Trainer(
     def _main_loop(self, bounds: LoopBounds) -> None:
         """`main_loop` over the record `bounds` (validated): the seam trainers override."""
         self._require_phase("main_loop", "initialized")
-        self._check_resume_position(bounds.steps_per_epoch, bounds.starting_epoch)
+        self._run_dir.check_resume_position(
+            bounds.steps_per_epoch, bounds.starting_epoch, self._steps_per_execution
+        )
         self._bounds = bounds
         self._epoch_num = bounds.starting_epoch - 1
         self._local_step = -1
         self._phase = "running"
         try:
-            with self._failed_start_cleanup():
+            with self._run_dir.failed_start_cleanup():
                 self._run_loop(bounds)
         finally:
-            release_logdir(self._logdir_taken)
+            self._run_dir.release()
 
     def _run_loop(self, bounds: LoopBounds) -> None:
         """``main_loop`` once the counters are set: the callbacks around `_loop`, then cleanup."""
@@ -394,11 +387,9 @@ class Trainer(
                     self._loop(bounds, interrupt)
             except StopTraining as err:
                 line = stop_line(self._epoch_num, self.global_step, err)
-                outcome = loop_outcome(
-                    callback_stop=not isinstance(err, SignalStop),
-                    preempted=interrupt.preempted,
-                    ctrl_c=interrupt.requested and not interrupt.preempted,
-                )
+                if not isinstance(err, SignalStop):
+                    interrupt.take(StopEvent.STOP_TRAINING)
+                outcome = stop_outcome(interrupt.state)
                 if outcome == "preempted":  # saved here; the run ends by TrainingPreempted below
                     self._preempted = True
                     logger.warning("%s", line)
@@ -425,14 +416,14 @@ class Trainer(
                 logger.warning("training aborted at global step %d", self.global_step)
             finally:
                 # a preemption signal never makes a run that ended otherwise a KeyboardInterrupt
-                interrupted = interrupted or (interrupt.requested and not interrupt.preempted)
+                interrupted = interrupted or interrupt.state.ctrl_c
                 self._finish(failed)
         if self._preempted:
             raise TrainingPreempted(self.global_step, self._preemption)
         if interrupted:
             raise KeyboardInterrupt
 
-    def _loop(self, bounds: LoopBounds, interrupt: InterruptState) -> None:
+    def _loop(self, bounds: LoopBounds, interrupt: StopControl) -> None:
         """The loop proper over `bounds`; everything invariant in an epoch is looked up once."""
         steps_per_epoch = bounds.steps_per_epoch
         cbs = self._callbacks
@@ -441,7 +432,7 @@ class Trainer(
         should_stop = self.hooked_sess.should_stop
         k = self._steps_per_execution
         steps = range(k - 1, steps_per_epoch, k)  # each run_step makes k steps
-        first = range(self._resumed_in_epoch + k - 1, steps_per_epoch, k)
+        first = range(self._run_dir.resumed_in_epoch + k - 1, steps_per_epoch, k)
         last = steps_per_epoch - 1
         for epoch in bounds.epochs:
             self._epoch_num = epoch
@@ -509,17 +500,15 @@ class Trainer(
             self._local_step > 0 or self._epoch_num > self.starting_epoch
         )
 
-    @contextlib.contextmanager
-    def _failed_start_cleanup(self) -> Iterator[None]:
-        """On an exception before any step finished, remove what the run wrote to its logdir."""
-        try:
-            yield
-        except BaseException:
-            taken = self._logdir_taken
-            if taken is not None and not self._stepped():
-                self._logdir_taken = None
-                _give_back(taken)  # releases the lock; main_loop releases it otherwise
-            raise
+    @property
+    def run_dir(self) -> RunDir:
+        """The trainer's run directory part (`RunDir`); plumbing, no stability promise.
+
+        It holds the logdir, its lock, the resume position and what a failing start
+        gives back; ``launch_train_with_config`` wraps its own start in
+        ``run_dir.failed_start_cleanup()``.
+        """
+        return self._run_dir
 
     # -- all three (``train`` and ``train_with_defaults``: `TrainCalls`) ---------------
 
@@ -543,6 +532,19 @@ class Trainer(
         else:
             self._main_loop(bounds)
 
+    @property
+    def precision(self) -> Precision:
+        """The mixed-precision policy the graph was built in (float32: a trainer without towers)."""
+        return FLOAT32
+
+    def _check_built_for(self, k: int | None, precision: Precision | None) -> None:
+        """``train(steps_per_execution=..., precision=...)`` must name what the graph was built for."""
+        if precision is not None:
+            refusal = built_in_refusal(precision, self.precision, type(self).__name__)
+            if refusal is not None:
+                raise ValueError(refusal)
+        self._check_train_k(k)
+
     # -- helpers -------------------------------------------------------------------------
 
     def _require_phase(self, what: str, phase: str) -> None:
@@ -555,4 +557,4 @@ class Trainer(
             raise TrainerStateError(msg)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(phase={self._phase!r}, logdir={self._logdir!r})"
+        return f"{type(self).__name__}(phase={self._phase!r}, logdir={self._run_dir.path!r})"

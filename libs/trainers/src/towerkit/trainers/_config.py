@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from towerkit.callbacks import Callback, LoopBounds
+from towerkit.towers import FLOAT32, Precision
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._resume import (
     LogdirSnapshot,
@@ -94,9 +95,10 @@ class TrainConfig:
             callbacks' per-step hooks run once per call (see the trainers README).
 
             .. versionadded:: 0.2
-        precision: the mixed-precision policy of the training towers, by Keras's names:
-            ``"float32"`` (the default), ``"mixed_bfloat16"`` or ``"mixed_float16"``
-            (with dynamic loss scaling); see ``SingleCostTrainer.setup_graph``.
+        precision: the mixed-precision policy of the training towers, a `Precision`
+            or its name as Keras spells it: ``"float32"`` (the default), ``"mixed_bfloat16"``
+            or ``"mixed_float16"`` (with dynamic loss scaling); see
+            ``SingleCostTrainer.setup_graph``. ``config.precision`` is the record.
 
             .. versionadded:: 0.2
 
@@ -123,7 +125,7 @@ class TrainConfig:
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
         steps_per_execution: int = 1,
-        precision: str = "float32",
+        precision: str | Precision = FLOAT32,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -198,7 +200,7 @@ class TrainConfig:
     logdir: _Option[str | None] = _Option("The run's directory (absolute), or None.")
     logdir_action: _Option[str] = _Option("What to do with a non-empty `logdir`.")
     steps_per_execution: _Option[int] = _Option("Training steps per session call (K).")
-    precision: _Option[str] = _Option("The mixed-precision policy's name.")
+    precision: _Option[Precision] = _Option("The mixed-precision policy (a `Precision` record).")
 
     def plan_resume(self, steps_per_epoch: int, batch_size: int | None = None) -> ResumePlan | None:
         """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).

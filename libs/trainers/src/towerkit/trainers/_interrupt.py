@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import attrs
+from towerkit.trainers._stop import StopEvent, StopState, join_stop_states, next_stop_state
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -29,44 +29,19 @@ ABORT_GRACE_S = 10.0
 the process exits with status 130."""
 
 
-@attrs.frozen(kw_only=True)
-class SigintStep:
-    """What one more SIGINT does, given how many arrived before it.
+class StopControl:
+    """The running loop's stop control: `StopState` (pure, ``_stop``) as signals change it.
+
+    Every change is a `StopEvent` applied by `take` through `next_stop_state`; the flags
+    of the record are mirrored in plain attributes, which the loop polls between steps
+    at the cost of one attribute read.
 
     Attributes:
-        count: SIGINTs so far, this one included (1-based).
-        request_stop: the loop is to stop after the current step (the first SIGINT).
-        abort: stop at once (the second SIGINT and later).
-    """
-
-    count: int
-    request_stop: bool
-    abort: bool
-
-
-def sigint_step(before: int) -> SigintStep:
-    """The effect of a SIGINT after `before` earlier ones: stop after the step, then abort.
-
-    Examples:
-        >>> sigint_step(0)
-        SigintStep(count=1, request_stop=True, abort=False)
-        >>> sigint_step(1).abort
-        True
-    """
-    if before < 0:
-        msg = f"'before' must be a count of SIGINTs >= 0; got {before}"
-        raise ValueError(msg)
-    count = before + 1
-    return SigintStep(count=count, request_stop=count == 1, abort=count >= 2)
-
-
-class InterruptState:
-    """Whether a SIGINT arrived while the loop ran.
-
-    Attributes:
-        requested: True once the first SIGINT arrived; the loop then ends after the
-            step (or epoch phase) it is in, runs ``after_train``, closes the session,
-            and raises ``KeyboardInterrupt``.
+        state: the `StopState` now.
+        requested: True once the first SIGINT arrived or a preemption was agreed; the
+            loop then ends after the step (or epoch phase) it is in, runs
+            ``after_train``, closes the session, and raises ``KeyboardInterrupt``
+            (Ctrl-C) or `TrainingPreempted`.
         aborted: True once the second SIGINT arrived: ``KeyboardInterrupt`` is raised
             in the main thread at once (after the waits registered with `on_abort`
             are cancelled, when it was blocked in one).
@@ -82,6 +57,7 @@ class InterruptState:
     """
 
     __slots__ = (
+        "_lock",
         "aborted",
         "coordinated",
         "preempted",
@@ -89,20 +65,39 @@ class InterruptState:
         "requested",
         "signalled",
         "signals",
+        "state",
     )
 
     def __init__(self, *, coordinated: bool = False) -> None:
-        self.requested = False
-        self.aborted = False
-        self.raised = False
-        self.signals = 0
-        self.preempted = False
-        self.signalled = False
-        self.coordinated = coordinated
+        self._lock = threading.RLock()
+        self._mirror(StopState(coordinated=coordinated))
+
+    def _mirror(self, state: StopState) -> None:
+        self.state = state
+        self.requested = state.requested
+        self.aborted = state.aborted
+        self.raised = state.raised
+        self.signals = state.sigints
+        self.preempted = state.preempted
+        self.signalled = state.signalled
+        self.coordinated = state.coordinated
+
+    def take(self, event: StopEvent) -> StopState:
+        """Apply `event`; the state before it.
+
+        Safe from the watcher thread and from a signal handler that interrupts the main
+        thread inside another `take`: the result is joined with the state found when
+        it is stored (`join_stop_states`), so neither update is lost.
+        """
+        with self._lock:
+            before = self.state
+            after = next_stop_state(before, event)
+            self._mirror(join_stop_states(self.state, after))
+        return before
 
     def agree(self) -> None:
         """The job agreed to stop for a preemption: the loop saves and stops after this call."""
-        self.preempted = self.requested = True
+        self.take(StopEvent.AGREED)
 
 
 # -- waits that the second Ctrl-C cancels -------------------------------------------------
@@ -160,7 +155,7 @@ class _Watcher:
     """Count SIGINTs from the interpreter's wakeup fd, in the main thread's handler or a thread."""
 
     def __init__(
-        self, state: InterruptState, sigint: bool = True, preempt: Preempt | None = None
+        self, state: StopControl, sigint: bool = True, preempt: Preempt | None = None
     ) -> None:
         self._state = state
         self._sigint = sigint
@@ -219,18 +214,16 @@ class _Watcher:
                 else []
             )
             for _ in range(data.count(signal.SIGINT) if self._sigint else 0):
-                step = sigint_step(state.signals)
-                state.signals = step.count
-                if step.request_stop:
-                    state.requested = True
+                before = state.take(StopEvent.SIGINT)
+                if before.sigints == 0:
                     notes.append(_FIRST)
-                elif step.abort and not state.aborted:
-                    state.aborted = abort_now = True
+                elif not before.aborted:
+                    abort_now = True
                     _ABORTING.set()
                     notes.append(_AGAIN)
             raise_now = in_main and state.aborted and not state.raised
             if raise_now:
-                state.raised = True
+                state.take(StopEvent.ABORT_RAISED)
         # Logged outside the lock: the main thread may hold a logging lock when its
         # handler runs.
         for signum in preempts:
@@ -276,7 +269,7 @@ class _Watcher:
 class Preempt:
     """The first preemption signal asks the loop to save and stop; a second one, or the grace running out, exits."""
 
-    def __init__(self, state: InterruptState, policy: Any) -> None:
+    def __init__(self, state: StopControl, policy: Any) -> None:
         self.state = state
         self.policy = policy
         self._lock = threading.Lock()
@@ -288,11 +281,8 @@ class Preempt:
 
         name = signal.Signals(signum).name
         with self._lock:
-            first = not self.state.signalled
+            first = not self.state.take(StopEvent.PREEMPT_SIGNAL).signalled
             if first:
-                self.state.signalled = True
-                if not self.state.coordinated:
-                    self.state.agree()
                 self._timer = threading.Timer(self.policy.grace_s, self._expired, (name,))
                 self._timer.daemon = True
                 self._timer.start()
@@ -367,7 +357,7 @@ os.register_at_fork(after_in_child=_signals_back_in_child)
 
 
 @contextlib.contextmanager
-def deferred_sigint(policy: Any = None, *, coordinated: bool = False) -> Iterator[InterruptState]:
+def deferred_sigint(policy: Any = None, *, coordinated: bool = False) -> Iterator[StopControl]:
     """Turn the first SIGINT into a request to stop; a second one interrupts at once.
 
     Python's default handler raises ``KeyboardInterrupt`` wherever the main thread
@@ -385,16 +375,16 @@ def deferred_sigint(policy: Any = None, *, coordinated: bool = False) -> Iterato
     with status 143.
 
     With ``coordinated``, a preemption signal only sets ``signalled``: the processes
-    of the job agree on the step to stop at first (`InterruptState.agree`).
+    of the job agree on the step to stop at first (`StopControl.agree`).
 
     Each handler is installed only in the main thread and only when the signal still
     has Python's default handler (a handler the user installed is left alone); the
     previous handlers are restored on exit.
 
     Yields:
-        The `InterruptState` the loop polls.
+        The `StopControl` the loop polls.
     """
-    state = InterruptState(coordinated=coordinated)
+    state = StopControl(coordinated=coordinated)
     if threading.current_thread() is not threading.main_thread():
         yield state
         return
@@ -418,13 +408,10 @@ def deferred_sigint(policy: Any = None, *, coordinated: bool = False) -> Iterato
         if watcher is not None:
             watcher.handle(in_main=True)
             return
-        step = sigint_step(state.signals)
-        state.signals = step.count
-        if step.abort:
-            state.aborted = state.raised = True
+        if state.take(StopEvent.SIGINT).sigints:  # the second: abort now
+            state.take(StopEvent.ABORT_RAISED)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
-        state.requested = True
         logger.warning(_FIRST, signum)
 
     def preempt_handler(signum: int, frame: Any) -> None:

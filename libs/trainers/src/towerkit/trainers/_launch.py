@@ -81,7 +81,7 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         config.data if config.data is not None else config.dataflow, trainer
     )
     options: dict[str, Any] = dict(_k_kwargs(config.steps_per_execution))
-    if config.precision != "float32":  # as a keyword only when asked (trainers of other signatures)
+    if config.precision.mixed:  # as a keyword only when asked (trainers of other signatures)
         options["precision"] = config.precision
     trainer.setup_graph(
         model.get_input_signature(), source, model.build_graph, model.get_optimizer, **options
@@ -95,7 +95,7 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
     # is taken: the resume plan reads it and may rewrite stats.json, not while another run
     # writes it; a failure before the first step gives it back
     trainer.set_logdir(config.logdir, config.logdir_action)
-    with trainer._failed_start_cleanup():
+    with trainer.run_dir.failed_start_cleanup():
         _launch(config, trainer, bounds)
 
 
@@ -150,11 +150,20 @@ def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds)
     callbacks, monitors = callbacks_with_defaults(
         config.callbacks, config.monitors, config.extra_callbacks, config.logdir
     )
-    # the config's record goes on as it is: the trainer took the logdir above, and its
-    # graph must be built for the config's steps per call and precision
+    # as tensorpack's launcher, through the trainer's train: it took the logdir above, and
+    # its graph must be built for the config's steps per call and precision (the record)
     k, precision = config.steps_per_execution, config.precision
-    trainer._check_train_k(k if k != 1 else None, None if precision == "float32" else precision)
-    trainer._train(bounds, callbacks, monitors, session_creator, session_init)
+    trainer.train(
+        callbacks,
+        monitors,
+        session_creator,
+        session_init,
+        bounds.steps_per_epoch,
+        bounds.starting_epoch,
+        bounds.max_epoch,
+        steps_per_execution=k if k != 1 else None,
+        precision=precision if precision.mixed else None,
+    )
 
 
 def _k_kwargs(k: int) -> dict[str, int]:

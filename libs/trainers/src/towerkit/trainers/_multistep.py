@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from towerkit.callbacks import Callback, LoopBounds
 from towerkit.callbacks.plumbing import check_steps_per_execution
-from towerkit.towers import MOVING_SUMMARY_OPS_KEY, precision_policy
+from towerkit.towers import MOVING_SUMMARY_OPS_KEY
 from towerkit.towers.compat import tf1
 
 if TYPE_CHECKING:
@@ -209,18 +209,8 @@ class StepsPerExecution:
         """Why the trainer cannot run several steps per call (for the error message)."""
         return "it has no K-step training loop"
 
-    def _check_train_k(self, value: int | None, precision: Any = None) -> None:
-        """``train(steps_per_execution=..., precision=...)`` must name what the graph was built for."""
-        if precision is not None:
-            built = getattr(self, "precision", None) or precision_policy("float32")
-            asked = precision_policy(precision)
-            if asked != built:
-                msg = (
-                    f"train(precision={asked.name!r}): the graph of {type(self).__name__} was "
-                    f"built in {built.name!r}; pass precision={asked.name!r} to setup_graph (or "
-                    "TrainConfig), which builds the towers"
-                )
-                raise ValueError(msg)
+    def _check_train_k(self, value: int | None) -> None:
+        """``train(steps_per_execution=...)`` must name the K the graph was built for."""
         if value is None or check_k(value) == self._steps_per_execution:
             return
         msg = (

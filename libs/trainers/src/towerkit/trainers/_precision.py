@@ -30,6 +30,7 @@ __all__ = [
     "LossScaleMonitor",
     "LossScaleOptimizer",
     "LossScaleSchedule",
+    "built_in_refusal",
     "loss_scaled",
     "next_loss_scale",
     "next_stuck_steps",
@@ -343,6 +344,25 @@ class LossScaleMonitor(Callback):
             "skipped steps fail the run)"
         )
         return LossScaleError(msg)
+
+
+def built_in_refusal(asked: Precision, built: Precision, trainer: str) -> str | None:
+    """Why a train call asking for `asked` cannot run a graph `trainer` built in `built`; None when it can.
+
+    Examples:
+        >>> from towerkit.towers import FLOAT32, precision_policy
+        >>> built_in_refusal(FLOAT32, FLOAT32, "SimpleTrainer") is None
+        True
+        >>> built_in_refusal(precision_policy("mixed_bfloat16"), FLOAT32, "SimpleTrainer")
+        "train(precision='mixed_bfloat16'): the graph of SimpleTrainer was built in 'float32'; pass precision='mixed_bfloat16' to setup_graph (or TrainConfig), which builds the towers"
+    """
+    if asked == built:
+        return None
+    return (
+        f"train(precision={asked.name!r}): the graph of {trainer} was built in "
+        f"{built.name!r}; pass precision={asked.name!r} to setup_graph (or TrainConfig), "
+        "which builds the towers"
+    )
 
 
 def loss_scaled(get_opt_fn: OptimizerFactory, policy: Precision) -> Callable[[], Any]:

@@ -15,11 +15,14 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from towerkit.trainers._errors import TrainerStateError
+
+if TYPE_CHECKING:
+    from towerkit.trainers._run_dir import RunDir
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -170,17 +173,15 @@ def save_for_resume(trainer: Any, callbacks: Sequence[Any]) -> list[str]:
 class ResumeAndPreemption:
     """The trainer's part in resuming at a step and in preemption (a mixin of `Trainer`).
 
-    `Trainer.__init__` sets the state these methods read: ``_resumed_in_epoch``,
-    ``_data_steps_at_start``, ``_preemption`` and ``_preempted``.
+    `Trainer.__init__` sets the state these methods read: the run directory part
+    (``_run_dir``: where a resumed run starts), ``_preemption`` and ``_preempted``.
     """
 
+    is_chief: bool
     _phase: str
-    _resumed_in_epoch: int
-    _data_steps_at_start: int | None
+    _run_dir: RunDir
     _preemption: PreemptionPolicy
     _preempted: bool
-    _start_global_step: int
-    _steps_per_execution: int
 
     def set_resume_position(self, steps_in_epoch: int = 0, data_steps: int | None = 0) -> None:
         """Start the first epoch of ``main_loop`` after `steps_in_epoch` of its steps.
@@ -203,29 +204,12 @@ class ResumeAndPreemption:
         if self._phase in ("running", "done"):
             msg = "set_resume_position() must be called before main_loop"
             raise TrainerStateError(msg)
-        for name, value in (("steps_in_epoch", steps_in_epoch), ("data_steps", data_steps)):
-            if value is None and name == "data_steps":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                msg = f"'{name}' must be an int >= 0; got {value!r}"
-                raise ValueError(msg)
-        self._resumed_in_epoch = steps_in_epoch
-        self._data_steps_at_start = data_steps
+        self._run_dir.set_resume_position(steps_in_epoch, data_steps)
 
     @property
     def resumed_steps_in_epoch(self) -> int:
         """The steps of the first epoch that an earlier run did (`set_resume_position`)."""
-        return self._resumed_in_epoch
-
-    @property
-    def data_steps(self) -> int | None:
-        """The global steps whose data the input has produced since it started from its first datapoint.
-
-        None when unknown (a run resumed from a checkpoint without a position record).
-        """
-        if self._data_steps_at_start is None:
-            return None
-        return self._data_steps_at_start + int(self.global_step) - self._start_global_step  # type: ignore[attr-defined]
+        return self._run_dir.resumed_in_epoch
 
     def set_preemption(
         self, signals: Sequence[str | int] | None = None, grace_s: float | None = None
@@ -260,16 +244,4 @@ class ResumeAndPreemption:
         """
         if self._preempt_everywhere:
             return self._preemption, True
-        return (self._preemption if self.is_chief else None), False  # type: ignore[attr-defined]
-
-    def _check_resume_position(self, steps_per_epoch: int, starting_epoch: int) -> None:
-        """ValueError when the resumed steps of the first epoch do not fit this loop."""
-        done = self._resumed_in_epoch
-        if done > steps_per_epoch or done % self._steps_per_execution:
-            msg = (
-                f"the run resumes after {done} steps of epoch {starting_epoch}, which cannot "
-                f"continue with steps_per_epoch={steps_per_epoch} and steps_per_execution="
-                f"{self._steps_per_execution}: resume with the steps_per_epoch and "
-                "steps_per_execution of the interrupted run"
-            )
-            raise ValueError(msg)
+        return (self._preemption if self.is_chief else None), False

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from towerkit.callbacks import Callback
 from towerkit.towers import (
+    FLOAT32,
     OnlinePredictor,
     Precision,
     TowerContext,
@@ -232,7 +233,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
     def __init__(self) -> None:
         super().__init__()
         self._input: InputSource | None = None
-        self._precision = precision_policy("float32")
+        self._precision = FLOAT32
 
     @property
     def precision(self) -> Precision:
@@ -252,7 +253,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         get_opt_fn: OptimizerFactory,
         *,
         steps_per_execution: int = 1,
-        precision: str | Precision = "float32",
+        precision: str | Precision = FLOAT32,
     ) -> list[Callback]:
         """Build the training graph from an input signature, an input, a cost and an optimizer.
 

@@ -11,14 +11,15 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from towerkit.towers import Precision, precision_policy
 from towerkit.trainers._defaults import callbacks_with_defaults
-from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._traceback import filter_traceback
 
 if TYPE_CHECKING:
     from towerkit.callbacks import Callback, LoopBounds, MonitorBase, Monitors
     from towerkit.sessinit import SessionInit
+    from towerkit.trainers._run_dir import RunDir
     from towerkit.trainers._sesscreate import SessionCreatorLike
 
 
@@ -27,14 +28,13 @@ class TrainCalls:
 
     if TYPE_CHECKING:  # what they use of `Trainer`
         _phase: str
-        _logdir: str | None
-        _logdir_set: bool
+        _run_dir: RunDir
 
         def set_logdir(
             self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
         ) -> None: ...
 
-        def _check_train_k(self, value: int | None, precision: Any = None) -> None: ...
+        def _check_built_for(self, k: int | None, precision: Precision | None) -> None: ...
 
         def _bounds_for(
             self, steps_per_epoch: int, starting_epoch: int, max_epoch: int
@@ -65,7 +65,7 @@ class TrainCalls:
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
         steps_per_execution: int | None = None,
-        precision: Any = None,
+        precision: str | Precision | None = None,
     ) -> None:
         """``train`` with defaults for every option but ``steps_per_epoch``.
 
@@ -119,7 +119,7 @@ class TrainCalls:
         logdir: str | os.PathLike[str] | None = None,
         logdir_action: str = "error",
         steps_per_execution: int | None = None,
-        precision: Any = None,
+        precision: str | Precision | None = None,
     ) -> None:
         """Set the log directory, set up callbacks, initialize and run the loop.
 
@@ -128,7 +128,9 @@ class TrainCalls:
         ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``. ``steps_per_execution``
         and ``precision``, when given, must be those the graph was built for.
         """
-        self._check_train_k(steps_per_execution, precision)
+        self._check_built_for(
+            steps_per_execution, None if precision is None else precision_policy(precision)
+        )
         bounds = self._bounds_for(steps_per_epoch, starting_epoch, max_epoch)
         _train_logdir(self, logdir, logdir_action)
         self._train(bounds, callbacks, monitors, session_creator, session_init)
@@ -138,14 +140,5 @@ def _train_logdir(
     trainer: TrainCalls, logdir: str | os.PathLike[str] | None, logdir_action: str
 ) -> None:
     """``train(logdir=...)``: taken on a fresh trainer, else the one already taken (or None)."""
-    if trainer._phase == "new" and not trainer._logdir_set:
+    if trainer._run_dir.check_train_logdir(logdir, fresh=trainer._phase == "new"):
         trainer.set_logdir(logdir, logdir_action)
-    elif logdir is not None and trainer._phase != "new":
-        msg = "train(logdir=...) needs a fresh trainer: callbacks are already set up"
-        raise TrainerStateError(msg)
-    elif logdir is not None and os.path.abspath(logdir) != trainer._logdir:
-        msg = (
-            f"train(logdir={os.fspath(logdir)!r}) differs from the log directory "
-            f"set_logdir took, {trainer._logdir!r}: give it once"
-        )
-        raise TrainerStateError(msg)

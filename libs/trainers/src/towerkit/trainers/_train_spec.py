@@ -10,7 +10,7 @@ import attrs
 
 from towerkit.callbacks import Callback, LoopBounds
 from towerkit.callbacks.plumbing import check_steps_per_execution, input_kind, whole_number
-from towerkit.towers import precision_policy
+from towerkit.towers import FLOAT32, Precision, precision_policy
 from towerkit.trainers._callback_checks import _as_callback_list, _reject_monitors
 from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._multistep import check_k
@@ -99,10 +99,6 @@ def _logdir_action(_: Any, __: attrs.Attribute[Any], action: str) -> None:
         raise ValueError(msg)
 
 
-def _precision_name(value: Any) -> str:
-    return precision_policy(value).name
-
-
 def _as_int(value: Any) -> Any:
     """A loop bound as tensorpack's ``int(value)`` took it (``'3'``, ``1e3``); else as given.
 
@@ -137,8 +133,9 @@ class TrainSpec:
         logdir: the run's directory, absolute, or None.
         logdir_action: ``"error"``, ``"overwrite"`` or ``"keep"``.
         steps_per_execution: steps per session call (K).
-        precision: the mixed-precision policy's name (``"float32"``, ``"mixed_bfloat16"``,
-            ``"mixed_float16"``).
+        precision: the mixed-precision policy, a `Precision` record (a name given is
+            made one: `towerkit.towers.POLICIES` holds the names); the same record goes
+            on to ``setup_graph`` and to the check that the graph was built in it.
 
     Examples:
         >>> spec = TrainSpec(max_epoch=3, steps_per_epoch=10)
@@ -175,7 +172,7 @@ class TrainSpec:
     logdir: str | None = attrs.field(default=None, converter=_logdir)
     logdir_action: str = attrs.field(default="error", validator=_logdir_action)
     steps_per_execution: int = attrs.field(default=1, converter=check_k)
-    precision: str = attrs.field(default="float32", converter=_precision_name)
+    precision: Precision = attrs.field(default=FLOAT32, converter=precision_policy)
 
     def __attrs_post_init__(self) -> None:
         # checked by the loop's own record now (steps_per_epoch may wait for the input)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from towerkit.callbacks import Callback, LoopBounds, Monitors
     from towerkit.towers import TowerFunc, TowerTensorHandles
+    from towerkit.trainers._run_dir import RunDir
 
 __all__ = ["TrainerViewMixin"]
 
@@ -24,7 +25,7 @@ class TrainerViewMixin:
     _steps_per_execution: int
     _bounds: LoopBounds | None
     _monitors: Monitors | None
-    _logdir: str | None
+    _run_dir: RunDir
     _registered: list[Callback]
     hooked_sess: Any
 
@@ -53,6 +54,14 @@ class TrainerViewMixin:
         hs = self.hooked_sess
         runs = hs.run_calls if hs is not None else 0
         return self._start_global_step + runs * self._steps_per_execution
+
+    @property
+    def data_steps(self) -> int | None:
+        """The global steps whose data the input has produced since it started from its first datapoint.
+
+        None when unknown (a run resumed from a checkpoint without a position record).
+        """
+        return self._run_dir.data_steps(self.global_step - self._start_global_step)
 
     @property
     def loop_bounds(self) -> LoopBounds | None:
@@ -85,7 +94,7 @@ class TrainerViewMixin:
     @property
     def logdir(self) -> str | None:
         """The directory this run writes to, or None when it writes no files."""
-        return self._logdir
+        return self._run_dir.path
 
     @property
     def tower_func(self) -> TowerFunc | None:

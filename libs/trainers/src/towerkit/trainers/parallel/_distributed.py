@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, HookedSession
-from towerkit.towers import TowerFn, TowerFunc, resolve_devices
+from towerkit.towers import FLOAT32, Precision, TowerFn, TowerFunc, resolve_devices
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._seams import OptimizerFactory
@@ -199,7 +199,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         get_opt_fn: OptimizerFactory,
         *,
         steps_per_execution: int = 1,
-        precision: Any = "float32",
+        precision: str | Precision = FLOAT32,
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`; the global step goes to the parameter servers."""
         self._require_phase("setup_graph", "new")

@@ -18,6 +18,7 @@ import logging
 import os
 import queue
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -30,16 +31,17 @@ from towerkit.trainers._loop_end import end_epoch, stop_requested
 from towerkit.trainers.parallel._elastic_core import (
     LoopCommit,
     commit_after_step,
+    is_collective_failure,
     reform_within,
     remaining_epochs,
 )
 from towerkit.trainers.parallel._health import end_unless_set
 
 if TYPE_CHECKING:
-    from towerkit.trainers._interrupt import InterruptState
+    from towerkit.trainers._interrupt import StopControl
     from towerkit.trainers.parallel._horovod import HorovodTrainer
 
-__all__ = ["GraphState", "Snapshot", "check_elastic_launch", "run_elastic_loop"]
+__all__ = ["GraphState", "Snapshot", "TrainerMoves", "check_elastic_launch", "run_elastic_loop"]
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -60,6 +62,21 @@ def check_elastic_launch(environ: Any = None) -> None:
     if env.get("HOROVOD_ELASTIC", "0") != "1":
         msg = f"HorovodTrainer(elastic=True) runs only in an elastic horovod job: {ELASTIC_HINT}"
         raise ValueError(msg)
+
+
+@attrs.frozen
+class TrainerMoves:
+    """What the elastic state has its trainer do, passed in (the trainer's own methods).
+
+    Attributes:
+        moved_to: set the loop's counters at a commit (and rank 0's loop bounds, when given).
+        take_over_logdir: own the logdir from a commit on (its owner was lost).
+        reset: read the rank facts again once horovod re-formed.
+    """
+
+    moved_to: Callable[[LoopCommit, tuple[int, int, int] | None], None]
+    take_over_logdir: Callable[[LoopCommit], None]
+    reset: Callable[[], None]
 
 
 @attrs.frozen
@@ -88,8 +105,9 @@ class GraphState:
     afterwards no op is created.
     """
 
-    def __init__(self, trainer: HorovodTrainer) -> None:
+    def __init__(self, trainer: HorovodTrainer, moves: TrainerMoves) -> None:
         self._trainer = trainer
+        self._moves = moves
         self._hvd = trainer.hvd
         self._host_messages: queue.Queue[tuple[float, int]] = queue.Queue()
         self._last_updated_timestamp = 0.0
@@ -177,7 +195,7 @@ class GraphState:
             for setter, value in zip(self._setters(), snap.setter_values):
                 setter.param.set_value(value)
         self.position = snap.commit
-        self._trainer._elastic_moved_to(snap.commit)
+        self._moves.moved_to(snap.commit, None)
         logger.warning(
             "rank %d: rolled back to the last commit (epoch %d, %d steps done, global step %d)",
             self._trainer.rank,
@@ -190,7 +208,7 @@ class GraphState:
         """Rank 0's variables and loop position on every rank, then commit them.
 
         The ranks then count the processes that own the logdir: none when its owner was
-        lost, and rank 0 takes it over (`HorovodTrainer._take_over_logdir`).
+        lost, and rank 0 takes it over (`TrainerMoves.take_over_logdir`).
         """
         trainer = self._trainer
         sess = trainer.sess
@@ -201,10 +219,10 @@ class GraphState:
         owners = sess.run(self._owners, {self._owner_feed: [float(trainer.is_chief)]})
         self.bounds = (int(got[3]), int(got[4]), int(got[5]))
         self.position = commit
-        trainer._elastic_moved_to(commit, self.bounds)
+        self._moves.moved_to(commit, self.bounds)
         if round(float(owners[0])) == 0:
             if trainer.rank == 0:
-                trainer._take_over_logdir(commit)
+                self._moves.take_over_logdir(commit)
             else:
                 logger.warning(
                     "rank %d of %d: the process that owned the logdir was lost; rank 0 takes it over",
@@ -241,20 +259,18 @@ class GraphState:
 
     def reset(self) -> None:
         """After horovod was re-initialized: the trainer's rank facts."""
-        self._trainer._elastic_reset()
+        self._moves.reset()
 
 
 def _as_internal_error(err: tf.errors.OpError) -> Exception:
     from horovod.common.exceptions import HorovodInternalError
-
-    from towerkit.trainers.parallel._horovod import is_collective_failure
 
     error: Exception = HorovodInternalError(err) if is_collective_failure(err) else err
     return error
 
 
 def run_elastic_loop(
-    trainer: HorovodTrainer, state: GraphState, every_k: int, interrupt: InterruptState
+    trainer: HorovodTrainer, state: GraphState, every_k: int, interrupt: StopControl
 ) -> None:
     """The loop under horovod's elastic protocol, from the synced commit to ``max_epoch``.
 

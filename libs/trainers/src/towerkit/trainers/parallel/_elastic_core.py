@@ -19,6 +19,7 @@ __all__ = [
     "check_commit_every",
     "commit_after_step",
     "final_global_step",
+    "is_collective_failure",
     "reform_within",
     "remaining_epochs",
 ]
@@ -179,3 +180,16 @@ def reform_within(environ: Mapping[str, str]) -> float:
             raise ValueError(msg)
         seconds.append(value)
     return seconds[0] + 2 * seconds[1]
+
+
+def is_collective_failure(err: BaseException) -> bool:
+    """Whether a TensorFlow error comes from a failed horovod collective.
+
+    Examples:
+        >>> is_collective_failure(RuntimeError("Horovod has been shut down."))
+        True
+        >>> is_collective_failure(ValueError("NaN in fc/W"))
+        False
+    """
+    text = str(err).lower()
+    return "horovod" in text or "gloo" in text

@@ -11,13 +11,17 @@ import numpy as np
 import tensorflow as tf
 
 from towerkit.callbacks import Callback, LoopBounds
-from towerkit.towers import TowerContext, TowerFn, TowerFunc, visible_gpu_count
+from towerkit.towers import FLOAT32, Precision, TowerContext, TowerFn, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
-from towerkit.trainers.parallel._elastic_core import LoopCommit, check_commit_every
+from towerkit.trainers.parallel._elastic_core import (
+    LoopCommit,
+    check_commit_every,
+    is_collective_failure,
+)
 from towerkit.trainers.parallel._trainer_parts import (
     ChiefOwnsLogdir,
     PreemptionVote,
@@ -27,11 +31,11 @@ from towerkit.trainers.parallel._trainer_parts import (
 
 if TYPE_CHECKING:
     from towerkit.sessinit import SessionInit
-    from towerkit.trainers._interrupt import InterruptState
+    from towerkit.trainers._interrupt import StopControl
     from towerkit.trainers._sesscreate import SessionCreatorLike
     from towerkit.trainers.inputs._base import InputSource
 
-__all__ = ["HorovodTrainer", "import_horovod", "is_collective_failure", "rank_gpu"]
+__all__ = ["HorovodTrainer", "import_horovod", "rank_gpu"]
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -54,19 +58,6 @@ def import_horovod() -> Any:
         msg = f"HorovodTrainer needs horovod: {INSTALL_HINT}. The import failed with: {err}"
         raise ImportError(msg) from err
     return hvd
-
-
-def is_collective_failure(err: BaseException) -> bool:
-    """Whether a TensorFlow error comes from a failed horovod collective.
-
-    Examples:
-        >>> is_collective_failure(RuntimeError("Horovod has been shut down."))
-        True
-        >>> is_collective_failure(ValueError("NaN in fc/W"))
-        False
-    """
-    text = str(err).lower()
-    return "horovod" in text or "gloo" in text
 
 
 def rank_gpu(local_rank: int, num_visible_gpus: int) -> str | None:
@@ -245,9 +236,12 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         self._elastic_state: Any = None
         self._took_over_at: int | None = None
         if elastic:
-            from towerkit.trainers.parallel._elastic import GraphState
+            from towerkit.trainers.parallel._elastic import GraphState, TrainerMoves
 
-            self._elastic_state = GraphState(self)
+            moves = TrainerMoves(
+                self._elastic_moved_to, self._take_over_logdir, self._elastic_reset
+            )
+            self._elastic_state = GraphState(self, moves)
         logger.info(
             "HorovodTrainer: rank %d of %d (local rank %d of %d)%s",
             self._rank,
@@ -304,7 +298,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         get_opt_fn: OptimizerFactory,
         *,
         steps_per_execution: int = 1,
-        precision: Any = "float32",
+        precision: str | Precision = FLOAT32,
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`, with the graph seed offset by the rank."""
         self._set_steps_per_execution(steps_per_execution)
@@ -427,8 +421,8 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             return
         # a failure here is a failure before the first step: the logdir is given back
         # where a resumed run starts inside its epoch, and the input steps it skips
-        position = (self._resumed_in_epoch, self._data_steps_at_start or 0)
-        with self._failed_start_cleanup():
+        position = (self._run_dir.resumed_in_epoch, self._run_dir.data_steps_at_start or 0)
+        with self._run_dir.failed_start_cleanup():
             try:
                 sent = np.asarray(mine + position)
                 agreed_all = self.sess.run(self._loop_value, {self._loop_feed: sent})
@@ -457,7 +451,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             what = "training"
             raise self._collective_error(what, err) from err
 
-    def _loop(self, bounds: LoopBounds, interrupt: InterruptState) -> None:
+    def _loop(self, bounds: LoopBounds, interrupt: StopControl) -> None:
         if self._elastic_state is None:
             super()._loop(bounds, interrupt)
             return
@@ -504,17 +498,15 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         the directory as a run resumed at `commit` would (``stats.json`` keeps the epochs
         before ``commit.epoch``; checkpoints saved after its global step are moved aside).
         """
-        from towerkit.trainers._logdir import take_over_logdir
-
-        if self._logdir is not None:
-            self._logdir_taken, before = take_over_logdir(self._logdir)
+        if self._run_dir.path is not None:
+            before = self._run_dir.take_over()
             lost = "no lock file" if before is None else f"pid {before.pid} on {before.host!r}"
             logger.warning(
                 "rank 0 of %d: the process that owned the logdir %s (%s) was lost; this "
                 "process takes it over at epoch %d, global step %d: checkpoints, stats.json "
                 "and event files are written from here on",
                 self._size,
-                self._logdir,
+                self._run_dir.path,
                 lost,
                 commit.epoch,
                 commit.global_step,

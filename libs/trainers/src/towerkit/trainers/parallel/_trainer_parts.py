@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,10 +11,9 @@ import tensorflow as tf
 from towerkit.callbacks import Callback
 from towerkit.sessinit import SessionInit
 from towerkit.towers.compat import tf1
-from towerkit.trainers._resume import plan_logdir
 
 if TYPE_CHECKING:
-    from towerkit.trainers._interrupt import InterruptState
+    from towerkit.trainers._interrupt import StopControl
 
 __all__ = [
     "ChiefOwnsLogdir",
@@ -111,9 +109,9 @@ class PreemptionVote(Callback):
     The processes of a horovod job must stop after the same step: one that stopped
     alone would leave the others blocked in the next all-reduce. With every hooked
     step this feeds whether a preemption signal arrived here (the loop's
-    `InterruptState.signalled`) to a sum over the processes, reduced by `reduce_sum`
+    `StopControl.signalled`) to a sum over the processes, reduced by `reduce_sum`
     in the same session call; when the sum is positive every process agrees to stop
-    (`InterruptState.agree`) after that call, so all stop at one global step, where
+    (`StopControl.agree`) after that call, so all stop at one global step, where
     the chief saves. The signal takes effect one step later than on a lone trainer.
     When they stopped so, every process meets the others in one more sum in
     ``after_train``, which the chief reaches once its checkpoint is written: no process
@@ -123,7 +121,7 @@ class PreemptionVote(Callback):
     Args:
         reduce_sum: builds the sum over the processes of an int32 scalar tensor.
         rank: this process's rank, for the log.
-        interrupt: gives the running loop's `InterruptState` (None outside the loop).
+        interrupt: gives the running loop's `StopControl` (None outside the loop).
     """
 
     _chief_only = False
@@ -132,7 +130,7 @@ class PreemptionVote(Callback):
         self,
         reduce_sum: Callable[[Any], Any],
         rank: int,
-        interrupt: Callable[[], InterruptState | None],
+        interrupt: Callable[[], StopControl | None],
     ) -> None:
         self._reduce_sum = reduce_sum
         self._rank = rank
@@ -191,7 +189,7 @@ class PreemptionFlag(Callback):
         read: the flag's value (a bool tensor on a parameter server).
         raise_flag: the op that sets it.
         task: this worker's index, for the log.
-        interrupt: gives the running loop's `InterruptState` (None outside the loop).
+        interrupt: gives the running loop's `StopControl` (None outside the loop).
     """
 
     _chief_only = False
@@ -202,7 +200,7 @@ class PreemptionFlag(Callback):
         read: Any,
         raise_flag: Any,
         task: int,
-        interrupt: Callable[[], InterruptState | None],
+        interrupt: Callable[[], StopControl | None],
     ) -> None:
         self._read = read
         self._raise = raise_flag
@@ -245,19 +243,5 @@ class ChiefOwnsLogdir:
     directory, so processes sharing a file system never race on it.
     """
 
-    is_chief: bool
-    _logdir: str | None
-    _logdir_set: bool
-
-    def set_logdir(
-        self, logdir: str | os.PathLike[str] | None, logdir_action: str = "error"
-    ) -> None:
-        """As `Trainer.set_logdir` on the chief; other processes only keep the path."""
-        if self.is_chief or logdir is None:
-            super().set_logdir(logdir, logdir_action)  # type: ignore[misc]
-            return
-        self._require_phase("set_logdir", "new")  # type: ignore[attr-defined]
-        plan_logdir(None, logdir_action)
-        self._logdir_set = True
-        self._logdir = os.path.abspath(os.fspath(logdir))
-        logger.info("not the chief: the logdir %s is left to the chief", self._logdir)
+    CHIEF_OWNS_LOGDIR = True
+    """Read by `Trainer.set_logdir`: on another process it keeps the path only."""
