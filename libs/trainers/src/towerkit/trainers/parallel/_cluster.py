@@ -418,10 +418,10 @@ class _CheckIn(Callback):
         ops: tuple[Any, Any],
         timeout_ms: int,
         finishing: Callable[[], bool],
-        servers: str = "the parameter servers",
+        servers: Sequence[TaskAddress] = (),
     ) -> None:
         self._hello, self._enqueue = ops
-        self._servers = servers
+        self._servers = ", ".join(map(str, servers)) or "the parameter servers"
         self._options = tf1.RunOptions(timeout_in_ms=timeout_ms)
         self._finishing = finishing
 
