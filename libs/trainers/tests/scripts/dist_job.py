@@ -2,9 +2,20 @@
 
 Usage: ``dist_job.py ROLE TASK --ports PS,W0,W1 [--hosts PS,W0,W1] --trainer ps|replicated
 --logdir-base DIR --max-epoch E [--timeouts CHECK,DEAD,CLOSE[,START[,OPERATION]]]
-[--pause-at-epoch-end SECONDS]``. ROLE is ``ps`` or ``worker``. A worker prints
-``DIST-TRAINING`` after its first step (and ``DIST-PAUSED`` when it pauses after epoch
-2); each process prints ``DIST-REPORT {json}`` at the end.
+[--pause-at-epoch-end SECONDS] [--hold-at PHASE [--hold SECONDS] [--release FILE]]
+[--check-in-ms MS]``.
+ROLE is ``ps`` or ``worker``. A worker prints ``DIST-TRAINING`` after its first step (and
+``DIST-PAUSED`` when it pauses after epoch 2); each process prints ``DIST-REPORT {json}``
+at the end.
+
+With ``--hold-at PHASE`` a worker prints ``DIST-AT PHASE`` at that point of its run and
+waits there, making no session call, until FILE exists or SECONDS (300) have passed, then
+prints ``DIST-RELEASED PHASE`` and goes on. The phases (`PHASES`): ``starting`` (its
+server up, its graph built, before ``train_with_defaults``: no session yet),
+``first-step`` (the session created, before the first step: ``before_train``),
+``training`` (after its third step), ``saving`` (at the end of epoch 1, before the
+chief's ``ModelSaver`` saves), ``ending`` (after the loop, in ``after_train``, before
+``ModelSaver``'s last save and the session's close).
 """
 
 from __future__ import annotations
@@ -71,6 +82,47 @@ class PauseAtEpochEnd(Callback):
             time.sleep(self._seconds)
 
 
+PHASES = ("starting", "first-step", "training", "saving", "ending")
+
+
+def hold(phase: str, seconds: float, release: str | None) -> None:
+    """Print ``DIST-AT phase``; wait until `release` exists or `seconds` have passed."""
+    print(f"DIST-AT {phase}", flush=True)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not (release and os.path.exists(release)):
+        time.sleep(0.1)
+    print(f"DIST-RELEASED {phase}", flush=True)
+
+
+class HoldAt(Callback):
+    """Hold (`hold`) at one phase of the loop: listed before `ModelSaver`, so before its save."""
+
+    _chief_only = False
+
+    def __init__(self, phase: str, seconds: float, release: str | None) -> None:
+        self._phase, self._seconds, self._release = phase, seconds, release
+        self._steps = 0
+
+    def _at(self, phase: str) -> None:
+        if phase == self._phase:
+            hold(phase, self._seconds, self._release)
+
+    def _before_train(self) -> None:
+        self._at("first-step")
+
+    def _trigger_step(self) -> None:
+        self._steps += 1
+        if self._steps == 3:
+            self._at("training")
+
+    def _trigger_epoch(self) -> None:
+        if self.trainer.epoch_num == 1:
+            self._at("saving")
+
+    def _after_train(self) -> None:
+        self._at("ending")
+
+
 def print_watches(signum, frame) -> None:
     """Print what each cluster health watch of this process has seen, and when (now)."""
     import gc
@@ -102,6 +154,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-epoch", type=int, default=3)
     parser.add_argument("--pause-at-epoch-end", type=float, default=None)
     parser.add_argument("--precision", default="float32")
+    parser.add_argument("--hold-at", choices=PHASES, default=None)
+    parser.add_argument("--check-in-ms", type=int, default=None, help="CHECK_IN_TIMEOUT_MS")
+    parser.add_argument("--hold", type=float, default=300.0, help="seconds a hold lasts at most")
+    parser.add_argument("--release", default=None, help="a hold ends once this file exists")
     parser.add_argument("--log-info", action="store_true", help="print towerkit's INFO lines")
     parser.add_argument(
         "--timeouts",
@@ -140,6 +196,8 @@ def main(argv: list[str]) -> int:
             trainer = DistributedTrainerParameterServer(TOWERS, server, timeouts=timeouts)
         else:
             trainer = DistributedTrainerReplicated(TOWERS, server, timeouts=timeouts)
+        if args.check_in_ms is not None:
+            trainer.CHECK_IN_TIMEOUT_MS = args.check_in_ms
         source = NumpyInput(data(240, seed=20 + args.task), batch_size=12, seed=args.task)
         opt = lambda: tf1.train.MomentumOptimizer(0.05, 0.9)  # noqa: E731
         trainer.setup_graph(SIG, source, cost_fn, opt, precision=args.precision)
@@ -147,9 +205,12 @@ def main(argv: list[str]) -> int:
         pause = (
             [] if args.pause_at_epoch_end is None else [PauseAtEpochEnd(args.pause_at_epoch_end)]
         )
+        holds = [] if args.hold_at is None else [HoldAt(args.hold_at, args.hold, args.release)]
         logdir = os.path.join(args.logdir_base, f"worker{args.task}")
+        if args.hold_at == "starting":
+            hold("starting", args.hold, args.release)
         trainer.train_with_defaults(
-            callbacks=[costs, snap, ModelSaver(), Announce(), *pause],
+            callbacks=[costs, snap, *holds, ModelSaver(), Announce(), *pause],
             monitors=[JSONWriter()],
             extra_callbacks=[],
             steps_per_epoch=STEPS_PER_EPOCH,

@@ -1,9 +1,18 @@
 """One rank of a horovod training job (run by horovod's launcher); prints a JSON report.
 
 Usage: ``hvd_job.py LOGDIR MAX_EPOCH [--rank1-logdir DIR] [--fp16] [--die-at STEP]
-[--sum-check] [--term-at STEP --term-rank RANK] [--precision POLICY]``. Each rank prints one line
+[--sum-check] [--term-at STEP --term-rank RANK] [--precision POLICY]
+[--hold-at PHASE --release FILE [--hold SECONDS]]``. Each rank prints one line
 ``RANK-REPORT {json}``; with ``--term-at``, rank RANK sends itself SIGTERM after global
 step STEP, and a rank that the preemption stops prints ``RANK-PREEMPTED {json}``.
+
+With ``--hold-at PHASE`` each rank, at that point of its run, writes its pid to
+``FILE.rankR`` (the launcher keeps the ranks' output until the job ends, so a test
+watches these files) and waits there, making no collective or session call, until FILE
+exists or SECONDS (300) have passed. The phases (`PHASES`): ``starting`` (horovod
+initialized, before ``launch_train_with_config``), ``first-step`` (``before_train``),
+``training`` (after its third step), ``saving`` (at the end of epoch 1, before rank 0's
+``ModelSaver`` saves), ``ending`` (after the loop, in ``after_train``).
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -114,6 +124,50 @@ class Watch(Callback):
         }
 
 
+PHASES = ("starting", "first-step", "training", "saving", "ending")
+
+
+def hold(phase: str, rank: int, seconds: float, release: str) -> None:
+    """Write this rank's pid to ``release.rankR``; wait until `release` exists or `seconds`."""
+    mark = f"{release}.rank{rank}"
+    with open(mark + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {phase}\n")
+    os.replace(mark + ".tmp", mark)
+    print(f"RANK-AT {phase} rank {rank}", flush=True)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not os.path.exists(release):
+        time.sleep(0.1)
+
+
+class HoldAt(Callback):
+    """Hold (`hold`) at one phase of the loop: listed before `ModelSaver`, so before its save."""
+
+    _chief_only = False
+
+    def __init__(self, phase: str, seconds: float, release: str) -> None:
+        self._phase, self._seconds, self._release = phase, seconds, release
+        self._steps = 0
+
+    def _at(self, phase: str) -> None:
+        if phase == self._phase:
+            hold(phase, self.trainer.rank, self._seconds, self._release)
+
+    def _before_train(self) -> None:
+        self._at("first-step")
+
+    def _trigger_step(self) -> None:
+        self._steps += 1
+        if self._steps == 3:
+            self._at("training")
+
+    def _trigger_epoch(self) -> None:
+        if self.trainer.epoch_num == 1:
+            self._at("saving")
+
+    def _after_train(self) -> None:
+        self._at("ending")
+
+
 class KeepW(Callback):
     """Keeps the value of variable ``w`` at the end of training (every rank)."""
 
@@ -179,7 +233,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--term-at", type=int, default=None)
     parser.add_argument("--term-rank", type=int, default=1)
     parser.add_argument("--precision", default="float32")
+    parser.add_argument("--hold-at", choices=PHASES, default=None)
+    parser.add_argument("--hold", type=float, default=300.0, help="seconds a hold lasts at most")
+    parser.add_argument("--release", default=None, help="a hold ends once this file exists")
     args = parser.parse_args(argv)
+    if args.hold_at and not args.release:
+        parser.error("--hold-at needs --release")
     import horovod.tensorflow as hvd
 
     graph = tf.Graph()
@@ -191,11 +250,14 @@ def main(argv: list[str]) -> int:
         rank = trainer.rank
         logdir = args.logdir if rank == 0 or args.rank1_logdir is None else args.rank1_logdir
         watch = Watch(args.die_at, args.term_at, args.term_rank)
+        holds = [] if args.hold_at is None else [HoldAt(args.hold_at, args.hold, args.release)]
+        if args.hold_at == "starting":
+            hold("starting", rank, args.hold, args.release)
         config = AutoResumeTrainConfig(
             logdir=logdir,
             data=NumpyInput(data(256, seed=10), batch_size=16, shuffle=True),
             model=Model(),
-            callbacks=[watch, ModelSaver(max_to_keep=10), ChiefState()],
+            callbacks=[watch, *holds, ModelSaver(max_to_keep=10), ChiefState()],
             steps_per_epoch=STEPS_PER_EPOCH,
             max_epoch=args.max_epoch,
             precision=args.precision,

@@ -414,9 +414,14 @@ class _CheckIn(Callback):
     name_scope = "CheckIn"
 
     def __init__(
-        self, ops: tuple[Any, Any], timeout_ms: int, finishing: Callable[[], bool]
+        self,
+        ops: tuple[Any, Any],
+        timeout_ms: int,
+        finishing: Callable[[], bool],
+        servers: Sequence[TaskAddress] = (),
     ) -> None:
         self._hello, self._enqueue = ops
+        self._servers = ", ".join(map(str, servers)) or "the parameter servers"
         self._options = tf1.RunOptions(timeout_in_ms=timeout_ms)
         self._finishing = finishing
 
@@ -430,10 +435,26 @@ class _CheckIn(Callback):
         if not self._finishing():
             logger.warning("a parameter server is lost: this worker does not check in")
             return
-        try:
-            self.trainer.sess.run(self._enqueue, options=self._options)
-        except tf.errors.OpError as err:
-            logger.warning("could not tell the parameter servers this worker is done: %s", err)
+        # The check-in is the run's first call of its op: TensorFlow registers it on every
+        # parameter server with no deadline, so a server that stopped answering (and the
+        # health watch has stopped by now) would hold this call forever. Bound it.
+        seconds = self._options.timeout_in_ms / 1000
+
+        def check_in() -> None:
+            try:
+                self.trainer.sess.run(self._enqueue, options=self._options)
+            except tf.errors.OpError as err:
+                logger.warning("could not tell %s this worker is done: %s", self._servers, err)
+
+        thread = threading.Thread(target=check_in, name="check-in", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if thread.is_alive():
+            logger.warning(
+                "could not tell %s this worker is done: no answer within %g s; going on",
+                self._servers,
+                seconds,
+            )
 
 
 class _PushToShadows(Callback):

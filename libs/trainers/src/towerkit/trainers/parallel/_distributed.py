@@ -233,7 +233,8 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         if self._preempt_flag is not None:
             cbs.append(PreemptionFlag(*self._preempt_flag[1:], self._task, lambda: self._interrupt))
         if self._check_in is not None:
-            cbs.append(_CheckIn(self._check_in, self.CHECK_IN_TIMEOUT_MS, self._finishing))
+            ps = task_addresses(self._cluster.as_dict(), ["ps"])
+            cbs.append(_CheckIn(self._check_in, self.CHECK_IN_TIMEOUT_MS, self._finishing, ps))
         super().setup_callbacks(cbs, monitors)
 
     def initialize(
