@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
@@ -217,7 +218,13 @@ def start_watch(
     watch = ClusterWatch(ps, timeouts, on_dead=on_dead, name="start-watch").start()
     if target is not None:
         args = (watch, timeouts, started, target)
-        threading.Thread(target=_ask_chief, args=args, name="chief-started", daemon=True).start()
+        asker = threading.Thread(target=_ask_chief, args=args, name="chief-started", daemon=True)
+        asker.start()
+        # A short run can end while the question's call is still in flight (its first
+        # call registers a graph on the chief, with no deadline): the call returning while
+        # the interpreter finalizes would end the daemon thread inside TensorFlow and
+        # abort the process (SIGABRT, "exception not rethrown"). At exit, wait for it.
+        atexit.register(asker.join, timeouts.close_seconds)
     return watch
 
 
