@@ -63,6 +63,7 @@ from towerkit.callbacks._loop import loop_events as loop_events
 from towerkit.callbacks._misc import EstimatedTimeLeft as EstimatedTimeLeft
 from towerkit.callbacks._misc import InjectShell as InjectShell
 from towerkit.callbacks._misc import StartProcOrThread as StartProcOrThread
+from towerkit.callbacks._mlflow import MLflowMonitor as MLflowMonitor
 from towerkit.callbacks._monitor_hub import MonitorBase as MonitorBase
 from towerkit.callbacks._monitor_hub import Monitors as Monitors
 from towerkit.callbacks._multistep import execution_ends as execution_ends
