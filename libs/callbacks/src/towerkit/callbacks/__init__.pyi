@@ -32,6 +32,7 @@ from towerkit.callbacks._hooked import HookedSession as HookedSession
 from towerkit.callbacks._hooks import CallbackToHook as CallbackToHook
 from towerkit.callbacks._hooks import HookToCallback as HookToCallback
 from towerkit.callbacks._hooks import TFLocalCLIDebugHook as TFLocalCLIDebugHook
+from towerkit.callbacks._hparams import HParamsMonitor as HParamsMonitor
 from towerkit.callbacks._hyperparams import GraphVarParam as GraphVarParam
 from towerkit.callbacks._hyperparams import HyperParam as HyperParam
 from towerkit.callbacks._hyperparams import ObjAttrParam as ObjAttrParam

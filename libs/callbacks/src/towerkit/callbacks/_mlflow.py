@@ -11,7 +11,7 @@ from towerkit.callbacks._tracking import (
     TrackerMonitor,
     optional_import,
 )
-from towerkit.callbacks._tracking_core import EndStatus
+from towerkit.callbacks._tracking_core import EndStatus, Scalar, param_value
 
 _BATCH = 1000  # MLflow's limit of metrics in one log_batch call
 
@@ -104,9 +104,10 @@ class MLflowMonitor(TrackerMonitor):
         self.tracking_uri = self._uri_arg or os.environ.get("MLFLOW_TRACKING_URI") or None
         super()._before_train()
 
-    def _open_run(self, params: dict[str, str], resume_id: str | None) -> str:
+    def _open_run(self, values: dict[str, Scalar], resume_id: str | None) -> str:
         tracking = optional_import("mlflow.tracking", "MLflowMonitor", "mlflow")
         entities = optional_import("mlflow.entities", "MLflowMonitor", "mlflow")
+        params = {k: str(param_value(v)) for k, v in values.items()}
         self._client = client = tracking.MlflowClient(tracking_uri=self.tracking_uri)
         self.tracking_uri = client.tracking_uri
         if resume_id is not None:

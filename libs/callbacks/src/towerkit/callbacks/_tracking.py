@@ -27,7 +27,8 @@ from towerkit.callbacks._tracking_core import (
     end_status,
     read_tracker_runs,
     resumes_tracker_run,
-    run_params,
+    Scalar,
+    run_values,
     tracker_runs_text,
 )
 from towerkit.sessinit import atomic_write_text
@@ -157,7 +158,7 @@ class TrackerMonitor(MonitorBase):
 
     # -- for subclasses -------------------------------------------------------------------
 
-    def _open_run(self, params: dict[str, str], resume_id: str | None) -> str:
+    def _open_run(self, params: dict[str, Scalar], resume_id: str | None) -> str:
         """Start the tracker's run (or continue run `resume_id`) with `params`; its id."""
         raise NotImplementedError
 
@@ -187,7 +188,7 @@ class TrackerMonitor(MonitorBase):
 
     def _before_train(self) -> None:
         trainer = self.trainer
-        params = run_params(trainer, self._config, self._params)
+        params = run_values(trainer, self._config, self._params)
         stored = read_runs_file(self._logdir).get(self.TRACKER, {}) if self._logdir else {}
         resume = resumes_tracker_run(
             stored.get("run_id"),

@@ -82,10 +82,55 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def flat_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """`params` as ``{name: text}``; nested mappings become ``outer/inner`` names.
+Scalar = bool | int | float | str | None
+"""A parameter's value as the trackers take it."""
 
-    A value that is not plain (`param_value`) is reported by its class's name.
+
+def plain_value(value: Any) -> Scalar:
+    """`value` as a tracker's parameter value: a scalar as it is, anything else as text.
+
+    NumPy scalars become Python's; lists and tuples of plain values become their JSON
+    text; other objects their class's name. Text is cut to `MAX_PARAM_CHARS`.
+
+    Examples:
+        >>> plain_value(3), plain_value(0.5), plain_value(True), plain_value(None)
+        (3, 0.5, True, None)
+        >>> plain_value((1, "a")), plain_value(object())
+        ('[1, "a"]', 'object')
+    """
+    if hasattr(value, "item") and isinstance(value, numbers.Number):
+        value = value.item()
+    if value is None or isinstance(value, bool | int | float):
+        return value  # type: ignore[no-any-return]
+    text = param_value(value)
+    return text if text is not None else type(value).__name__
+
+
+def flat_values(params: Mapping[str, Any], prefix: str = "") -> dict[str, Scalar]:
+    """`params` flattened: nested mappings become ``outer/inner`` names, values `plain_value`.
+
+    Raises:
+        TypeError: a name that is not a non-empty string.
+
+    Examples:
+        >>> flat_values({"lr": 0.1, "opt": {"name": "adam", "beta": 0.9}})
+        {'lr': 0.1, 'opt/name': 'adam', 'opt/beta': 0.9}
+    """
+    out: dict[str, Scalar] = {}
+    for name, value in params.items():
+        if not isinstance(name, str) or not name:
+            msg = f"a parameter's name must be a non-empty str; got {name!r} in {prefix or 'params'}"
+            raise TypeError(msg)
+        key = f"{prefix}{name}"
+        if isinstance(value, Mapping):
+            out.update(flat_values(value, f"{key}/"))
+        else:
+            out[key] = plain_value(value)
+    return out
+
+
+def flat_params(params: Mapping[str, Any]) -> dict[str, str]:
+    """`params` as ``{name: text}`` (`flat_values`, each value as text).
 
     Raises:
         TypeError: a name that is not a non-empty string.
@@ -96,18 +141,7 @@ def flat_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         >>> flat_params({"model": object()})
         {'model': 'object'}
     """
-    out: dict[str, str] = {}
-    for name, value in params.items():
-        if not isinstance(name, str) or not name:
-            msg = f"a parameter's name must be a non-empty str; got {name!r} in {prefix or 'params'}"
-            raise TypeError(msg)
-        key = f"{prefix}{name}"
-        if isinstance(value, Mapping):
-            out.update(flat_params(value, f"{key}/"))
-            continue
-        text = param_value(value)
-        out[key] = text if text is not None else type(value).__name__
-    return out
+    return {k: str(param_value(v)) for k, v in flat_values(params).items()}
 
 
 _TRAINER_COUNTS = ("steps_per_epoch", "starting_epoch", "max_epoch", "steps_per_execution")
@@ -121,7 +155,23 @@ _CONFIG_FIELDS = (
 )
 
 
-def run_params(trainer: Any, config: Any = None, params: Mapping[str, Any] | None = None) -> dict[str, str]:
+def run_params(
+    trainer: Any, config: Any = None, params: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """`run_values` as text: the parameters MLflow and W&B get.
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> t = SimpleNamespace(steps_per_epoch=10, max_epoch=3, starting_epoch=1)
+        >>> run_params(t, params={"lr": 0.1})["lr"], run_params(t)["max_epoch"]
+        ('0.1', '3')
+    """
+    return {k: str(param_value(v)) for k, v in run_values(trainer, config, params).items()}
+
+
+def run_values(
+    trainer: Any, config: Any = None, params: Mapping[str, Any] | None = None
+) -> dict[str, Scalar]:
     """The parameters a tracker gets for a run: what the trainer knows, the config's, the user's.
 
     From `trainer` (read through its public attributes, each only when it has it): its
@@ -134,9 +184,9 @@ def run_params(trainer: Any, config: Any = None, params: Mapping[str, Any] | Non
     Examples:
         >>> from types import SimpleNamespace
         >>> t = SimpleNamespace(steps_per_epoch=10, max_epoch=3, starting_epoch=1)
-        >>> run_params(t, params={"lr": 0.1})["lr"], run_params(t)["max_epoch"]
-        ('0.1', '3')
-        >>> run_params(t)["trainer"]
+        >>> run_values(t, params={"lr": 0.1})["lr"], run_values(t)["max_epoch"]
+        (0.1, 3)
+        >>> run_values(t)["trainer"]
         'SimpleNamespace'
     """
     out: dict[str, Any] = {"trainer": type(trainer).__name__}
@@ -163,7 +213,7 @@ def run_params(trainer: Any, config: Any = None, params: Mapping[str, Any] | Non
         optimizer = _optimizer(model)
         if optimizer is not None:
             out["optimizer"] = type(optimizer).__name__
-    return flat_params({**out, **(params or {})})
+    return flat_values({**out, **(params or {})})
 
 
 def _read(obj: Any, name: str) -> Any:
