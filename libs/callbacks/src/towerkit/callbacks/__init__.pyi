@@ -148,6 +148,7 @@ from towerkit.callbacks._triggers import firing_kinds as firing_kinds
 from towerkit.callbacks._triggers import negate as negate
 from towerkit.callbacks._types import TrainerView as TrainerView
 from towerkit.callbacks._version import __version__ as __version__
+from towerkit.callbacks._wandb import WandbMonitor as WandbMonitor
 from towerkit.callbacks._writers import JSONWriter as JSONWriter
 from towerkit.callbacks._writers import ScalarPrinter as ScalarPrinter
 from towerkit.callbacks._writers import TFEventWriter as TFEventWriter
