@@ -14,6 +14,8 @@ import numbers
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import numpy as np
+
 EndStatus = Literal["FINISHED", "FAILED", "KILLED"]
 """How a run ended, in MLflow's words: the epochs done or a stop; an error; Ctrl-C or a preemption."""
 
@@ -61,10 +63,12 @@ def param_value(value: Any) -> str | None:
         >>> param_value(object()) is None
         True
     """
+    if isinstance(value, np.generic):
+        value = value.item()
     if value is None or isinstance(value, bool | str):
         text = str(value)
     elif isinstance(value, numbers.Number) and not isinstance(value, complex):
-        text = repr(value.item() if hasattr(value, "item") else value)
+        text = repr(value)
     elif isinstance(value, list | tuple) and all(param_value(v) is not None for v in value):
         text = json.dumps([_jsonable(v) for v in value])
     else:
@@ -75,7 +79,7 @@ def param_value(value: Any) -> str | None:
 def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
-    if hasattr(value, "item"):
+    if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -98,7 +102,7 @@ def plain_value(value: Any) -> Scalar:
         >>> plain_value((1, "a")), plain_value(object())
         ('[1, "a"]', 'object')
     """
-    if hasattr(value, "item") and isinstance(value, numbers.Number):
+    if isinstance(value, np.generic):
         value = value.item()
     if value is None or isinstance(value, bool | int | float):
         return value  # type: ignore[no-any-return]
