@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 from trackers_support import mlflow_server, need, run_id_of, train
 
-pytestmark = [pytest.mark.procs, pytest.mark.xdist_group("trackers_mlflow"), pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.procs,
+    pytest.mark.xdist_group("trackers_mlflow"),
+    pytest.mark.timeout(900),
+]
 
 STEPS = [4, 8, 12]  # the global step at each epoch's end (4 steps per epoch, 3 epochs)
 
@@ -57,7 +61,11 @@ def test_run_params_metrics_artifacts_and_status(server, tmp_path):
     assert params["trainer"] == "SimpleTrainer"
     assert params["model"] == "Model"
     assert params["optimizer"] == "MomentumOptimizer"
-    assert (params["steps_per_epoch"], params["max_epoch"], params["starting_epoch"]) == ("4", "3", "1")
+    assert (params["steps_per_epoch"], params["max_epoch"], params["starting_epoch"]) == (
+        "4",
+        "3",
+        "1",
+    )
     assert params["precision"] == "float32"
     assert params["steps_per_execution"] == "1"
     assert (params["batch"], params["optimizer_args/momentum"]) == ("8", "0.9")

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import struct
+from pathlib import Path
 
 import pytest
 from trackers_support import need, run_id_of, train
@@ -98,4 +99,4 @@ def test_offline_run_preempted_and_resumed(tmp_path):
     saved = [f.path for files in of_kind(two, "files") for f in files.files]
     assert "stats.json" in saved
     copy = os.path.join(runs[1], "files", "stats.json")
-    assert json.loads(open(copy).read()) == json.loads((logdir / "stats.json").read_text())
+    assert json.loads(Path(copy).read_text()) == json.loads((logdir / "stats.json").read_text())

@@ -38,7 +38,9 @@ def need(module: str) -> Any:
         pytest.skip(why)
 
 
-def train(logdir: Path, tracker: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def train(
+    logdir: Path, tracker: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run the training script (a real process) and return its status and output."""
     full_env = {**os.environ, **(env or {})}
     return prefork.run(
@@ -63,7 +65,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def mlflow_server(folder: Path, start_timeout: float = 240) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def mlflow_server(
+    folder: Path, start_timeout: float = 240
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A real MLflow tracking server (its own process group) over SQLite in `folder`: (uri, process)."""
     need("mlflow")
     port = free_port()
@@ -94,7 +98,9 @@ def mlflow_server(folder: Path, start_timeout: float = 240) -> Iterator[tuple[st
         deadline = time.monotonic() + start_timeout
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"the MLflow server exited with {proc.returncode}:\n{(folder / 'server.log').read_text()[-3000:]}")
+                pytest.fail(
+                    f"the MLflow server exited with {proc.returncode}:\n{(folder / 'server.log').read_text()[-3000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"{uri}/health", timeout=5) as r:
                     if r.status == 200:
@@ -102,7 +108,9 @@ def mlflow_server(folder: Path, start_timeout: float = 240) -> Iterator[tuple[st
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"the MLflow server did not answer in {start_timeout} s:\n{(folder / 'server.log').read_text()[-3000:]}")
+                pytest.fail(
+                    f"the MLflow server did not answer in {start_timeout} s:\n{(folder / 'server.log').read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         yield uri, proc
     finally:

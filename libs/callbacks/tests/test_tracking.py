@@ -80,11 +80,13 @@ def test_plain_value_is_a_scalar_and_short(value):
     if isinstance(out, str):
         assert len(out) <= MAX_PARAM_CHARS
     if isinstance(value, bool | int) and not isinstance(value, np.generic):
-        assert out == value and type(out) is type(value)
+        assert out == value
+        assert type(out) is type(value)
     if isinstance(value, np.generic):
         assert out == value.item()
     text = param_value(out)
-    assert text is not None and len(text) <= MAX_PARAM_CHARS
+    assert text is not None
+    assert len(text) <= MAX_PARAM_CHARS
 
 
 @given(st.floats(allow_nan=False))
@@ -120,11 +122,13 @@ def test_flat_values_keeps_every_leaf_under_its_path(tree):
         if isinstance(v, float) and math.isnan(v):
             assert math.isnan(got)
         elif isinstance(v, str):
-            assert got == (v if len(v) <= MAX_PARAM_CHARS else got) and len(got) <= MAX_PARAM_CHARS
+            assert got == (v if len(v) <= MAX_PARAM_CHARS else got)
+            assert len(got) <= MAX_PARAM_CHARS
         else:
             assert got == v
     texts = flat_params(tree)
-    assert set(texts) == set(flat) and all(isinstance(t, str) for t in texts.values())
+    assert set(texts) == set(flat)
+    assert all(isinstance(t, str) for t in texts.values())
 
 
 @pytest.mark.parametrize("bad", [{"": 1}, {3: 1}, {"a": {"": 2}}])
@@ -133,7 +137,12 @@ def test_flat_values_names_a_bad_name(bad):
         flat_values(bad)
 
 
-@given(st.one_of(st.none(), st.text(max_size=5)), st.integers(1, 5), st.integers(0, 3), st.integers(0, 50))
+@given(
+    st.one_of(st.none(), st.text(max_size=5)),
+    st.integers(1, 5),
+    st.integers(0, 3),
+    st.integers(0, 50),
+)
 def test_resumes_tracker_run(stored, epoch, steps, gstep):
     got = resumes_tracker_run(stored, starting_epoch=epoch, resumed_steps=steps, global_step=gstep)
     assert got == (bool(stored) and (epoch > 1 or steps > 0 or gstep > 0))
@@ -243,12 +252,21 @@ def train(graph, tracker, logdir, **options):
     w = tf1.get_variable("w", initializer=0.0)
     op = tf1.assign_add(w, 1.0)
     LoopTrainer(
-        graph, op, [PutLoss()], Monitors([tracker]), steps_per_epoch=2, max_epoch=3, logdir=logdir, **options
+        graph,
+        op,
+        [PutLoss()],
+        Monitors([tracker]),
+        steps_per_epoch=2,
+        max_epoch=3,
+        logdir=logdir,
+        **options,
     ).train()
 
 
 def tracker_warnings(caplog):
-    return [r.getMessage() for r in caplog.records if "training goes on without it" in r.getMessage()]
+    return [
+        r.getMessage() for r in caplog.records if "training goes on without it" in r.getMessage()
+    ]
 
 
 def test_every_call_in_order_on_one_thread(graph, tmp_path, caplog):
@@ -262,7 +280,8 @@ def test_every_call_in_order_on_one_thread(graph, tmp_path, caplog):
         ("end", "FINISHED"),
     ]
     assert tracker.thread_names == {"towerkit-Tracker"}
-    assert tracker.params["lr"] == 0.5 and tracker.params["max_epoch"] == 3
+    assert tracker.params["lr"] == 0.5
+    assert tracker.params["max_epoch"] == 3
     assert read_runs_file(str(tmp_path)) == {"test": {"run_id": "run-1"}}
     assert json.loads((tmp_path / TRACKER_RUNS_FILE).read_text()) == {"test": {"run_id": "run-1"}}
     assert not tracker_warnings(caplog)
@@ -314,7 +333,14 @@ def test_stats_json_and_artifacts_are_sent(graph, tmp_path):
     train(graph, tracker, tmp_path)
     files = [c[1] for c in tracker.calls if c[0] == "file"]
     stats = str(tmp_path / "stats.json")
-    assert files == [stats, stats, stats, stats, str(tmp_path / "plot-a.png"), str(tmp_path / "plot-b.png")]
+    assert files == [
+        stats,
+        stats,
+        stats,
+        stats,
+        str(tmp_path / "plot-a.png"),
+        str(tmp_path / "plot-b.png"),
+    ]
     assert tracker.calls[-1] == ("end", "FINISHED")
 
 
@@ -331,7 +357,9 @@ def test_bad_arguments(kwargs, error, match):
         Tracker(**kwargs)
 
 
-@pytest.mark.parametrize(("name", "module"), [("MLflowMonitor", "mlflow"), ("WandbMonitor", "wandb")])
+@pytest.mark.parametrize(
+    ("name", "module"), [("MLflowMonitor", "mlflow"), ("WandbMonitor", "wandb")]
+)
 def test_missing_package_names_the_extra(name, module):
     if importlib.util.find_spec(module) is not None:
         pytest.skip(f"{module} is installed here")

@@ -52,7 +52,15 @@ def plugin_messages() -> dict[str, Any]:
         dependency=["google/protobuf/struct.proto"],
     )
 
-    def field(msg: Any, name: str, number: int, kind: int, type_name: str = "", repeated: bool = False, oneof: int | None = None) -> None:
+    def field(
+        msg: Any,
+        name: str,
+        number: int,
+        kind: int,
+        type_name: str = "",
+        repeated: bool = False,
+        oneof: int | None = None,
+    ) -> None:
         fd = msg.field.add(name=name, number=number, type=kind)
         fd.label = f.LABEL_REPEATED if repeated else f.LABEL_OPTIONAL
         if type_name:
@@ -65,7 +73,14 @@ def plugin_messages() -> dict[str, Any]:
     entry.options.map_entry = True
     field(entry, "key", 1, f.TYPE_STRING)
     field(entry, "value", 2, f.TYPE_MESSAGE, ".google.protobuf.Value")
-    field(start, "hparams", 1, f.TYPE_MESSAGE, f".{_PROTO_PACKAGE}.SessionStartInfo.HparamsEntry", repeated=True)
+    field(
+        start,
+        "hparams",
+        1,
+        f.TYPE_MESSAGE,
+        f".{_PROTO_PACKAGE}.SessionStartInfo.HparamsEntry",
+        repeated=True,
+    )
     field(start, "model_uri", 2, f.TYPE_STRING)
     field(start, "monitor_url", 3, f.TYPE_STRING)
     field(start, "group_name", 4, f.TYPE_STRING)
@@ -76,14 +91,23 @@ def plugin_messages() -> dict[str, Any]:
     data = fdp.message_type.add(name="HParamsPluginData")
     data.oneof_decl.add(name="data")
     field(data, "version", 1, f.TYPE_INT32)
-    field(data, "session_start_info", 3, f.TYPE_MESSAGE, f".{_PROTO_PACKAGE}.SessionStartInfo", oneof=0)
+    field(
+        data,
+        "session_start_info",
+        3,
+        f.TYPE_MESSAGE,
+        f".{_PROTO_PACKAGE}.SessionStartInfo",
+        oneof=0,
+    )
     field(data, "session_end_info", 4, f.TYPE_MESSAGE, f".{_PROTO_PACKAGE}.SessionEndInfo", oneof=0)
 
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(struct_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(fdp)
     return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PROTO_PACKAGE}.{name}"))
+        name: message_factory.GetMessageClass(
+            pool.FindMessageTypeByName(f"{_PROTO_PACKAGE}.{name}")
+        )
         for name in ("HParamsPluginData", "SessionStartInfo", "SessionEndInfo")
     }
 
@@ -97,10 +121,14 @@ def _summary(tag: str, content: bytes) -> Any:
     return tf1.Summary(value=[tf1.Summary.Value(tag=tag, metadata=meta, tensor=tensor)])
 
 
-def session_start_summary(values: Mapping[str, Scalar], group_name: str, model_uri: str, start_time: float) -> Any:
+def session_start_summary(
+    values: Mapping[str, Scalar], group_name: str, model_uri: str, start_time: float
+) -> Any:
     """The session start summary of a run with hyper-parameters `values` (None values are left out)."""
     msgs = plugin_messages()
-    info = msgs["SessionStartInfo"](group_name=group_name, model_uri=model_uri, start_time_secs=start_time)
+    info = msgs["SessionStartInfo"](
+        group_name=group_name, model_uri=model_uri, start_time_secs=start_time
+    )
     for name, value in values.items():
         if value is None:
             continue
@@ -146,7 +174,7 @@ class HParamsMonitor(TrackerMonitor):
         group_name: the session group (runs of one group share hyper-parameters);
             by default the logdir's name.
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
     """
 
     TRACKER = "hparams"
@@ -159,7 +187,9 @@ class HParamsMonitor(TrackerMonitor):
     ) -> None:
         super().__init__(params=params, config=config, artifacts=(), timeout=None)
         if group_name is not None and not (isinstance(group_name, str) and group_name):
-            msg = f"HParamsMonitor: 'group_name' must be a non-empty str or None; got {group_name!r}"
+            msg = (
+                f"HParamsMonitor: 'group_name' must be a non-empty str or None; got {group_name!r}"
+            )
             raise TypeError(msg)
         self._group = group_name
         self._writer: Any = None
@@ -184,7 +214,9 @@ class HParamsMonitor(TrackerMonitor):
         now = time.time()
         group = self._group or os.path.basename(os.path.normpath(str(self._logdir)))
         writer = self._open()
-        writer.add_summary(session_start_summary(params, group, str(self._logdir), now), self.trainer.global_step)
+        writer.add_summary(
+            session_start_summary(params, group, str(self._logdir), now), self.trainer.global_step
+        )
         writer.flush()
         return f"{socket.gethostname()}-{os.getpid()}-{int(now)}"
 
@@ -197,11 +229,12 @@ class HParamsMonitor(TrackerMonitor):
     def _end_run(self, status: EndStatus) -> None:
         code = HPARAMS_STATUS.get(status)
         if code is not None:
-            self._open().add_summary(session_end_summary(code, time.time()), self.trainer.global_step)
+            self._open().add_summary(
+                session_end_summary(code, time.time()), self.trainer.global_step
+            )
         if self._writer is not None:
             self._writer.close()
             self._writer = None
 
     def _run_entry(self) -> dict[str, str]:
         return {}
-

@@ -60,7 +60,7 @@ class MLflowMonitor(TrackerMonitor):
         ImportError: ``mlflow`` is not installed (``pip install 'towerkit-callbacks[mlflow]'``).
         TypeError: an argument of the wrong kind.
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
     """
 
     TRACKER = "mlflow"

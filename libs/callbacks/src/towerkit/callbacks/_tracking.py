@@ -24,10 +24,10 @@ from towerkit.callbacks._senders import check_timeout
 from towerkit.callbacks._tracking_core import (
     TRACKER_RUNS_FILE,
     EndStatus,
+    Scalar,
     end_status,
     read_tracker_runs,
     resumes_tracker_run,
-    Scalar,
     run_values,
     tracker_runs_text,
 )
@@ -83,9 +83,7 @@ class _Sender:
         self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.quiet = False
-        self._thread = threading.Thread(
-            target=self._work, name=f"towerkit-{owner}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._work, name=f"towerkit-{owner}", daemon=True)
         self._thread.start()
 
     def submit(self, call: Callable[[], None]) -> None:
@@ -212,7 +210,15 @@ class TrackerMonitor(MonitorBase):
         self._rows.append((name, float(val), self.trainer.global_step, int(time.time() * 1000)))
 
     def _trigger_epoch(self) -> None:
-        rows = [*self._rows, ("epoch", float(self.trainer.epoch_num), self.trainer.global_step, int(time.time() * 1000))]
+        rows = [
+            *self._rows,
+            (
+                "epoch",
+                float(self.trainer.epoch_num),
+                self.trainer.global_step,
+                int(time.time() * 1000),
+            ),
+        ]
         self._rows = []
         sender = self._sender
         if sender is None:

@@ -123,7 +123,9 @@ def flat_values(params: Mapping[str, Any], prefix: str = "") -> dict[str, Scalar
     out: dict[str, Scalar] = {}
     for name, value in params.items():
         if not isinstance(name, str) or not name:
-            msg = f"a parameter's name must be a non-empty str; got {name!r} in {prefix or 'params'}"
+            msg = (
+                f"a parameter's name must be a non-empty str; got {name!r} in {prefix or 'params'}"
+            )
             raise TypeError(msg)
         key = f"{prefix}{name}"
         if isinstance(value, Mapping):
@@ -282,7 +284,9 @@ def tracker_runs_text(runs: Mapping[str, Mapping[str, str]]) -> str:
         >>> read_tracker_runs(text)
         {'mlflow': {'run_id': 'abc'}}
     """
-    return json.dumps({k: dict(v) for k, v in sorted(runs.items())}, indent=2, sort_keys=True) + "\n"
+    return (
+        json.dumps({k: dict(v) for k, v in sorted(runs.items())}, indent=2, sort_keys=True) + "\n"
+    )
 
 
 def read_tracker_runs(text: str | None) -> dict[str, dict[str, str]]:

@@ -57,7 +57,7 @@ class WandbMonitor(TrackerMonitor):
         ImportError: ``wandb`` is not installed (``pip install 'towerkit-callbacks[wandb]'``).
         TypeError, ValueError: an argument of the wrong kind or value.
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.2
     """
 
     TRACKER = "wandb"
