@@ -367,3 +367,74 @@ def test_missing_package_names_the_extra(name, module):
 
     with pytest.raises(ImportError, match=rf"pip install 'towerkit-callbacks\[{module}\]'"):
         getattr(cbs, name)()
+
+
+def test_trackers_are_chief_only():
+    from towerkit.callbacks import HParamsMonitor
+
+    assert Tracker().chief_only
+    assert HParamsMonitor().chief_only
+
+
+class FailAtEpoch(Callback):
+    def _trigger_epoch(self):
+        if self.trainer.epoch_num == 2:
+            raise RuntimeError("diverged")
+
+
+def hparams_data(logdir):
+    import glob
+
+    from towerkit.callbacks._hparams import plugin_messages
+
+    data_cls = plugin_messages()["HParamsPluginData"]
+    out = []
+    for path in sorted(glob.glob(str(logdir / "*.hparams"))):
+        for event in tf1.train.summary_iterator(path):
+            for value in event.summary.value:
+                assert value.metadata.plugin_data.plugin_name == "hparams"
+                out.append((value.tag, data_cls.FromString(value.metadata.plugin_data.content)))
+    return out
+
+
+@pytest.mark.parametrize(("fail", "status"), [(False, 1), (True, 2)])
+def test_hparams_session_start_and_end(graph, tmp_path, fail, status):
+    """The session's hyper-parameters (numbers as numbers), and STATUS_SUCCESS or STATUS_FAILURE."""
+    from towerkit.callbacks import HParamsMonitor
+
+    logdir = tmp_path / "lr-0.5"
+    logdir.mkdir()
+    w = tf1.get_variable("w", initializer=0.0)
+    loop = LoopTrainer(
+        graph,
+        tf1.assign_add(w, 1.0),
+        [FailAtEpoch()] if fail else [],
+        Monitors([HParamsMonitor(params={"lr": 0.5, "net": {"depth": 3, "kind": "mlp"}})]),
+        steps_per_epoch=2,
+        max_epoch=3,
+        logdir=logdir,
+    )
+    if fail:
+        with pytest.raises(RuntimeError, match="diverged"):
+            loop.train()
+    else:
+        loop.train()
+    (start_tag, start), (end_tag, end) = hparams_data(logdir)
+    assert (start_tag, end_tag) == ("_hparams_/session_start_info", "_hparams_/session_end_info")
+    info = start.session_start_info
+    assert info.group_name == "lr-0.5"
+    assert info.hparams["lr"].number_value == 0.5
+    assert info.hparams["net/depth"].number_value == 3
+    assert info.hparams["net/kind"].string_value == "mlp"
+    assert info.hparams["max_epoch"].number_value == 3
+    assert end.session_end_info.status == status
+    assert end.session_end_info.end_time_secs >= info.start_time_secs > 0
+
+
+def test_hparams_needs_a_logdir(graph):
+    from towerkit.callbacks import CallbackError, HParamsMonitor
+
+    w = tf1.get_variable("w", initializer=0.0)
+    loop = LoopTrainer(graph, tf1.assign_add(w, 1.0), [], Monitors([HParamsMonitor()]))
+    with pytest.raises(CallbackError, match="HParamsMonitor writes files and needs a directory"):
+        loop.train()

@@ -18,6 +18,7 @@ from typing import Any
 
 from towerkit.callbacks._tracking import TrackerMonitor
 from towerkit.callbacks._tracking_core import EndStatus, Scalar
+from towerkit.callbacks._writers import require_logdir
 from towerkit.towers.compat import tf1
 
 PLUGIN_NAME = "hparams"
@@ -195,10 +196,7 @@ class HParamsMonitor(TrackerMonitor):
         self._writer: Any = None
 
     def _setup_graph(self) -> None:
-        super()._setup_graph()
-        if not self._logdir:
-            msg = "HParamsMonitor writes an event file and needs the trainer's logdir; the trainer has none"
-            raise ValueError(msg)
+        self._logdir = require_logdir(self)
 
     def _open(self) -> Any:
         if self._writer is None:

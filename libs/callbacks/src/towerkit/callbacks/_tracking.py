@@ -10,6 +10,7 @@ to take the run's last data and status.
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import os
@@ -254,6 +255,6 @@ class TrackerMonitor(MonitorBase):
                     p for p in glob.glob(os.path.join(self._logdir, pattern)) if os.path.isfile(p)
                 )
         for path in dict.fromkeys(files):
-            sender.submit(lambda path=path: self._send_file(path))
+            sender.submit(functools.partial(self._send_file, path))
         sender.submit(lambda: self._end_run(status))
         sender.close(self._timeout)

@@ -105,7 +105,7 @@ def plain_value(value: Any) -> Scalar:
     if isinstance(value, np.generic):
         value = value.item()
     if value is None or isinstance(value, bool | int | float):
-        return value  # type: ignore[no-any-return]
+        return value
     text = param_value(value)
     return text if text is not None else type(value).__name__
 
