@@ -86,7 +86,9 @@ def test_preempted_run_continues_the_same_mlflow_run(server, tmp_path):
     """SIGTERM in epoch 2: the run is KILLED with epoch 1; the rerun resumes it and FINISHES it."""
     logdir = tmp_path / "run"
     env = {"MLFLOW_TRACKING_URI": server}
-    first = train(logdir, "mlflow", "--term-at", "6", env=env)
+    # the URI as the monitor's argument first, then from the environment
+    no_uri = {"MLFLOW_TRACKING_URI": ""}
+    first = train(logdir, "mlflow", "--term-at", "6", "--tracking-uri", server, env=no_uri)
     assert first.returncode == 143, first.stdout + first.stderr
     run_id = run_id_of(first)
     client = client_for(server)

@@ -1,7 +1,7 @@
 """A small training job with an experiment tracker's monitor, run as a real process by the tracker tests.
 
 Usage: python trackers_train.py LOGDIR TRACKER [--max-epoch E] [--term-at STEP]
-[--kill-group-at STEP --group PGID] [--run-name NAME]
+[--kill-group-at STEP --group PGID] [--run-name NAME] [--tracking-uri URI]
 
 TRACKER is ``mlflow``, ``wandb`` or ``hparams``. It trains an 8-16-3 MLP with
 `AutoResumeTrainConfig` (4 steps per epoch, a checkpoint at every epoch's end), the
@@ -10,6 +10,7 @@ statistic ``lr`` put at every epoch's end. ``--term-at N`` sends this process SI
 after global step N (a preemption: the run saves and exits with status 143, the same
 command resumes it). ``--kill-group-at N --group G`` sends SIGKILL to the process group
 G (a tracking server) after global step N: the tracker goes down in the middle of the run.
+``--tracking-uri`` gives MLflow's URI as the monitor's argument (else ``MLFLOW_TRACKING_URI``).
 It prints ``RUN_ID <id>`` (the tracker's run id, or ``-``) and ``DONE <global step>``
 when training ends normally.
 """
@@ -84,11 +85,12 @@ class SignalAt(Callback):
             print(f"KILLED GROUP {self.group}", flush=True)
 
 
-def tracker_monitor(name: str, run_name: str | None):
+def tracker_monitor(name: str, run_name: str | None, uri: str | None):
     if name == "mlflow":
         from towerkit.callbacks import MLflowMonitor
 
         return MLflowMonitor(
+            uri,
             experiment_name="towerkit-tests",
             run_name=run_name,
             tags={"suite": "trackers"},
@@ -115,12 +117,13 @@ def main(argv=None) -> int:
     parser.add_argument("--kill-group-at", type=int)
     parser.add_argument("--group", type=int)
     parser.add_argument("--run-name")
+    parser.add_argument("--tracking-uri")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(name)s: %(message)s")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(32, 8)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
-    monitor = tracker_monitor(args.tracker, args.run_name)
+    monitor = tracker_monitor(args.tracker, args.run_name, args.tracking_uri)
     callbacks = [ModelSaver(max_to_keep=2), PutLR()]
     if args.term_at is not None:
         callbacks.append(SignalAt(args.term_at, signal.SIGTERM))
