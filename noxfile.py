@@ -453,7 +453,8 @@ def crosslib(session: nox.Session) -> None:
     without_keras3(session)
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
     # The wheels are tested by `build`, the simulated hosts by `hosts`.
-    ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts"]
+    # The experiment trackers' tests run in `trackers`, where their packages are.
+    ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts", *TRACKER_IGNORES]
     run_tests(session, "crosslib", *paths, *ignore, env=pytest_env())
     # The tools' doctests, apart: --doctest-modules over the test folders would import
     # the tensorpack programs they keep as test data.
@@ -463,6 +464,36 @@ def crosslib(session: nox.Session) -> None:
     # the loop now being the real trainer (the others are the same test twice).
     env = {**pytest_env(), "TOWERKIT_CALLBACKS_DRIVER": "trainer", "TOWERKIT_ONLY_DRIVEN": "1"}
     run_tests(session, "crosslib-callbacks", "libs/callbacks/tests", env=env)
+
+
+TRACKER_TESTS = (
+    "tests/test_trackers_mlflow.py",
+    "tests/test_trackers_wandb.py",
+    "tests/test_trackers_hparams.py",
+)
+"""The tests of the experiment trackers' monitors against real trackers (`trackers` runs them)."""
+
+TRACKER_IGNORES = [f"--ignore={path}" for path in TRACKER_TESTS]
+
+
+@nox.session(tags=["ci"])
+@timed
+def trackers(session: nox.Session) -> None:
+    """The experiment trackers' monitors against real trackers: MLflow, W&B offline, HParams.
+
+    The callbacks lib's ``mlflow`` and ``wandb`` extras (never dependencies of a lib) and
+    TensorBoard (to decode the HParams summaries with its own messages) are installed
+    here only. A real MLflow tracking server (its own process, SQLite in a temporary
+    folder) is started by the tests; W&B runs offline (``WANDB_MODE=offline``), so
+    nothing leaves the machine. Under ``CI=true`` a missing package fails these tests
+    rather than skipping them.
+    """
+    install_local(session, "towerkit-trainers")
+    session.install(f"{DISTS['towerkit-callbacks']}[mlflow,wandb]", "tensorboard")
+    install_groups(session, "test")
+    without_keras3(session)
+    env = {**pytest_env(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    run_tests(session, "trackers", *TRACKER_TESTS, env=env)
 
 
 @nox.session(tags=["ci"])
@@ -650,6 +681,7 @@ CORE_MODULES = [
     "_stats_file",
     "_paths",
     "_lazy",
+    "_tracking_core",
 ]
 """The callbacks lib's functional core: its doctests run in the `core` session too."""
 

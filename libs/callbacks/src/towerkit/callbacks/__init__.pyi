@@ -32,6 +32,7 @@ from towerkit.callbacks._hooked import HookedSession as HookedSession
 from towerkit.callbacks._hooks import CallbackToHook as CallbackToHook
 from towerkit.callbacks._hooks import HookToCallback as HookToCallback
 from towerkit.callbacks._hooks import TFLocalCLIDebugHook as TFLocalCLIDebugHook
+from towerkit.callbacks._hparams import HParamsMonitor as HParamsMonitor
 from towerkit.callbacks._hyperparams import GraphVarParam as GraphVarParam
 from towerkit.callbacks._hyperparams import HyperParam as HyperParam
 from towerkit.callbacks._hyperparams import ObjAttrParam as ObjAttrParam
@@ -63,6 +64,7 @@ from towerkit.callbacks._loop import loop_events as loop_events
 from towerkit.callbacks._misc import EstimatedTimeLeft as EstimatedTimeLeft
 from towerkit.callbacks._misc import InjectShell as InjectShell
 from towerkit.callbacks._misc import StartProcOrThread as StartProcOrThread
+from towerkit.callbacks._mlflow import MLflowMonitor as MLflowMonitor
 from towerkit.callbacks._monitor_hub import MonitorBase as MonitorBase
 from towerkit.callbacks._monitor_hub import Monitors as Monitors
 from towerkit.callbacks._multistep import execution_ends as execution_ends
@@ -146,6 +148,7 @@ from towerkit.callbacks._triggers import firing_kinds as firing_kinds
 from towerkit.callbacks._triggers import negate as negate
 from towerkit.callbacks._types import TrainerView as TrainerView
 from towerkit.callbacks._version import __version__ as __version__
+from towerkit.callbacks._wandb import WandbMonitor as WandbMonitor
 from towerkit.callbacks._writers import JSONWriter as JSONWriter
 from towerkit.callbacks._writers import ScalarPrinter as ScalarPrinter
 from towerkit.callbacks._writers import TFEventWriter as TFEventWriter
