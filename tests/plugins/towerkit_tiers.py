@@ -12,6 +12,11 @@ It also keeps the flake gate's own matrices out of every other run: a test marke
 unless the environment sets ``TOWERKIT_FLAKE_GATE=1``, as ``nox -s flake_gate`` does.
 Name such a test on the command line with that variable set to run it
 (``TOWERKIT_FLAKE_GATE=1 pytest -p towerkit_tiers libs/trainers/tests/test_phase_faults.py``).
+
+And it loads the hypothesis profile of every run: no deadline per example and no "too
+slow" health check. Both measure wall time, which on a loaded 2-core CI machine says how
+busy the machine is, not whether the test is right (a property test failed the health
+check once at a load of 12 and passed alone). A test's own ``@settings`` still wins.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
+
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # a run without property tests
+    pass
+else:
+    settings.register_profile(
+        "towerkit", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.load_profile("towerkit")
 
 # The standard library starts `uname -p` the first time anything asks for the processor's
 # name, then keeps the answer: ask now, so the first test to reach such a call is not
