@@ -10,6 +10,15 @@ from towerkit.callbacks._base import Callback as Callback
 from towerkit.callbacks._base import CallbackFactory as CallbackFactory
 from towerkit.callbacks._base import Callbacks as Callbacks
 from towerkit.callbacks._base import ProxyCallback as ProxyCallback
+from towerkit.callbacks._best_k import BestEntry as BestEntry
+from towerkit.callbacks._best_k import BestKPlan as BestKPlan
+from towerkit.callbacks._best_k import BestKResume as BestKResume
+from towerkit.callbacks._best_k import BestKState as BestKState
+from towerkit.callbacks._best_k import plan_best_k as plan_best_k
+from towerkit.callbacks._best_k import rank_entries as rank_entries
+from towerkit.callbacks._best_k import resume_best_k as resume_best_k
+from towerkit.callbacks._best_savers import MaxSaver as MaxSaver
+from towerkit.callbacks._best_savers import MinSaver as MinSaver
 from towerkit.callbacks._console import VariableRow as VariableRow
 from towerkit.callbacks._console import epoch_line as epoch_line
 from towerkit.callbacks._console import format_stat as format_stat
@@ -79,8 +88,6 @@ from towerkit.callbacks._pruning import InheritedCheckpoints as InheritedCheckpo
 from towerkit.callbacks._pruning import PrunePlan as PrunePlan
 from towerkit.callbacks._pruning import plan_inherited as plan_inherited
 from towerkit.callbacks._pruning import plan_pruning as plan_pruning
-from towerkit.callbacks._savers import MaxSaver as MaxSaver
-from towerkit.callbacks._savers import MinSaver as MinSaver
 from towerkit.callbacks._savers import ModelSaver as ModelSaver
 from towerkit.callbacks._schedules import OnSchedule as OnSchedule
 from towerkit.callbacks._schedules import PiecewiseSchedule as PiecewiseSchedule
