@@ -82,6 +82,7 @@ from towerkit.callbacks._paths import file_name_problem as file_name_problem
 from towerkit.callbacks._periodic import EnableCallbackIf as EnableCallbackIf
 from towerkit.callbacks._periodic import PeriodicCallback as PeriodicCallback
 from towerkit.callbacks._periodic import PeriodicTrigger as PeriodicTrigger
+from towerkit.callbacks._periodic import TimedTrigger as TimedTrigger
 from towerkit.callbacks._profiler import GraphProfiler as GraphProfiler
 from towerkit.callbacks._pruning import EPOCH_ENDS_KEPT as EPOCH_ENDS_KEPT
 from towerkit.callbacks._pruning import InheritedCheckpoints as InheritedCheckpoints
@@ -133,6 +134,9 @@ from towerkit.callbacks._timeline import format_timeline as format_timeline
 from towerkit.callbacks._timeline import iter_timeline as iter_timeline
 from towerkit.callbacks._timeline import timeline as timeline
 from towerkit.callbacks._timeline import timeline_firings as timeline_firings
+from towerkit.callbacks._timer import TimerState as TimerState
+from towerkit.callbacks._timer import WallClockInterval as WallClockInterval
+from towerkit.callbacks._timer import advance_timer as advance_timer
 from towerkit.callbacks._trackers import GPUMemoryTracker as GPUMemoryTracker
 from towerkit.callbacks._trackers import GPUUtilizationTracker as GPUUtilizationTracker
 from towerkit.callbacks._trackers import HostMemoryTracker as HostMemoryTracker

@@ -7,7 +7,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from towerkit.callbacks._base import Callback
@@ -26,6 +26,7 @@ from towerkit.callbacks._pruning import (
     start_saver_state,
 )
 from towerkit.callbacks._stats import is_real_number
+from towerkit.callbacks._timer import TimerState, WallClockInterval, advance_timer
 from towerkit.callbacks._writers import require_logdir
 from towerkit.sessinit import (
     atomic_save_checkpoint,
@@ -101,6 +102,20 @@ class ModelSaver(Callback):
     can resume from one saved inside an epoch (every k steps, or by ``save_now`` when
     a preemption signal stops training) at exactly its step.
 
+    **Every N minutes** (``every_n_minutes``): on top of its trigger (every epoch, or
+    the schedule of a `PeriodicTrigger` around it), the saver saves after the step at
+    which N minutes of wall clock (``time.monotonic``) have passed since its last save
+    (whatever caused it) or since ``before_train``. On spot and preemptible machines
+    this bounds what a kill without warning (SIGKILL, a machine reclaimed at once)
+    loses to about N minutes of training plus one save; a preemption signal the
+    trainer receives (SIGTERM) is no reason to wait for the timer: the trainer saves
+    at once (`save_now`), and that save restarts the count too. A save inside an epoch
+    records its position (below), so `AutoResumeTrainConfig` resumes at exactly that
+    step; the count starts afresh in the resumed run. Timed saves count towards
+    ``max_to_keep`` like the others (the newest two epoch-end checkpoints are kept
+    whatever the timer saved since). The check costs one clock reading per step, and
+    nothing when ``every_n_minutes`` is None.
+
     The first save of a run is logged at INFO with the directory and what is kept; the
     later ones at DEBUG, so the console keeps one line per epoch.
 
@@ -119,6 +134,14 @@ class ModelSaver(Callback):
         checkpoint_dir: where to save; the trainer's ``logdir`` by default.
         var_collections: the graph collection(s) whose variables to save; global
             variables by default.
+        every_n_minutes: also save when this many minutes of wall clock have passed
+            since the last save (see above); None: only when triggered.
+
+            .. versionadded:: 0.2
+        clock: the clock of ``every_n_minutes``, a function returning seconds
+            (``time.monotonic`` by default; tests give a fake one).
+
+            .. versionadded:: 0.2
 
     Raises:
         GlobPathError: at ``setup_graph``, the directory's path holds a character
@@ -131,7 +154,18 @@ class ModelSaver(Callback):
         keep_checkpoint_every_n_hours: float = 0.5,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         var_collections: str | Sequence[str] | None = None,
+        every_n_minutes: float | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        if clock is not None and not callable(clock):
+            msg = f"'clock' must be a function returning seconds; got {type(clock).__name__}"
+            raise TypeError(msg)
+        self._interval = (
+            None if every_n_minutes is None else WallClockInterval.from_minutes(every_n_minutes)
+        )
+        self._clock = time.monotonic if clock is None else clock
+        self._timer: TimerState | None = None
         if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 0:
             msg = f"'max_to_keep' must be an int >= 0; got {max_to_keep!r}"
             raise ValueError(msg)
@@ -156,6 +190,31 @@ class ModelSaver(Callback):
     def checkpoint_dir(self) -> str | None:
         """The directory checkpoints go to (known after ``setup_graph``)."""
         return self._dir if self._dir is not None else self._dir_arg
+
+    @property
+    def every_n_minutes(self) -> float | None:
+        """The time trigger's period in minutes, or None.
+
+        .. versionadded:: 0.2
+        """
+        return None if self._interval is None else self._interval.seconds / 60.0
+
+    def has_hook(self, method: str) -> bool:
+        if method == "_trigger_step":  # the time trigger: one clock reading per step
+            return self._interval is not None
+        return super().has_hook(method)
+
+    def _trigger_step(self) -> None:
+        if self._interval is None or self._timer is None:
+            return
+        due, self._timer = advance_timer(self._interval, self._timer, self._clock())
+        if due:
+            logger.debug(
+                "ModelSaver: %g minutes since the last save at global step %d",
+                self._interval.seconds / 60.0,
+                self.trainer.global_step,
+            )
+            self._save()
 
     @property
     def saver(self) -> Any:
@@ -193,6 +252,7 @@ class ModelSaver(Callback):
         remove_stale_temporaries(directory, _is_saver_file, what="checkpoint")
         self._start_step = self.trainer.global_step
         self._announced = False
+        self._timer = TimerState(self._clock())
         listed = self._listed_checkpoints(directory)
         on_disk = {
             _MODEL_STEM.sub("", n) for n in os.listdir(directory) if _MODEL_FILE.fullmatch(n)
@@ -314,6 +374,14 @@ class ModelSaver(Callback):
         step = int(self.trainer.global_step)
         if step == self._last_saved:
             return
+        try:
+            self._write(step)
+        finally:
+            # the time trigger counts from the end of the last save (or of a refused one:
+            # never a numerics check at every step)
+            self._timer = TimerState(self._clock())
+
+    def _write(self, step: int) -> None:
         bad = self._nonfinite()
         if bad:
             logger.warning(
