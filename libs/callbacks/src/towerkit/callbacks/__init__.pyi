@@ -24,6 +24,7 @@ from towerkit.callbacks._console import epoch_line as epoch_line
 from towerkit.callbacks._console import format_stat as format_stat
 from towerkit.callbacks._console import variable_table as variable_table
 from towerkit.callbacks._early_stopping import EarlyStopping as EarlyStopping
+from towerkit.callbacks._ema_swap import SwapEMAWeights as SwapEMAWeights
 from towerkit.callbacks._errors import CallbackError as CallbackError
 from towerkit.callbacks._errors import MissingStatError as MissingStatError
 from towerkit.callbacks._errors import ParallelStartError as ParallelStartError
