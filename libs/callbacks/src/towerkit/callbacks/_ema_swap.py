@@ -13,7 +13,7 @@ from towerkit.towers.compat import tf1
 class SwapEMAWeights(ProxyCallback):
     """Run a callback's ``trigger`` (an `InferenceRunner`'s evaluation) with the averaged weights.
 
-    Every global variable ``x`` that has a moving average ``x/ExponentialMovingAverage``
+    Every variable ``x`` (global, or local as a replicated trainer's tower copies) that has a moving average ``x/ExponentialMovingAverage``
     in the graph (``EMAOptimizer`` of the trainers lib builds them) holds the average
     while the wrapped callback's ``trigger_epoch`` (or ``trigger``, when a
     `PeriodicTrigger` calls it) runs, and gets its own value back after it, whatever
@@ -41,7 +41,11 @@ class SwapEMAWeights(ProxyCallback):
         return tuple(v.op.name for v, _ in self._pairs)
 
     def _setup_graph(self) -> None:
-        variables = self.graph.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES)
+        variables = [
+            v
+            for key in (tf1.GraphKeys.GLOBAL_VARIABLES, tf1.GraphKeys.LOCAL_VARIABLES)
+            for v in self.graph.get_collection(key)
+        ]
         by_name = {v.op.name: v for v in variables}
         self._pairs = [
             (v, by_name[f"{v.op.name}/{EMA_SUFFIX}"])

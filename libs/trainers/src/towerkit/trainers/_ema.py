@@ -57,7 +57,8 @@ class EMAOptimizer(ProxyOptimizer):
     itself: it runs once per step in every trainer, inside the in-graph loop of
     ``steps_per_execution`` (K steps, K updates), and under mixed precision only when
     the loss-scaled step is applied. The shadows are non-trainable global variables
-    named ``<variable>/ExponentialMovingAverage`` (`EMA_SUFFIX`), created with the
+    named ``<variable>/ExponentialMovingAverage`` (`EMA_SUFFIX`; local variables for
+    local copies, as a replicated trainer's other towers have), created with the
     weights' initial values, so `ModelSaver` saves them and a resumed run continues
     the average exactly; with `warmup` the number of updates is a variable
     ``<name>/num_updates`` saved too. ``SaverRestore(path, ema=True)`` restores the
@@ -108,6 +109,10 @@ class EMAOptimizer(ProxyOptimizer):
         key = var.op.name
         if key in self._shadows:
             return self._shadows[key]
+        # a local copy (a replicated trainer's other towers) gets a local shadow:
+        # saved and restored as the copy is
+        local = any(v is var for v in var.graph.get_collection(tf1.GraphKeys.LOCAL_VARIABLES))
+        where = tf1.GraphKeys.LOCAL_VARIABLES if local else tf1.GraphKeys.GLOBAL_VARIABLES
         # init_scope: created in the outer graph, never inside the K-step loop or the
         # loss scale's cond, from the weight's initial value
         with tf1.init_scope(), tf1.name_scope(None), tf1.device(var.device):
@@ -116,6 +121,7 @@ class EMAOptimizer(ProxyOptimizer):
                 name=f"{key}/{EMA_SUFFIX}",
                 trainable=False,
                 dtype=var.dtype.base_dtype,
+                collections=[where],
             )
         if shadow.op.name != f"{key}/{EMA_SUFFIX}":
             msg = (
