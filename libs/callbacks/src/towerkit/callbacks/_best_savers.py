@@ -393,6 +393,13 @@ class MinSaver(Callback):
         directory, base, files = self._latest_checkpoint()
         held = checkpoint_step(base)
         held = int(self.trainer.global_step) if held is None else held
+        if held != self.trainer.global_step:
+            logger.warning(
+                "%s: the latest checkpoint %s is not from the current global step %d",
+                self,
+                base,
+                self.trainer.global_step,
+            )
         plan = plan_best_k(
             self._best_k,
             name=self.copy_name(held),

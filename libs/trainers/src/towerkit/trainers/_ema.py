@@ -65,8 +65,11 @@ class EMAOptimizer(ProxyOptimizer):
     averages as the weights (for `OfflinePredictor`, the exporters, or evaluation);
     `SwapEMAWeights` swaps them in around a callback (an `InferenceRunner`).
 
-    Return it from ``ModelDesc.optimizer()``; a gradient processor or
-    `AccumGradOptimizer` goes inside it (``EMAOptimizer(apply_grad_processors(opt, ...))``).
+    Return it from ``ModelDesc.optimizer()``; a gradient processor goes inside it
+    (``EMAOptimizer(apply_grad_processors(opt, ...))``). With an `AccumGradOptimizer`
+    inside, the average still moves at every step (towards weights that change every
+    k-th step): choose the decay per step. An asynchronous trainer, whose towers apply
+    their gradients one by one, moves the average once per tower's apply.
 
     .. versionadded:: 0.2
 
