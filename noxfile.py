@@ -678,6 +678,8 @@ CORE_MODULES = [
     "_timeline",
     "_inference_stats",
     "_pruning",
+    "_best_k",
+    "_timer",
     "_stats_file",
     "_paths",
     "_lazy",

@@ -23,12 +23,16 @@ CORE_IMPORT = textwrap.dedent(
     from towerkit.callbacks import (
         EveryK, LoopPosition, fires, loop_events, piecewise_schedule, timeline, value_at,
         MeanState, mean_add, mean_values, should_change, StatMonitorState, StopTraining,
+        BestKState, plan_best_k, TimerState, WallClockInterval, advance_timer,
     )
     assert "tensorflow" not in sys.modules, "importing the core loaded TensorFlow"
     events = list(loop_events(1, 2, 3))
     saves = [e.global_step for e in events if fires(EveryK(epochs=1), e)]
     lr = piecewise_schedule([(1, 0.1), (2, 0.01)])
     state = mean_add(mean_add(MeanState(sums=(0.0,), count=0), [1.0]), [3.0])
+    best = plan_best_k(BestKState(k=1, mode="min"), name="m-1", step=1, epoch=1, value=0.5)
+    due, _ = advance_timer(WallClockInterval(60.0), TimerState(0.0), 61.0)
+    assert best.admitted and due
     print(saves, [value_at(lr, epoch) for epoch in (1, 2)], mean_values(state))
     assert "tensorflow" not in sys.modules, "using the core loaded TensorFlow"
     """

@@ -441,6 +441,19 @@ class TestPanels:
             (tmp_path / "run" / name).write_bytes(b"")
         assert find_savers(tmp_path / "run") == [("max", "a_b"), ("min", "validation_error")]
         assert find_savers(tmp_path / "missing") == []
+        # the best k: the record names the statistic, the copies are not statistics of their own
+        for name in (
+            "min-top-5.tfmodel.json",
+            "min-top-5-12.tfmodel.index",
+            "max-c-3.tfmodel.index",
+        ):
+            (tmp_path / "run" / name).write_bytes(b"")
+        assert find_savers(tmp_path / "run") == [
+            ("max", "a_b"),
+            ("max", "c-3"),
+            ("min", "top-5"),
+            ("min", "validation_error"),
+        ]
         assert main([str(tmp_path / "run"), "--pair", "cost,learning_rate"]) == 0
         assert png_size(tmp_path / "run" / "stats.png") == (800, 300)
 

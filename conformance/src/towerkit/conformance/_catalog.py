@@ -209,6 +209,44 @@ BEST_SAVERS = Scenario(
     ],
 )
 
+BEST_K = {
+    case: Scenario(
+        name=f"best-k-savers-{case}",
+        loop=LoopSpec(starting_epoch=1, max_epoch=5, steps_per_epoch=2, steps_per_execution=k),
+        logdir="bestk",
+        callbacks=[
+            StatSpec(name="val_error", values=[3.0, 1.0, 2.0, 1.0, 0.5]),
+            SaverSpec(max_to_keep=1),
+            BestSaverSpec(name="min_saver", stat="val_error", top_k=2),
+            BestSaverSpec(name="max_saver", stat="val_error", reverse=True, top_k=3),
+        ],
+        precision=precision,
+    )
+    for case, k, precision in [
+        ("plain", 1, None),
+        ("2-steps-per-call", 2, None),
+        ("mixed_bfloat16", 1, "mixed_bfloat16"),
+    ]
+}
+"""``MinSaver(top_k=2)`` and ``MaxSaver(top_k=3)`` (ties included), beside a ModelSaver keeping
+one; also with 2 steps per session call and in mixed bfloat16."""
+
+EMA = {
+    case: Scenario(
+        name=f"ema-{case}",
+        loop=LoopSpec(starting_epoch=1, max_epoch=1, steps_per_epoch=3, steps_per_execution=k),
+        callbacks=[VariablesSpec()],
+        ema_decay=0.5,
+        precision=precision,
+    )
+    for case, k, precision in [
+        ("plain", 1, None),
+        ("3-steps-per-call", 3, None),
+        ("mixed_bfloat16", 1, "mixed_bfloat16"),
+    ]
+}
+"""Three SGD steps with ``EMAOptimizer(decay=0.5)``: the averages against the reference's path."""
+
 RESUME_STATS = StatSpec(name="epoch_stat", values=[11.0, 12.0, 13.0, 14.0])
 RESUME_EPOCHS = (2, 4)
 """Epochs of the first run, and the ``max_epoch`` of the run that resumes it."""
@@ -333,8 +371,9 @@ def named_scenarios() -> tuple[Scenario, ...]:
         STAT_MONITOR,
         WITH_FUNC,
     ]
-    out += [SAVER, SAVER_KEEP, BEST_SAVERS]
+    out += [SAVER, SAVER_KEEP, BEST_SAVERS, *BEST_K.values()]
     for first, second in RESUME.values():
         out += [first, second]
+    out += [*EMA.values()]
     out += [TOWERS, *NUMERICS.values(), *NUMERICS_MIXED.values(), *LAYERS.values()]
     return tuple(out)

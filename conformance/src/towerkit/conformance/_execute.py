@@ -156,7 +156,8 @@ def build_callbacks(scenario: Scenario, rec: Recording) -> list[Any]:
         elif isinstance(spec, SaverSpec):
             cbs.append(ModelSaver(max_to_keep=spec.max_to_keep))
         elif isinstance(spec, BestSaverSpec):
-            cbs.append(MaxSaver(spec.stat) if spec.reverse else MinSaver(spec.stat))
+            kind = MaxSaver if spec.reverse else MinSaver
+            cbs.append(kind(spec.stat, top_k=spec.top_k))
         elif isinstance(spec, VariablesSpec):
             cbs.append(VariablesRecorder(rec))
         elif isinstance(spec, TowersSpec):
@@ -325,6 +326,15 @@ def _best_steps(scenario: Scenario, logdir: str | None) -> list[tuple[str, int]]
     for spec in scenario.callbacks:
         if not isinstance(spec, BestSaverSpec) or logdir is None:
             continue
+        if spec.top_k > 1:
+            record = os.path.join(logdir, spec.filename + ".json")
+            if os.path.isfile(record):
+                with open(record, encoding="utf-8") as f:
+                    for entry in json.load(f)["kept"]:
+                        path = os.path.join(logdir, entry["name"])
+                        step = int(tf.train.load_variable(path, "global_step"))
+                        out.append((entry["name"], step))
+            continue
         path = os.path.join(logdir, spec.filename)
         if os.path.isfile(path + ".index"):
             out.append((spec.filename, int(tf.train.load_variable(path, "global_step"))))
@@ -355,7 +365,7 @@ def execute(
     import tensorflow as tf
 
     rec = Recording()
-    model = SuiteModel(kind=scenario.model, shard=rank)
+    model = SuiteModel(kind=scenario.model, shard=rank, ema_decay=scenario.ema_decay)
     logdir = None if scenario.logdir is None else str(Path(workdir) / scenario.logdir)
     error = None
     graph = tf.Graph()

@@ -197,14 +197,18 @@ class SuiteModel:
             (the same regression through towerkit.layers' ``BatchNorm`` and
             ``FullyConnected``: see ``towerkit.conformance._layers_model``).
         shard: which data shard the input reads (a process's rank).
+        ema_decay: wrap the optimizer in ``EMAOptimizer`` with this decay (None: plain SGD).
     """
 
-    def __init__(self, kind: str = "quadratic", shard: int = 0) -> None:
+    def __init__(
+        self, kind: str = "quadratic", shard: int = 0, ema_decay: float | None = None
+    ) -> None:
         if kind not in MODEL_KINDS:
             msg = f"'kind' must be one of {', '.join(map(repr, MODEL_KINDS))}; got {kind!r}"
             raise ValueError(msg)
         self.kind = kind
         self.shard = shard
+        self.ema_decay = ema_decay
         self.tower_calls = 0
         self._signature: tuple[Any, ...] | None = None
 
@@ -246,10 +250,15 @@ class SuiteModel:
         return tf.reduce_mean(pred * y, name="cost")
 
     def make_optimizer(self) -> Any:
-        """Plain SGD with `LEARNING_RATE`."""
+        """Plain SGD with `LEARNING_RATE` (in an ``EMAOptimizer`` when `ema_decay` is set)."""
         from towerkit.towers.compat import tf1
 
-        return tf1.train.GradientDescentOptimizer(LEARNING_RATE)
+        opt = tf1.train.GradientDescentOptimizer(LEARNING_RATE)
+        if self.ema_decay is None:
+            return opt
+        from towerkit.trainers import EMAOptimizer
+
+        return EMAOptimizer(opt, decay=self.ema_decay)
 
     def as_model_desc(self) -> Any:
         """This model as a ``ModelDesc`` (for ``launch_train_with_config``)."""

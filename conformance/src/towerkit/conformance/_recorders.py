@@ -13,6 +13,7 @@ from towerkit.conformance._layers_model import LAYER_VARIABLES
 from towerkit.conformance._model import PROBE_INPUTS, VARIABLES
 from towerkit.conformance._scenario import CLOCK
 from towerkit.conformance._trace import TraceEvent
+from towerkit.sessinit import EMA_SUFFIX
 from towerkit.towers.compat import tf1
 
 _SNAPSHOT_TRIES = 40
@@ -252,7 +253,15 @@ class VariablesRecorder(Callback):
         self.chief_only = False
 
     def _setup_graph(self) -> None:
-        self._vars = model_variable_copies(self.graph)
+        copies = model_variable_copies(self.graph)
+        # and their moving averages, when the optimizer keeps them (EMAOptimizer)
+        by_name = {
+            v.op.name: v
+            for key in (tf1.GraphKeys.GLOBAL_VARIABLES, tf1.GraphKeys.LOCAL_VARIABLES)
+            for v in self.graph.get_collection(key)
+        }
+        shadows = [by_name.get(f"{v.op.name}/{EMA_SUFFIX}") for v in copies]
+        self._vars = copies + [s for s in shadows if s is not None]
 
     def _read(self, when: str) -> None:
         values = self.trainer.sess.run(self._vars)

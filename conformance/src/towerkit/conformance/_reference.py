@@ -473,6 +473,29 @@ def best_epoch_step(events: Sequence[LoopEvent], stat: StatSpec, spec: BestSaver
     return None if best is None else best[1]
 
 
+def best_k_steps(events: Sequence[LoopEvent], stat: StatSpec, spec: BestSaverSpec) -> list[int]:
+    """The global steps of the checkpoints ``MinSaver(top_k=k)`` keeps, best first.
+
+    Epochs rank by their statistic (lowest first; highest for ``MaxSaver``), equal values
+    by their epoch (the earlier first); the first k are kept.
+
+    Examples:
+        >>> events = full_stream(LoopSpec(max_epoch=4, steps_per_epoch=2), 1)
+        >>> stat = StatSpec(name="err", values=[3, 1, 2, 1])
+        >>> best_k_steps(events, stat, BestSaverSpec(name="m", stat="err", top_k=3))
+        [4, 8, 6]
+        >>> best_k_steps(events, stat, BestSaverSpec(name="m", stat="err", reverse=True, top_k=2))
+        [2, 6]
+    """
+    ends = [
+        (stat.value_in(e.epoch_num), e.global_step)
+        for e in events
+        if e.kind is EventKind.TRIGGER_EPOCH
+    ]
+    ranked = sorted(ends, key=lambda p: (-p[0] if spec.reverse else p[0], p[1]))
+    return [step for _, step in ranked[: spec.top_k]]
+
+
 def values_close(a: float, b: float) -> bool:
     """Whether two parameter values are equal up to float32 rounding.
 

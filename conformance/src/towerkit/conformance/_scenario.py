@@ -106,6 +106,12 @@ class LoopSpec:
         )
 
 
+def _decay(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, float) or not 0.0 <= value < 1.0:
+        msg = f"{type(instance).__name__}: {attribute.name!r} must be a float in [0, 1); got {value!r}"
+        raise ValueError(msg)
+
+
 class CallbackSpec:
     """Base of the records describing a callback the suite attaches to a run.
 
@@ -274,12 +280,13 @@ class SaverSpec(CallbackSpec):
 
 @attrs.frozen(kw_only=True)
 class BestSaverSpec(CallbackSpec):
-    """``MinSaver(stat)`` (or ``MaxSaver(stat)`` with `reverse`), after a ``ModelSaver``."""
+    """``MinSaver(stat, top_k=k)`` (or ``MaxSaver`` with `reverse`), after a ``ModelSaver``."""
 
     TYPE: ClassVar[str] = "best_saver"
     name: str = attrs.field(validator=_name)
     stat: str = attrs.field(validator=_name)
     reverse: bool = attrs.field(default=False, validator=instance_of(bool))
+    top_k: int = attrs.field(default=1, validator=[_int, ge(1)])
 
     @property
     def filename(self) -> str:
@@ -457,6 +464,7 @@ class Scenario:
     precision: Precision = attrs.field(
         default=None, converter=_policy, metadata={"to_data": _policy_name}
     )
+    ema_decay: float | None = attrs.field(default=None, validator=optional(_decay))
 
     def __attrs_post_init__(self) -> None:
         names = [s.name for s in self.callbacks]  # type: ignore[attr-defined]

@@ -240,24 +240,32 @@ def panel_groups(
     return panels
 
 
-SAVER_FILE = re.compile(r"(min|max)-(.+)\.tfmodel\.index")
-"""The ``.index`` file of a `MinSaver`/`MaxSaver` copy with its default name."""
+SAVER_FILE = re.compile(r"(min|max)-(.+)\.tfmodel\.(?:index|json)")
+"""The ``.index`` file of a `MinSaver`/`MaxSaver` copy with its default name, or the
+record ``.json`` of the best k (``top_k > 1``)."""
 
 
 def find_savers(logdir: str | os.PathLike[str]) -> list[tuple[str, str]]:
     """The ``(kind, statistic)`` of each `MinSaver`/`MaxSaver` copy in `logdir`, sorted.
 
     Copies are found by their default names, ``min-<statistic>.tfmodel`` and
-    ``max-<statistic>.tfmodel`` (a ``/`` of the statistic's name written ``_``); a
-    copy given another ``filename`` is not found.
+    ``max-<statistic>.tfmodel`` (a ``/`` of the statistic's name written ``_``), or
+    for the best k by their record ``min-<statistic>.tfmodel.json`` (the copies
+    ``min-<statistic>-<step>.tfmodel`` are not statistics of their own); a copy given
+    another ``filename`` is not found.
     """
     try:
         names = os.listdir(logdir)
     except OSError:
         return []
-    return sorted(
-        (m.group(1), m.group(2)) for n in names if (m := SAVER_FILE.fullmatch(n)) is not None
-    )
+    found = {(m.group(1), m.group(2)) for n in names if (m := SAVER_FILE.fullmatch(n)) is not None}
+    records = {pair for pair in found if f"{pair[0]}-{pair[1]}.tfmodel.json" in names}
+    copies = {
+        (kind, stat)
+        for kind, stat in found
+        if (kind, re.sub(r"-\d+$", "", stat)) in records and re.search(r"-\d+$", stat)
+    }
+    return sorted(found - copies)
 
 
 def best_point(xs: Sequence[float], ys: Sequence[float], kind: str) -> tuple[float, float] | None:

@@ -9,10 +9,18 @@ from typing import TYPE_CHECKING
 import attrs
 import pytest
 
-from towerkit.conformance._catalog import BEST_SAVERS, RESUME, RESUME_EPOCHS, SAVER, SAVER_KEEP
+from towerkit.conformance._catalog import (
+    BEST_K,
+    BEST_SAVERS,
+    RESUME,
+    RESUME_EPOCHS,
+    SAVER,
+    SAVER_KEEP,
+)
 from towerkit.conformance._checks import check_run, require
 from towerkit.conformance._reference import (
     best_epoch_step,
+    best_k_steps,
     expected_run,
     full_stream,
     kept_checkpoints,
@@ -108,6 +116,42 @@ def test_min_saver_and_max_saver_files(
             f"{found.get(spec.filename)}, expected {want} (the first epoch with the "
             f"{'highest' if spec.reverse else 'lowest'} {spec.stat} among {list(stat.values)})\n"
             f"  rule: the model with the best statistic is saved separately [spec 003, MinSaver]",
+        )
+
+
+@pytest.mark.parametrize("case", list(BEST_K), ids=list(BEST_K))
+def test_best_k_savers(trainer_entry: TrainerEntry, conformance_runner: _Runner, case: str) -> None:
+    """MinSaver/MaxSaver(top_k=k): the k checkpoints with the best statistic, each as <kind>-<stat>-<step>.tfmodel, listed best first in <filename>.json (ties to the earlier epoch); with K steps per call and in mixed precision too."""
+    scenario = BEST_K[case]
+    results = conformance_runner.run(scenario)
+    check_run(trainer_entry, scenario, results, recorders=[CLOCK])
+    result = _chief(results)
+    stat = next(s for s in scenario.callbacks if isinstance(s, StatSpec))
+    events = full_stream(scenario.loop, trainer_entry.capabilities.runs_per_step)
+    for spec in scenario.callbacks:
+        if not isinstance(spec, BestSaverSpec):
+            continue
+        want = best_k_steps(events, stat, spec)
+        stem = spec.filename[: -len(".tfmodel")]
+        want_names = [f"{stem}-{step}.tfmodel" for step in want]
+        kind = "MaxSaver" if spec.reverse else "MinSaver"
+        got = [(n, s) for n, s in result.best_steps if n.startswith(stem + "-")]
+        require(
+            got == list(zip(want_names, want, strict=True)),
+            f"{trainer_entry.name}: {kind}({spec.stat!r}, top_k={spec.top_k}) keeps {got} "
+            f"(name, global step held), expected {list(zip(want_names, want, strict=True))} "
+            f"(the best {spec.top_k} of {list(stat.values)}, best first)\n"
+            f"  rule: the k best checkpoints by the statistic are kept [towerkit, MinSaver.top_k]",
+        )
+        on_disk = sorted(
+            f[: -len(".index")]
+            for f in result.files
+            if f.startswith(stem + "-") and f.endswith(".index")
+        )
+        require(
+            on_disk == sorted(want_names),
+            f"{trainer_entry.name}: {kind}(top_k={spec.top_k}) left {on_disk} on disk, "
+            f"expected exactly {sorted(want_names)} (the displaced ones are deleted)",
         )
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from towerkit.conformance._catalog import NUMERICS, NUMERICS_MIXED
+from towerkit.conformance._catalog import EMA, NUMERICS, NUMERICS_MIXED
 from towerkit.conformance._checks import check_no_error, require
 from towerkit.conformance._model import (
     SHAPES,
@@ -147,3 +147,60 @@ def check_steps(
             f"float32 reference within float32's rounding (rtol 1e-5, atol 1e-6): the towers "
             f"did not compute in the policy's low precision (is setup_graph's precision ignored?)",
         )
+
+
+@pytest.mark.parametrize("case", list(EMA), ids=list(EMA))
+def test_moving_averages_follow_the_reference(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner, case: str
+) -> None:
+    """EMAOptimizer: every copy of a weight has a moving average that moved once per step, after the step's update: ``s <- d s + (1 - d) w`` along the single-tower reference's path (K steps per call and mixed precision included)."""
+    caps = trainer_entry.capabilities
+    if not caps.trains:
+        pytest.skip("the trainer trains nothing: no optimizer, no averages")
+    if not caps.synchronous:
+        pytest.skip(
+            "the trainer is not synchronous (towers or workers apply their gradients one by "
+            "one): the averages move once per apply, in an order the reference does not fix"
+        )
+    scenario = EMA[case]
+    decay = scenario.ema_decay
+    if decay is None:  # pragma: no cover - every EMA scenario sets it
+        msg = f"the scenario {scenario.name!r} sets no ema_decay"
+        raise TypeError(msg)
+    rounding = 8 * 2.0**-8 if scenario.precision.mixed else 0.0
+    rtol = 1e-3 if scenario.precision.mixed else 1e-5
+    results = conformance_runner.run(scenario)
+    check_no_error(trainer_entry, results)
+    start = results[0].variable_values("before_train")
+    base = {m: np.asarray(start[m], np.float64).reshape(SHAPES[m]) for m in VARIABLES}
+    steps = scenario.loop.steps_per_epoch
+    params, shadow = dict(base), dict(base)
+    scale = rounding_scale(trainer_entry, start, steps, "quadratic")
+    for step in range(steps):
+        batches = step_batches(step, caps.num_towers, caps.processes)
+        params = sgd_step(params, batches, kind="quadratic", combine=caps.gradients)
+        shadow = {m: decay * shadow[m] + (1 - decay) * params[m] for m in VARIABLES}
+    suffix = "/ExponentialMovingAverage"
+    for result in results:
+        after = result.variable_values("after_train")
+        averages = {n: v for n, v in after.items() if n.endswith(suffix)}
+        weights = [n for n in after if not n.endswith(suffix)]
+        require(
+            sorted(averages) == sorted(n + suffix for n in weights),
+            f"{trainer_entry.name} (rank {result.rank}): the moving averages found are "
+            f"{sorted(averages)}; expected one per copy of a weight: "
+            f"{sorted(n + suffix for n in weights)}",
+        )
+        for name, vals in averages.items():
+            m = next(v for v in VARIABLES if name[: -len(suffix)].endswith(v))
+            bound = rtol * np.abs(shadow[m].ravel()) + 1e-6 + rounding * scale[m].ravel()
+            off = np.abs(np.asarray(vals, np.float64) - shadow[m].ravel())
+            require(
+                bool((off <= bound).all()),
+                f"{trainer_entry.name} (rank {result.rank}): {name!r} after {steps} steps is "
+                f"{np.round(vals, 6).tolist()}; the average (decay {decay}) of the reference's "
+                f"weights after each step is {np.round(shadow[m].ravel(), 6).tolist()}: off by "
+                f"{np.round(off, 6).tolist()}, allowed {np.round(bound, 6).tolist()}\n"
+                f"  rule: EMAOptimizer updates the average once per step, after the update "
+                f"[towerkit, EMAOptimizer]",
+            )

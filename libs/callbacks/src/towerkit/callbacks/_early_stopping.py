@@ -194,7 +194,7 @@ class EarlyStopping(Callback):
 
     def _saver(self) -> str | None:
         """The path of the MinSaver/MaxSaver copy of the monitored statistic, if one runs."""
-        from towerkit.callbacks._savers import MinSaver
+        from towerkit.callbacks._best_savers import MinSaver
 
         for cb in getattr(self.trainer, "callbacks", ()) or ():
             inner = getattr(cb, "cb", cb)  # a callback wrapped in a trigger

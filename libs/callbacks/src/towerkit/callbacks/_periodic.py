@@ -1,7 +1,8 @@
-"""PeriodicTrigger, PeriodicCallback and EnableCallbackIf: callback shells over trigger records."""
+"""PeriodicTrigger, TimedTrigger, PeriodicCallback and EnableCallbackIf: callback shells over trigger records."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -9,6 +10,7 @@ from towerkit.callbacks._base import Callback, ProxyCallback
 from towerkit.callbacks._loop import GATE_KINDS, GATED_KINDS, TRIGGER_KINDS, EventKind
 from towerkit.callbacks._multistep import coarse_step_faults
 from towerkit.callbacks._shell_records import gate_kinds, periodic_trigger_record
+from towerkit.callbacks._timer import TimerState, WallClockInterval, advance_timer
 from towerkit.callbacks._triggers import (
     AnyOf,
     EveryK,
@@ -101,6 +103,78 @@ class PeriodicTrigger(ProxyCallback):
     def __str__(self) -> str:
         r = self._record
         return f"PeriodicTrigger({self.cb}, steps={r.steps}, epochs={r.epochs}, before_train={r.before_train})"
+
+
+class TimedTrigger(ProxyCallback):
+    """Call a callback's ``trigger()`` every N minutes of wall clock, next to its own schedule.
+
+    After each step (in ``trigger_step``), ``trigger()`` of ``triggerable`` is called
+    when ``every_n_minutes`` have passed (``time.monotonic``, the pure rule
+    :func:`advance_timer` over a :class:`WallClockInterval`) since the last time it
+    was triggered: by this wrapper, or by its own ``trigger_epoch``, which still runs
+    (so ``TimedTrigger(cb, 10)`` triggers ``cb`` every epoch and whenever 10 minutes
+    pass without one). The count starts at ``before_train``. To trigger by time only,
+    wrap a callback whose own schedule never fires, or use ``ModelSaver(every_n_minutes=...)``
+    for checkpoints, which counts from its last save whatever caused it (a preemption
+    save included).
+
+    .. versionadded:: 0.2
+
+    Args:
+        triggerable: the callback whose ``trigger()`` to call.
+        every_n_minutes: the period, minutes of wall clock (a finite number > 0).
+        clock: a function returning seconds (``time.monotonic`` by default; tests give
+            a fake one).
+
+    Raises:
+        TypeError: ``every_n_minutes`` is not a number, or ``clock`` is not callable.
+        ValueError: ``every_n_minutes`` is not finite or not > 0.
+    """
+
+    def __init__(
+        self,
+        triggerable: Callback,
+        every_n_minutes: float,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if clock is not None and not callable(clock):
+            msg = f"'clock' must be a function returning seconds; got {type(clock).__name__}"
+            raise TypeError(msg)
+        self._interval = WallClockInterval.from_minutes(every_n_minutes)
+        super().__init__(triggerable)
+        self._clock = time.monotonic if clock is None else clock
+        self._timer = TimerState(0.0)
+
+    @property
+    def interval(self) -> WallClockInterval:
+        """The :class:`WallClockInterval` this wrapper follows."""
+        return self._interval
+
+    def has_hook(self, method: str) -> bool:
+        if method == "_trigger_step":
+            return True
+        return super().has_hook(method)
+
+    def _before_train(self) -> None:
+        self.cb.before_train()
+        self._timer = TimerState(self._clock())
+
+    def _trigger_step(self) -> None:
+        self.cb.trigger_step()
+        due, self._timer = advance_timer(self._interval, self._timer, self._clock())
+        if due:
+            self.cb.trigger()
+            # the count runs from the end of the trigger: a slow one never fires at every step
+            self._timer = TimerState(self._clock())
+
+    def _trigger_epoch(self) -> None:
+        self.cb.trigger_epoch()
+        if self.cb.has_hook("_trigger_epoch"):
+            self._timer = TimerState(self._clock())
+
+    def __str__(self) -> str:
+        return f"TimedTrigger({self.cb}, every_n_minutes={self._interval.seconds / 60.0:g})"
 
 
 class EnableCallbackIf(ProxyCallback):

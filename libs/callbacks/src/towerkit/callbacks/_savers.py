@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import re
-import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from towerkit.callbacks._base import Callback
-from towerkit.callbacks._errors import CallbackError, StatsFileError
 from towerkit.callbacks._graph import _numerics_op, numerics_report
-from towerkit.callbacks._paths import check_file_name
 from towerkit.callbacks._positions import (
     POSITIONS_FILENAME,
     merge_positions,
@@ -29,18 +25,15 @@ from towerkit.callbacks._pruning import (
     plan_inherited,
     start_saver_state,
 )
-from towerkit.callbacks._stats import improves, is_real_number
-from towerkit.callbacks._stats_file import read_stats_file
+from towerkit.callbacks._stats import is_real_number
+from towerkit.callbacks._timer import TimerState, WallClockInterval, advance_timer
 from towerkit.callbacks._writers import require_logdir
 from towerkit.sessinit import (
-    CheckpointNotFoundError,
-    atomic_checkpoint_prefix,
     atomic_save_checkpoint,
     checkpoint_step,
     move_checkpoints_aside,
     remove_stale_temporaries,
     require_globless,
-    resolve_checkpoint,
     state_entry_inside,
     write_checkpoint_state,
 )
@@ -109,6 +102,20 @@ class ModelSaver(Callback):
     can resume from one saved inside an epoch (every k steps, or by ``save_now`` when
     a preemption signal stops training) at exactly its step.
 
+    **Every N minutes** (``every_n_minutes``): on top of its trigger (every epoch, or
+    the schedule of a `PeriodicTrigger` around it), the saver saves after the step at
+    which N minutes of wall clock (``time.monotonic``) have passed since its last save
+    (whatever caused it) or since ``before_train``. On spot and preemptible machines
+    this bounds what a kill without warning (SIGKILL, a machine reclaimed at once)
+    loses to about N minutes of training plus one save; a preemption signal the
+    trainer receives (SIGTERM) is no reason to wait for the timer: the trainer saves
+    at once (`save_now`), and that save restarts the count too. A save inside an epoch
+    records its position (below), so `AutoResumeTrainConfig` resumes at exactly that
+    step; the count starts afresh in the resumed run. Timed saves count towards
+    ``max_to_keep`` like the others (the newest two epoch-end checkpoints are kept
+    whatever the timer saved since). The check costs one clock reading per step, and
+    nothing when ``every_n_minutes`` is None.
+
     The first save of a run is logged at INFO with the directory and what is kept; the
     later ones at DEBUG, so the console keeps one line per epoch.
 
@@ -127,6 +134,14 @@ class ModelSaver(Callback):
         checkpoint_dir: where to save; the trainer's ``logdir`` by default.
         var_collections: the graph collection(s) whose variables to save; global
             variables by default.
+        every_n_minutes: also save when this many minutes of wall clock have passed
+            since the last save (see above); None: only when triggered.
+
+            .. versionadded:: 0.2
+        clock: the clock of ``every_n_minutes``, a function returning seconds
+            (``time.monotonic`` by default; tests give a fake one).
+
+            .. versionadded:: 0.2
 
     Raises:
         GlobPathError: at ``setup_graph``, the directory's path holds a character
@@ -139,7 +154,18 @@ class ModelSaver(Callback):
         keep_checkpoint_every_n_hours: float = 0.5,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         var_collections: str | Sequence[str] | None = None,
+        every_n_minutes: float | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        if clock is not None and not callable(clock):
+            msg = f"'clock' must be a function returning seconds; got {type(clock).__name__}"
+            raise TypeError(msg)
+        self._interval = (
+            None if every_n_minutes is None else WallClockInterval.from_minutes(every_n_minutes)
+        )
+        self._clock = time.monotonic if clock is None else clock
+        self._timer: TimerState | None = None
         if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 0:
             msg = f"'max_to_keep' must be an int >= 0; got {max_to_keep!r}"
             raise ValueError(msg)
@@ -164,6 +190,31 @@ class ModelSaver(Callback):
     def checkpoint_dir(self) -> str | None:
         """The directory checkpoints go to (known after ``setup_graph``)."""
         return self._dir if self._dir is not None else self._dir_arg
+
+    @property
+    def every_n_minutes(self) -> float | None:
+        """The time trigger's period in minutes, or None.
+
+        .. versionadded:: 0.2
+        """
+        return None if self._interval is None else self._interval.seconds / 60.0
+
+    def has_hook(self, method: str) -> bool:
+        if method == "_trigger_step":  # the time trigger: one clock reading per step
+            return self._interval is not None
+        return super().has_hook(method)
+
+    def _trigger_step(self) -> None:
+        if self._interval is None or self._timer is None:
+            return
+        due, self._timer = advance_timer(self._interval, self._timer, self._clock())
+        if due:
+            logger.debug(
+                "ModelSaver: %g minutes since the last save at global step %d",
+                self._interval.seconds / 60.0,
+                self.trainer.global_step,
+            )
+            self._save()
 
     @property
     def saver(self) -> Any:
@@ -201,6 +252,7 @@ class ModelSaver(Callback):
         remove_stale_temporaries(directory, _is_saver_file, what="checkpoint")
         self._start_step = self.trainer.global_step
         self._announced = False
+        self._timer = TimerState(self._clock())
         listed = self._listed_checkpoints(directory)
         on_disk = {
             _MODEL_STEM.sub("", n) for n in os.listdir(directory) if _MODEL_FILE.fullmatch(n)
@@ -322,6 +374,14 @@ class ModelSaver(Callback):
         step = int(self.trainer.global_step)
         if step == self._last_saved:
             return
+        try:
+            self._write(step)
+        finally:
+            # the time trigger counts from the end of the last save (or of a refused one:
+            # never a numerics check at every step)
+            self._timer = TimerState(self._clock())
+
+    def _write(self, step: int) -> None:
         bad = self._nonfinite()
         if bad:
             logger.warning(
@@ -389,208 +449,3 @@ def _delete_checkpoint(directory: str, base: str) -> None:
         ):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(directory, name))
-
-
-def _file_safe(name: str) -> str:
-    return name.replace(os.sep, "_").replace("/", "_")
-
-
-class MinSaver(Callback):
-    """Keep a copy of the checkpoint with the lowest (or highest) value of a statistic.
-
-    When triggered, it reads the latest value of ``monitor_stat`` from the monitors;
-    when it beats the best so far, the latest checkpoint of the directory (written by
-    a :class:`ModelSaver` earlier in the callback list) is copied, published
-    atomically, to ``<checkpoint_dir>/<filename>`` (its ``.index`` and ``.data-*``
-    files). The copy loads like any checkpoint (``SaverRestore(".../min-val-error.tfmodel")``).
-
-    Only finite values compete (see :func:`~towerkit.callbacks.improves`): a NaN or
-    an infinity (a diverged epoch) never becomes the best and is logged as a
-    warning, so a run whose first value is NaN still keeps its best later epoch.
-    Equal values keep the earlier copy.
-
-    On a resumed run, the best value so far is read back from the directory's
-    ``stats.json`` (records of finished epochs before the starting epoch) when the
-    copy already exists, so an earlier better model is not overwritten.
-
-    Put it after the callback that produces the statistic, and after the ModelSaver.
-
-    Args:
-        monitor_stat: the statistic's name.
-        reverse: keep the highest value instead of the lowest.
-        filename: the checkpoint name, a file name inside ``checkpoint_dir`` (no
-            directories, not ``..``); ``min-<monitor_stat>.tfmodel`` (``max-`` with
-            ``reverse``) by default, ``/`` in the statistic's name becoming ``_``.
-        checkpoint_dir: the directory of the ModelSaver's checkpoints and of the copy;
-            the trainer's ``logdir`` by default.
-
-    Raises:
-        ValueError: ``filename`` would leave the directory, or is a name the
-            ModelSaver's checkpoints use (``model-<step>``).
-        MissingStatError: when triggered, ``monitor_stat`` was never put; the message
-            lists the statistics that were.
-        CallbackError: when a copy is due, the directory holds no checkpoint.
-    """
-
-    def __init__(
-        self,
-        monitor_stat: str,
-        reverse: bool = False,
-        filename: str | None = None,
-        checkpoint_dir: str | os.PathLike[str] | None = None,
-    ) -> None:
-        if not isinstance(monitor_stat, str) or not monitor_stat:
-            msg = f"'monitor_stat' must be a statistic's name; got {monitor_stat!r}"
-            raise TypeError(msg)
-        if filename is not None:
-            filename = check_file_name("filename", filename)
-            if re.fullmatch(r"model-\d+", filename) or filename == "checkpoint":
-                msg = (
-                    f"'filename' must not be a name of ModelSaver's files (model-<step>, "
-                    f"checkpoint); got {filename!r}"
-                )
-                raise ValueError(msg)
-        self._stat = monitor_stat
-        self._reverse = bool(reverse)
-        kind = "max" if self._reverse else "min"
-        self._filename = filename or f"{kind}-{_file_safe(monitor_stat)}.tfmodel"
-        self._dir_arg = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
-        self._dir: str | None = None
-        self._best: float | None = None
-        self._best_epoch: int | None = None
-
-    @property
-    def monitor_stat(self) -> str:
-        """The statistic watched."""
-        return self._stat
-
-    @property
-    def filename(self) -> str:
-        """The name of the copy."""
-        return self._filename
-
-    @property
-    def best(self) -> float | None:
-        """The best value seen so far, or None."""
-        return self._best
-
-    @property
-    def best_epoch(self) -> int | None:
-        """The epoch (1-based) of the best value, the one the copy holds, or None.
-
-        .. versionadded:: 0.2
-        """
-        return self._best_epoch
-
-    @property
-    def path(self) -> str | None:
-        """The checkpoint prefix of the copy (known after ``setup_graph``).
-
-        .. versionadded:: 0.2
-        """
-        return None if self._dir is None else os.path.join(self._dir, self._filename)
-
-    def _setup_graph(self) -> None:
-        self._dir = require_logdir(self, self._dir_arg, "checkpoint_dir")
-
-    def _before_train(self) -> None:
-        self._best = None
-        self._best_epoch = None
-        remove_stale_temporaries(
-            str(self._dir), lambda n: n.startswith(self._filename + "."), what=self._filename
-        )
-        target = os.path.join(self._dir, self._filename)  # type: ignore[arg-type]
-        stats = os.path.join(self._dir, "stats.json")  # type: ignore[arg-type]
-        if not (os.path.isfile(target + ".index") and os.path.isfile(stats)):
-            return
-        try:
-            records = read_stats_file(stats) or []
-        except (OSError, StatsFileError) as err:
-            logger.warning("%s: the best value so far is not known: %s", self, err)
-            return
-        start = self.trainer.starting_epoch
-        for rec in records:
-            epoch, value = rec.get("epoch_num"), rec.get(self._stat)
-            if (
-                isinstance(epoch, int)
-                and epoch < start
-                and is_real_number(value)
-                and improves(float(value), self._best, self._reverse)  # type: ignore[arg-type]
-            ):
-                self._best = float(value)  # type: ignore[arg-type]
-                self._best_epoch = epoch
-
-    def _trigger(self) -> None:
-        value = float(self.trainer.monitors.get_latest(self._stat))
-        if not math.isfinite(value):
-            logger.warning(
-                "%s: %s = %s at global step %d is not a candidate for the best (only "
-                "finite values are)",
-                self,
-                self._stat,
-                value,
-                self.trainer.global_step,
-            )
-            return
-        if improves(value, self._best, self._reverse):
-            self._best = value
-            self._best_epoch = self.trainer.epoch_num
-            self._copy_latest(value)
-
-    def _copy_latest(self, value: float) -> None:
-        try:
-            latest = resolve_checkpoint(str(self._dir))
-        except CheckpointNotFoundError:
-            latest = None
-        if latest is None or os.path.basename(latest).startswith(self._filename):
-            msg = (
-                f"{self} found no checkpoint in {self._dir!r} to copy: put a ModelSaver "
-                "with the same checkpoint_dir before it in the callbacks"
-            )
-            raise CallbackError(msg)
-        directory, base = os.path.split(latest)
-        files = [
-            n
-            for n in os.listdir(directory)
-            if n.startswith(base) and _CKPT_FILE.fullmatch(n[len(base) :])
-        ]
-        target = os.path.join(self._dir, self._filename)  # type: ignore[arg-type]
-        with atomic_checkpoint_prefix(target) as tmp:
-            for name in files:
-                shutil.copyfile(os.path.join(directory, name), tmp + name[len(base) :])
-        step = self.trainer.global_step
-        if not base.endswith(f"-{step}"):
-            logger.warning(
-                "%s: the latest checkpoint %s is not from the current global step %d",
-                self,
-                base,
-                step,
-            )
-        logger.info(
-            "%s: %s = %g is the best so far; %s saved to %s", self, self._stat, value, base, target
-        )
-
-    def __str__(self) -> str:
-        return f"{type(self).__name__}({self._stat!r})"
-
-
-class MaxSaver(MinSaver):
-    """Keep a copy of the checkpoint with the highest value of a statistic.
-
-    See :class:`MinSaver`; the default file name is ``max-<monitor_stat>.tfmodel``.
-
-    Args:
-        monitor_stat: the statistic's name.
-        filename: the checkpoint name.
-        checkpoint_dir: the checkpoint directory; the trainer's ``logdir`` by default.
-    """
-
-    def __init__(
-        self,
-        monitor_stat: str,
-        filename: str | None = None,
-        checkpoint_dir: str | os.PathLike[str] | None = None,
-    ) -> None:
-        super().__init__(
-            monitor_stat, reverse=True, filename=filename, checkpoint_dir=checkpoint_dir
-        )

@@ -24,6 +24,7 @@ from towerkit.sessinit._atomic import (
     remove_stale_temporaries,
     write_checkpoint_state,
 )
+from towerkit.sessinit._ema import EMA_SUFFIX, ema_sources
 from towerkit.sessinit._errors import (
     CheckpointNotFoundError,
     CheckpointVanishedError,
@@ -133,6 +134,8 @@ __all__ = [
     "restores_nothing",
     "unused_kinds",
     "describe_unused",
+    "EMA_SUFFIX",
+    "ema_sources",
     # checkpoint names and paths
     "checkpoint_step",
     "resolve_checkpoint",

@@ -222,15 +222,20 @@ def run_checkpoint_restore(
     variables: Mapping[str, Any],
     *,
     build_ops: bool = True,
+    read_from: Mapping[str, str] | None = None,
 ) -> None:
     """Restore `pairs` from a checkpoint prefix in one ``session.run``.
 
     With `build_ops`, a cached RestoreV2 op group (built on first use while the graph is
     not finalized) does the work. Otherwise, or in a finalized graph without such an op,
-    the values are read with a checkpoint reader and fed (`run_value_restore`).
+    or when `read_from` names entries to read in place of others (``{source name:
+    entry read}``, the moving averages of `ema_sources`), the values are read with a
+    checkpoint reader and fed (`run_value_restore`).
     """
     if not pairs:
         return
+    read_from = read_from or {}
+    build_ops = build_ops and not read_from
     found = checkpoint_restore_op(sess.graph, pairs, variables) if build_ops else None
     if found is not None:
         prefix, op = found
@@ -245,7 +250,7 @@ def run_checkpoint_restore(
 
     def read(pair: Assignment) -> Any:
         try:
-            return reader.get_tensor(pair.source.name)
+            return reader.get_tensor(read_from.get(pair.source.name, pair.source.name))
         except (tf.errors.OpError, IndexError, EOFError) as err:
             names = [p.source.name for p in pairs]
             raise corrupt_checkpoint_error(checkpoint, names, err) from err

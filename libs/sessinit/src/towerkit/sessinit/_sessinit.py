@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from towerkit.sessinit._compat import tf1
+from towerkit.sessinit._ema import ema_sources
 from towerkit.sessinit._errors import NothingToRestoreError, RestoreMismatchError
 from towerkit.sessinit._execute import (
     checkpoint_restore_op,
@@ -271,6 +272,15 @@ class SaverRestore(_PlannedRestore):
         prefix: Entry ``name`` of the checkpoint restores into graph variable ``prefix/name``.
         ignore: Names (with or without ``:0``) to skip, whether they name checkpoint
             entries or graph variables; e.g. ``("learning_rate",)``.
+        ema: Restore the exponential moving averages the checkpoint holds as the
+            weights: a variable ``x`` is restored from the entry
+            ``x/ExponentialMovingAverage`` when there is one (written by
+            ``EMAOptimizer`` or ``tf.compat.v1.train.ExponentialMovingAverage``), and
+            from ``x`` otherwise (`ema_sources`). Use it to predict, export or
+            evaluate with the averaged weights. The values are read with a checkpoint
+            reader and fed.
+
+            .. versionadded:: 0.2
 
     Raises:
         CheckpointNotFoundError: Nothing exists at `model_path`.
@@ -289,11 +299,19 @@ class SaverRestore(_PlannedRestore):
         model_path: str | os.PathLike[str],
         prefix: str | None = None,
         ignore: Sequence[str] = (),
+        ema: bool = False,
     ) -> None:
+        if not isinstance(ema, bool):
+            msg = f"'ema' must be a bool; got {type(ema).__name__} {ema!r}"
+            raise TypeError(msg)
         self._path = resolve_checkpoint(model_path)
         self._vars = list_checkpoint_vars(self._path)
         self._prefix = _normalize_prefix(prefix) or None
         self._ignore = tuple(sorted(_ignore_set(ignore)))
+        self._ema = ema
+        self._read_from: dict[str, str] = {}
+        if ema:
+            self._vars, self._read_from = ema_sources(self._vars)
 
     @property
     def model_path(self) -> str:
@@ -310,21 +328,37 @@ class SaverRestore(_PlannedRestore):
         """The names skipped."""
         return self._ignore
 
+    @property
+    def ema(self) -> bool:
+        """Whether moving averages are restored as the weights.
+
+        .. versionadded:: 0.2
+        """
+        return self._ema
+
     def _source_vars(self) -> tuple[VarInfo, ...]:
         return self._vars
 
     def _label(self) -> str:
-        return f"checkpoint {self._path!r}"
+        averages = " (moving averages as the weights)" if self._ema else ""
+        return f"checkpoint {self._path!r}{averages}"
 
     def _prepare(self, graph: Any, plan: RestorePlan, variables: Mapping[str, Any]) -> None:
-        if plan.restored:
+        if not plan.restored:
+            return
+        if self._read_from:
+            prepare_value_restore([variables[a.target.name] for a in plan.restored])
+        else:
             checkpoint_restore_op(graph, plan.restored, variables)
 
     def _execute(self, sess: Any, plan: RestorePlan, variables: Mapping[str, Any]) -> None:
-        run_checkpoint_restore(sess, self._path, plan.restored, variables)
+        run_checkpoint_restore(
+            sess, self._path, plan.restored, variables, read_from=self._read_from
+        )
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._path!r}, prefix={self._prefix!r}, ignore={self._ignore!r})"
+        ema = ", ema=True" if self._ema else ""
+        return f"{type(self).__name__}({self._path!r}, prefix={self._prefix!r}, ignore={self._ignore!r}{ema})"
 
 
 class SaverRestoreRelaxed(SaverRestore):

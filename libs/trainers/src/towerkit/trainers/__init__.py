@@ -57,6 +57,7 @@ from towerkit.trainers._trainers import NoOpTrainer, SimpleTrainer
 # -- end of trainers, configs, the loop, resuming --
 # isort: split
 # -- inputs, gradient processors, optimizers, sessions, utilities --
+from towerkit.trainers._ema import EMAOptimizer, ema_decay
 from towerkit.trainers._errors import (
     InputDataError,
     InputProducerError,
@@ -215,6 +216,8 @@ __all__ = [
     "PostProcessOptimizer",
     "VariableAssignmentOptimizer",
     "AccumGradOptimizer",
+    "EMAOptimizer",
+    "ema_decay",
     "LossScaleOptimizer",
     "LossScaleSchedule",
     "LossScaleMonitor",
