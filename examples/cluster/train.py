@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from towerkit.tools import import_tensorflow_quietly
@@ -29,6 +30,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from towerkit.callbacks import ModelSaver  # noqa: E402
+from towerkit.towers import add_moving_summary  # noqa: E402
 from towerkit.trainers import (  # noqa: E402
     AutoResumeTrainConfig,
     DistributedTrainerParameterServer,
@@ -63,7 +65,9 @@ class Model(ModelDesc):
         hidden = tf.nn.relu(tf.matmul(x, tf1.get_variable("fc0/W", [DIM, 16], initializer=init)))
         logits = tf.matmul(hidden, tf1.get_variable("fc1/W", [16, CLASSES], initializer=init))
         loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-        return tf.reduce_mean(loss, name="cost")
+        cost = tf.reduce_mean(loss, name="cost")
+        add_moving_summary(cost)  # in stats.json, its average kept in the checkpoints
+        return cost
 
     def optimizer(self) -> tf1.train.Optimizer:
         return tf1.train.GradientDescentOptimizer(0.1)
@@ -81,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     placement = cluster_placement()
     print(f"cluster: {placement.origin} is job {placement.job!r} task {placement.task}", flush=True)
     if placement.job == "ps":
+        # SLURM's warning signal goes to every task of the step: a parameter server outlives
+        # it, and ends once every worker has checked in (preempted or not)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         serve_parameters()
         return 0
     kind = (
