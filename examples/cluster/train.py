@@ -8,7 +8,7 @@ log directory). The run resumes from its log directory (`AutoResumeTrainConfig`)
 preempted job (status 143, saved at its step) started again goes on at that step.
 Usage::
 
-    python examples/cluster/train.py --logdir DIR [--trainer replicated|ps] [--towers 1]
+    python examples/cluster/train.py --logdir DIR [--trainer replicated|ps|horovod] [--towers 1]
         [--max-epoch 3] [--steps-per-epoch 10]
 
 ``examples/cluster/tfjob.yaml`` (Kubernetes) and ``examples/cluster/slurm.sbatch``
@@ -35,6 +35,7 @@ from towerkit.trainers import (  # noqa: E402
     AutoResumeTrainConfig,
     DistributedTrainerParameterServer,
     DistributedTrainerReplicated,
+    HorovodTrainer,
     ModelDesc,
     NumpyInput,
     cluster_placement,
@@ -76,35 +77,45 @@ class Model(ModelDesc):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logdir", required=True)
-    parser.add_argument("--trainer", choices=("replicated", "ps"), default="replicated")
+    parser.add_argument("--trainer", choices=("replicated", "ps", "horovod"), default="replicated")
     parser.add_argument("--towers", type=int, default=1, help="towers on each worker")
     parser.add_argument("--max-epoch", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=10)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    placement = cluster_placement()
-    print(f"cluster: {placement.origin} is job {placement.job!r} task {placement.task}", flush=True)
-    if placement.job == "ps":
-        # SLURM's warning signal goes to every task of the step: a parameter server outlives
-        # it, and ends once every worker has checked in (preempted or not)
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-        serve_parameters()
-        return 0
-    kind = (
-        DistributedTrainerReplicated
-        if args.trainer == "replicated"
-        else DistributedTrainerParameterServer
-    )
+    if args.trainer == "horovod":
+        # under srun, each task is a rank of its step (join_slurm_step); under horovodrun
+        # or mpirun, the launcher's rank
+        trainer = HorovodTrainer()
+        shard = trainer.rank
+    else:
+        placement = cluster_placement()
+        print(
+            f"cluster: {placement.origin} is job {placement.job!r} task {placement.task}",
+            flush=True,
+        )
+        if placement.job == "ps":
+            # SLURM's warning signal goes to every task of the step: a parameter server
+            # outlives it, and ends once every worker has checked in (preempted or not)
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+            serve_parameters()
+            return 0
+        kind = (
+            DistributedTrainerReplicated
+            if args.trainer == "replicated"
+            else DistributedTrainerParameterServer
+        )
+        trainer = kind(args.towers)  # its server: where cluster_placement() puts this process
+        shard = placement.task
     config = AutoResumeTrainConfig(
         model=Model(),
-        data=NumpyInput(blobs(400, seed=placement.task), batch_size=16, shuffle=True, seed=3),
+        data=NumpyInput(blobs(400, seed=shard), batch_size=16, shuffle=True, seed=3),
         callbacks=[ModelSaver(max_to_keep=2)],
         steps_per_epoch=args.steps_per_epoch,
         max_epoch=args.max_epoch,
         logdir=args.logdir,
     )
     with tf.Graph().as_default():
-        trainer = kind(args.towers)  # the server: where cluster_placement() puts this process
         launch_train_with_config(config, trainer)
     print(f"finished at global step {trainer.global_step}", flush=True)
     return 0

@@ -82,9 +82,14 @@ def final_state(logdir: Path) -> tuple[dict[str, np.ndarray], list[dict]]:
     return values, json.loads((logdir / "stats.json").read_text())
 
 
-def test_cluster_job_preempted_requeued_resumes(slurm, tmp_path):
-    """USR1 mid-run: the chief saves, the job requeues itself and ends as an unbroken run would."""
-    args = ["--max-epoch", str(EPOCHS), "--steps-per-epoch", str(STEPS)]
+@pytest.mark.parametrize("trainer", ["replicated", pytest.param("horovod", marks=pytest.mark.horovod)])
+def test_job_preempted_requeued_resumes(slurm, tmp_path, trainer):
+    """USR1 mid-run: the chief saves, the job requeues itself and ends as an unbroken run would.
+
+    ``replicated``: a parameter server and the chief (worker 0), one per node; ``horovod``:
+    two ranks, one per node, their rendezvous from the step.
+    """
+    args = ["--trainer", trainer, "--max-epoch", str(EPOCHS), "--steps-per-epoch", str(STEPS)]
     outs = {name: tmp_path / f"{name}.out" for name in ("whole", "preempted")}
     jobs = {
         name: slurm.sbatch(

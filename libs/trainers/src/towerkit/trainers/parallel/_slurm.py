@@ -291,3 +291,51 @@ def slurm_placement(step: SlurmStep, num_ps: int = 1, port: int | None = None) -
         task=task,
         origin=f"SLURM job {step.job_id} task {step.procid}",
     )
+
+
+def rendezvous_port(step: SlurmStep, port: int | None = None) -> int:
+    """The port of a horovod job's rendezvous server: the first after the tasks' own.
+
+    The tasks of a node listen from `port` (default `default_port` of the job) on, one
+    port each (`slurm_placement`); the rendezvous, on the step's first node, follows them.
+
+    >>> rendezvous_port(SlurmStep(job_id=3, procid=0, localid=0, nodes=("a",),
+    ...                           tasks_per_node=(2,)), port=5000)
+    5002
+    """
+    base = default_port(step.job_id) if port is None else port
+    return base + max(step.tasks_per_node)
+
+
+def horovod_environment(step: SlurmStep, port: int | None = None) -> tuple[tuple[str, str], ...]:
+    """What horovod's gloo launcher would give this task, from its SLURM step.
+
+    Rank, size, local rank and size are SLURM's (``SLURM_PROCID``, the step's tasks,
+    ``SLURM_LOCALID``, this node's tasks); the cross rank of a task is its node's index
+    among the nodes that run a task of its local rank, as horovod numbers them; the
+    rendezvous server (`rendezvous_port`) runs in rank 0, on the step's first node.
+
+    >>> dict(horovod_environment(SlurmStep(job_id=3, procid=2, localid=0, nodes=("a", "b"),
+    ...     tasks_per_node=(2, 1)), port=5000))  # doctest: +NORMALIZE_WHITESPACE
+    {'HOROVOD_HOSTNAME': 'b', 'HOROVOD_RANK': '2', 'HOROVOD_SIZE': '3',
+     'HOROVOD_LOCAL_RANK': '0', 'HOROVOD_LOCAL_SIZE': '1', 'HOROVOD_CROSS_RANK': '1',
+     'HOROVOD_CROSS_SIZE': '2', 'HOROVOD_GLOO_RENDEZVOUS_ADDR': 'a',
+     'HOROVOD_GLOO_RENDEZVOUS_PORT': '5002', 'HOROVOD_CONTROLLER': 'gloo',
+     'HOROVOD_CPU_OPERATIONS': 'gloo'}
+    """
+    node, local = step.task_slots()[step.procid]
+    node_index = step.nodes.index(node)
+    peers = [i for i, count in enumerate(step.tasks_per_node) if count > local]
+    return (
+        ("HOROVOD_HOSTNAME", node),
+        ("HOROVOD_RANK", str(step.procid)),
+        ("HOROVOD_SIZE", str(step.ntasks)),
+        ("HOROVOD_LOCAL_RANK", str(local)),
+        ("HOROVOD_LOCAL_SIZE", str(step.tasks_per_node[node_index])),
+        ("HOROVOD_CROSS_RANK", str(peers.index(node_index))),
+        ("HOROVOD_CROSS_SIZE", str(len(peers))),
+        ("HOROVOD_GLOO_RENDEZVOUS_ADDR", step.nodes[0]),
+        ("HOROVOD_GLOO_RENDEZVOUS_PORT", str(rendezvous_port(step, port))),
+        ("HOROVOD_CONTROLLER", "gloo"),
+        ("HOROVOD_CPU_OPERATIONS", "gloo"),
+    )
