@@ -82,7 +82,9 @@ def final_state(logdir: Path) -> tuple[dict[str, np.ndarray], list[dict]]:
     return values, json.loads((logdir / "stats.json").read_text())
 
 
-@pytest.mark.parametrize("trainer", ["replicated", pytest.param("horovod", marks=pytest.mark.horovod)])
+@pytest.mark.parametrize(
+    "trainer", ["replicated", "horovod"]
+)  # horovod: the slurm session builds it
 def test_job_preempted_requeued_resumes(slurm, tmp_path, trainer):
     """USR1 mid-run: the chief saves, the job requeues itself and ends as an unbroken run would.
 
