@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +14,13 @@ from towerkit.trainers import (
     slurm_placement,
     slurm_step,
 )
+from towerkit.trainers.parallel._hvd_slurm import join_slurm_step
+from towerkit.trainers.parallel._slurm import horovod_environment
+
+
+def as_rank(step: SlurmStep, rank: int) -> SlurmStep:
+    """`step` seen from task `rank`."""
+    return attrs.evolve(step, procid=rank, localid=step.task_slots()[rank][1])
 
 
 def _ranges(numbers: list[int], width: int) -> str:
@@ -182,3 +190,51 @@ class TestSlurmStep:
             ValueError, match=r"'port' must leave ports 65535..65536 in 1..65535; got 65535"
         ):
             slurm_placement(step, 1, port=65535)
+
+
+class TestHorovodEnvironment:
+    """`horovod_environment`: what horovodrun would give each task, from the step."""
+
+    @given(steps(), st.integers(1000, 60000))
+    def test_slots_as_horovod_numbers_them(self, step, port):
+        """Ranks are SLURM's; local ranks per node; cross ranks number the nodes holding a local rank."""
+        slots = [dict(horovod_environment(as_rank(step, r), port)) for r in range(step.ntasks)]
+        assert [int(s["HOROVOD_RANK"]) for s in slots] == list(range(step.ntasks))
+        assert {s["HOROVOD_SIZE"] for s in slots} == {str(step.ntasks)}
+        for node, count in zip(step.nodes, step.tasks_per_node):
+            mine = [s for s in slots if s["HOROVOD_HOSTNAME"] == node]
+            assert sorted(int(s["HOROVOD_LOCAL_RANK"]) for s in mine) == list(range(count))
+            assert {s["HOROVOD_LOCAL_SIZE"] for s in mine} == {str(count)}
+        for local in {s["HOROVOD_LOCAL_RANK"] for s in slots}:
+            peers = [s for s in slots if s["HOROVOD_LOCAL_RANK"] == local]
+            assert sorted(int(s["HOROVOD_CROSS_RANK"]) for s in peers) == list(range(len(peers)))
+            assert {s["HOROVOD_CROSS_SIZE"] for s in peers} == {str(len(peers))}
+        rendezvous = {
+            (s["HOROVOD_GLOO_RENDEZVOUS_ADDR"], s["HOROVOD_GLOO_RENDEZVOUS_PORT"]) for s in slots
+        }
+        assert rendezvous == {(step.nodes[0], str(port + max(step.tasks_per_node)))}
+
+    def test_join_slurm_step(self):
+        """A task srun started gets horovod's variables; under a launcher nothing changes."""
+        env = {
+            "SLURM_JOB_ID": "41",
+            "SLURM_PROCID": "1",
+            "SLURM_LOCALID": "0",
+            "SLURM_STEP_NODELIST": "tkn[1-2]",
+            "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+            "TOWERKIT_CLUSTER_PORT": "5000",
+        }
+        assert join_slurm_step(env)
+        assert (
+            env["HOROVOD_RANK"],
+            env["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+            env["HOROVOD_GLOO_RENDEZVOUS_PORT"],
+        ) == (
+            "1",
+            "tkn1",
+            "5001",
+        )
+        launched = {"SLURM_JOB_ID": "41", "SLURM_PROCID": "1", "OMPI_COMM_WORLD_RANK": "1"}
+        assert not join_slurm_step(launched)
+        assert "HOROVOD_RANK" not in launched
+        assert not join_slurm_step({"PATH": "/bin"})
