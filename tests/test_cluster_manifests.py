@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -142,6 +143,14 @@ def restart_wanted(policy: str, code: int) -> bool:
 @pytest.fixture
 def manifest() -> dict:
     return yaml.safe_load(MANIFEST.read_text())
+
+
+def test_docs_show_the_files_as_they_are():
+    """docs/cluster.md shows the sbatch script and the manifest the tests run, verbatim."""
+    doc = (ROOT / "docs" / "cluster.md").read_text()
+    blocks = dict(re.findall(r"```(bash|yaml)\n(.*?)```", doc, flags=re.DOTALL))
+    assert blocks["bash"] == (ROOT / "examples" / "cluster" / "slurm.sbatch").read_text()
+    assert blocks["yaml"] == MANIFEST.read_text()
 
 
 def test_manifest_is_what_the_operator_reads(manifest):
