@@ -82,53 +82,80 @@ def final_state(logdir: Path) -> tuple[dict[str, np.ndarray], list[dict]]:
     return values, json.loads((logdir / "stats.json").read_text())
 
 
-@pytest.mark.parametrize(
-    "trainer", ["replicated", "horovod"]
-)  # horovod: the slurm session builds it
-def test_job_preempted_requeued_resumes(slurm, tmp_path, trainer):
-    """USR1 mid-run: the chief saves, the job requeues itself and ends as an unbroken run would.
+TRAINERS = ("replicated", "horovod")
+"""``replicated``: a parameter server and the chief (worker 0), one per node; ``horovod``:
+two ranks, one per node, their rendezvous from the step."""
 
-    ``replicated``: a parameter server and the chief (worker 0), one per node; ``horovod``:
-    two ranks, one per node, their rendezvous from the step.
+
+@pytest.fixture(scope="module")
+def preempted_jobs(slurm, tmp_path_factory):
+    """For each trainer, an unbroken job and one sent USR1 once epoch 1 ended, all four at once.
+
+    Each job holds one CPU on each node, so the four run side by side (the nodes have
+    four); each preempted job is signalled when its own output shows epoch 1's end.
+    Returns, per trainer, the directory, the two jobs' ``scontrol`` fields and outputs.
     """
-    args = ["--trainer", trainer, "--max-epoch", str(EPOCHS), "--steps-per-epoch", str(STEPS)]
-    outs = {name: tmp_path / f"{name}.out" for name in ("whole", "preempted")}
-    jobs = {
-        name: slurm.sbatch(
-            SBATCH, f"--output={out}", cwd=ROOT, args=["--logdir", str(tmp_path / name), *args]
+    base = tmp_path_factory.mktemp("preempted")
+    outs = {
+        (t, kind): base / f"{t}-{kind}.out" for t in TRAINERS for kind in ("whole", "preempted")
+    }
+    jobs = {}
+    for (trainer, kind), out in outs.items():
+        args = ["--trainer", trainer, "--max-epoch", str(EPOCHS), "--steps-per-epoch", str(STEPS)]
+        logdir = base / f"{trainer}-{kind}"
+        jobs[(trainer, kind)] = slurm.sbatch(
+            SBATCH, f"--output={out}", cwd=ROOT, args=["--logdir", str(logdir), *args]
         )
-        for name, out in outs.items()
-    }
+    waiting = {t for t in TRAINERS}
     end = time.monotonic() + JOB_LIMIT
-    while "epoch 1/3" not in output(outs["preempted"]):
-        state = slurm.job(jobs["preempted"])["JobState"]
-        if state not in ("PENDING", "RUNNING", "CONFIGURING") or time.monotonic() > end:
-            pytest.fail(f"the job never finished epoch 1 ({state}): {output(outs['preempted'])}")
+    while waiting:
+        for trainer in sorted(waiting):
+            key = (trainer, "preempted")
+            if "epoch 1/3" in output(outs[key]):
+                slurm.run("scancel", "--signal=USR1", str(jobs[key]))
+                waiting.discard(trainer)
+                continue
+            state = slurm.job(jobs[key])["JobState"]
+            if state not in ("PENDING", "RUNNING", "CONFIGURING") or time.monotonic() > end:
+                pytest.fail(
+                    f"{trainer}: the job never finished epoch 1 ({state}): {output(outs[key])}"
+                )
         time.sleep(0.2)
-    slurm.run("scancel", "--signal=USR1", str(jobs["preempted"]))
-    done = {
-        name: slurm.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), JOB_LIMIT)
-        for name, job in jobs.items()
+    fields = {
+        key: slurm.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), JOB_LIMIT)
+        for key, job in jobs.items()
     }
-    text = output(outs["preempted"])
-    assert done["whole"]["JobState"] == "COMPLETED", output(outs["whole"])
-    assert (done["preempted"]["JobState"], done["preempted"]["Restarts"]) == ("COMPLETED", "1"), (
-        text
-    )
+    return {
+        t: {
+            "base": base,
+            "jobs": jobs,
+            "fields": fields,
+            "outs": {k: output(outs[(t, k)]) for k in ("whole", "preempted")},
+        }
+        for t in TRAINERS
+    }
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_job_preempted_requeued_resumes(preempted_jobs, trainer):
+    """USR1 mid-run: the chief saves, the job requeues itself and ends as an unbroken run would."""
+    run = preempted_jobs[trainer]
+    whole_out, text = run["outs"]["whole"], run["outs"]["preempted"]
+    assert run["fields"][(trainer, "whole")]["JobState"] == "COMPLETED", whole_out
+    preempted = run["fields"][(trainer, "preempted")]
+    assert (preempted["JobState"], preempted["Restarts"]) == ("COMPLETED", "1"), text
     saved = re.search(r"preempted: saved at global step (\d+)", text)
     assert saved, text
     assert STEPS < int(saved.group(1)) < STEPS * EPOCHS, "the signal came after the run's end"
-    assert f"requeueing job {jobs['preempted']}" in text
-    assert (
-        f"resuming from the newest checkpoint ('{tmp_path / 'preempted'}/model-{saved.group(1)}')"
-        in text
-    )
-    whole, resumed = final_state(tmp_path / "whole"), final_state(tmp_path / "preempted")
+    assert f"requeueing job {run['jobs'][(trainer, 'preempted')]}" in text
+    logdir = run["base"] / f"{trainer}-preempted"
+    assert f"resuming from the newest checkpoint ('{logdir}/model-{saved.group(1)}')" in text
+    whole, resumed = final_state(run["base"] / f"{trainer}-whole"), final_state(logdir)
     assert sorted(whole[0]) == sorted(resumed[0])
     for name in whole[0]:
         np.testing.assert_array_equal(whole[0][name], resumed[0][name], err_msg=name)
     assert whole[1] == resumed[1]
-    assert "finished at global step 3000" in text
+    assert f"finished at global step {STEPS * EPOCHS}" in text
 
 
 def test_failure_is_not_requeued(slurm, tmp_path):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
 import attrs
 import pytest
 from hypothesis import given
@@ -14,8 +18,20 @@ from towerkit.trainers import (
     slurm_placement,
     slurm_step,
 )
-from towerkit.trainers.parallel._hvd_slurm import join_slurm_step
+from towerkit.trainers.parallel._hvd_slurm import _all_started, join_slurm_step
 from towerkit.trainers.parallel._slurm import horovod_environment
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct TCP ports free on 127.0.0.1 now."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def as_rank(step: SlurmStep, rank: int) -> SlurmStep:
@@ -116,26 +132,27 @@ class TestSlurmStep:
     """`SlurmStep` and `slurm_step`: one task of a step."""
 
     def test_from_srun(self):
-        """The variables srun sets (SLURM 22.05, captured under a real slurmd) read as a step."""
+        """The variables srun set in task 3 of a 2-node step (SLURM 22.05.8, captured in tests/slurm)."""
         env = {
-            "SLURM_JOB_ID": "41",
-            "SLURM_PROCID": "3",
+            "SLURMD_NODENAME": "tkn2",
+            "SLURM_JOB_ID": "1",
+            "SLURM_JOB_NODELIST": "tkn[1-2]",
             "SLURM_LOCALID": "1",
-            "SLURM_STEP_NODELIST": "tkh[1-2]",
+            "SLURM_NODEID": "1",
+            "SLURM_NTASKS": "4",
+            "SLURM_PROCID": "3",
+            "SLURM_STEP_ID": "0",
+            "SLURM_STEP_NODELIST": "tkn[1-2]",
+            "SLURM_STEP_NUM_TASKS": "4",
             "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
-            "SLURM_JOB_NODELIST": "tkh[1-3]",
-            "SLURM_TASKS_PER_NODE": "2(x3)",
-            "SLURM_RESTART_COUNT": "1",
+            "SLURM_TASKS_PER_NODE": "2(x2)",
         }
         step = slurm_step(env)
         assert step == SlurmStep(
-            job_id=41,
-            procid=3,
-            localid=1,
-            nodes=("tkh1", "tkh2"),
-            tasks_per_node=(2, 2),
-            restart_count=1,
+            job_id=1, procid=3, localid=1, nodes=("tkn1", "tkn2"), tasks_per_node=(2, 2)
         )
+        assert step.task_slots()[3] == ("tkn2", 1)
+        assert slurm_step({**env, "SLURM_RESTART_COUNT": "1"}).restart_count == 1
         assert slurm_step({"SLURM_JOB_ID": "41"}) is None
 
     def test_repr(self):
@@ -214,27 +231,44 @@ class TestHorovodEnvironment:
         }
         assert rendezvous == {(step.nodes[0], str(port + max(step.tasks_per_node)))}
 
-    def test_join_slurm_step(self):
-        """A task srun started gets horovod's variables; under a launcher nothing changes."""
-        env = {
-            "SLURM_JOB_ID": "41",
-            "SLURM_PROCID": "1",
-            "SLURM_LOCALID": "0",
-            "SLURM_STEP_NODELIST": "tkn[1-2]",
-            "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
-            "TOWERKIT_CLUSTER_PORT": "5000",
-        }
-        assert join_slurm_step(env)
-        assert (
-            env["HOROVOD_RANK"],
-            env["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
-            env["HOROVOD_GLOO_RENDEZVOUS_PORT"],
-        ) == (
-            "1",
-            "tkn1",
-            "5001",
-        )
+    def test_join_slurm_step_leaves_launchers_alone(self):
+        """Under a launcher (mpirun's, horovodrun's variables) or outside SLURM, nothing changes."""
         launched = {"SLURM_JOB_ID": "41", "SLURM_PROCID": "1", "OMPI_COMM_WORLD_RANK": "1"}
         assert not join_slurm_step(launched)
         assert "HOROVOD_RANK" not in launched
         assert not join_slurm_step({"PATH": "/bin"})
+
+    def test_start_wait_is_bounded(self):
+        """No rendezvous server answering: the wait ends at its bound, naming the rendezvous."""
+        (port,) = free_ports(1)
+        with pytest.raises(
+            TimeoutError,
+            match=rf"rank 1 of 2, rendezvous 127.0.0.1:{port}\): the rendezvous server never answered within 1 s",
+        ):
+            _all_started(f"127.0.0.1:{port}", 1, 2, 1.0)
+
+    @pytest.mark.horovod
+    def test_ranks_wait_for_each_other(self):
+        """Through horovod's own rendezvous server: each rank returns once both said they started."""
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+        (port,) = free_ports(1)
+        server = RendezvousHTTPServer(("127.0.0.1", port), RendezvousHandler, 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            done = []
+            late = threading.Thread(
+                target=lambda: (
+                    time.sleep(2),
+                    _all_started(f"127.0.0.1:{port}", 1, 2, 30),
+                    done.append(1),
+                )
+            )
+            late.start()
+            start = time.monotonic()
+            _all_started(f"127.0.0.1:{port}", 0, 2, 30)
+            assert time.monotonic() - start >= 1.5  # rank 0 waited for rank 1
+            late.join(30)
+            assert done == [1]
+        finally:
+            server.shutdown()

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -126,12 +127,12 @@ def expand_tasks_per_node(text: str) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _tuple_str(values: object) -> tuple[str, ...]:
-    return tuple(str(v) for v in values)  # type: ignore[attr-defined]
+def _tuple_str(values: Iterable[object]) -> tuple[str, ...]:
+    return tuple(str(v) for v in values)
 
 
-def _tuple_int(values: object) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)  # type: ignore[attr-defined]
+def _tuple_int(values: Iterable[Any]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
 
 
 @attrs.frozen(kw_only=True)
