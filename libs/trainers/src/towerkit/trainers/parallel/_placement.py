@@ -39,7 +39,7 @@ def exit_is_retryable(status: int) -> bool:
 
     .. versionadded:: 0.2
 
-    >>> exit_is_retryable(PREEMPTED_EXIT_STATUS), exit_is_retryable(137), exit_is_retryable(1)
+    >>> exit_is_retryable(143), exit_is_retryable(137), exit_is_retryable(1)
     (True, True, False)
     >>> exit_is_retryable(0)
     False
