@@ -430,6 +430,7 @@ def horovod(session: nox.Session) -> None:
         "horovod and not flake_gate",  # the flake gate's matrix runs there alone
         *HOROVOD_TEST_PATHS,
         "--ignore=tests/hosts",
+        "--ignore=tests/slurm",  # the slurm session runs it (a real SLURM, as root)
         "-n",
         test_workers(),
         "--dist",
@@ -443,6 +444,58 @@ def horovod(session: nox.Session) -> None:
 
 @nox.session(tags=["ci"])
 @timed
+def slurm(session: nox.Session) -> None:
+    """Jobs under a real SLURM: munged, slurmctld and a slurmd on each of two simulated hosts.
+
+    Needs root, like `hosts` (network namespaces, and the daemons run as root), and installs
+    ``slurm-wlm``, ``munge``, openssh-server and iproute2 with apt-get when missing.
+    ``tests/slurm`` reads srun's environment in every task of a 2-node step, runs the
+    documented sbatch script (``examples/cluster/slurm.sbatch``) as a parameter server and
+    chief and as 2 horovod ranks, preempts each mid-run (``scancel --signal=USR1``), checks
+    that the job requeued itself and ended bit for bit as an unbroken run did, and that a
+    failing job is not requeued; then every daemon and namespace is removed, whatever happened.
+    """
+    if os.geteuid() != 0:
+        why = (
+            "nox -s slurm needs root: it makes network namespaces, runs SLURM's daemons as"
+            " root and installs slurm-wlm and munge; run it as root (CI does) or leave it out"
+            " with nox -t ci -- and nox -s NAME for the others"
+        )
+        if os.environ.get("CI"):
+            session.error(why)
+        session.skip(why)
+    needed = {
+        "slurmctld": "slurm-wlm",
+        "munged": "munge",
+        "sshd": "openssh-server",
+        "ip": "iproute2",
+    }
+    missing = sorted(
+        {
+            pkg
+            for tool, pkg in needed.items()
+            if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()
+        }
+    )
+    if missing:
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-q", external=True, env=env)
+        session.run("apt-get", "install", "-y", "-q", *missing, external=True, env=env)
+    install_local(session, "towerkit-tools", *[f"towerkit-{lib}" for lib in LIBS])
+    install_groups(session, "test")
+    install_horovod_lean(session)
+    env = {**pytest_env(), **LEGACY_KERAS, "TOWERKIT_REQUIRE_SLURM": "1"}
+    junit = f"--junitxml={CI_REPORTS / 'junit' / 'slurm.xml'}"
+    share_bytecode(session)
+    try:
+        session.run("pytest", "tests/slurm", junit, "--durations=5", *session.posargs, env=env)
+    finally:
+        code = "import simhosts; print('removed:', simhosts.remove_stale())"
+        session.run("python", "-c", code, env={"PYTHONPATH": str(ROOT / "tests" / "hosts")})
+
+
+@nox.session(tags=["ci"])
+@timed
 def crosslib(session: nox.Session) -> None:
     """Tests that need several libs together (tools, examples, integration, README blocks)."""
     install_local(
@@ -452,9 +505,14 @@ def crosslib(session: nox.Session) -> None:
     install_layers_alone(session)
     without_keras3(session)
     paths = [p for p in ("tests", "tools/tests") if (ROOT / p).is_dir()]
-    # The wheels are tested by `build`, the simulated hosts by `hosts`.
+    # The wheels are tested by `build`, the simulated hosts by `hosts`, SLURM by `slurm`.
     # The experiment trackers' tests run in `trackers`, where their packages are.
-    ignore = ["--ignore=tests/test_wheels.py", "--ignore=tests/hosts", *TRACKER_IGNORES]
+    ignore = [
+        "--ignore=tests/test_wheels.py",
+        "--ignore=tests/hosts",
+        "--ignore=tests/slurm",
+        *TRACKER_IGNORES,
+    ]
     run_tests(session, "crosslib", *paths, *ignore, env=pytest_env())
     # The tools' doctests, apart: --doctest-modules over the test folders would import
     # the tensorpack programs they keep as test data.

@@ -142,12 +142,35 @@ from towerkit.trainers.parallel._multigpu import (
     SyncMultiGPUTrainerParameterServer,
     SyncMultiGPUTrainerReplicated,
 )
+from towerkit.trainers.parallel._placed import cluster_placement, cluster_server
+from towerkit.trainers.parallel._placement import (
+    ClusterPlacement,
+    exit_is_retryable,
+    tf_config_placement,
+)
+from towerkit.trainers.parallel._slurm import (
+    SlurmStep,
+    expand_hostlist,
+    expand_tasks_per_node,
+    slurm_placement,
+    slurm_step,
+)
 
 # -- end of data-parallel trainers: multi-device, distributed, horovod --
 # isort: split
 from towerkit.trainers._version import __version__
 
 __all__ = [
+    "ClusterPlacement",
+    "exit_is_retryable",
+    "tf_config_placement",
+    "SlurmStep",
+    "expand_hostlist",
+    "expand_tasks_per_node",
+    "slurm_placement",
+    "slurm_step",
+    "cluster_placement",
+    "cluster_server",
     "__version__",
     # -- trainers, configs, the loop, resuming --
     "Trainer",

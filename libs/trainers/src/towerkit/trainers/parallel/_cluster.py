@@ -28,6 +28,7 @@ from towerkit.trainers.parallel._health import (
     reach,
     task_addresses,
 )
+from towerkit.trainers.parallel._placed import placed_server
 
 __all__ = ["DONE_QUEUE", "serve_parameters", "start_watch"]
 
@@ -90,7 +91,7 @@ def _done_queue(ps_task: int, num_workers: int) -> Any:
 
 
 def serve_parameters(
-    server: Any,
+    server: Any = None,
     timeout: float | None = None,
     poll_seconds: float = 1.0,
     timeouts: ClusterTimeouts | None = None,
@@ -114,7 +115,9 @@ def serve_parameters(
     seconds (with the defaults, 24 s), one that never starts within ``start_within``.
 
     Args:
-        server: this process's ``tf.compat.v1.train.Server``, of job ``ps``.
+        server: this process's ``tf.compat.v1.train.Server``, of job ``ps``; None:
+            started where the environment places it (`cluster_placement`: ``TF_CONFIG``
+            or a SLURM step; this process must be a ``ps`` task there).
         timeout: seconds to wait at most, whatever the workers do (None: no limit
             but the dead-worker checks).
         poll_seconds: how often to check the deadline while waiting.
@@ -129,6 +132,7 @@ def serve_parameters(
             names the ones still missing.
         TaskLostError: a worker died before checking in; the message names it.
     """
+    server = placed_server(server, 0, job="ps")
     cluster, job, task = _server_facts(server)
     if job != "ps":
         msg = f"serve_parameters runs in a 'ps' process; this server is job {job!r}, task {task}"

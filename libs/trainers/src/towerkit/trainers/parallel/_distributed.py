@@ -43,6 +43,7 @@ from towerkit.trainers.parallel._health import (
     exit_if_stuck,
     task_addresses,
 )
+from towerkit.trainers.parallel._placed import placed_server
 from towerkit.trainers.parallel._trainer_parts import (
     ChiefOwnsLogdir,
     PreemptionFlag,
@@ -83,14 +84,11 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     worker that fails before its loop starts never checks in: once its process has
     ended, `serve_parameters` finds it dead and says so).
 
-    Without GPUs, towers go to logical CPU devices ``/job:worker/task:<i>/cpu:<k>``:
-    create each worker's server with a config that has them, e.g.
-    ``tf.compat.v1.train.Server(cluster, "worker", i,
-    config=session_config_for_devices(resolve_devices(gpus)))``: a worker's devices
-    come from its server's config. Only the default session creator or a
-    `NewSessionCreator` is accepted; its config is used for the session on the
-    cluster, whose device filters default to the parameter servers and this worker
-    (so a worker never waits for the others).
+    Without GPUs, towers go to logical CPU devices ``/job:worker/task:<i>/cpu:<k>``, which
+    the worker's server config must have (`cluster_server` starts such a server). Only the
+    default session creator or a `NewSessionCreator` is accepted; its config is used for the
+    session on the cluster, whose device filters default to the parameter servers and this
+    worker (so a worker never waits for the others).
 
     A preemption signal to any worker stops every worker after its call in flight, the
     chief saving (`PreemptionFlag`). Kept for completeness (TensorFlow no longer
@@ -133,11 +131,11 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     def __init__(
         self,
         gpus: int | Sequence[int],
-        server: Any,
+        server: Any = None,
         *,
         timeouts: ClusterTimeouts | None = None,
     ) -> None:
-        cluster, job, task = _server_facts(server)
+        cluster, job, task = _server_facts(server := placed_server(server, gpus))
         if job != "worker":
             msg = (
                 f"distributed trainers run in 'worker' processes; this server is job {job!r}, "
@@ -457,7 +455,8 @@ class DistributedTrainerParameterServer(DistributedTrainerBase):
 
     Args:
         gpus: a number of towers, or a list of GPU ids, on each worker.
-        server: this worker's ``tf.compat.v1.train.Server``.
+        server: this worker's ``tf.compat.v1.train.Server``; None: started from
+            ``TF_CONFIG`` or a SLURM step (`cluster_placement`, `cluster_server`).
         caching_device: ``'cpu'`` (the worker's CPU) or ``'gpu'`` (tower 0's device):
             where variables read from the parameter servers are cached.
 
@@ -468,7 +467,7 @@ class DistributedTrainerParameterServer(DistributedTrainerBase):
     def __init__(
         self,
         gpus: int | Sequence[int],
-        server: Any,
+        server: Any = None,
         caching_device: str = "cpu",
         *,
         timeouts: ClusterTimeouts | None = None,
@@ -519,7 +518,8 @@ class DistributedTrainerReplicated(DistributedTrainerBase):
 
     Args:
         gpus: a number of towers, or a list of GPU ids, on each worker.
-        server: this worker's ``tf.compat.v1.train.Server``.
+        server: this worker's ``tf.compat.v1.train.Server``; None: started from
+            ``TF_CONFIG`` or a SLURM step (`cluster_placement`, `cluster_server`).
 
     Raises:
         TypeError, ValueError: bad arguments, or a server that is not a worker.
@@ -528,7 +528,7 @@ class DistributedTrainerReplicated(DistributedTrainerBase):
     def __init__(
         self,
         gpus: int | Sequence[int],
-        server: Any,
+        server: Any = None,
         *,
         timeouts: ClusterTimeouts | None = None,
     ) -> None:

@@ -22,6 +22,7 @@ from towerkit.trainers.parallel._elastic_core import (
     check_commit_every,
     is_collective_failure,
 )
+from towerkit.trainers.parallel._hvd_slurm import join_slurm_step
 from towerkit.trainers.parallel._trainer_parts import (
     ChiefOwnsLogdir,
     PreemptionVote,
@@ -219,6 +220,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             from towerkit.trainers.parallel._elastic import check_elastic_launch
 
             check_elastic_launch()
+        join_slurm_step()  # a task srun started: horovod's variables from its step
         hvd.init()
         super().__init__()
         self._hvd = hvd
