@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from towerkit.callbacks.plumbing import console_lines
 from towerkit.trainers._config import TrainConfig
 from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._lock import LOCK_FILENAME
@@ -132,8 +133,13 @@ def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds)
         batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
     )
     if plan is not None:
-        level = logging.WARNING if plan.ignored else logging.INFO
-        logger.log(level, "%s: %s", type(config).__name__, plan.reason)
+        said = f"{type(config).__name__}: {plan.reason}"
+        if plan.ignored:
+            logger.warning("%s", said)
+        elif trainer.is_chief:  # one console line, also where logging is not set up
+            console_lines(logger, [said])
+        else:
+            logger.info("%s", said)
         for note in plan.notes:
             logger.warning("%s: %s", type(config).__name__, note)
         if plan.checkpoint is not None:
