@@ -82,9 +82,7 @@ def test_logdir_none_trains_and_writes_nothing(tmp_path):
     assert "epoch 1/1" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["program.py"]
     deprecated = [
-        line
-        for line in out.splitlines()
-        if "deprecat" in line.lower() and "towerkit" in line
+        line for line in out.splitlines() if "deprecat" in line.lower() and "towerkit" in line
     ]
     assert not deprecated, deprecated
 
@@ -98,12 +96,11 @@ def test_a_resumed_run_says_so_once(tmp_path):
     assert "resuming from" not in first.stdout + first.stderr
     again = train(tmp_path, logdir, epochs=2)
     assert again.returncode == 0, again.stderr[-3000:]
-    lines = [
-        line for line in (again.stdout + again.stderr).splitlines() if "resuming from" in line
-    ]
+    lines = [line for line in (again.stdout + again.stderr).splitlines() if "resuming from" in line]
     assert len(lines) == 1, lines
     assert lines[0].startswith("AutoResumeTrainConfig: resuming from ")
-    assert "model-4" in lines[0] and "starting at epoch 2" in lines[0], lines[0]
+    assert "model-4" in lines[0], lines[0]
+    assert "starting at epoch 2" in lines[0], lines[0]
 
 
 def test_float16_on_a_cpu_warns_once(tmp_path):
@@ -113,7 +110,8 @@ def test_float16_on_a_cpu_warns_once(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     warned = [line for line in done.stderr.splitlines() if "on a machine with no GPU" in line]
     assert len(warned) == 1, done.stderr[-3000:]
-    assert "'mixed_bfloat16'" in warned[0] and "steps/s" in warned[0]
+    assert "'mixed_bfloat16'" in warned[0]
+    assert "steps/s" in warned[0]
     plain = train(tmp_path, str(tmp_path / "plain"))
     assert plain.returncode == 0, plain.stderr[-3000:]
     assert "on a machine with no GPU" not in plain.stderr
