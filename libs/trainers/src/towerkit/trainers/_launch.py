@@ -14,6 +14,7 @@ from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._lock import LOCK_FILENAME
 from towerkit.trainers._model import ModelDesc
 from towerkit.trainers._resume import plan_logdir, truncate_stats
+from towerkit.trainers._seeding import seed_run
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._tower import SingleCostTrainer
 from towerkit.trainers._traceback import filter_traceback
@@ -78,6 +79,8 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         raise TypeError(msg)
     if config.logdir is not None and trainer.is_chief:
         _check_logdir(str(config.logdir), config.logdir_action)
+    data = config.data if config.data is not None else config.dataflow
+    seed_run(trainer.graph, data, config.seed, config.deterministic)
     source = apply_default_prefetch(
         config.data if config.data is not None else config.dataflow, trainer
     )
