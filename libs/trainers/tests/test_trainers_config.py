@@ -175,9 +175,10 @@ class TestTrainConfig:
                 "'max_epoch' must be >= 'starting_epoch' - 1",
             ),
             (
-                {"steps_per_epoch": 0},
+                {"steps_per_epoch": -1},
                 ValueError,
-                "'steps_per_epoch' must be an int > 0; got 0",
+                r"'steps_per_epoch' must be an int >= 0 \(0: epochs of no step, an evaluation\); "
+                "got -1",
             ),
             ({"logdir_action": "wipe"}, ValueError, "'logdir_action' must be one of"),
             ({"logdir": 3}, TypeError, "'logdir' must be a path or None; got int"),

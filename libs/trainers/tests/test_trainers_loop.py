@@ -320,8 +320,8 @@ class TestPhases:
         """Loop parameters are refused before anything is set up: no logdir taken, no session."""
         trainer, _ = counter_trainer()
         logdir = tmp_path / "log"
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
-            trainer.train([], [], creator(), None, 0, 1, 1, logdir=logdir)
+        with pytest.raises(ValueError, match=r"'steps_per_epoch' must be an int >= 0 .*; got -1"):
+            trainer.train([], [], creator(), None, -1, 1, 1, logdir=logdir)
         assert not logdir.exists()
         assert trainer.sess is None
         with pytest.raises(ValueError, match="'starting_epoch'"):

@@ -83,7 +83,9 @@ class TrainConfig:
             creator; only without `session_creator`.
         session_init: loads values into the session (e.g. ``SmartInit(path)``), or None.
         starting_epoch: the first epoch (1-based).
-        steps_per_epoch: steps in each epoch; the input's size when None.
+        steps_per_epoch: steps in each epoch; the input's size when None; 0: an
+            evaluation-only run (no step; the epoch's callbacks, an `InferenceRunner`,
+            run once per epoch).
         max_epoch: the last epoch, inclusive.
         logdir: the directory the run writes to (checkpoints, statistics, events);
             None writes nothing.
@@ -274,7 +276,8 @@ class AutoResumeTrainConfig(TrainConfig):
             is ``"keep"`` (the directory is resumed from).
 
     Raises:
-        ValueError: no `logdir`, or a ``logdir_action`` other than ``"keep"``.
+        ValueError: no `logdir`, a ``logdir_action`` other than ``"keep"``, or
+            ``steps_per_epoch=0`` (an evaluation-only run resumes nothing).
     """
 
     def __init__(self, always_resume: bool = True, **kwargs: Any) -> None:
@@ -286,6 +289,13 @@ class AutoResumeTrainConfig(TrainConfig):
             msg = (
                 f"AutoResumeTrainConfig resumes from its logdir, so 'logdir_action' must be "
                 f"'keep'; got {action!r}"
+            )
+            raise ValueError(msg)
+        if kwargs.get("steps_per_epoch") == 0:
+            msg = (
+                "AutoResumeTrainConfig continues training, and steps_per_epoch=0 (an "
+                "evaluation-only run) trains nothing: evaluate a checkpoint with "
+                "TrainConfig(session_init=SmartInit(path), steps_per_epoch=0, max_epoch=1)"
             )
             raise ValueError(msg)
         super().__init__(**kwargs)
