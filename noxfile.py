@@ -68,7 +68,7 @@ import re
 import resource
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -554,6 +554,34 @@ def trackers(session: nox.Session) -> None:
     run_tests(session, "trackers", *TRACKER_TESTS, env=env)
 
 
+def conformance_args(posargs: Sequence[str]) -> tuple[bool, list[str]]:
+    """Whether ``nox -s conformance -- ARGS`` builds horovod, and the arguments for pytest.
+
+    Horovod is built (minutes, the first time) for the built-in rows: with no
+    ``--trainer``, or a ``--trainer`` naming a built-in row or ``builtin``. Rows of your
+    own (``--trainer MODULE:ATTR``) run without it, unless ``--horovod`` asks for it (a
+    trainer of yours that runs as a horovod job).
+
+    Examples:
+        >>> conformance_args(["--trainer", "pkg.mod:make", "-x"])
+        (False, ['--trainer', 'pkg.mod:make', '-x'])
+        >>> conformance_args(["--horovod", "--trainer=pkg.mod:make"])
+        (True, ['--trainer=pkg.mod:make'])
+        >>> conformance_args(["--trainer", "builtin", "--trainer", "pkg.mod:make"])[0]
+        True
+        >>> conformance_args([])
+        (True, [])
+    """
+    args = [a for a in posargs if a != "--horovod"]
+    targets = [
+        b if a == "--trainer" else a.partition("=")[2]
+        for a, b in zip(args, [*args[1:], ""])
+        if a == "--trainer" or a.startswith("--trainer=")
+    ]
+    builtin = not targets or any(":" not in t for t in targets)
+    return "--horovod" in posargs or builtin, args
+
+
 @nox.session(tags=["ci"])
 @timed
 def conformance(session: nox.Session) -> None:
@@ -565,8 +593,9 @@ def conformance(session: nox.Session) -> None:
     """
     install_local(session, "towerkit-conformance", "towerkit-tools")
     install_groups(session, "test")
-    install_horovod_lean(session)
-    args = list(session.posargs)
+    with_horovod, args = conformance_args(session.posargs)
+    if with_horovod:
+        install_horovod_lean(session)
     if not any(a.startswith(("--conformance-report", "--junitxml")) for a in args):
         args += ["--conformance-report", str(CI_REPORTS / "junit" / "conformance.xml")]
     if any(a == "--trainer" or a.startswith("--trainer=") for a in args):

@@ -121,3 +121,20 @@ def test_flake_gate_arguments(noxfile):
     for bad in (["--runs"], ["--runs", "0"], ["--runs", "two"]):
         with pytest.raises(ValueError, match="--runs takes a number of runs >= 1"):
             noxfile.flake_gate_args(bad)
+
+
+def test_conformance_builds_horovod_for_builtin_rows_only(noxfile):
+    """Your own rows run without building horovod unless --horovod asks; built-in rows need it."""
+    args = noxfile.conformance_args
+    assert args(["--trainer", "mine.trainers:make", "-k", "loop"]) == (
+        False,
+        ["--trainer", "mine.trainers:make", "-k", "loop"],
+    )
+    assert args(["--trainer=mine.trainers:make", "--horovod"]) == (
+        True,
+        ["--trainer=mine.trainers:make"],
+    )
+    assert args([]) == (True, [])
+    assert args(["-x"])[0] is True
+    assert args(["--trainer", "builtin"])[0] is True
+    assert args(["--trainer", "mine:make", "--trainer", "HorovodTrainer"])[0] is True

@@ -4,13 +4,16 @@
 (``callbacks``, ``sess``, ``hooked_sess``, ``run_step``), the way a user writing
 their own loop would. Each subclass breaks one documented semantic; the suite must
 fail each of them with a message naming that semantic. `IgnoresPrecision` keeps the
-stock loop and breaks the mixed-precision policy instead.
+stock loop and breaks the mixed-precision policy instead. `HalfSteps` applies half of
+each SGD step, as a trainer with its own update would: declared (``plain_sgd=False``)
+its numerics are skipped, undeclared they fail.
 """
 
 from __future__ import annotations
 
 from towerkit.callbacks import Callbacks, StopTraining
 from towerkit.conformance import Capabilities, TrainerEntry
+from towerkit.towers.compat import tf1
 from towerkit.trainers import SimpleTrainer
 
 
@@ -124,6 +127,16 @@ class IgnoresPrecision(SimpleTrainer):
         return super().setup_graph(*args, **kwargs)
 
 
+class HalfSteps(SimpleTrainer):
+    """Trains with half the model's learning rate: an update that is not plain SGD."""
+
+    def setup_graph(self, input_signature, input, get_cost_fn, get_opt_fn, **kwargs):
+        def half_rate():  # the suite's model trains with plain SGD at 0.1
+            return tf1.train.GradientDescentOptimizer(0.05)
+
+        return super().setup_graph(input_signature, input, get_cost_fn, half_rate, **kwargs)
+
+
 ENTRIES = [
     # The hand-written loop calls run_step once per step: one step per session call.
     TrainerEntry(
@@ -138,7 +151,15 @@ ENTRIES = [
         GlobalStepCountsSteps,
         NoAfterTrainAfterStop,
     )
-] + [TrainerEntry(name="IgnoresPrecision", factory="broken:IgnoresPrecision")]
+] + [
+    TrainerEntry(name="IgnoresPrecision", factory="broken:IgnoresPrecision"),
+    TrainerEntry(
+        name="HalfStepsDeclared",
+        factory="broken:HalfSteps",
+        capabilities=Capabilities(plain_sgd=False),
+    ),
+    TrainerEntry(name="HalfSteps", factory="broken:HalfSteps"),
+]
 """One row per trainer above (the factory is the class: it takes no argument)."""
 
 EXPECTED = {
@@ -162,6 +183,11 @@ EXPECTED = {
         "test_mixed_bfloat16_steps_near_the_single_tower_reference[IgnoresPrecision]",
         r"every variable equals the float32 reference within float32's rounding .*: the "
         r"towers did not compute in the policy's low precision",
+    ),
+    "HalfSteps": (
+        "test_steps_equal_the_single_tower_reference[HalfSteps-1-step]",
+        r"the single-tower reference \(quadratic cost, SGD lr 0\.1, .*a trainer whose update "
+        r"is not plain SGD on purpose declares plain_sgd=False",
     ),
 }
 """For each defect: a check that must fail, and a pattern its message must match."""

@@ -18,9 +18,13 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def broken_run(tmp_path_factory):
     """One run of the loop checks on the hand-written trainers, correct and broken (and of
-    the mixed-precision numerics on the trainer that ignores the policy)."""
+    the mixed-precision numerics on the trainer that ignores the policy, and the numerics
+    of the trainer whose update is not plain SGD, declared and not)."""
     tmp = tmp_path_factory.mktemp("broken")
-    only = "test_loop or (test_mixed_bfloat16_steps and IgnoresPrecision)"
+    only = (
+        "test_loop or (test_mixed_bfloat16_steps and IgnoresPrecision)"
+        " or (test_steps_equal_the_single_tower_reference and HalfSteps)"
+    )
     return run_suite(tmp, "--trainer", "broken:ENTRIES", "-k", only)
 
 
@@ -65,6 +69,16 @@ class TestBrokenTrainers:
         skipped = sorted(k for k, v in mine.items() if v == "skipped")
         assert all("several_steps" in k for k in skipped), skipped
         assert sum(v == "passed" for v in mine.values()) > len(skipped)
+
+    def test_declared_own_update_skips_the_numerics(self, broken_run):
+        """A trainer declaring ``plain_sgd=False`` skips the SGD-reference numerics (the
+        same trainer undeclared fails them, above) and passes the loop checks."""
+        for steps in ("1-step", "3-steps"):
+            case = f"test_steps_equal_the_single_tower_reference[HalfStepsDeclared-{steps}]"
+            assert broken_run.outcome(case) == "skipped", broken_run.output[-3000:]
+        mine = {k: v for k, v in broken_run.cases.items() if "[HalfStepsDeclared" in k}
+        assert sum(v == "passed" for v in mine.values()) >= 10, mine
+        assert all(v in ("passed", "skipped") for v in mine.values()), mine
 
     def test_exit_status_and_summary(self, broken_run):
         """The run fails, and the summary table shows the failing trainers and groups."""

@@ -86,8 +86,8 @@ class TestLoopEvents:
 
     def test_fail(self):
         """Bad loop parameters are rejected with the field named."""
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
-            list(loop_events(1, 2, 0))
+        with pytest.raises(ValueError, match=r"'steps_per_epoch' must be an int >= 0 .*; got -1"):
+            list(loop_events(1, 2, -1))
         with pytest.raises(ValueError, match="'max_epoch' must be >= 'starting_epoch' - 1"):
             list(loop_events(5, 2, 1))
         with pytest.raises(ValueError, match="'runs_per_step' must be >= 0"):
@@ -108,7 +108,8 @@ class TestLoopBounds:
         with pytest.raises(
             ValueError,
             match=r"^'starting_epoch' must be an int >= 1 \(1-based\); got 0; "
-            r"'steps_per_epoch' must be an int > 0; got -2$",
+            r"'steps_per_epoch' must be an int >= 0 \(0: epochs of no step, an evaluation\); "
+            r"got -2$",
         ):
             LoopBounds(starting_epoch=0, max_epoch=3, steps_per_epoch=-2)
         with pytest.raises(

@@ -175,9 +175,10 @@ class TestTrainConfig:
                 "'max_epoch' must be >= 'starting_epoch' - 1",
             ),
             (
-                {"steps_per_epoch": 0},
+                {"steps_per_epoch": -1},
                 ValueError,
-                "'steps_per_epoch' must be an int > 0; got 0",
+                r"'steps_per_epoch' must be an int >= 0 \(0: epochs of no step, an evaluation\); "
+                "got -1",
             ),
             ({"logdir_action": "wipe"}, ValueError, "'logdir_action' must be one of"),
             ({"logdir": 3}, TypeError, "'logdir' must be a path or None; got int"),
@@ -424,11 +425,16 @@ class TestLaunch:
         ):
             launch_train_with_config(config, SimpleTrainer())
 
-    def test_default_monitors_need_logdir(self, graph):
-        """Default monitors without a logdir: the error says what to pass."""
+    def test_no_logdir_uses_the_monitors_that_write_no_file(self, graph, tmp_path, monkeypatch):
+        """Default monitors without a logdir: those that write no file (``ScalarPrinter``);
+        the run trains and nothing is written."""
+        monkeypatch.chdir(tmp_path)
         config = TrainConfig(model=Blobs(), data=data(), max_epoch=1)
-        with pytest.raises(ValueError, match=r"pass logdir=\.\.\. or monitors="):
-            launch_train_with_config(config, SimpleTrainer())
+        trainer = SimpleTrainer()
+        launch_train_with_config(config, trainer)
+        assert [type(m).__name__ for m in trainer.monitors.monitors] == ["ScalarPrinter"]
+        assert trainer.global_step > 0
+        assert list(tmp_path.iterdir()) == []
 
 
 def resume_run(logdir, max_epoch, **kw):

@@ -76,6 +76,12 @@ class Capabilities:
         precision: whether ``setup_graph(..., precision=...)`` builds the towers in a
             mixed-precision policy; the mixed scenarios are skipped for a trainer that
             declares False.
+        plain_sgd: whether a step applies the model's optimizer (plain SGD in the suite)
+            to the towers' gradients and nothing else, so that the variables after a
+            step can be checked against a NumPy SGD reference. A trainer whose update
+            differs on purpose (gradient accumulation, an average of the weights, its own
+            optimizer) declares False: the ``numerics`` group and the layers model's
+            steps are skipped, with this reason; every other check applies.
 
     Examples:
         >>> Capabilities(num_towers=2, variables="replicated").is_data_parallel
@@ -103,6 +109,7 @@ class Capabilities:
     towers: bool = attrs.field(default=True, validator=instance_of(bool))
     steps_per_execution: bool = attrs.field(default=True, validator=instance_of(bool))
     precision: bool = attrs.field(default=True, validator=instance_of(bool))
+    plain_sgd: bool = attrs.field(default=True, validator=instance_of(bool))
 
     @property
     def is_data_parallel(self) -> bool:
@@ -160,7 +167,7 @@ class TrainerEntry:
 
     Examples:
         >>> TrainerEntry(name="mine", factory="my_pkg.trainers:make")
-        TrainerEntry(name='mine', factory='my_pkg.trainers:make', capabilities=Capabilities(num_towers=1, variables='shared', trains=True, gradients='average', synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True, steps_per_execution=True, precision=True), requires=())
+        TrainerEntry(name='mine', factory='my_pkg.trainers:make', capabilities=Capabilities(num_towers=1, variables='shared', trains=True, gradients='average', synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True, steps_per_execution=True, precision=True, plain_sgd=True), requires=())
     """
 
     name: str = attrs.field(validator=instance_of(str))

@@ -24,7 +24,10 @@ from towerkit.conformance._scenario import Scenario, scenario_to_data
 
 logger = logging.getLogger("towerkit.conformance")
 
-HOROVOD_SKIP = "horovod not installed: run nox -s horovod"
+HOROVOD_SKIP = (
+    "horovod not installed here: nox -s conformance builds it for the shipped rows, and "
+    "with --horovod for rows of your own (elsewhere: the install-horovod tool)"
+)
 """The skip reason of horovod rows where horovod cannot be imported."""
 
 JOB_TIMEOUT = 480.0

@@ -52,6 +52,10 @@ def not_applicable(entry: TrainerEntry, scenario: Scenario) -> str | None:
         >>> e = TrainerEntry(name="d", factory="m:f", capabilities=Capabilities(launcher="tf-distributed"))
         >>> not_applicable(e, CHIEF[False])
         'the chief is worker 0 of the cluster: is_chief cannot be set to False there'
+        >>> from towerkit.conformance._catalog import NUMERICS
+        >>> mine = TrainerEntry(name="a", factory="m:f", capabilities=Capabilities(plain_sgd=False))
+        >>> not_applicable(mine, NUMERICS[(1, "quadratic")])
+        'the trainer declares that its update is not plain SGD (plain_sgd=False): no step has the NumPy SGD reference'
     """
     caps = entry.capabilities
     if scenario.loop.steps_per_execution != 1 and not caps.steps_per_execution:
@@ -64,6 +68,11 @@ def not_applicable(entry: TrainerEntry, scenario: Scenario) -> str | None:
         return "the factory builds the graph itself: the suite cannot ask for a precision policy"
     if scenario.non_chief and caps.chief_by_role:
         return "the chief is worker 0 of the cluster: is_chief cannot be set to False there"
+    if scenario.name.startswith(("numerics-", "layers-")) and not caps.plain_sgd:
+        return (
+            "the trainer declares that its update is not plain SGD (plain_sgd=False): "
+            "no step has the NumPy SGD reference"
+        )
     if scenario.name.startswith("numerics-") and caps.launcher == "tf-distributed":
         return (
             "workers of a TensorFlow cluster apply their gradients asynchronously (spec 000: "

@@ -138,7 +138,9 @@ def check_steps(
                 f"lr 0.1, {what}, float32) gives {np.round(want[m].ravel(), 6).tolist()}: off by "
                 f"{np.round(off, 6).tolist()}, allowed {np.round(bound, 6).tolist()} (rtol "
                 f"{rtol:g}, atol {atol:g}"
-                + (f", {rounding:g} x rounding scale)" if rounding else ")"),
+                + (f", {rounding:g} x rounding scale)" if rounding else ")")
+                + "; a trainer whose update is not plain SGD on purpose declares "
+                "plain_sgd=False (see Capabilities)",
             )
             exact = exact and np.allclose(vals, want[m].ravel(), rtol=1e-5, atol=1e-6)
         require(

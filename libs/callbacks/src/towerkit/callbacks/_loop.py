@@ -61,8 +61,8 @@ def bounds_faults(starting_epoch: object, max_epoch: object, steps_per_epoch: ob
     Examples:
         >>> bounds_faults(1, 3, 10)
         []
-        >>> bounds_faults(0, 3, 0)
-        ["'starting_epoch' must be an int >= 1 (1-based); got 0", "'steps_per_epoch' must be an int > 0; got 0"]
+        >>> bounds_faults(0, 3, -1)
+        ["'starting_epoch' must be an int >= 1 (1-based); got 0", "'steps_per_epoch' must be an int >= 0 (0: epochs of no step, an evaluation); got -1"]
         >>> bounds_faults(5, 2, 1)
         ["'max_epoch' must be >= 'starting_epoch' - 1 (an empty run); got max_epoch=2, starting_epoch=5"]
     """
@@ -77,8 +77,11 @@ def bounds_faults(starting_epoch: object, max_epoch: object, steps_per_epoch: ob
             f"'max_epoch' must be >= 'starting_epoch' - 1 (an empty run); got "
             f"max_epoch={max_epoch}, starting_epoch={starting_epoch}"
         )
-    if not (_is_int(steps_per_epoch) and steps_per_epoch > 0):  # type: ignore[operator]
-        faults.append(f"'steps_per_epoch' must be an int > 0; got {steps_per_epoch!r}")
+    if not (_is_int(steps_per_epoch) and steps_per_epoch >= 0):  # type: ignore[operator]
+        faults.append(
+            f"'steps_per_epoch' must be an int >= 0 (0: epochs of no step, an evaluation); "
+            f"got {steps_per_epoch!r}"
+        )
     return faults
 
 
@@ -119,8 +122,8 @@ def execution_faults(steps_per_epoch: object, steps_per_execution: object) -> li
     """
     if not (_is_int(steps_per_execution) and steps_per_execution >= 1):  # type: ignore[operator]
         return [f"'steps_per_execution' must be an int >= 1; got {steps_per_execution!r}"]
-    if not (_is_int(steps_per_epoch) and steps_per_epoch > 0):  # type: ignore[operator]
-        return [f"'steps_per_epoch' must be an int > 0; got {steps_per_epoch!r}"]
+    if not (_is_int(steps_per_epoch) and steps_per_epoch >= 0):  # type: ignore[operator]
+        return [f"'steps_per_epoch' must be an int >= 0; got {steps_per_epoch!r}"]
     k, n = int(steps_per_execution), int(steps_per_epoch)  # type: ignore[call-overload]
     if n % k == 0:
         return []
@@ -165,7 +168,8 @@ class LoopBounds:
     Attributes:
         starting_epoch: the first epoch (1-based).
         max_epoch: the last epoch, inclusive; ``starting_epoch - 1`` is an empty run.
-        steps_per_epoch: steps (``run_step`` calls) in each epoch (> 0).
+        steps_per_epoch: steps (``run_step`` calls) in each epoch (>= 0; 0: epochs of no
+            step, whose epoch hooks run: an evaluation-only run).
 
     Examples:
         >>> b = LoopBounds(starting_epoch=2, max_epoch=3, steps_per_epoch=10)
@@ -173,10 +177,10 @@ class LoopBounds:
         LoopBounds(starting_epoch=2, max_epoch=3, steps_per_epoch=10)
         >>> (list(b.epochs), b.total_steps)
         ([2, 3], 20)
-        >>> LoopBounds(starting_epoch=4, max_epoch=2, steps_per_epoch=0)
+        >>> LoopBounds(starting_epoch=4, max_epoch=2, steps_per_epoch=-1)
         Traceback (most recent call last):
         ...
-        ValueError: 'max_epoch' must be >= 'starting_epoch' - 1 (an empty run); got max_epoch=2, starting_epoch=4; 'steps_per_epoch' must be an int > 0; got 0
+        ValueError: 'max_epoch' must be >= 'starting_epoch' - 1 (an empty run); got max_epoch=2, starting_epoch=4; 'steps_per_epoch' must be an int >= 0 (0: epochs of no step, an evaluation); got -1
     """
 
     starting_epoch: int = 1
@@ -310,7 +314,8 @@ def loop_events(
     Args:
         starting_epoch: first epoch (1-based).
         max_epoch: last epoch, inclusive.
-        steps_per_epoch: steps per epoch (> 0).
+        steps_per_epoch: steps per epoch (>= 0; 0: only the epoch events, an
+            evaluation-only run).
         start_global_step: the global step restored at the start (>= 0).
         runs_per_step: ``hooked_sess.run`` calls per step (>= 0).
         kinds: yield only the events of these kinds (all when None), the same as

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import attrs
+
 from towerkit.callbacks._errors import ParallelStartError, ParallelWorkerError
 from towerkit.callbacks._parallel_core import (
     SHARED_MEMORY_MIN_BYTES,
@@ -211,6 +213,21 @@ class ParallelIterable:
             msg = f"{self}: a pass is one pass of each worker's copy, of no known length"
             raise TypeError(msg)
         return len(self._source)  # type: ignore[arg-type]
+
+    def reseed(self, seed: int) -> None:
+        """Make `seed` the base of the workers' seeds, as ``seed=`` would have, before any pass.
+
+        ``TrainConfig(seed=...)`` calls it for an input whose seed was not given.
+
+        Raises:
+            ValueError: `seed` is not an int >= 0.
+            RuntimeError: a pass has started (its workers were seeded already).
+        """
+        with self._lock:
+            if self._pool is not None or self._passes:
+                msg = f"{self}: the workers' seed is set before their first pass, not after"
+                raise RuntimeError(msg)
+            self._plan = attrs.evolve(self._plan, seed=seed)
 
     def reset_state(self) -> None:
         """Stop the workers; the next pass starts fresh ones (seeded as in a new run)."""

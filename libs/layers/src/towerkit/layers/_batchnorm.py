@@ -67,7 +67,7 @@ def _tower_flags(layer: str, training: Any) -> tuple[bool, Any]:
 
 def moving_average_update(variable: Any, value: Any, momentum: Any, name: str) -> Any:
     """``variable -= (variable - value) * (1 - momentum)``, colocated with `variable`."""
-    with tf1.name_scope(name) as scope, tf1.colocate_with(variable):
+    with tf1.name_scope(name) as scope, variable.graph.colocate_with(variable):
         decay = tf1.cast(tf1.convert_to_tensor(1.0 - momentum), variable.dtype.base_dtype)
         delta = (variable - tf1.cast(value, variable.dtype.base_dtype)) * decay
         return tf1.assign_sub(variable, delta, name=scope)

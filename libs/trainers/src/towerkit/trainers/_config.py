@@ -75,15 +75,17 @@ class TrainConfig:
         callbacks: callbacks to use.
         extra_callbacks: callbacks added after `callbacks`; ``DEFAULT_CALLBACKS()``
             when None. Pass ``[]`` to use none of the defaults.
-        monitors: where statistics go; ``DEFAULT_MONITORS()`` when None (they write
-            files, so they need `logdir`).
+        monitors: where statistics go; ``DEFAULT_MONITORS()`` when None (without a
+            `logdir`, those of them that write no file: ``ScalarPrinter()``).
         session_creator: makes the session; ``NewSessionCreator`` with `session_config`
             (or the default session config) when None.
         session_config: a ``tf.compat.v1.ConfigProto`` for the default session
             creator; only without `session_creator`.
         session_init: loads values into the session (e.g. ``SmartInit(path)``), or None.
         starting_epoch: the first epoch (1-based).
-        steps_per_epoch: steps in each epoch; the input's size when None.
+        steps_per_epoch: steps in each epoch; the input's size when None; 0: an
+            evaluation-only run (no step; the epoch's callbacks, an `InferenceRunner`,
+            run once per epoch).
         max_epoch: the last epoch, inclusive.
         logdir: the directory the run writes to (checkpoints, statistics, events);
             None writes nothing.
@@ -101,6 +103,18 @@ class TrainConfig:
             ``SingleCostTrainer.setup_graph``. ``config.precision`` is the record.
 
             .. versionadded:: 0.2
+        seed: seeds the run, so that the same seed gives the same weights (see the
+            trainers README, "Reproducible runs"): Python's ``random``, NumPy's global
+            generator, the graph-level seed of the trainer's graph (every initializer,
+            dropout and ``tf.data`` shuffle without a seed of its own) and the workers of
+            an ``IterableInput`` given no ``seed``. None (the default) seeds nothing.
+
+            .. versionadded:: 0.3
+        deterministic: run TensorFlow's ops deterministically
+            (``tf.config.experimental.enable_op_determinism()``, for the whole process);
+            needs a `seed`. An op with no deterministic kernel then fails when it runs.
+
+            .. versionadded:: 0.3
 
     Raises:
         TypeError: an option of the wrong kind, or an unknown keyword.
@@ -126,6 +140,8 @@ class TrainConfig:
         logdir_action: str = "error",
         steps_per_execution: int = 1,
         precision: str | Precision = FLOAT32,
+        seed: int | None = None,
+        deterministic: bool = False,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -148,6 +164,8 @@ class TrainConfig:
             logdir_action=logdir_action,
             steps_per_execution=steps_per_execution,
             precision=precision,
+            seed=seed,
+            deterministic=deterministic,
         )
         self._spec: TrainSpec | None = TrainSpec(**self._options)
 
@@ -201,6 +219,8 @@ class TrainConfig:
     logdir_action: _Option[str] = _Option("What to do with a non-empty `logdir`.")
     steps_per_execution: _Option[int] = _Option("Training steps per session call (K).")
     precision: _Option[Precision] = _Option("The mixed-precision policy (a `Precision` record).")
+    seed: _Option[int | None] = _Option("The run's seed, or None.")
+    deterministic: _Option[bool] = _Option("Whether TensorFlow's ops run deterministically.")
 
     def plan_resume(self, steps_per_epoch: int, batch_size: int | None = None) -> ResumePlan | None:
         """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).
@@ -256,7 +276,8 @@ class AutoResumeTrainConfig(TrainConfig):
             is ``"keep"`` (the directory is resumed from).
 
     Raises:
-        ValueError: no `logdir`, or a ``logdir_action`` other than ``"keep"``.
+        ValueError: no `logdir`, a ``logdir_action`` other than ``"keep"``, or
+            ``steps_per_epoch=0`` (an evaluation-only run resumes nothing).
     """
 
     def __init__(self, always_resume: bool = True, **kwargs: Any) -> None:
@@ -268,6 +289,13 @@ class AutoResumeTrainConfig(TrainConfig):
             msg = (
                 f"AutoResumeTrainConfig resumes from its logdir, so 'logdir_action' must be "
                 f"'keep'; got {action!r}"
+            )
+            raise ValueError(msg)
+        if kwargs.get("steps_per_epoch") == 0:
+            msg = (
+                "AutoResumeTrainConfig continues training, and steps_per_epoch=0 (an "
+                "evaluation-only run) trains nothing: evaluate a checkpoint with "
+                "TrainConfig(session_init=SmartInit(path), steps_per_epoch=0, max_epoch=1)"
             )
             raise ValueError(msg)
         super().__init__(**kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -11,6 +12,8 @@ from towerkit.trainers._callback_checks import _as_callback_list
 
 if TYPE_CHECKING:
     from towerkit.callbacks import MonitorBase, Monitors
+
+logger = logging.getLogger("towerkit.trainers")
 
 
 def DEFAULT_CALLBACKS() -> list[Callback]:
@@ -40,6 +43,13 @@ def DEFAULT_MONITORS() -> list[MonitorBase]:
     return [TFEventWriter(), JSONWriter(), ScalarPrinter()]
 
 
+def _monitors_without_files() -> list[MonitorBase]:
+    from towerkit.callbacks import ScalarPrinter
+
+    logger.info("no logdir: the statistics are printed, no event file or stats.json is written")
+    return [ScalarPrinter()]
+
+
 def callbacks_with_defaults(
     callbacks: Sequence[Callback] | None,
     monitors: Sequence[MonitorBase] | Monitors | None,
@@ -53,16 +63,9 @@ def callbacks_with_defaults(
 
     Raises:
         TypeError: entries that are not callbacks.
-        ValueError: default monitors (which write files) without a `logdir`.
     """
     if monitors is None:
-        if logdir is None:
-            msg = (
-                "train_with_defaults(monitors=None) uses DEFAULT_MONITORS(), which write "
-                "event and stats files: pass logdir=... or monitors=[...] (e.g. monitors=[])"
-            )
-            raise ValueError(msg)
-        monitors = DEFAULT_MONITORS()
+        monitors = DEFAULT_MONITORS() if logdir is not None else _monitors_without_files()
     if extra_callbacks is None:
         extra_callbacks = DEFAULT_CALLBACKS()
     cbs = _as_callback_list("callbacks", callbacks) + _as_callback_list(

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from towerkit.callbacks.plumbing import console_lines
 from towerkit.trainers._config import TrainConfig
 from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._lock import LOCK_FILENAME
 from towerkit.trainers._model import ModelDesc
 from towerkit.trainers._resume import plan_logdir, truncate_stats
+from towerkit.trainers._seeding import seed_run
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._tower import SingleCostTrainer
 from towerkit.trainers._traceback import filter_traceback
@@ -77,6 +79,8 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
         raise TypeError(msg)
     if config.logdir is not None and trainer.is_chief:
         _check_logdir(str(config.logdir), config.logdir_action)
+    data = config.data if config.data is not None else config.dataflow
+    seed_run(trainer.graph, data, config.seed, config.deterministic)
     source = apply_default_prefetch(
         config.data if config.data is not None else config.dataflow, trainer
     )
@@ -132,8 +136,13 @@ def _launch(config: TrainConfig, trainer: SingleCostTrainer, bounds: LoopBounds)
         batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
     )
     if plan is not None:
-        level = logging.WARNING if plan.ignored else logging.INFO
-        logger.log(level, "%s: %s", type(config).__name__, plan.reason)
+        said = f"{type(config).__name__}: {plan.reason}"
+        if plan.ignored:
+            logger.warning("%s", said)
+        elif trainer.is_chief:  # one console line, also where logging is not set up
+            console_lines(logger, [said])
+        else:
+            logger.info("%s", said)
         for note in plan.notes:
             logger.warning("%s: %s", type(config).__name__, note)
         if plan.checkpoint is not None:

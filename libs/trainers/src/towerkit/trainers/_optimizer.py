@@ -162,7 +162,7 @@ class PostProcessOptimizer(ProxyOptimizer):
             for g, v in pairs:
                 if g is None:
                     continue
-                where = tf1.colocate_with(v) if self._colocate else contextlib.nullcontext()
+                where = v.graph.colocate_with(v) if self._colocate else contextlib.nullcontext()
                 with where:
                     op = self._func(v)
                 if op is not None:

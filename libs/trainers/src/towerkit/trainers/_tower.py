@@ -398,8 +398,18 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
                 cost = check_cost(get_cost_fn(*inputs))
             return cost if cost.dtype.base_dtype == tf.float32 else tf.cast(cost, tf.float32)
 
+        fetched: list[Any] = []  # the ops of the previous tower's input, in this graph
+        in_order = bool(getattr(input, "TOWERS_IN_ORDER", True))
+
         def get_grads() -> list[tuple[Any, Any]]:
-            inputs = input.get_input_tensors()
+            # each tower takes its batch after the previous one took its own, so which
+            # batch goes to which tower does not depend on how the ops were scheduled
+            graph = tf1.get_default_graph()
+            after = [op for op in fetched if op.graph is graph]
+            with tf1.control_dependencies(after):
+                inputs = input.get_input_tensors()
+            if in_order:
+                fetched[:] = [t.op for t in inputs if hasattr(t, "op")]
             opt = get_opt_fn()
             if self.XLA_COMPILE:
                 if not isinstance(opt, LossScaleOptimizer):

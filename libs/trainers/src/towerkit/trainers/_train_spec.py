@@ -99,6 +99,22 @@ def _logdir_action(_: Any, __: attrs.Attribute[Any], action: str) -> None:
         raise ValueError(msg)
 
 
+def _seed(_: Any, __: attrs.Attribute[Any], seed: Any) -> None:
+    if seed is None:
+        return
+    msg = f"'seed' must be an int in [0, 2**32) (NumPy's seeds) or None; got {seed!r}"
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(msg)
+    if not 0 <= seed < 2**32:
+        raise ValueError(msg)
+
+
+def _flag(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        msg = f"'{attribute.name}' must be True or False; got {value!r}"
+        raise TypeError(msg)
+
+
 def _as_int(value: Any) -> Any:
     """A loop bound as tensorpack's ``int(value)`` took it (``'3'``, ``1e3``); else as given.
 
@@ -136,6 +152,8 @@ class TrainSpec:
         precision: the mixed-precision policy, a `Precision` record (a name given is
             made one: `towerkit.towers.POLICIES` holds the names); the same record goes
             on to ``setup_graph`` and to the check that the graph was built in it.
+        seed: the run's seed (Python's, NumPy's, the graph's, the input workers'), or None.
+        deterministic: whether TensorFlow's ops run deterministically.
 
     Examples:
         >>> spec = TrainSpec(max_epoch=3, steps_per_epoch=10)
@@ -173,8 +191,16 @@ class TrainSpec:
     logdir_action: str = attrs.field(default="error", validator=_logdir_action)
     steps_per_execution: int = attrs.field(default=1, converter=check_k)
     precision: Precision = attrs.field(default=FLOAT32, converter=precision_policy)
+    seed: int | None = attrs.field(default=None, validator=_seed)
+    deterministic: bool = attrs.field(default=False, validator=_flag)
 
     def __attrs_post_init__(self) -> None:
+        if self.deterministic and self.seed is None:
+            msg = (
+                "deterministic=True needs a seed (e.g. seed=0): deterministic ops with "
+                "unseeded random initial values still differ from run to run"
+            )
+            raise ValueError(msg)
         # checked by the loop's own record now (steps_per_epoch may wait for the input)
         self._bounds(self.steps_per_epoch)
 

@@ -155,6 +155,11 @@ class InputSource(abc.ABC):
     _calls: int = 0
     _per_tower_callbacks: bool = False
     """Whether the callbacks act on each tower's tensors (then towers come first)."""
+    TOWERS_IN_ORDER: bool = True
+    """Whether a multi-tower trainer makes each tower's ``get_input_tensors`` run after the
+    previous tower's (so which batch goes to which tower does not depend on scheduling).
+    False for a source whose tensors also feed work outside the step (`StagingInput`'s
+    staging puts, which its warm-up runs alone)."""
 
     # -- the protocol --------------------------------------------------------------
 

@@ -102,7 +102,8 @@ class IterableInput(InputSource):
             deliver datapoints as they come (False); None (the default): ordered,
             except an iterable without ``__getitem__`` (a DataFlow), whose workers
             each iterate a copy of their own, unordered (see `ParallelIterable`).
-        seed: with `workers`, the base of the workers' seeds (NumPy and ``random``).
+        seed: with `workers`, the base of the workers' seeds (NumPy and ``random``);
+            None (the default): the run's seed (``TrainConfig(seed=...)``), else 0.
         start_method: with `workers`, ``"forkserver"``, ``"spawn"`` or ``"fork"``;
             None (the default): ``"forkserver"`` where the platform has it, else
             ``"spawn"``.
@@ -128,14 +129,14 @@ class IterableInput(InputSource):
         timeout: float | None = None,
         workers: int | None = None,
         ordered: bool | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         start_method: str | None = None,
     ) -> None:
         iterable = parallel_source(
             iterable,
             workers,
             ordered=ordered,
-            seed=seed,
+            seed=0 if seed is None else seed,
             start_method=start_method,
             capacity=prefetch if isinstance(prefetch, int) and prefetch > 0 else 8,
         )
@@ -149,6 +150,7 @@ class IterableInput(InputSource):
         self._capacity = self._default_capacity if checked == tf.data.AUTOTUNE else checked
         self._queue: Any = None
         self._feeder: QueueFeeder | None = None
+        self._seed_given = seed is not None
 
     @property
     def iterable(self) -> Iterable[Any]:
@@ -159,6 +161,13 @@ class IterableInput(InputSource):
     def timeout(self) -> float | None:
         """Seconds the iterable may take to give a datapoint; None: no limit."""
         return self._timeout
+
+    def use_run_seed(self, seed: int) -> bool:
+        """Seed the workers from the run's `seed` when no ``seed=`` was given; whether it did."""
+        if self._seed_given or not isinstance(self._iterable, ParallelIterable):
+            return False
+        self._iterable.reseed(seed)
+        return True
 
     def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
         with tf.device(_INPUT_DEVICE), tf1.name_scope("IterableInput"):

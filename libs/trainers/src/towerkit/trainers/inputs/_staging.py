@@ -89,6 +89,7 @@ class StagingInput(InputSource):
     """
 
     _per_tower_callbacks = True
+    TOWERS_IN_ORDER = False  # a put ordered after another tower's get would run it at warm-up
 
     def __init__(
         self, input: InputSource, devices: Sequence[str] | None = None, nr_stage: int = 1
