@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,12 +22,8 @@ from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._heap import frozen_heap
 from towerkit.trainers._interrupt import StopControl, deferred_sigint
-from towerkit.trainers._loop_end import (
-    SignalStop,
-    end_epoch,
-    stop_line,
-    stop_requested,
-)
+from towerkit.trainers._loop_driver import LoopDriver, LoopRun, epoch_starts
+from towerkit.trainers._loop_end import SignalStop, stop_line
 from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k
 from towerkit.trainers._precision import built_in_refusal
 from towerkit.trainers._preempt import (
@@ -122,10 +116,7 @@ class Trainer(
         self._callbacks: Callbacks = Callbacks(())
         self._monitors: Monitors | None = None
         self._phase = "new"
-        self._epoch_num = 0
-        self._local_step = -1
-        self._bounds: LoopBounds | None = None
-        self._start_global_step = 0
+        self._driver = LoopDriver()
         self._global_step_var: Any = None
         self._step_op: Any = None
         self._interrupt: StopControl | None = None
@@ -265,8 +256,9 @@ class Trainer(
             self._callbacks.setup_graph(cast("TrainerView", self))
         _check_inputs_registered(self._graph)
         _check_file_claims(self._registered)
-        if self._steps_per_execution != 1:
-            check_callbacks_for_k(self._registered, self._steps_per_execution)
+        k = self._driver.steps_per_execution
+        if k != 1:
+            check_callbacks_for_k(self._registered, k)
         self._phase = "callbacks"
 
     # -- phase 2: session ----------------------------------------------------------------
@@ -307,7 +299,7 @@ class Trainer(
             if session_init is not None:
                 session_init.init(self.sess)
         self._graph.finalize()
-        self._start_global_step = int(self.sess.run(self._global_step_var))
+        self._driver.start_global_step = int(self.sess.run(self._global_step_var))
         # as tensorpack's MonitoredSession did: the graph's queues fill from here on
         self._queue_runners = start_queue_runners(self.sess)
         self.initialize_hooks()
@@ -350,11 +342,9 @@ class Trainer(
         """`main_loop` over the record `bounds` (validated): the seam trainers override."""
         self._require_phase("main_loop", "initialized")
         self._run_dir.check_resume_position(
-            bounds.steps_per_epoch, bounds.starting_epoch, self._steps_per_execution
+            bounds.steps_per_epoch, bounds.starting_epoch, self._driver.steps_per_execution
         )
-        self._bounds = bounds
-        self._epoch_num = bounds.starting_epoch - 1
-        self._local_step = -1
+        self._driver.start(bounds)
         self._phase = "running"
         try:
             with self._run_dir.failed_start_cleanup():
@@ -386,7 +376,7 @@ class Trainer(
                 with frozen_heap():
                     self._loop(bounds, interrupt)
             except StopTraining as err:
-                line = stop_line(self._epoch_num, self.global_step, err)
+                line = stop_line(self._driver.epoch_num, self.global_step, err)
                 if not isinstance(err, SignalStop):
                     interrupt.take(StopEvent.STOP_TRAINING)
                 outcome = stop_outcome(interrupt.state)
@@ -424,39 +414,12 @@ class Trainer(
             raise KeyboardInterrupt
 
     def _loop(self, bounds: LoopBounds, interrupt: StopControl) -> None:
-        """The loop proper over `bounds`; everything invariant in an epoch is looked up once."""
-        steps_per_epoch = bounds.steps_per_epoch
-        cbs = self._callbacks
-        run_step = self.run_step
-        triggers = tuple(cb.trigger_step for cb in cbs.with_hook("_trigger_step"))
-        should_stop = self.hooked_sess.should_stop
-        k = self._steps_per_execution
-        steps = range(k - 1, steps_per_epoch, k)  # each run_step makes k steps
-        first = range(self._run_dir.resumed_in_epoch + k - 1, steps_per_epoch, k)
-        last = steps_per_epoch - 1
-        for epoch in bounds.epochs:
-            self._epoch_num = epoch
-            self._local_step = -1
-            start = time.perf_counter()
-            cbs.before_epoch()
-            for step in first if epoch == bounds.starting_epoch else steps:
-                self._local_step = step
-                run_step()
-                for trigger in triggers:
-                    trigger()
-                if should_stop() or interrupt.requested:
-                    if interrupt.preempted and step == last and not should_stop():
-                        break  # the epoch's end first: its statistics, checkpoint and stoppers
-                    raise stop_requested(should_stop())
-            elapsed = time.perf_counter() - start
-            # after after_epoch, which ends the progress bar's line; ScalarPrinter's
-            # epoch line says the same at INFO
-            done = functools.partial(
-                logger.debug, "epoch %d done: %d steps in %.2f s", epoch, steps_per_epoch, elapsed
-            )
-            end_epoch(cbs, done)
-            if should_stop() or interrupt.requested:
-                raise stop_requested(should_stop())
+        """The loop proper over `bounds`: the loop driver's plain drive.
+
+        A resumed run enters its first epoch after the steps it had done.
+        """
+        run = LoopRun(self._callbacks, self.run_step, self.hooked_sess.should_stop, interrupt)
+        self._driver.drive(run, epoch_starts(bounds, self._run_dir.resumed_in_epoch))
 
     def _finish(self, failed: BaseException | None) -> None:
         """``after_train`` on every callback, then close the session; never hides `failed`."""
@@ -494,11 +457,9 @@ class Trainer(
 
     def _stepped(self) -> bool:
         """Whether a step of this run has finished (read once, when the run fails)."""
-        if self.hooked_sess is not None and self.global_step != self._start_global_step:
+        if self.hooked_sess is not None and self.global_step != self._driver.start_global_step:
             return True
-        return self._phase in ("running", "done") and (
-            self._local_step > 0 or self._epoch_num > self.starting_epoch
-        )
+        return self._phase in ("running", "done") and self._driver.stepped()
 
     @property
     def run_dir(self) -> RunDir:

@@ -13,6 +13,7 @@ from towerkit.towers import MOVING_SUMMARY_OPS_KEY
 from towerkit.towers.compat import tf1
 
 if TYPE_CHECKING:
+    from towerkit.trainers._loop_driver import LoopDriver
     from towerkit.trainers.inputs._base import InputSource
 
 STAGING_PUT_OPS_KEY = "towerkit_staging_put_ops"
@@ -148,13 +149,13 @@ def refuse_per_step_feeds(input: InputSource, k: int) -> None:
 class StepsPerExecution:
     """The trainer's side of ``steps_per_execution``: the setting, its checks and its accounting.
 
-    ``Trainer`` inherits it; the loop reads ``_steps_per_execution``.
+    ``Trainer`` inherits it; K is kept by the trainer's loop driver (`LoopDriver`).
     """
 
     SUPPORTS_STEPS_PER_EXECUTION: bool = True
     """Whether the trainer can run several steps per session call (``steps_per_execution``)."""
 
-    _steps_per_execution: int = 1
+    _driver: LoopDriver
     _phase: str
     _graph: Any
     _step_op: Any
@@ -166,14 +167,14 @@ class StepsPerExecution:
 
         .. versionadded:: 0.2
         """
-        return self._steps_per_execution
+        return self._driver.steps_per_execution
 
     def _bounds_for(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> LoopBounds:
         """The loop's record of these bounds (validated); the steps per call must divide."""
         bounds = LoopBounds(
             starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
         )
-        check_steps_per_execution(steps_per_epoch, self._steps_per_execution)
+        check_steps_per_execution(steps_per_epoch, self._driver.steps_per_execution)
         return bounds
 
     def _set_steps_per_execution(self, value: object) -> int:
@@ -185,13 +186,13 @@ class StepsPerExecution:
                 f"steps_per_execution={k} is not supported ({self._k_refusal()})"
             )
             raise ValueError(msg)
-        if k != self._steps_per_execution and getattr(self, "_step_op", None) is not None:
+        if k != self._driver.steps_per_execution and getattr(self, "_step_op", None) is not None:
             msg = (
                 f"steps_per_execution={k}: the graph of {type(self).__name__} is already built "
-                f"for {self._steps_per_execution} step(s) per call; choose it in setup_graph"
+                f"for {self._driver.steps_per_execution} step(s) per call; choose it in setup_graph"
             )
             raise ValueError(msg)
-        self._steps_per_execution = k
+        self._driver.steps_per_execution = k
         return k
 
     def _ensure_global_step(self) -> None:
@@ -201,7 +202,7 @@ class StepsPerExecution:
         with self._graph.as_default():
             gs = tf1.train.get_or_create_global_step()
             with tf1.name_scope("global_step_increment"):
-                k = tf1.constant(self._steps_per_execution, dtype=gs.dtype.base_dtype)
+                k = tf1.constant(self._driver.steps_per_execution, dtype=gs.dtype.base_dtype)
                 self._step_op = tf1.assign_add(gs, k).op
         self._global_step_var = gs
 
@@ -211,11 +212,11 @@ class StepsPerExecution:
 
     def _check_train_k(self, value: int | None) -> None:
         """``train(steps_per_execution=...)`` must name the K the graph was built for."""
-        if value is None or check_k(value) == self._steps_per_execution:
+        if value is None or check_k(value) == self._driver.steps_per_execution:
             return
         msg = (
             f"train(steps_per_execution={value}): the graph of {type(self).__name__} was "
-            f"built for {self._steps_per_execution} step(s) per session call; pass "
+            f"built for {self._driver.steps_per_execution} step(s) per session call; pass "
             f"steps_per_execution={value} to setup_graph (or TrainConfig), which builds the loop"
         )
         raise ValueError(msg)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from towerkit.callbacks import Callback, LoopBounds, Monitors
     from towerkit.towers import TowerFunc, TowerTensorHandles
+    from towerkit.trainers._loop_driver import LoopDriver
     from towerkit.trainers._run_dir import RunDir
 
 __all__ = ["TrainerViewMixin"]
@@ -19,11 +20,7 @@ class TrainerViewMixin:
     """
 
     _graph: Any
-    _epoch_num: int
-    _local_step: int
-    _start_global_step: int
-    _steps_per_execution: int
-    _bounds: LoopBounds | None
+    _driver: LoopDriver
     _monitors: Monitors | None
     _run_dir: RunDir
     _registered: list[Callback]
@@ -37,12 +34,12 @@ class TrainerViewMixin:
     @property
     def epoch_num(self) -> int:
         """The running epoch (1-based); ``starting_epoch - 1`` before the first ``before_epoch``."""
-        return self._epoch_num
+        return self._driver.epoch_num
 
     @property
     def local_step(self) -> int:
         """0-based index of the current step in its epoch; -1 before an epoch's first step."""
-        return self._local_step
+        return self._driver.local_step
 
     @property
     def global_step(self) -> int:
@@ -53,7 +50,7 @@ class TrainerViewMixin:
         """
         hs = self.hooked_sess
         runs = hs.run_calls if hs is not None else 0
-        return self._start_global_step + runs * self._steps_per_execution
+        return self._driver.global_step(runs)
 
     @property
     def data_steps(self) -> int | None:
@@ -61,29 +58,29 @@ class TrainerViewMixin:
 
         None when unknown (a run resumed from a checkpoint without a position record).
         """
-        return self._run_dir.data_steps(self.global_step - self._start_global_step)
+        return self._run_dir.data_steps(self.global_step - self._driver.start_global_step)
 
     @property
     def loop_bounds(self) -> LoopBounds | None:
         """The run's `LoopBounds`, validated once by ``main_loop``; None before it."""
-        return self._bounds
+        return self._driver.bounds
 
     @property
     def steps_per_epoch(self) -> int:
         """Steps (``run_step`` calls) in each epoch (``loop_bounds``); 0 before ``main_loop``."""
-        bounds = self._bounds
+        bounds = self._driver.bounds
         return 0 if bounds is None else bounds.steps_per_epoch
 
     @property
     def starting_epoch(self) -> int:
         """The first epoch of this run, 1-based (``loop_bounds``); 1 before ``main_loop``."""
-        bounds = self._bounds
+        bounds = self._driver.bounds
         return 1 if bounds is None else bounds.starting_epoch
 
     @property
     def max_epoch(self) -> int:
         """The last epoch of this run, inclusive (``loop_bounds``); 0 before ``main_loop``."""
-        bounds = self._bounds
+        bounds = self._driver.bounds
         return 0 if bounds is None else bounds.max_epoch
 
     @property

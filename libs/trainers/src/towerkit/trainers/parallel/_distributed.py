@@ -354,7 +354,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         return not any(t.job == "ps" for t, _ in watch.lost)
 
     def _lost_error(self, task: TaskAddress, why: str) -> TaskLostError:
-        at = (self._epoch_num, self.global_step) if self.hooked_sess is not None else None
+        at = (self.epoch_num, self.global_step) if self.hooked_sess is not None else None
         return lost_error(self._task, task, why, at)
 
     def _main_loop(self, bounds: LoopBounds) -> None:
