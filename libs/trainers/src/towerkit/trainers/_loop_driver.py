@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from towerkit.callbacks import LoopBounds
+from towerkit.callbacks.plumbing import check_steps_per_execution
 from towerkit.trainers._loop_end import end_epoch, stop_requested
 
 if TYPE_CHECKING:
-    from towerkit.callbacks import LoopBounds
     from towerkit.trainers._interrupt import StopControl
 
 __all__ = ["PLAIN_HOOKS", "LoopDriver", "LoopHooks", "LoopRun", "epoch_starts", "step_segments"]
@@ -176,6 +177,14 @@ class LoopDriver:
         self.bounds = bounds
         self.epoch_num = bounds.starting_epoch - 1
         self.local_step = -1
+
+    def bounds_for(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> LoopBounds:
+        """The record of these bounds (validated); the steps per call must divide the epoch."""
+        bounds = LoopBounds(
+            starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
+        )
+        check_steps_per_execution(steps_per_epoch, self.steps_per_execution)
+        return bounds
 
     def global_step(self, run_calls: int) -> int:
         """The global step after `run_calls` session calls of this run."""

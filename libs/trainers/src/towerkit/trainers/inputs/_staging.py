@@ -88,7 +88,7 @@ class StagingInput(InputSource):
         ValueError: `nr_stage` < 1.
     """
 
-    _per_tower_callbacks = True
+    PER_TOWER_CALLBACKS = True
 
     def __init__(
         self, input: InputSource, devices: Sequence[str] | None = None, nr_stage: int = 1
