@@ -12,7 +12,7 @@ from models import SIGNATURE, convnet
 
 from towerkit.export import PredictConfig, PredictSpec
 from towerkit.sessinit import DictRestore, JustCurrentSession
-from towerkit.towers import TowerFunc
+from towerkit.towers import FLOAT32, POLICIES, Precision, TowerFunc, precision_policy
 
 
 class Model:
@@ -36,6 +36,25 @@ class TestPredictSpec:
             "input_names=('image', 'label'), output_names=('prob',), return_input=False, precision='float32')"
             in repr(spec)
         )
+
+    @given(st.sampled_from(sorted(POLICIES)), st.booleans())
+    def test_precision_is_the_record(self, name, as_record):
+        """A policy's name or record becomes the record, the config's too; the default is float32."""
+        given_as = precision_policy(name) if as_record else name
+        spec = PredictSpec(input_signature=SIGNATURE, output_names=["prob"], precision=given_as)
+        assert isinstance(spec.precision, Precision)
+        assert spec.precision == precision_policy(name)
+        assert f"precision={name!r})" in repr(spec)
+        config = PredictConfig(
+            tower_func=convnet, input_signature=SIGNATURE, output_names=["prob"], precision=name
+        )
+        assert config.precision == precision_policy(name)
+        assert PredictSpec(input_signature=SIGNATURE, output_names=["prob"]).precision is FLOAT32
+
+    def test_unknown_precision(self):
+        """An unknown policy is refused at the boundary, naming the valid ones."""
+        with pytest.raises(ValueError, match="mixed_bfloat16"):
+            PredictSpec(input_signature=SIGNATURE, output_names=["prob"], precision="half")
 
     def test_fail(self):
         """Bad names are rejected, also through `attrs.evolve`."""

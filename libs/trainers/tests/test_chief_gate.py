@@ -173,8 +173,8 @@ class TestGatedMonitor:
         writer = JSONWriter()
         gated = gate_chief_only(writer, lambda: False)
         assert isinstance(gated, GatedMonitor)
-        assert gated._uses("process_scalar")
-        assert not gated._uses("process_image")
+        assert gated.processes("process_scalar")
+        assert not gated.processes("process_image")
         group = Monitors([gated])
         assert group.monitors == (gated,)
 

@@ -252,6 +252,11 @@ RESUME_EPOCHS = (2, 4)
 """Epochs of the first run, and the ``max_epoch`` of the run that resumes it."""
 
 
+MIXED = "mixed_bfloat16"
+"""The policy the mixed-precision scenarios run in: its name, the suite's one spelling of it
+(a scenario makes it the record on use)."""
+
+
 def _resume(
     name: str,
     logdir: str,
@@ -296,20 +301,20 @@ RESUME = {
         ),
     ),
     # a run in mixed precision saves float32 variables, and the next run resumes from them
-    "mixed_bfloat16": (
+    MIXED: (
         _resume(
             "resume-mixed-first-run",
             "resume_mixed",
             RESUME_EPOCHS[0],
             AutoResumeSpec(),
-            "mixed_bfloat16",
+            MIXED,
         ),
         _resume(
             "resume-mixed",
             "resume_mixed",
             RESUME_EPOCHS[1],
             AutoResumeSpec(always_resume=False),
-            "mixed_bfloat16",
+            MIXED,
         ),
     ),
 }
@@ -333,11 +338,11 @@ NUMERICS = {
 }
 NUMERICS_MIXED = {
     kind: Scenario(
-        name=f"numerics-mixed_bfloat16-3-steps-{kind}",
+        name=f"numerics-{MIXED}-3-steps-{kind}",
         loop=LoopSpec(starting_epoch=1, max_epoch=1, steps_per_epoch=3),
         model=kind,
         callbacks=[VariablesSpec()],
-        precision="mixed_bfloat16",
+        precision=MIXED,
     )
     for kind in ("quadratic", "linear")
 }

@@ -86,7 +86,12 @@ class MonitorBase(Callback):
         else:
             self.process_scalar(name, _as_number(name, val))
 
-    def _uses(self, method: str) -> bool:
+    def processes(self, method: str) -> bool:
+        """Whether this monitor does something in ``method`` (one of the ``process_*`` methods).
+
+        `Monitors` hands a statistic of a kind only to the monitors that process it. A
+        wrapper forwarding to another monitor answers for it.
+        """
         return getattr(type(self), method) is not getattr(MonitorBase, method)
 
 
@@ -178,7 +183,7 @@ class Monitors(Callback):
         self._monitors = tuple(mons)
         self._group = Callbacks(self._monitors)
         self._by_kind = {
-            method: tuple(m for m in self._monitors if m._uses(method))
+            method: tuple(m for m in self._monitors if m.processes(method))
             for method in _PROCESS_METHODS
         }
         self._history: dict[str, list[tuple[int, float | int]]] = {}

@@ -10,7 +10,13 @@ import tensorflow as tf
 
 from towerkit.export._names import as_names, check_input_names, check_output_names
 from towerkit.sessinit import JustCurrentSession, SessionInit
-from towerkit.towers import TowerFunc, precision_policy, validate_input_signature
+from towerkit.towers import (
+    FLOAT32,
+    Precision,
+    TowerFunc,
+    precision_policy,
+    validate_input_signature,
+)
 
 
 def _all_input_names(spec: PredictSpec) -> tuple[str, ...]:
@@ -27,8 +33,8 @@ def _check_input_names(
     check_input_names(value, _all_input_names(spec))
 
 
-def _policy_name(value: Any) -> str:
-    return precision_policy(value).name
+def _policy_name(value: Precision) -> str:
+    return repr(value.name)
 
 
 @attrs.frozen(kw_only=True)
@@ -41,6 +47,8 @@ class PredictSpec:
             signature, or of any tensor of the tower (e.g. a ``placeholder_with_default``).
         output_names: tensor names inside the tower, fetched in this order.
         return_input: a predictor returns ``(inputs, outputs)`` instead of ``outputs``.
+        precision: the mixed-precision policy the tower is built in, a `Precision`
+            record (a policy's name given is made one; its repr shows the name).
 
     Examples:
         >>> import tensorflow as tf
@@ -59,7 +67,9 @@ class PredictSpec:
     )
     output_names: tuple[str, ...] = attrs.field(converter=check_output_names)
     return_input: bool = attrs.field(default=False, converter=bool)
-    precision: str = attrs.field(default="float32", converter=_policy_name)
+    precision: Precision = attrs.field(
+        default=FLOAT32, converter=precision_policy, repr=_policy_name
+    )
 
     @property
     def input_specs(self) -> tuple[tf.TensorSpec, ...]:
@@ -126,7 +136,7 @@ class PredictConfig:
         session_init: SessionInit | None = None,
         session_creator: Any = None,
         return_input: bool = False,
-        precision: str = "float32",
+        precision: str | Precision = FLOAT32,
     ) -> None:
         """Check every argument; nothing is built yet.
 
@@ -144,10 +154,11 @@ class PredictConfig:
                 default graph with variables initialized; default: a new session on the
                 predictor's graph, variables initialized by their initializers.
             return_input: predictors return ``(inputs, outputs)`` instead of ``outputs``.
-            precision: the mixed-precision policy the tower is built in (``"float32"``,
-                the default; ``"mixed_bfloat16"`` or ``"mixed_float16"``: it computes in
-                the low precision from the float32 variables, for predictors and for the
-                exported graphs; outputs the model computes in low precision come out so).
+            precision: the mixed-precision policy the tower is built in, a `Precision`
+                record or its name (`FLOAT32`, the default; ``"mixed_bfloat16"`` or
+                ``"mixed_float16"``: it computes in the low precision from the float32
+                variables, for predictors and for the exported graphs; outputs the model
+                computes in low precision come out so).
 
         Raises:
             TypeError: an argument of the wrong kind.
@@ -253,6 +264,6 @@ class PredictConfig:
         return self._spec.return_input
 
     @property
-    def precision(self) -> str:
-        """The mixed-precision policy the tower is built in (``"float32"`` by default)."""
+    def precision(self) -> Precision:
+        """The mixed-precision policy the tower is built in (`FLOAT32` by default), a record."""
         return self._spec.precision

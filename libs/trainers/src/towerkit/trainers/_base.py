@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds, StopTraining
-from towerkit.callbacks.plumbing import console_lines
-from towerkit.towers import FLOAT32, Precision
-from towerkit.towers.compat import tf1
+from towerkit.callbacks import Callback, Callbacks, HookedSession, LoopBounds
+from towerkit.towers import Precision, precision_policy
 from towerkit.trainers._callback_checks import (
     _as_callback_list,
     _check_file_claims,
@@ -20,30 +16,14 @@ from towerkit.trainers._callback_checks import (
     _expand_input_callbacks,
     _reject_monitors,
 )
+from towerkit.trainers._defaults import callbacks_with_defaults
 from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._graph_mode import TrainerMeta
-from towerkit.trainers._heap import frozen_heap
-from towerkit.trainers._interrupt import StopControl, deferred_sigint
-from towerkit.trainers._loop_end import (
-    SignalStop,
-    end_epoch,
-    stop_line,
-    stop_requested,
-)
-from towerkit.trainers._multistep import StepsPerExecution, check_callbacks_for_k
-from towerkit.trainers._precision import built_in_refusal
-from towerkit.trainers._preempt import (
-    PreemptionPolicy,
-    ResumeAndPreemption,
-    TrainingPreempted,
-    save_for_resume,
-)
-from towerkit.trainers._queue_runners import QueueRunnerThreads, start_queue_runners
-from towerkit.trainers._run_dir import RunDir
-from towerkit.trainers._stop import StopEvent, stop_outcome
-from towerkit.trainers._train_calls import TrainCalls
-from towerkit.trainers._trainer_view import TrainerViewMixin
-from towerkit.trainers.inputs._callbacks import input_failure
+from towerkit.trainers._loop_run import TrainerLoop
+from towerkit.trainers._multistep import check_callbacks_for_k
+from towerkit.trainers._queue_runners import start_queue_runners
+from towerkit.trainers._sesscreate import default_session_creator
+from towerkit.trainers._traceback import filter_traceback
 
 if TYPE_CHECKING:
     from towerkit.callbacks import MonitorBase, Monitors, TrainerView
@@ -52,17 +32,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("towerkit.trainers")
 
-_PHASES = ("new", "callbacks", "initialized", "running", "done")
 
-_STOP_WINS = (
-    "a preemption signal arrived too, but training stopped: the run ends as stopped at "
-    "global step %d (status 0), and the same command does no more than after any stop"
-)
-
-
-class Trainer(
-    TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, TrainCalls, metaclass=TrainerMeta
-):
+class Trainer(TrainerLoop, metaclass=TrainerMeta):
     """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
 
     A run has three phases, which ``train`` calls in order (call them yourself for
@@ -107,32 +78,9 @@ class Trainer(
             ``before_run``/``after_run``, from ``initialize`` on.
     """
 
-    is_chief: bool = True
     CHIEF_OWNS_LOGDIR = False
     """Whether only the chief creates, moves or locks the logdir (`ChiefOwnsLogdir`): on
     other processes ``set_logdir`` keeps its path only."""
-
-    def __init__(self) -> None:
-        self._graph = tf1.get_default_graph()
-        self.train_op: Any = None
-        self.sess: Any = None
-        self.hooked_sess: Any = None
-        self._queue_runners: QueueRunnerThreads | None = None
-        self._registered: list[Callback] = []
-        self._callbacks: Callbacks = Callbacks(())
-        self._monitors: Monitors | None = None
-        self._phase = "new"
-        self._epoch_num = 0
-        self._local_step = -1
-        self._bounds: LoopBounds | None = None
-        self._start_global_step = 0
-        self._global_step_var: Any = None
-        self._step_op: Any = None
-        self._interrupt: StopControl | None = None
-        self._failure: BaseException | None = None
-        self._run_dir = RunDir(self._stepped)
-        self._preemption = PreemptionPolicy()
-        self._preempted = False
 
     # -- phase 0: the log directory ------------------------------------------------------
 
@@ -265,8 +213,9 @@ class Trainer(
             self._callbacks.setup_graph(cast("TrainerView", self))
         _check_inputs_registered(self._graph)
         _check_file_claims(self._registered)
-        if self._steps_per_execution != 1:
-            check_callbacks_for_k(self._registered, self._steps_per_execution)
+        k = self._driver.steps_per_execution
+        if k != 1:
+            check_callbacks_for_k(self._registered, k)
         self._phase = "callbacks"
 
     # -- phase 2: session ----------------------------------------------------------------
@@ -307,7 +256,7 @@ class Trainer(
             if session_init is not None:
                 session_init.init(self.sess)
         self._graph.finalize()
-        self._start_global_step = int(self.sess.run(self._global_step_var))
+        self._driver.start_global_step = int(self.sess.run(self._global_step_var))
         # as tensorpack's MonitoredSession did: the graph's queues fill from here on
         self._queue_runners = start_queue_runners(self.sess)
         self.initialize_hooks()
@@ -322,195 +271,7 @@ class Trainer(
         """
         self.hooked_sess = HookedSession(self.sess, self._callbacks.cbs, step_op=self._step_op)
 
-    # -- phase 3: the loop ---------------------------------------------------------------
-
-    def run_step(self) -> None:
-        """One iteration: ``self.hooked_sess.run(self.train_op)`` by default.
-
-        Set ``train_op`` or override this to change what an iteration does.
-        """
-        self.hooked_sess.run(self.train_op)
-
-    def main_loop(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> None:
-        """Run epochs ``starting_epoch..max_epoch`` (inclusive) of ``steps_per_epoch`` steps.
-
-        `StopTraining` raised by a callback or ``run_step``, or a hook asking the
-        hooked session to stop, ends the loop cleanly; ``after_train`` always runs
-        and the session is closed.
-
-        Raises:
-            ValueError: bad loop parameters.
-            TrainerStateError: ``initialize`` has not run.
-            KeyboardInterrupt: after a clean shutdown, when Ctrl-C stopped the loop.
-        """
-        self._require_phase("main_loop", "initialized")
-        self._main_loop(self._bounds_for(steps_per_epoch, starting_epoch, max_epoch))
-
-    def _main_loop(self, bounds: LoopBounds) -> None:
-        """`main_loop` over the record `bounds` (validated): the seam trainers override."""
-        self._require_phase("main_loop", "initialized")
-        self._run_dir.check_resume_position(
-            bounds.steps_per_epoch, bounds.starting_epoch, self._steps_per_execution
-        )
-        self._bounds = bounds
-        self._epoch_num = bounds.starting_epoch - 1
-        self._local_step = -1
-        self._phase = "running"
-        try:
-            with self._run_dir.failed_start_cleanup():
-                self._run_loop(bounds)
-        finally:
-            self._run_dir.release()
-
-    def _run_loop(self, bounds: LoopBounds) -> None:
-        """``main_loop`` once the counters are set: the callbacks around `_loop`, then cleanup."""
-        cbs = self._callbacks
-        interrupted = False
-        failed: BaseException | None = None
-        policy, coordinated = self._preemption_here()
-        with (
-            self._graph.as_default(),
-            self.sess.as_default(),
-            deferred_sigint(policy, coordinated=coordinated) as interrupt,
-        ):
-            self._interrupt = interrupt
-            try:
-                logger.info(
-                    "training epochs %d..%d, %d steps each, from global step %d",
-                    bounds.starting_epoch,
-                    bounds.max_epoch,
-                    bounds.steps_per_epoch,
-                    self.global_step,
-                )
-                cbs.before_train()
-                with frozen_heap():
-                    self._loop(bounds, interrupt)
-            except StopTraining as err:
-                line = stop_line(self._epoch_num, self.global_step, err)
-                if not isinstance(err, SignalStop):
-                    interrupt.take(StopEvent.STOP_TRAINING)
-                outcome = stop_outcome(interrupt.state)
-                if outcome == "preempted":  # saved here; the run ends by TrainingPreempted below
-                    self._preempted = True
-                    logger.warning("%s", line)
-                    save_for_resume(self, self._registered)
-                elif outcome == "interrupted":  # Ctrl-C: the run ends by KeyboardInterrupt below
-                    self._failure = KeyboardInterrupt()
-                    logger.info("%s", line)
-                else:  # the one line saying who stopped training and why
-                    console_lines(logger, [line])
-                    if interrupt.preempted:
-                        logger.warning(_STOP_WINS, self.global_step)
-            except KeyboardInterrupt as err:
-                interrupted = True
-                self._failure = err
-                logger.warning("training interrupted at global step %d", self.global_step)
-            except BaseException as err:
-                self._failure = err
-                if not interrupt.aborted:  # else: a blocked step cancelled by the second Ctrl-C
-                    failed = input_failure(err, self._registered, self)
-                    if failed is err:
-                        raise
-                    raise failed from failed.__cause__
-                interrupted = True
-                logger.warning("training aborted at global step %d", self.global_step)
-            finally:
-                # a preemption signal never makes a run that ended otherwise a KeyboardInterrupt
-                interrupted = interrupted or interrupt.state.ctrl_c
-                self._finish(failed)
-        if self._preempted:
-            raise TrainingPreempted(self.global_step, self._preemption)
-        if interrupted:
-            raise KeyboardInterrupt
-
-    def _loop(self, bounds: LoopBounds, interrupt: StopControl) -> None:
-        """The loop proper over `bounds`; everything invariant in an epoch is looked up once."""
-        steps_per_epoch = bounds.steps_per_epoch
-        cbs = self._callbacks
-        run_step = self.run_step
-        triggers = tuple(cb.trigger_step for cb in cbs.with_hook("_trigger_step"))
-        should_stop = self.hooked_sess.should_stop
-        k = self._steps_per_execution
-        steps = range(k - 1, steps_per_epoch, k)  # each run_step makes k steps
-        first = range(self._run_dir.resumed_in_epoch + k - 1, steps_per_epoch, k)
-        last = steps_per_epoch - 1
-        for epoch in bounds.epochs:
-            self._epoch_num = epoch
-            self._local_step = -1
-            start = time.perf_counter()
-            cbs.before_epoch()
-            for step in first if epoch == bounds.starting_epoch else steps:
-                self._local_step = step
-                run_step()
-                for trigger in triggers:
-                    trigger()
-                if should_stop() or interrupt.requested:
-                    if interrupt.preempted and step == last and not should_stop():
-                        break  # the epoch's end first: its statistics, checkpoint and stoppers
-                    raise stop_requested(should_stop())
-            elapsed = time.perf_counter() - start
-            # after after_epoch, which ends the progress bar's line; ScalarPrinter's
-            # epoch line says the same at INFO
-            done = functools.partial(
-                logger.debug, "epoch %d done: %d steps in %.2f s", epoch, steps_per_epoch, elapsed
-            )
-            end_epoch(cbs, done)
-            if should_stop() or interrupt.requested:
-                raise stop_requested(should_stop())
-
-    def _finish(self, failed: BaseException | None) -> None:
-        """``after_train`` on every callback, then close the session; never hides `failed`."""
-        try:
-            with self.sess.as_default():
-                self._callbacks.after_train()
-        except StopTraining:
-            pass
-        except Exception:
-            if failed is None:
-                raise
-            logger.exception("after_train failed while handling an earlier error")
-        finally:
-            self._phase = "done"
-            self._interrupt = None
-            try:
-                self._stop_queue_runners()
-            finally:
-                self._close_session()
-
-    def _stop_queue_runners(self) -> None:
-        """Stop the graph's queue runners while the session is still open; log a runner's error."""
-        runners, self._queue_runners = self._queue_runners, None
-        if runners is None:
-            return
-        err = runners.stop()
-        if err is not None:
-            logger.error("a queue runner of the graph stopped on: %s: %s", type(err).__name__, err)
-
-    def _close_session(self) -> None:
-        """Close ``self.sess`` at the end of the loop (a trainer may bound how long it waits)."""
-        self.sess.close()
-
-    # -- a run that fails before its first step ------------------------------------------
-
-    def _stepped(self) -> bool:
-        """Whether a step of this run has finished (read once, when the run fails)."""
-        if self.hooked_sess is not None and self.global_step != self._start_global_step:
-            return True
-        return self._phase in ("running", "done") and (
-            self._local_step > 0 or self._epoch_num > self.starting_epoch
-        )
-
-    @property
-    def run_dir(self) -> RunDir:
-        """The trainer's run directory part (`RunDir`); plumbing, no stability promise.
-
-        It holds the logdir, its lock, the resume position and what a failing start
-        gives back; ``launch_train_with_config`` wraps its own start in
-        ``run_dir.failed_start_cleanup()``.
-        """
-        return self._run_dir
-
-    # -- all three (``train`` and ``train_with_defaults``: `TrainCalls`) ---------------
+    # -- all three -----------------------------------------------------------------------
 
     def _train(
         self,
@@ -532,29 +293,90 @@ class Trainer(
         else:
             self._main_loop(bounds)
 
-    @property
-    def precision(self) -> Precision:
-        """The mixed-precision policy the graph was built in (float32: a trainer without towers)."""
-        return FLOAT32
+    @filter_traceback
+    def train_with_defaults(
+        self,
+        _sentinel: Any = None,
+        callbacks: Sequence[Callback] | None = None,
+        monitors: Sequence[MonitorBase] | Monitors | None = None,
+        session_creator: SessionCreatorLike | None = None,
+        session_init: SessionInit | None = None,
+        steps_per_epoch: int | None = None,
+        starting_epoch: int = 1,
+        max_epoch: int = 9999999,
+        extra_callbacks: Sequence[Callback] | None = None,
+        *,
+        logdir: str | os.PathLike[str] | None = None,
+        logdir_action: str = "error",
+        steps_per_execution: int | None = None,
+        precision: str | Precision | None = None,
+    ) -> None:
+        """``train`` with defaults for every option but ``steps_per_epoch``.
 
-    def _check_built_for(self, k: int | None, precision: Precision | None) -> None:
-        """``train(steps_per_execution=..., precision=...)`` must name what the graph was built for."""
-        if precision is not None:
-            refusal = built_in_refusal(precision, self.precision, type(self).__name__)
-            if refusal is not None:
-                raise ValueError(refusal)
-        self._check_train_k(k)
+        Callbacks are ``callbacks + extra_callbacks`` (default ``DEFAULT_CALLBACKS()``);
+        ``monitors`` default to ``DEFAULT_MONITORS()`` (they write files: a ``logdir``
+        is needed), ``session_creator`` to ``NewSessionCreator`` with the default
+        config, ``session_init`` to none, ``steps_per_epoch`` to the input's size. Keywords only.
 
-    # -- helpers -------------------------------------------------------------------------
+        Raises:
+            TypeError: positional arguments.
+            ValueError: no ``steps_per_epoch`` and no input size to take it from, or
+                default monitors without a ``logdir``.
+        """
+        if _sentinel is not None:
+            msg = "train_with_defaults() takes keyword arguments only"
+            raise TypeError(msg)
+        if steps_per_epoch is None:
+            steps_per_epoch = self._default_steps_per_epoch()
+        cbs, monitors = callbacks_with_defaults(callbacks, monitors, extra_callbacks, logdir)
+        if session_creator is None:
+            session_creator = default_session_creator()
+        self.train(
+            cbs,
+            monitors,
+            session_creator,
+            session_init,
+            steps_per_epoch,
+            starting_epoch,
+            max_epoch,
+            logdir=logdir,
+            logdir_action=logdir_action,
+            steps_per_execution=steps_per_execution,
+            precision=precision,
+        )
 
-    def _require_phase(self, what: str, phase: str) -> None:
-        if self._phase != phase:
-            order = " -> ".join(_PHASES)
-            msg = (
-                f"{type(self).__name__}.{what}() needs the trainer in phase {phase!r} "
-                f"({order}); it is in phase {self._phase!r}"
-            )
-            raise TrainerStateError(msg)
+    def _default_steps_per_epoch(self) -> int:  # none for the base trainer
+        msg = "'steps_per_epoch' is required: this trainer has no input whose size could give it"
+        raise ValueError(msg)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(phase={self._phase!r}, logdir={self._run_dir.path!r})"
+    @filter_traceback
+    def train(
+        self,
+        callbacks: Sequence[Callback] | None,
+        monitors: Sequence[MonitorBase] | Monitors | None,
+        session_creator: SessionCreatorLike,
+        session_init: SessionInit | None,
+        steps_per_epoch: int,
+        starting_epoch: int = 1,
+        max_epoch: int = 9999999,
+        *,
+        logdir: str | os.PathLike[str] | None = None,
+        logdir_action: str = "error",
+        steps_per_execution: int | None = None,
+        precision: str | Precision | None = None,
+    ) -> None:
+        """Set the log directory, set up callbacks, initialize and run the loop.
+
+        Same as ``set_logdir(logdir, logdir_action)``, ``setup_callbacks(callbacks,
+        monitors)``, ``initialize(session_creator, session_init)``,
+        ``main_loop(steps_per_epoch, starting_epoch, max_epoch)``. ``steps_per_execution``
+        and ``precision``, when given, must be those the graph was built for.
+        """
+        self._check_built_for(
+            steps_per_execution, None if precision is None else precision_policy(precision)
+        )
+        bounds = self._bounds_for(steps_per_epoch, starting_epoch, max_epoch)
+        # taken on a fresh trainer, else the one already taken (or None) must be named
+        if self._run_dir.check_train_logdir(logdir, fresh=self._phase == "new"):
+            self.set_logdir(logdir, logdir_action)
+        self._train(bounds, callbacks, monitors, session_creator, session_init)

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from towerkit.callbacks import Callback, LoopBounds
-from towerkit.callbacks.plumbing import check_steps_per_execution
+from towerkit.callbacks import Callback
 from towerkit.towers import MOVING_SUMMARY_OPS_KEY
 from towerkit.towers.compat import tf1
 
@@ -145,77 +144,74 @@ def refuse_per_step_feeds(input: InputSource, k: int) -> None:
         raise ValueError(msg)
 
 
-class StepsPerExecution:
-    """The trainer's side of ``steps_per_execution``: the setting, its checks and its accounting.
+def k_after_setting(
+    value: object,
+    trainer: str,
+    *,
+    supported: bool,
+    refusal: Callable[[], str],
+    built: Callable[[], int | None],
+) -> int:
+    """``value`` as the K a trainer named `trainer` is set to while its graph is built.
 
-    ``Trainer`` inherits it; the loop reads ``_steps_per_execution``.
+    Args:
+        value: the K asked for.
+        trainer: the trainer's class name (for the messages).
+        supported: whether the trainer can run several steps per call.
+        refusal: why it cannot (called for the message only).
+        built: gives the K its graph is built for already, or None while it is not
+            (asked once the K is one the trainer can run).
+
+    Raises:
+        TypeError, ValueError: not an int >= 1; K > 1 for a trainer that cannot run it; a
+            K other than the one the graph is built for.
+
+    Examples:
+        >>> k_after_setting(4, "T", supported=True, refusal=str, built=lambda: None)
+        4
+        >>> k_after_setting(4, "T", supported=True, refusal=str, built=lambda: 1)
+        Traceback (most recent call last):
+        ...
+        ValueError: steps_per_execution=4: the graph of T is already built for 1 step(s) per call; choose it in setup_graph
     """
-
-    SUPPORTS_STEPS_PER_EXECUTION: bool = True
-    """Whether the trainer can run several steps per session call (``steps_per_execution``)."""
-
-    _steps_per_execution: int = 1
-    _phase: str
-    _graph: Any
-    _step_op: Any
-    _global_step_var: Any
-
-    @property
-    def steps_per_execution(self) -> int:
-        """Training steps per session call (K): each ``hooked_sess.run`` advances the global step by K.
-
-        .. versionadded:: 0.2
-        """
-        return self._steps_per_execution
-
-    def _bounds_for(self, steps_per_epoch: int, starting_epoch: int, max_epoch: int) -> LoopBounds:
-        """The loop's record of these bounds (validated); the steps per call must divide."""
-        bounds = LoopBounds(
-            starting_epoch=starting_epoch, max_epoch=max_epoch, steps_per_epoch=steps_per_epoch
-        )
-        check_steps_per_execution(steps_per_epoch, self._steps_per_execution)
-        return bounds
-
-    def _set_steps_per_execution(self, value: object) -> int:
-        """Set K while the graph is being built; refuse it for a trainer that cannot run it."""
-        k = check_k(value)
-        if k != 1 and not self.SUPPORTS_STEPS_PER_EXECUTION:
-            msg = (
-                f"{type(self).__name__} runs one step per session call: "
-                f"steps_per_execution={k} is not supported ({self._k_refusal()})"
-            )
-            raise ValueError(msg)
-        if k != self._steps_per_execution and getattr(self, "_step_op", None) is not None:
-            msg = (
-                f"steps_per_execution={k}: the graph of {type(self).__name__} is already built "
-                f"for {self._steps_per_execution} step(s) per call; choose it in setup_graph"
-            )
-            raise ValueError(msg)
-        self._steps_per_execution = k
-        return k
-
-    def _ensure_global_step(self) -> None:
-        """Create the global step variable and the op that advances it by K with every run."""
-        if self._step_op is not None:
-            return
-        with self._graph.as_default():
-            gs = tf1.train.get_or_create_global_step()
-            with tf1.name_scope("global_step_increment"):
-                k = tf1.constant(self._steps_per_execution, dtype=gs.dtype.base_dtype)
-                self._step_op = tf1.assign_add(gs, k).op
-        self._global_step_var = gs
-
-    def _k_refusal(self) -> str:
-        """Why the trainer cannot run several steps per call (for the error message)."""
-        return "it has no K-step training loop"
-
-    def _check_train_k(self, value: int | None) -> None:
-        """``train(steps_per_execution=...)`` must name the K the graph was built for."""
-        if value is None or check_k(value) == self._steps_per_execution:
-            return
+    k = check_k(value)
+    if k != 1 and not supported:
         msg = (
-            f"train(steps_per_execution={value}): the graph of {type(self).__name__} was "
-            f"built for {self._steps_per_execution} step(s) per session call; pass "
-            f"steps_per_execution={value} to setup_graph (or TrainConfig), which builds the loop"
+            f"{trainer} runs one step per session call: "
+            f"steps_per_execution={k} is not supported ({refusal()})"
         )
         raise ValueError(msg)
+    already = built()
+    if already is not None and k != already:
+        msg = (
+            f"steps_per_execution={k}: the graph of {trainer} is already built "
+            f"for {already} step(s) per call; choose it in setup_graph"
+        )
+        raise ValueError(msg)
+    return k
+
+
+def global_step_increment(graph: Any, k: int) -> tuple[Any, Any]:
+    """The global step variable of `graph` (made when missing) and an op adding `k` to it."""
+    with graph.as_default():
+        gs = tf1.train.get_or_create_global_step()
+        with tf1.name_scope("global_step_increment"):
+            step = tf1.constant(k, dtype=gs.dtype.base_dtype)
+            op = tf1.assign_add(gs, step).op
+    return gs, op
+
+
+def train_k_refusal(k: int, built: int, trainer: str) -> str | None:
+    """Why ``train(steps_per_execution=k)`` is refused for a graph built for `built`; None: it is not.
+
+    Examples:
+        >>> train_k_refusal(2, 2, "T") is None
+        True
+    """
+    if k == built:
+        return None
+    return (
+        f"train(steps_per_execution={k}): the graph of {trainer} was "
+        f"built for {built} step(s) per session call; pass "
+        f"steps_per_execution={k} to setup_graph (or TrainConfig), which builds the loop"
+    )

@@ -15,14 +15,9 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
-
-from towerkit.trainers._errors import TrainerStateError
-
-if TYPE_CHECKING:
-    from towerkit.trainers._run_dir import RunDir
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -168,80 +163,3 @@ def save_for_resume(trainer: Any, callbacks: Sequence[Any]) -> list[str]:
         ", ".join(dirs),
     )
     return dirs
-
-
-class ResumeAndPreemption:
-    """The trainer's part in resuming at a step and in preemption (a mixin of `Trainer`).
-
-    `Trainer.__init__` sets the state these methods read: the run directory part
-    (``_run_dir``: where a resumed run starts), ``_preemption`` and ``_preempted``.
-    """
-
-    is_chief: bool
-    _phase: str
-    _run_dir: RunDir
-    _preemption: PreemptionPolicy
-    _preempted: bool
-
-    def set_resume_position(self, steps_in_epoch: int = 0, data_steps: int | None = 0) -> None:
-        """Start the first epoch of ``main_loop`` after `steps_in_epoch` of its steps.
-
-        A run resumed from a checkpoint saved inside an epoch (`AutoResumeTrainConfig`
-        calls this) runs only the rest of that epoch: ``before_epoch`` runs, then the
-        steps from ``local_step == steps_in_epoch`` on, then the epoch's end as usual.
-
-        Args:
-            steps_in_epoch: the steps of the first epoch done already (>= 0, a multiple
-                of ``steps_per_execution``, less than or equal to ``steps_per_epoch``).
-            data_steps: the global steps whose data the input produced before this
-                run (its input skips them: `InputSource.skip_steps`), or None when
-                unknown. It is recorded with each checkpoint (``positions.json``).
-
-        Raises:
-            ValueError: a negative count.
-            TrainerStateError: the loop started already.
-        """
-        if self._phase in ("running", "done"):
-            msg = "set_resume_position() must be called before main_loop"
-            raise TrainerStateError(msg)
-        self._run_dir.set_resume_position(steps_in_epoch, data_steps)
-
-    @property
-    def resumed_steps_in_epoch(self) -> int:
-        """The steps of the first epoch that an earlier run did (`set_resume_position`)."""
-        return self._run_dir.resumed_in_epoch
-
-    def set_preemption(
-        self, signals: Sequence[str | int] | None = None, grace_s: float | None = None
-    ) -> None:
-        """Choose the signals that preempt training and the grace the run has (`PreemptionPolicy`).
-
-        Args:
-            signals: signal names or numbers (default ``("SIGTERM", "SIGUSR1")``);
-                empty: none (a SIGTERM then ends the process as Python's default does).
-            grace_s: seconds from the signal to the exit (default 30).
-        """
-        changes: dict[str, Any] = {}
-        if signals is not None:
-            changes["signals"] = signals
-        if grace_s is not None:
-            changes["grace_s"] = grace_s
-        self._preemption = attrs.evolve(self._preemption, **changes)
-
-    @property
-    def preempted(self) -> bool:
-        """Whether a preemption signal stopped the loop (``main_loop`` then raises `TrainingPreempted`)."""
-        return self._preempted
-
-    _preempt_everywhere = False
-    """Whether every process of the job takes the signals and they agree on when to stop."""
-
-    def _preemption_here(self) -> tuple[PreemptionPolicy | None, bool]:
-        """The policy this process installs, and whether the job's processes agree on the step.
-
-        The chief's alone by default; every process's, agreeing, where the trainer says
-        so (`_preempt_everywhere`: horovod's `PreemptionVote`, a cluster's `PreemptionFlag`).
-        """
-        if self._preempt_everywhere:
-            return self._preemption, True
-        return (self._preemption if self.is_chief else None), False

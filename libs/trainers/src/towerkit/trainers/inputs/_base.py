@@ -153,7 +153,7 @@ class InputSource(abc.ABC):
     _graph: Any = None
     _callbacks: list[Callback] | None = None
     _calls: int = 0
-    _per_tower_callbacks: bool = False
+    PER_TOWER_CALLBACKS: bool = False
     """Whether the callbacks act on each tower's tensors (then towers come first)."""
     TOWERS_IN_ORDER: bool = True
     """Whether a multi-tower trainer makes each tower's ``get_input_tensors`` run after the
@@ -237,7 +237,7 @@ class InputSource(abc.ABC):
             InputSignatureError: the produced tensors do not match the signature.
         """
         self._require_setup("get_input_tensors")
-        if self._per_tower_callbacks and self._callbacks is not None:
+        if self.PER_TOWER_CALLBACKS and self._callbacks is not None:
             msg = (
                 f"{self}: get_input_tensors after get_callbacks: the callbacks already "
                 "made would not serve this tower; build every tower first"
@@ -271,7 +271,7 @@ class InputSource(abc.ABC):
                 each tower) no tower has taken its tensors yet.
         """
         self._require_setup("get_callbacks")
-        if self._callbacks is None and self._per_tower_callbacks and self._calls == 0:
+        if self._callbacks is None and self.PER_TOWER_CALLBACKS and self._calls == 0:
             msg = f"{self}: get_callbacks before any get_input_tensors; build every tower first"
             raise RuntimeError(msg)
         if self._callbacks is None:

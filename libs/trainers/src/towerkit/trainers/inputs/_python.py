@@ -232,7 +232,7 @@ class DummyConstantInput(InputSource):
         TypeError, ValueError: `shapes` is not a list of fully defined shapes.
     """
 
-    _per_tower_callbacks = True
+    PER_TOWER_CALLBACKS = True
 
     def __init__(self, shapes: Sequence[Sequence[int]]) -> None:
         if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence):
@@ -316,7 +316,7 @@ class FeedInput(InputSource):
 
     per_step_feed_reason = "feeds its placeholders from Python before every step"
 
-    _per_tower_callbacks = True
+    PER_TOWER_CALLBACKS = True
 
     def __init__(self, iterable: Iterable[Any], infinite: bool = True) -> None:
         _check_reiterable(iterable, "iterable")

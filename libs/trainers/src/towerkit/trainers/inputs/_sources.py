@@ -186,7 +186,6 @@ def _to_signature(dataset: tf.data.Dataset, specs: Sequence[tf.TensorSpec], sour
 class _IteratorInput(InputSource):
     """Sources that read an initializable iterator over a dataset repeated forever."""
 
-    _prefetch: int | None = None
     _iterator: Any = None
     _skip_ph: Any = None
     _skip: int = 0
@@ -202,6 +201,10 @@ class _IteratorInput(InputSource):
         """Whether the dataset of `_make_dataset` is known to be infinite (then not repeated)."""
         return False
 
+    def _prefetch_batches(self) -> int | None:
+        """The batches the iterator's dataset prefetches (None: no prefetch of its own)."""
+        return None
+
     def _setup(self, specs: tuple[tf.TensorSpec, ...]) -> None:
         self._reads: list[str] = []
         with tf.device(_INPUT_DEVICE):
@@ -215,8 +218,9 @@ class _IteratorInput(InputSource):
                 tf.constant(0, tf.int64), [], name="skip_batches"
             )
             dataset = dataset.skip(self._skip_ph)
-            if self._prefetch is not None:
-                dataset = dataset.prefetch(self._prefetch)
+            prefetch = self._prefetch_batches()
+            if prefetch is not None:
+                dataset = dataset.prefetch(prefetch)
             self._iterator = tf1.data.make_initializable_iterator(dataset)
 
     @property
@@ -314,6 +318,9 @@ class TFDatasetInput(_IteratorInput):
         self._built = dataset
         self._card_tensor = dataset.cardinality()
         return dataset
+
+    def _prefetch_batches(self) -> int | None:
+        return self._prefetch
 
     def _endless(self) -> bool:
         if self._card_tensor is None:

@@ -88,7 +88,7 @@ class StagingInput(InputSource):
         ValueError: `nr_stage` < 1.
     """
 
-    _per_tower_callbacks = True
+    PER_TOWER_CALLBACKS = True
     TOWERS_IN_ORDER = False  # a put ordered after another tower's get would run it at warm-up
 
     def __init__(

@@ -13,6 +13,7 @@ from towerkit.trainers.parallel._dataparallel import hierarchical_groups
 
 __all__ = [
     "allreduce",
+    "average_rows",
     "copy_gradient",
     "nccl_available",
     "scale_gradient",
@@ -62,6 +63,15 @@ def scale_gradient(grad: Any, factor: float) -> Any:
         values = grad.values * tf.cast(factor, grad.values.dtype)
         return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
     return grad * tf.cast(factor, grad.dtype)
+
+
+def average_rows(rows: Sequence[Sequence[tuple[Any, Any]]], device: str) -> list[Any]:
+    """The mean of each row's gradients (``(gradient, variable)`` pairs), made on `device`."""
+    out = []
+    with tf1.device(device), tf1.name_scope("average_gradients"):
+        for row in rows:
+            out.append(scale_gradient(sum_gradients([g for g, _ in row]), 1.0 / len(row)))
+    return out
 
 
 def copy_gradient(grad: Any) -> Any:

@@ -108,8 +108,8 @@ class GatedMonitor(ChiefGate, MonitorBase):
     def __init__(self, monitor: MonitorBase, owns: Callable[[], bool]) -> None:
         super().__init__(monitor, owns)
 
-    def _uses(self, method: str) -> bool:
-        return self.cb._uses(method)
+    def processes(self, method: str) -> bool:
+        return self.cb.processes(method)
 
     def process_scalar(self, name: str, val: float) -> None:
         if self._open():

@@ -16,7 +16,7 @@ from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
-from towerkit.trainers.parallel._allreduce import scale_gradient, sum_gradients
+from towerkit.trainers.parallel._allreduce import average_rows
 from towerkit.trainers.parallel._builder import build_towers, warn_missing_devices
 from towerkit.trainers.parallel._cluster import (
     DONE_QUEUE,
@@ -116,7 +116,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
     """
 
     SUPPORTS_STEPS_PER_EXECUTION = False
-    _preempt_everywhere = True
+    PREEMPT_EVERYWHERE = True
 
     def _k_refusal(self) -> str:
         return (
@@ -352,7 +352,7 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         return not any(t.job == "ps" for t, _ in watch.lost)
 
     def _lost_error(self, task: TaskAddress, why: str) -> TaskLostError:
-        at = (self._epoch_num, self.global_step) if self.hooked_sess is not None else None
+        at = (self.epoch_num, self.global_step) if self.hooked_sess is not None else None
         return lost_error(self._task, task, why, at)
 
     def _main_loop(self, bounds: LoopBounds) -> None:
@@ -427,14 +427,6 @@ class DistributedTrainerBase(ChiefOwnsLogdir, SingleCostTrainer):
         step_op = self._step_op if self.is_chief else None
         self.hooked_sess = HookedSession(self.sess, self._callbacks.cbs, step_op=step_op)
 
-    def _average_on_worker(self, rows: Sequence[Sequence[tuple[Any, Any]]]) -> list[Any]:
-        n = len(self._devices)
-        out = []
-        with tf1.device(f"{self._worker}/cpu:0"), tf1.name_scope("average_gradients"):
-            for row in rows:
-                out.append(scale_gradient(sum_gradients([g for g, _ in row]), 1.0 / n))
-        return out
-
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(task={self._task}, workers={self._num_workers}, "
@@ -494,7 +486,7 @@ class DistributedTrainerParameterServer(DistributedTrainerBase):
         ):
             tower_grads = build_towers(setters, get_grads, [""] * len(self._devices))
         rows = align_tower_grads(tower_grads)
-        averaged = self._average_on_worker(rows)
+        averaged = average_rows(rows, f"{self._worker}/cpu:0")
         opt = get_opt_fn()
         self.train_op = opt.apply_gradients(
             [(g, row[0][1]) for g, row in zip(averaged, rows)], name="train_op"
@@ -566,7 +558,7 @@ class DistributedTrainerReplicated(DistributedTrainerBase):
                 shadows[key] = shadow
                 if not is_trainable:
                     pushes.append(shadow.assign(v.read_value(), read_value=False))
-        averaged = self._average_on_worker(rows)
+        averaged = average_rows(rows, f"{self._worker}/cpu:0")
         opt = get_opt_fn()
         apply = opt.apply_gradients(
             [(g, shadows[tower_variable_key(row[0][1].op.name)]) for g, row in zip(averaged, rows)],

@@ -27,10 +27,9 @@ import tensorflow as tf
 
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import CollectiveError
-from towerkit.trainers._loop_end import end_epoch, stop_requested
+from towerkit.trainers._loop_driver import LoopHooks
 from towerkit.trainers.parallel._elastic_core import (
     LoopCommit,
-    commit_after_step,
     is_collective_failure,
     reform_within,
     remaining_epochs,
@@ -38,10 +37,17 @@ from towerkit.trainers.parallel._elastic_core import (
 from towerkit.trainers.parallel._health import end_unless_set
 
 if TYPE_CHECKING:
-    from towerkit.trainers._interrupt import StopControl
+    from towerkit.trainers._loop_driver import LoopDriver, LoopRun
     from towerkit.trainers.parallel._horovod import HorovodTrainer
 
-__all__ = ["GraphState", "Snapshot", "TrainerMoves", "check_elastic_launch", "run_elastic_loop"]
+__all__ = [
+    "GraphState",
+    "Snapshot",
+    "TrainerMoves",
+    "check_elastic_launch",
+    "elastic_hooks",
+    "run_elastic_loop",
+]
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -269,27 +275,53 @@ def _as_internal_error(err: tf.errors.OpError) -> Exception:
     return error
 
 
+def elastic_hooks(trainer: HorovodTrainer, state: GraphState, every_k: int) -> LoopHooks:
+    """The loop driver's hooks of an elastic run: its commits, and each epoch begun once.
+
+    ``before_epoch`` runs once per epoch in this process (not again after a roll back
+    into an epoch already begun); inside an epoch a commit comes every `every_k` steps,
+    and the epoch's end is committed right after its ``trigger_epoch``. A roll-back
+    into an epoch shows the last step done as ``local_step``; a preemption signal stops
+    the loop at once, even in an epoch's last step.
+    """
+    begun: set[int] = set()
+
+    def begin_epoch(epoch: int) -> bool:
+        if epoch in begun:
+            return False
+        begun.add(epoch)
+        return True
+
+    def commit_steps(epoch: int, steps_done: int) -> None:
+        state.position = LoopCommit(trainer.global_step, epoch, steps_done)
+        state.commit()
+
+    def commit_epoch(epoch: int) -> None:
+        state.position = LoopCommit(trainer.global_step, epoch + 1, 0)
+        state.commit()
+
+    return LoopHooks(
+        begin_epoch=begin_epoch,
+        after_steps=commit_steps,
+        every=every_k,
+        after_epoch=commit_epoch,
+        epoch_end_first=False,
+        rewind_local_step=True,
+    )
+
+
 def run_elastic_loop(
-    trainer: HorovodTrainer, state: GraphState, every_k: int, interrupt: StopControl
+    trainer: HorovodTrainer, state: GraphState, every_k: int, driver: LoopDriver, run: LoopRun
 ) -> None:
     """The loop under horovod's elastic protocol, from the synced commit to ``max_epoch``.
 
-    ``before_epoch`` runs once per epoch in this process (not again after a roll
-    back into an epoch already begun); ``after_epoch`` and ``trigger_epoch`` run once
-    per epoch, and the epoch's end is committed right after them.
+    Each pass of horovod's loop drives the trainer's loop driver from the commit it
+    restored or synced, with `elastic_hooks`: one ``run_step`` per step (K is 1).
     """
     from horovod.common.elastic import run_fn
 
     hvd = trainer.hvd
-    cbs = trainer._callbacks
-    triggers = tuple(cb.trigger_step for cb in cbs.with_hook("_trigger_step"))
-    should_stop = trainer.hooked_sess.should_stop
-    run_step = trainer.run_step
-    begun: set[int] = set()
-
-    def stop_check() -> None:
-        if should_stop() or interrupt.requested:
-            raise stop_requested(should_stop())
+    hooks = elastic_hooks(trainer, state, every_k)
 
     def body(state: GraphState) -> None:
         if state.reformed is not None:  # re-formed in time: the reset's watchdog stands down
@@ -297,25 +329,7 @@ def run_elastic_loop(
             state.reformed = None
         spe, starting, max_epoch = state.bounds
         try:
-            for epoch, first in remaining_epochs(state.position, starting, max_epoch, spe):
-                trainer._epoch_num = epoch
-                trainer._local_step = first - 1
-                if epoch not in begun:
-                    begun.add(epoch)
-                    cbs.before_epoch()
-                for step in range(first, spe):
-                    trainer._local_step = step
-                    run_step()
-                    for trigger in triggers:
-                        trigger()
-                    stop_check()
-                    if commit_after_step(step + 1, spe, every_k):
-                        state.position = LoopCommit(trainer.global_step, epoch, step + 1)
-                        state.commit()
-                end_epoch(cbs)  # whole, even when a callback stops training in it
-                stop_check()
-                state.position = LoopCommit(trainer.global_step, epoch + 1, 0)
-                state.commit()
+            driver.drive(run, remaining_epochs(state.position, starting, max_epoch, spe), hooks)
         except tf.errors.OpError as err:
             converted = _as_internal_error(err)
             if converted is err:

@@ -14,6 +14,7 @@ from towerkit.callbacks import Callback, LoopBounds
 from towerkit.towers import FLOAT32, Precision, TowerContext, TowerFn, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import CollectiveError
+from towerkit.trainers._loop_driver import LoopRun
 from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
@@ -417,7 +418,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         if self._elastic_state is not None:
             self._elastic_state.bounds = mine
             self._elastic_state.position = LoopCommit(
-                self._start_global_step, bounds.starting_epoch, 0
+                self._driver.start_global_step, bounds.starting_epoch, 0
             )
             super()._main_loop(bounds)
             return
@@ -459,8 +460,9 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             return
         from towerkit.trainers.parallel._elastic import run_elastic_loop
 
+        run = LoopRun(self._callbacks, self.run_step, self.hooked_sess.should_stop, interrupt)
         try:
-            run_elastic_loop(self, self._elastic_state, self._commit_every, interrupt)
+            run_elastic_loop(self, self._elastic_state, self._commit_every, self._driver, run)
         except tf.errors.OpError as err:
             if not is_collective_failure(err):
                 raise
@@ -486,12 +488,12 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         epochs before, and write that epoch and the next ones.
         """
         runs = self.hooked_sess.run_calls if self.hooked_sess is not None else 0
-        self._start_global_step = commit.global_step - runs * self._steps_per_execution
+        self._driver.rebase(commit.global_step, runs)
         if bounds is not None:
             steps_per_epoch, starting_epoch, max_epoch = bounds
             if self._took_over_at is not None:
                 starting_epoch = self._took_over_at
-            self._bounds = self._bounds_for(steps_per_epoch, starting_epoch, max_epoch)
+            self._driver.bounds = self._bounds_for(steps_per_epoch, starting_epoch, max_epoch)
 
     def _take_over_logdir(self, commit: LoopCommit) -> None:
         """Own the logdir from `commit` on: its owner was lost and this process is rank 0 now.
@@ -514,10 +516,10 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
                 commit.global_step,
             )
         self.is_chief = True
-        b = self._bounds
+        b = self._driver.bounds
         assert b is not None, "a sync comes after main_loop set the bounds"
         self._took_over_at = min(commit.epoch, b.max_epoch + 1)
-        self._bounds = attrs.evolve(b, starting_epoch=self._took_over_at)
+        self._driver.bounds = attrs.evolve(b, starting_epoch=self._took_over_at)
 
     def _elastic_reset(self) -> None:
         """The rank facts again, once horovod re-formed with the ranks there are now."""
