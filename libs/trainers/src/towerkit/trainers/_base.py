@@ -38,6 +38,7 @@ from towerkit.trainers._preempt import (
     TrainingPreempted,
     save_for_resume,
 )
+from towerkit.trainers._process_sum import ProcessSum
 from towerkit.trainers._queue_runners import QueueRunnerThreads, start_queue_runners
 from towerkit.trainers._run_dir import RunDir
 from towerkit.trainers._stop import StopEvent, stop_outcome
@@ -61,7 +62,12 @@ _STOP_WINS = (
 
 
 class Trainer(
-    TrainerViewMixin, StepsPerExecution, ResumeAndPreemption, TrainCalls, metaclass=TrainerMeta
+    TrainerViewMixin,
+    StepsPerExecution,
+    ResumeAndPreemption,
+    TrainCalls,
+    ProcessSum,
+    metaclass=TrainerMeta,
 ):
     """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
 
