@@ -675,6 +675,7 @@ CORE_MODULES = [
     "_console",
     "_timeline",
     "_inference_stats",
+    "_inference_partials",
     "_pruning",
     "_stats_file",
     "_paths",

@@ -139,7 +139,7 @@ def sum_partials(vectors: Sequence[Any]) -> np.ndarray:
     if len(shapes) != 1 or arrays[0].ndim != 1:
         msg = f"the partials must be vectors of one length; got shapes {shapes}"
         raise ValueError(msg)
-    return np.sum(arrays, axis=0, dtype=np.float64)
+    return np.asarray(np.sum(arrays, axis=0, dtype=np.float64))
 
 
 def join_partials(parts: Sequence[Any]) -> tuple[np.ndarray, tuple[int, ...]]:
