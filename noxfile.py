@@ -764,6 +764,7 @@ CORE_MODULES = [
     "_console",
     "_timeline",
     "_inference_stats",
+    "_inference_partials",
     "_pruning",
     "_best_k",
     "_timer",

@@ -46,6 +46,13 @@ from towerkit.callbacks._hparams import HParamsMonitor as HParamsMonitor
 from towerkit.callbacks._hyperparams import GraphVarParam as GraphVarParam
 from towerkit.callbacks._hyperparams import HyperParam as HyperParam
 from towerkit.callbacks._hyperparams import ObjAttrParam as ObjAttrParam
+from towerkit.callbacks._inference_partials import confusion_from_partial as confusion_from_partial
+from towerkit.callbacks._inference_partials import confusion_partial as confusion_partial
+from towerkit.callbacks._inference_partials import mean_from_partial as mean_from_partial
+from towerkit.callbacks._inference_partials import mean_partial as mean_partial
+from towerkit.callbacks._inference_partials import sum_partials as sum_partials
+from towerkit.callbacks._inference_partials import tally_from_partial as tally_from_partial
+from towerkit.callbacks._inference_partials import tally_partial as tally_partial
 from towerkit.callbacks._inference_runners import (
     DataParallelInferenceRunner as DataParallelInferenceRunner,
 )

@@ -25,9 +25,8 @@ from towerkit.callbacks._inference_inputs import (
     _input_kind,
     _SourceRounds,
 )
-from towerkit.callbacks._inference_stats import (
-    chunks,
-)
+from towerkit.callbacks._inference_partials import join_partials, split_partials
+from towerkit.callbacks._inference_stats import chunks
 from towerkit.callbacks._inferencers import Inferencer
 from towerkit.callbacks._parallel import ParallelIterable
 from towerkit.towers import TowerContext, build_placeholders, resolve_devices
@@ -57,23 +56,54 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
         size: batches in a round at most (>= 1), for a dataset or re-iterable input;
             None: until the input is exhausted. A dataset known to be infinite
             (``tf.data`` cardinality) needs it, or an end of its own (``.take(n)``).
+        reduce: sum each round's statistics across the job's processes (horovod
+            ranks): every process evaluates its own input (its shard), then the
+            inferencers' partials (`Inferencer.partial`) are summed through the
+            trainer's ``make_process_sum`` and every process puts the statistics of all
+            the batches of all processes (the monitors write them where they run: on
+            the chief). The runner then runs on every process (``chief_only`` False),
+            and every process must run the same rounds. False: each process reports
+            its own batches.
 
     Raises:
-        TypeError: a bad input or inferencers.
+        TypeError: a bad input or inferencers; `reduce` with an inferencer that is not
+            `Inferencer.reducible`.
         ValueError: no inferencer, or (in ``setup_graph``) an infinite dataset and no
             `size`.
+        CallbackError: (in ``setup_graph``) `reduce` on a trainer that cannot sum across
+            its processes.
 
     .. versionadded:: 0.2
-        `size`.
+        `size`, `reduce`.
     """
 
+    _tower_name = "InferenceTower"
+
     def __init__(
-        self, input: Any, infs: Inferencer | Sequence[Inferencer], size: int | None = None
+        self,
+        input: Any,
+        infs: Inferencer | Sequence[Inferencer],
+        size: int | None = None,
+        reduce: bool = False,
     ) -> None:
         self._size = _check_size(size)
         self._kind = _input_kind(input)
         self._input = input
         self._infs = _check_infs(infs)
+        if not isinstance(reduce, bool):
+            msg = f"'reduce' must be a bool; got {reduce!r}"
+            raise TypeError(msg)
+        not_reducible = [f"{inf} ({type(inf).__name__})" for inf in self._infs if not inf.reducible]
+        if reduce and not_reducible:
+            msg = (
+                "'reduce=True' needs inferencers that implement '_partial' and "
+                f"'_from_partial' (Inferencer.reducible); these do not: {', '.join(not_reducible)}"
+            )
+            raise TypeError(msg)
+        self._reduce = reduce
+        self._process_sum: Any = None
+        if reduce:
+            self._chief_only = False  # every process must meet the others in the sum
         self._is_dataset = self._kind in ("dataset", "builder")
         self._source = _SourceRounds(input, self, self._size) if self._kind == "source" else None
         # For each inferencer, the indices of its fetches in a tower's fetch list.
@@ -149,8 +179,26 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
             return batches
         return itertools.islice(batches, self._size)
 
+    @property
+    def reduces(self) -> bool:
+        """Whether each round's statistics are summed across the job's processes.
+
+        .. versionadded:: 0.2
+        """
+        return self._reduce
+
     def _setup_graph(self) -> None:
         self._build_towers()
+        if self._reduce:
+            make = getattr(self.trainer, "make_process_sum", None)
+            if not callable(make):
+                msg = (
+                    f"{self}: 'reduce=True' needs a trainer with a 'make_process_sum' "
+                    f"method; {type(self.trainer).__name__} has none"
+                )
+                raise CallbackError(msg)
+            # built here, before the graph is finalized: a collective is an op
+            self._process_sum = make(f"inference_sum_{self._tower_name}")
         for inf in self._infs:
             inf.setup_graph(self.trainer)
 
@@ -198,6 +246,8 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
             for values in self._results():
                 self._dispatch(values)
                 bar.update(1)
+        if self._reduce:
+            self._reduce_round()
         stats: dict[str, float] = {}
         for inf in self._infs:
             got = inf.after_inference() or {}
@@ -208,6 +258,19 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
             stats.update(got)
         for name, value in stats.items():
             self.trainer.monitors.put_scalar(name, float(value))
+
+    def _reduce_round(self) -> None:
+        """Sum the inferencers' partials across the processes; give each its summed part."""
+        vector, lengths = join_partials([inf.partial() for inf in self._infs])
+        summed = np.asarray(self._process_sum(vector), dtype=np.float64)
+        if summed.shape != vector.shape:
+            msg = (
+                f"{self}: the sum across processes of a vector of shape {vector.shape} has "
+                f"shape {summed.shape}: do all processes run the same inferencers?"
+            )
+            raise CallbackError(msg)
+        for inf, part in zip(self._infs, split_partials(summed, lengths)):
+            inf.from_partial(part)
 
     @abc.abstractmethod
     def _build_towers(self) -> None:
@@ -246,6 +309,8 @@ class InferenceRunner(InferenceRunnerBase):
         size: batches in a round at most, for a dataset or a re-iterable; None: until
             it is exhausted. A dataset known to be infinite (``.repeat()``) is refused
             in ``setup_graph`` unless `size` is given.
+        reduce: sum each round's statistics across the job's processes (see
+            `InferenceRunnerBase`).
 
     Raises:
         TypeError: bad input, inferencers or tower function.
@@ -262,8 +327,9 @@ class InferenceRunner(InferenceRunnerBase):
         tower_func: Any = None,
         device: int = 0,
         size: int | None = None,
+        reduce: bool = False,
     ) -> None:
-        super().__init__(input, infs, size)
+        super().__init__(input, infs, size, reduce)
         if not isinstance(tower_name, str) or not tower_name:
             msg = f"'tower_name' must be a non-empty string; got {tower_name!r}"
             raise ValueError(msg)
@@ -350,6 +416,8 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         tower_name: the towers' name prefix.
         tower_func: the tower function; the trainer's when None.
         size: datapoints (batches) in a round at most, as for `InferenceRunner`.
+        reduce: sum each round's statistics across the job's processes (see
+            `InferenceRunnerBase`).
 
     Raises:
         TypeError, ValueError: bad arguments (``gpus`` as for ``resolve_devices``); (in
@@ -364,8 +432,9 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         tower_name: str = "InferenceTower",
         tower_func: Any = None,
         size: int | None = None,
+        reduce: bool = False,
     ) -> None:
-        super().__init__(input, infs, size)
+        super().__init__(input, infs, size, reduce)
         if not isinstance(tower_name, str) or not tower_name:
             msg = f"'tower_name' must be a non-empty string; got {tower_name!r}"
             raise ValueError(msg)

@@ -7,8 +7,18 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._graph import tensor_names
+from towerkit.callbacks._inference_partials import (
+    confusion_from_partial,
+    confusion_partial,
+    mean_from_partial,
+    mean_partial,
+    tally_from_partial,
+    tally_partial,
+)
 from towerkit.callbacks._inference_stats import (
     Confusion,
     MeanState,
@@ -33,7 +43,59 @@ class Inferencer(Callback, metaclass=abc.ABCMeta):
     ``after_inference``, whose dict of scalar statistics goes to the monitors.
     Subclasses implement ``_get_fetches`` and ``_on_fetches``, and usually
     ``_before_inference`` and ``_after_inference``.
+
+    An inferencer whose round can be summed across the processes of a job (a runner
+    given ``reduce=True``) also implements ``_partial`` and ``_from_partial``: between
+    the last ``on_fetches`` and ``after_inference`` the runner takes ``partial()`` on
+    every process, sums the vectors across the job, and gives the sum to
+    ``from_partial``; ``after_inference`` then reports the statistics of all processes.
     """
+
+    @property
+    def reducible(self) -> bool:
+        """Whether its round can be summed across processes (it implements the partials).
+
+        .. versionadded:: 0.2
+        """
+        cls = type(self)
+        return cls._partial is not Inferencer._partial and (
+            cls._from_partial is not Inferencer._from_partial
+        )
+
+    def partial(self) -> np.ndarray:
+        """This round's sufficient statistics so far, as a flat float64 vector.
+
+        The vectors of processes that each saw some of the batches sum to the vector of
+        one process that saw them all (see `towerkit.callbacks.sum_partials`).
+
+        Raises:
+            TypeError: the inferencer does not implement the partials (`reducible`).
+
+        .. versionadded:: 0.2
+        """
+        return np.asarray(self._partial(), dtype=np.float64).reshape(-1)
+
+    def from_partial(self, vector: Any) -> None:
+        """Replace this round's statistics with those of a (summed) partial `vector`.
+
+        Raises:
+            TypeError: the inferencer does not implement the partials (`reducible`).
+            ValueError: `vector` is not a partial of this inferencer.
+
+        .. versionadded:: 0.2
+        """
+        self._from_partial(np.asarray(vector, dtype=np.float64))
+
+    def _partial(self) -> Any:
+        msg = (
+            f"{self} ({type(self).__name__}) cannot be summed across processes: it does not "
+            "implement '_partial' and '_from_partial'"
+        )
+        raise TypeError(msg)
+
+    def _from_partial(self, vector: np.ndarray) -> None:
+        del vector
+        self._partial()
 
     def before_inference(self) -> None:
         """Called before a round of inference."""
@@ -73,6 +135,9 @@ class ScalarStats(Inferencer):
     Each statistic is put as ``<prefix>_<name>`` (``<name>`` alone when ``prefix``
     is empty), the name without ``:0``. A mean of per-batch accuracies is not the
     accuracy over the data when batches differ in size: see `ClassificationError`.
+    Summed across processes (a runner's ``reduce=True``), the statistic is the mean
+    over all batches of all processes: the sums of the batch values and the counts of
+    batches are summed, then divided.
 
     Args:
         names: a name or a list of names of scalar tensors.
@@ -108,6 +173,12 @@ class ScalarStats(Inferencer):
 
     def _after_inference(self) -> dict[str, float]:
         return dict(zip(self.stat_names, mean_values(self._state)))
+
+    def _partial(self) -> np.ndarray:
+        return mean_partial(self._state)
+
+    def _from_partial(self, vector: np.ndarray) -> None:
+        self._state = mean_from_partial(vector, len(self._names))
 
 
 class ClassificationError(Inferencer):
@@ -150,6 +221,12 @@ class ClassificationError(Inferencer):
             return {}
         return {self._summary: tally_ratio(self._tally)}
 
+    def _partial(self) -> np.ndarray:
+        return tally_partial(self._tally)
+
+    def _from_partial(self, vector: np.ndarray) -> None:
+        self._tally = tally_from_partial(vector)
+
 
 class BinaryClassificationStats(Inferencer):
     """Precision and recall of binary predictions against binary labels, over the data.
@@ -185,3 +262,9 @@ class BinaryClassificationStats(Inferencer):
     def _after_inference(self) -> dict[str, float]:
         precision, recall = precision_recall(self._confusion)
         return {f"{self._prefix}_precision": precision, f"{self._prefix}_recall": recall}
+
+    def _partial(self) -> np.ndarray:
+        return confusion_partial(self._confusion)
+
+    def _from_partial(self, vector: np.ndarray) -> None:
+        self._confusion = confusion_from_partial(vector)

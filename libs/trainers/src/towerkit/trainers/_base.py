@@ -21,6 +21,7 @@ from towerkit.trainers._errors import TrainerStateError
 from towerkit.trainers._graph_mode import TrainerMeta
 from towerkit.trainers._loop_run import TrainerLoop
 from towerkit.trainers._multistep import check_callbacks_for_k
+from towerkit.trainers._process_sum import ProcessSum
 from towerkit.trainers._queue_runners import start_queue_runners
 from towerkit.trainers._sesscreate import default_session_creator
 from towerkit.trainers._traceback import filter_traceback
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("towerkit.trainers")
 
 
-class Trainer(TrainerLoop, metaclass=TrainerMeta):
+class Trainer(TrainerLoop, ProcessSum, metaclass=TrainerMeta):
     """The base trainer: it runs ``run_step`` in epochs and calls the callbacks around it.
 
     A run has three phases, which ``train`` calls in order (call them yourself for

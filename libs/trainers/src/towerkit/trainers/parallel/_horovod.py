@@ -10,11 +10,12 @@ import attrs
 import numpy as np
 import tensorflow as tf
 
-from towerkit.callbacks import Callback, LoopBounds
+from towerkit.callbacks import Callback, CallbackError, LoopBounds
 from towerkit.towers import FLOAT32, Precision, TowerContext, TowerFn, TowerFunc, visible_gpu_count
 from towerkit.towers.compat import tf1
 from towerkit.trainers._errors import CollectiveError
 from towerkit.trainers._loop_driver import LoopRun
+from towerkit.trainers._process_sum import ProcessSumFn
 from towerkit.trainers._seams import OptimizerFactory
 from towerkit.trainers._sesscreate import NewSessionCreator
 from towerkit.trainers._tower import SingleCostTrainer
@@ -24,6 +25,7 @@ from towerkit.trainers.parallel._elastic_core import (
     is_collective_failure,
 )
 from towerkit.trainers.parallel._hvd_slurm import join_slurm_step
+from towerkit.trainers.parallel._hvd_sum import horovod_process_sum
 from towerkit.trainers.parallel._trainer_parts import (
     ChiefOwnsLogdir,
     PreemptionVote,
@@ -544,6 +546,23 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             f"{type(err).__name__}: {first}"
         )
         return CollectiveError(msg)
+
+    def make_process_sum(self, name: str) -> ProcessSumFn:
+        """A sum over the ranks of a float64 vector: a horovod all-reduce named `name`.
+
+        Raises:
+            CallbackError: an elastic job (ranks come and go between its commits).
+
+        .. versionadded:: 0.2
+        """
+        if self._elastic_state is not None:
+            msg = (
+                f"the process sum {name!r} (a reducing InferenceRunner) is not supported on an "
+                "elastic HorovodTrainer: ranks may join or leave between commits; evaluate "
+                "with a non-elastic HorovodTrainer, or with reduce=False"
+            )
+            raise CallbackError(msg)
+        return horovod_process_sum(self._hvd, self._graph, name, lambda: self.sess)
 
     def __repr__(self) -> str:
         elastic = (
