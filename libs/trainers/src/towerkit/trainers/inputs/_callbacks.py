@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tensorflow as tf
 
@@ -14,7 +14,6 @@ from towerkit.trainers._errors import InputDataError
 
 if TYPE_CHECKING:
     from towerkit.callbacks import TrainerView
-    from towerkit.trainers._base import Trainer
     from towerkit.trainers.inputs._base import InputSource
 
 __all__ = ["InputSourceCallbacks", "depends_on", "fetched_ops"]
@@ -98,8 +97,24 @@ class _InputCallback(Callback):
         return None
 
 
+class LoopPlace(Protocol):
+    """Where the loop is: what an input's failure message names (a trainer has it)."""
+
+    @property
+    def epoch_num(self) -> int: ...
+
+    @property
+    def local_step(self) -> int: ...
+
+    @property
+    def steps_per_epoch(self) -> int: ...
+
+    @property
+    def global_step(self) -> int: ...
+
+
 def input_failure(
-    err: BaseException, callbacks: Iterable[Callback], trainer: Trainer | None = None
+    err: BaseException, callbacks: Iterable[Callback], trainer: LoopPlace | None = None
 ) -> BaseException:
     """The error to raise for a failed step's `err`: the first input callback's explanation.
 
