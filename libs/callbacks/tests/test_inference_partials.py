@@ -290,10 +290,16 @@ class TestReducingRunner:
             assert trainer.monitors.get_latest(name) == pytest.approx(value, abs=1e-6), name
 
     def test_runs_on_every_process(self):
-        """A reducing runner is not chief-only (every process meets in the sum)."""
+        """A reducing runner is not chief-only (every process meets in the sum), and cannot
+        be made so."""
         assert not InferenceRunner([], infs(), reduce=True).chief_only
         assert InferenceRunner([], infs()).chief_only
         assert InferenceRunner([], infs(), reduce=True).reduces
+        runner = InferenceRunner([], infs(), reduce=True)
+        with pytest.raises(ValueError, match="reduce=True runs on every process"):
+            runner.set_chief_only(True)
+        assert runner.set_chief_only(False) is runner
+        assert InferenceRunner([], infs()).set_chief_only(False).chief_only is False
 
     def test_fail(self, graph):
         """A non-bool reduce, an inferencer without partials, a trainer without the hook."""

@@ -65,9 +65,20 @@ class TestStepSegments:
         want = [s + 1 for s in range(done, spe) if commit_after_step(s + 1, spe, every)]
         assert got == want
 
+    @given(st.integers(1, 8), st.one_of(st.none(), st.integers(1, 8)))
+    def test_an_epoch_of_no_step_has_no_call(self, k, every):
+        """steps_per_epoch=0 (an evaluation-only run): entered at 0, no call, no hook."""
+        assert [list(r) for r, _ in step_segments(0, 0, k, every)] == [[]]
+        assert all(after == 0 for _, after in step_segments(0, 0, k, every))
+
     @pytest.mark.parametrize(
         ("done", "spe", "k", "every", "what"),
-        [(6, 6, 1, None, "after 6 steps"), (1, 6, 2, None, "after 1 steps"), (0, 6, 0, 1, "k=0")],
+        [
+            (6, 6, 1, None, "after 6 steps"),
+            (1, 6, 2, None, "after 1 steps"),
+            (0, 6, 0, 1, "k=0"),
+            (1, 0, 1, None, "an epoch of 0 steps, 1 per call, cannot be entered after 1 steps"),
+        ],
     )
     def test_refuses(self, done, spe, k, every, what):
         with pytest.raises(ValueError, match=what):

@@ -1,18 +1,25 @@
-"""The trainers' process sum: the vector itself on one process, refused on ps/worker clusters."""
+"""The trainers' process sum: the vector itself on one process, summed across a cluster's workers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
+import prefork
 import pytest
 import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
 from towerkit.callbacks import (
-    CallbackError,
     ClassificationError,
     InferenceRunner,
     ScalarStats,
@@ -133,20 +140,103 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class TestCluster:
-    """A ps/worker cluster trainer refuses the process sum at setup, naming what to use."""
+SCRIPTS = Path(__file__).parent / "scripts"
+CLUSTER_TIMEOUT = 300.0
+"""Seconds the cluster job may take (three TensorFlow imports on a busy machine dominate)."""
 
-    def test_refused(self):
-        """make_process_sum raises CallbackError naming the trainer and the alternatives."""
+
+def cluster_reference(tasks=(0, 1)) -> dict[str, float]:
+    """One process evaluating the shards of `tasks`: the mean batch cost, the true error."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import dp_model
+        import hvd_eval_job
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    costs, wrong = [], []
+    for task in tasks:
+        for x, y in hvd_eval_job.shard(task):
+            prob = dp_model.forward(dp_model.initial_weights(), x.astype(np.float64))
+            costs.append(float(np.mean(-np.log(prob[np.arange(len(y)), y]))))
+            wrong.extend(np.argmax(prob, axis=1) != y)
+    return {"validation_cost": float(np.mean(costs)), "validation_error": float(np.mean(wrong))}
+
+
+@pytest.fixture(scope="module")
+def cluster_eval(tmp_path_factory):
+    """A parameter server and two workers evaluating their shards; their reports."""
+    base = tmp_path_factory.mktemp("cluster-eval")
+    ports = ",".join(str(free_port()) for _ in range(3))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    procs = {}
+    for role, task in [("ps", 0), ("worker", 0), ("worker", 1)]:
+        argv = [sys.executable, str(SCRIPTS / "dist_eval_job.py"), role, str(task)]
+        argv += ["--ports", ports, "--logdir-base", str(base)]
+        procs[(role, task)] = prefork.popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + CLUSTER_TIMEOUT
+    while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    late = [k for k, p in procs.items() if p.poll() is None]
+    for key in late:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(procs[key].pid, signal.SIGKILL)
+    outs = {k: p.communicate()[0] for k, p in procs.items()}
+    assert not late, f"still running after {CLUSTER_TIMEOUT:g} s: {late}: {outs}"
+    assert all(p.returncode == 0 for p in procs.values()), outs
+    reports = {}
+    for key, out in outs.items():
+        for line in out.splitlines():
+            _, tag, rest = line.partition("DIST-EVAL-REPORT ")
+            if tag:
+                reports[key] = json.loads(rest)
+    assert sorted(reports) == sorted(procs), outs
+    stats = json.loads((base / "worker0" / "stats.json").read_text())
+    return {"reports": reports, "records": [r for r in stats if "epoch_num" in r]}
+
+
+@pytest.mark.procs
+@pytest.mark.xdist_group("test_distributed")
+@pytest.mark.timeout(600)
+class TestCluster:
+    """A ps/worker cluster sums the workers' vectors through queues on the parameter server."""
+
+    def test_both_workers_put_the_statistics_of_all_data(self, cluster_eval):
+        """steps_per_epoch=0 and InferenceRunner(reduce=True) on each worker's shard under
+        DistributedTrainerReplicated: each worker puts the statistics of one process
+        evaluating both shards (NumPy), and no step runs."""
+        want = cluster_reference()
+        for task in (0, 1):
+            rep = cluster_eval["reports"][("worker", task)]
+            assert rep["stats"] == pytest.approx(want, rel=1e-5), task
+            assert rep["global_step"] == 0
+            assert rep["is_chief"] is (task == 0)
+        for task in (0, 1):  # each shard alone is not the answer
+            own = cluster_reference((task,))
+            assert own["validation_cost"] != pytest.approx(want["validation_cost"], rel=1e-3)
+
+    def test_the_chief_writes_them(self, cluster_eval):
+        """The chief's stats.json holds the one epoch record with the summed statistics."""
+        want = cluster_reference()
+        (record,) = cluster_eval["records"]
+        assert record["global_step"] == 0
+        assert {k: record[k] for k in want} == pytest.approx(want, rel=1e-5)
+
+    def test_a_one_worker_cluster_sums_nothing(self):
+        """With a single worker the sum is the vector itself (no queue is waited on)."""
         with tf.Graph().as_default():
             cluster = tf1.train.ClusterSpec(
                 {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
             )
             server = tf1.train.Server(cluster, job_name="worker", task_index=0, start=False)
             trainer = DistributedTrainerParameterServer(1, server)
-            with pytest.raises(
-                CallbackError,
-                match=r"not supported on DistributedTrainerParameterServer: .*reduce=False .*"
-                r"HorovodTrainer",
-            ):
-                trainer.make_process_sum("inference_sum_InferenceTower")
+            total = trainer.make_process_sum("inference_sum_InferenceTower")
+            assert total(np.array([1.0, 2.5])).tolist() == [1.0, 2.5]
+            with pytest.raises(ValueError, match="process sum's 'name'"):
+                trainer.make_process_sum("")

@@ -187,6 +187,21 @@ class InferenceRunnerBase(Callback, metaclass=abc.ABCMeta):
         """
         return self._reduce
 
+    def set_chief_only(self, v: bool = True) -> Callback:
+        """Set :attr:`chief_only`; refused for a reducing runner, which every process runs.
+
+        Raises:
+            ValueError: ``v`` True on a runner made with ``reduce=True`` (the chief would
+                wait in the sum for processes that never run it).
+        """
+        if v and self._reduce:
+            msg = (
+                f"{self}: a runner with reduce=True runs on every process (the sum needs "
+                "them all); it cannot be chief-only"
+            )
+            raise ValueError(msg)
+        return super().set_chief_only(v)
+
     def _setup_graph(self) -> None:
         self._build_towers()
         if self._reduce:

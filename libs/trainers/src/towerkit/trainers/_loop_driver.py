@@ -110,6 +110,11 @@ def step_segments(
         >>> step_segments(0, 8, 2, 4)
         ((range(1, 4, 2), 4), (range(5, 8, 2), 0))
 
+        An epoch of no step (an evaluation-only run) has no call:
+
+        >>> step_segments(0, 0, 1, None)
+        ((range(0, 0), 0),)
+
     Raises:
         ValueError: `done` outside the epoch or not at a call's end, or a non-positive
             `k` or `every`.
@@ -117,7 +122,7 @@ def step_segments(
     if k < 1 or (every is not None and every < 1):
         msg = f"steps per call and steps between hooks must be >= 1; got k={k}, every={every}"
         raise ValueError(msg)
-    if not 0 <= done < steps_per_epoch or done % k:
+    if not (0 <= done < steps_per_epoch or done == steps_per_epoch == 0) or done % k:
         msg = (
             f"an epoch of {steps_per_epoch} steps, {k} per call, cannot be entered "
             f"after {done} steps"

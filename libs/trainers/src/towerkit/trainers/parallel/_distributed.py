@@ -31,7 +31,7 @@ from towerkit.trainers.parallel._cluster import (
     session_start_ops,
     start_watch,
 )
-from towerkit.trainers.parallel._cluster_sum import RefuseProcessSum
+from towerkit.trainers.parallel._cluster_sum import ClusterProcessSum
 from towerkit.trainers.parallel._dataparallel import tower_variable_key
 from towerkit.trainers.parallel._grad_sync import align_tower_grads, make_replicas_local
 from towerkit.trainers.parallel._health import (
@@ -68,7 +68,7 @@ __all__ = [
 logger = logging.getLogger("towerkit.trainers")
 
 
-class DistributedTrainerBase(RefuseProcessSum, ChiefOwnsLogdir, SingleCostTrainer):
+class DistributedTrainerBase(ClusterProcessSum, ChiefOwnsLogdir, SingleCostTrainer):
     """Training on a TensorFlow cluster: a ``worker`` process per machine, ``ps`` processes.
 
     The cluster is the server's: jobs ``ps`` (parameter servers, which call
