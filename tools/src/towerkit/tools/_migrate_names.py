@@ -7,12 +7,12 @@ from towerkit.tools._migrate_api import tensorpack_fates
 _LIB_NAMES = {
     "sessinit": """
     ASIDE_PREFIX Assignment ChainInit CheckpointNotFoundError CheckpointVanishedError
-    CorruptCheckpointError DictRestore GLOB_CHARACTERS GlobPathError JustCurrentSession
-    NotACheckpointError NothingToRestoreError RestoreMismatchError RestorePlan
-    SaverRestore SaverRestoreRelaxed SessionInit SmartInit VarInfo
+    CorruptCheckpointError DictRestore EMA_SUFFIX GLOB_CHARACTERS GlobPathError
+    JustCurrentSession NotACheckpointError NothingToRestoreError RestoreMismatchError
+    RestorePlan SaverRestore SaverRestoreRelaxed SessionInit SmartInit VarInfo
     atomic_checkpoint_prefix atomic_path atomic_save_checkpoint atomic_write_bytes
     atomic_write_text back_up_file backup_name checkpoint_step describe_unused
-    dump_session_params get_all_checkpoints get_model_loader glob_characters
+    dump_session_params ema_sources get_all_checkpoints get_model_loader glob_characters
     is_aside_name list_checkpoint_vars list_npz_vars load_checkpoint_vars load_npz
     move_checkpoints_aside plan_restore put_back_aside remove_stale_temporaries
     require_globless resolve_checkpoint restores_nothing save_checkpoint_vars
@@ -36,57 +36,65 @@ _LIB_NAMES = {
     precision_policy precision_scope with_precision
     """,
     "callbacks": """
-    AllOf AnyOf AtLastStep BinaryClassificationStats Callback CallbackError
-    CallbackFactory CallbackToHook Callbacks CheckNumerics ClassificationError
-    CometMLMonitor Confusion DataParallelInferenceRunner DumpTensorAsImage DumpTensors
-    EARLY_STOPPING_MODES EPOCH_ENDS_KEPT EarlyStopping EarlyStoppingState
-    EnableCallbackIf EpochMultiple EstimatedTimeLeft EventKind EveryK Firing
-    GPUMemoryTracker GPUUtilizationTracker GlobalStepMultiple GraphProfiler
-    GraphVarParam HookToCallback HookedSession HostMemoryTracker HumanHyperParamSetter
-    HyperParam HyperParamSetter HyperParamSetterWithFunc InferenceRunner
-    InferenceRunnerBase Inferencer InheritedCheckpoints InjectShell JSONWriter
-    LoopBounds LoopEvent LoopPosition MaxSaver MeanState MergeAllSummaries MinSaver
-    MissingStatError ModelSaver MonitorBase Monitors MovingAverageSummary
-    NON_FINITE_TOKENS Not ObjAttrParam OnKinds OnSchedule ParallelIterable ParallelWorkerError
-    PeriodicCallback WorkerPlan ParallelStartError ParallelTimeoutError
-    PeriodicTrigger PiecewiseSchedule ProcessTensors ProgressBar ProxyCallback PrunePlan
-    RunOp RunUpdateOps ScalarPrinter ScalarStats Schedule ScheduledHyperParamSetter
+    AllOf AnyOf AtLastStep BestEntry BestKPlan BestKResume BestKState
+    BinaryClassificationStats Callback CallbackError CallbackFactory CallbackToHook
+    Callbacks CheckNumerics ClassificationError CometMLMonitor Confusion
+    DataParallelInferenceRunner DumpTensorAsImage DumpTensors EARLY_STOPPING_MODES
+    EPOCH_ENDS_KEPT EarlyStopping EarlyStoppingState EnableCallbackIf EpochMultiple
+    EstimatedTimeLeft EventKind EveryK Firing GPUMemoryTracker GPUUtilizationTracker
+    GlobalStepMultiple GraphProfiler GraphVarParam HParamsMonitor HookToCallback
+    HookedSession HostMemoryTracker HumanHyperParamSetter HyperParam HyperParamSetter
+    HyperParamSetterWithFunc InferenceRunner InferenceRunnerBase Inferencer
+    InheritedCheckpoints InjectShell JSONWriter LoopBounds LoopEvent LoopPosition
+    MLflowMonitor MaxSaver MeanState MergeAllSummaries MinSaver MissingStatError
+    ModelSaver MonitorBase Monitors MovingAverageSummary NON_FINITE_TOKENS Not
+    ObjAttrParam OnKinds OnSchedule ParallelIterable ParallelStartError
+    ParallelTimeoutError ParallelWorkerError PeriodicCallback PeriodicTrigger
+    PiecewiseSchedule ProcessTensors ProgressBar ProxyCallback PrunePlan RunOp
+    RunUpdateOps ScalarPrinter ScalarStats Schedule ScheduledHyperParamSetter
     SendMonitorData SendStat SessionRunTimeout SimpleMovingAverage StartProcOrThread
     StatMonitorParamSetter StatMonitorRule StatMonitorState StatsFileError StopTraining
-    TFEventWriter TFLocalCLIDebugHook Tally TensorPrinter ThroughputTracker
-    TimelineEntry TrainerView Trigger VariableRow advance advance_early_stopping all_of
-    any_of check_file_name confusion_add count_steps decode_stat describe_trainable_vars dumps_stats encode_stat
-    epoch_line estimate_time_left execution_ends execution_faults file_name_problem
-    fires firing_kinds format_stat format_timeline improves iter_timeline loads_stats
-    loop_events mean_add mean_values negate piecewise_schedule plan_inherited
-    plan_pruning precision_recall read_stats_file schedule_point scheduled_value
-    should_change should_stop tally_add tally_ratio timeline timeline_firings value_at
-    value_in_effect variable_table
+    SwapEMAWeights TFEventWriter TFLocalCLIDebugHook Tally TensorPrinter
+    ThroughputTracker TimedTrigger TimelineEntry TimerState TrainerView Trigger
+    VariableRow WallClockInterval WandbMonitor WorkerPlan advance advance_early_stopping
+    advance_timer all_of any_of check_file_name confusion_add confusion_from_partial
+    confusion_partial count_steps decode_stat describe_trainable_vars dumps_stats
+    encode_stat epoch_line estimate_time_left execution_ends execution_faults
+    file_name_problem fires firing_kinds format_stat format_timeline improves
+    iter_timeline loads_stats loop_events mean_add mean_from_partial mean_partial
+    mean_values negate piecewise_schedule plan_best_k plan_inherited plan_pruning
+    precision_recall rank_entries read_stats_file resume_best_k schedule_point
+    scheduled_value should_change should_stop sum_partials tally_add tally_from_partial
+    tally_partial tally_ratio timeline timeline_firings value_at value_in_effect
+    variable_table
     """,
     "trainers": """
     ALLREDUCE_MODES AccumGradOptimizer AllReduceChoice AsyncMultiGPUTrainer
-    AutoResumeTrainConfig Chain CheckGradient ClusterTimeouts CollectiveError
-    DEFAULT_CALLBACKS DEFAULT_MONITORS DataParallelBuilder DistributedTrainerBase
-    DistributedTrainerParameterServer DistributedTrainerReplicated DummyConstantInput
-    FeedInput FilterNoneGrad GlobalNormClip GradientProcessor HorovodJob HorovodTrainer
+    AutoResumeTrainConfig Chain CheckGradient ClusterPlacement ClusterTimeouts
+    CollectiveError DEFAULT_CALLBACKS DEFAULT_MONITORS DataParallelBuilder
+    DatasetFactory DistributedTrainerBase DistributedTrainerParameterServer
+    DistributedTrainerReplicated DummyConstantInput EMAOptimizer FeedInput
+    FilterNoneGrad GlobalNormClip GradientProcessor HorovodJob HorovodTrainer
     InputDataError InputProducerError InputSignatureError InputSizeUnknownError
     InputSource InputTimeoutError IterableInput LOCK_FILENAME LOGDIR_ACTIONS
     LeastLoadedDeviceSetter LockOwner LogdirLock LogdirLockedError LogdirNotEmptyError
-    LogdirSnapshot MapGradient ModelDesc ModelDescBase NewSessionCreator NoOpTrainer
-    NumpyInput PostProcessOptimizer PrintGradient ProxyOptimizer RankFailure ResumePlan
-    PREEMPTED_EXIT_STATUS PreemptionPolicy TrainingPreempted resumable_position
-    ReuseSessionCreator ScaleGradient SessionCreatorAdapter SimpleTrainer
-    SingleCostTrainer StagingInput SummaryGradient SyncMultiGPUTrainer
-    SyncMultiGPUTrainerParameterServer SyncMultiGPUTrainerReplicated TFDatasetInput
-    TaskAddress TaskLostError TensorInput TowerTrainer TowerVariableMismatchError TrainConfig
-    Trainer TrainerStateError UnregisteredInputError VariableAssignmentOptimizer
-    aggregate_grads allreduce_grads apply_default_prefetch apply_grad_processors chain
-    choose_allreduce_mode format_lock get_default_sess_config get_global_step_value
-    get_global_step_var get_tf_version_tuple launch_horovod_job launch_train_with_config
-    lock_verdict make_replicas_local match_tower_variables parse_lock plan_logdir
-    LossScaleMonitor LossScaleOptimizer LossScaleSchedule next_loss_scale
-    OptimizerFactory DatasetFactory LossScaleError loop_outcome position_fault
-    resume_plan serve_parameters session_creator_for_devices sync_replicas_op
+    LogdirSnapshot LossScaleError LossScaleMonitor LossScaleOptimizer LossScaleSchedule
+    MapGradient ModelDesc ModelDescBase NewSessionCreator NoOpTrainer NumpyInput
+    OptimizerFactory PREEMPTED_EXIT_STATUS PostProcessOptimizer PreemptionPolicy
+    PrintGradient ProxyOptimizer RankFailure ResumePlan ReuseSessionCreator
+    ScaleGradient SessionCreatorAdapter SimpleTrainer SingleCostTrainer SlurmStep
+    StagingInput SummaryGradient SyncMultiGPUTrainer SyncMultiGPUTrainerParameterServer
+    SyncMultiGPUTrainerReplicated TFDatasetInput TaskAddress TaskLostError TensorInput
+    TowerTrainer TowerVariableMismatchError TrainConfig Trainer TrainerStateError
+    TrainingPreempted UnregisteredInputError VariableAssignmentOptimizer aggregate_grads
+    allreduce_grads apply_default_prefetch apply_grad_processors chain
+    choose_allreduce_mode cluster_placement cluster_server ema_decay exit_is_retryable
+    expand_hostlist expand_tasks_per_node format_lock get_default_sess_config
+    get_global_step_value get_global_step_var get_tf_version_tuple launch_horovod_job
+    launch_train_with_config lock_verdict loop_outcome make_replicas_local
+    match_tower_variables next_loss_scale parse_lock plan_logdir position_fault
+    resumable_position resume_plan serve_parameters session_creator_for_devices
+    slurm_placement slurm_step sync_replicas_op tf_config_placement
     """,
     "export": """
     FeedfreePredictor InferenceOptimizationError ModelExporter MultiTowerOfflinePredictor
