@@ -299,8 +299,8 @@ CONFIGS = [
     Case(
         "config-steps-per-epoch",
         ValueError,
-        r"'steps_per_epoch' must be an int > 0; got 0",
-        lambda tmp, _: T.TrainConfig(steps_per_epoch=0),
+        r"'steps_per_epoch' must be an int >= 0 \(0: epochs of no step, an evaluation\); got -1",
+        lambda tmp, _: T.TrainConfig(steps_per_epoch=-1),
     ),
     Case(
         "config-logdir-action",

@@ -27,7 +27,7 @@ class TestCapabilities:
         assert repr(Capabilities()) == (
             "Capabilities(num_towers=1, variables='shared', trains=True, gradients='average', "
             "synchronous=True, runs_per_step=1, launcher='inprocess', processes=1, towers=True, "
-            "steps_per_execution=True, precision=True)"
+            "steps_per_execution=True, precision=True, plain_sgd=True)"
         )
 
     def test_fail(self):

@@ -54,9 +54,9 @@ class TestLoopSpec:
             LoopSpec(starting_epoch=4, max_epoch=1)
 
     def test_fail_steps(self):
-        """steps_per_epoch must be positive."""
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
-            LoopSpec(steps_per_epoch=0)
+        """steps_per_epoch must be >= 0 (0: an evaluation-only run)."""
+        with pytest.raises(ValueError, match=r"'steps_per_epoch' must be an int >= 0 .*; got -1"):
+            LoopSpec(steps_per_epoch=-1)
 
     def test_empty_run_allowed(self):
         """max_epoch = starting_epoch - 1 is an empty run."""

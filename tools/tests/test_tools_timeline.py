@@ -97,8 +97,8 @@ class TestLoopSpec:
 
     def test_fail(self):
         """A non-positive steps_per_epoch or an inverted epoch range is refused at construction."""
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
-            LoopSpec(steps_per_epoch=0, max_epoch=2)
+        with pytest.raises(ValueError, match=r"'steps_per_epoch' must be an int >= 0 .*; got -1"):
+            LoopSpec(steps_per_epoch=-1, max_epoch=2)
         with pytest.raises(
             ValueError, match=r"'max_epoch' must be >= 'starting_epoch' - 1 \(an empty run\)"
         ):

@@ -70,6 +70,7 @@ class SmallLoop:
         self._callbacks = Callbacks([*cbs, monitors])
         self.sess = None
         self.hooked_sess = None
+        self.run_failure = None  # the exception that ended training, as the trainer's
         with graph.as_default():
             self._gs = tf1.train.get_or_create_global_step()
             self._gs_inc = tf1.assign_add(self._gs, 1)
@@ -129,6 +130,9 @@ class SmallLoop:
                         calls[event.kind]()
         except StopTraining:
             pass
+        except BaseException as err:  # as the trainer: after_train sees why the run ended
+            self.run_failure = err
+            raise
         finally:
             with self.sess.as_default():
                 cbs.after_train()

@@ -120,17 +120,18 @@ class TestLoopBounds:
             LoopBounds(starting_epoch=3, max_epoch=1, steps_per_epoch=1)
         with pytest.raises(TypeError, match=r"^'max_epoch' must be an int; got 2.0$"):
             LoopBounds(max_epoch=2.0, steps_per_epoch=1)
-        with pytest.raises(TypeError, match=r"'steps_per_epoch' must be an int > 0; got True"):
+        with pytest.raises(TypeError, match=r"'steps_per_epoch' must be an int >= 0 .*; got True"):
             LoopBounds(max_epoch=2, steps_per_epoch=True)
 
     def test_position_checks_the_same_way(self):
         """`LoopPosition` and `loop_events` refuse bad bounds with the record's message."""
-        with pytest.raises(ValueError, match=r"^'steps_per_epoch' must be an int > 0; got 0$"):
-            LoopPosition(bounds=LoopBounds(max_epoch=1, steps_per_epoch=0), epoch_num=0)
+        msg = r"^'steps_per_epoch' must be an int >= 0 \(0: epochs of no step, an evaluation\); got -1$"
+        with pytest.raises(ValueError, match=msg):
+            LoopPosition(bounds=LoopBounds(max_epoch=1, steps_per_epoch=-1), epoch_num=0)
         with pytest.raises(TypeError, match="'bounds' must be <class"):
             LoopPosition(bounds=(1, 1, 1), epoch_num=0)
-        with pytest.raises(ValueError, match=r"^'steps_per_epoch' must be an int > 0; got 0$"):
-            next(loop_events(1, 1, 0))
+        with pytest.raises(ValueError, match=msg):
+            next(loop_events(1, 1, -1))
 
     @given(loop_params())
     def test_events_and_counts(self, params):

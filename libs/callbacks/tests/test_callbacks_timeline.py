@@ -94,8 +94,8 @@ class TestTimeline:
 
     def test_arguments_checked_at_the_call(self):
         """Bad bounds or entries raise when `iter_timeline` is called, not on the first firing."""
-        with pytest.raises(ValueError, match="'steps_per_epoch' must be an int > 0; got 0"):
-            iter_timeline([EveryK(epochs=1)], 1, 2, 0)
+        with pytest.raises(ValueError, match=r"'steps_per_epoch' must be an int >= 0 .*; got -1"):
+            iter_timeline([EveryK(epochs=1)], 1, 2, -1)
         with pytest.raises(ValueError, match="'on_unknown' must be 'raise' or 'skip'"):
             iter_timeline([EveryK(epochs=1)], 1, 2, 1, on_unknown="ignore")
 

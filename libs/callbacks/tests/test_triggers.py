@@ -315,10 +315,10 @@ class TestTrainerPosition:
         broken = SimpleNamespace(
             starting_epoch=1,
             max_epoch=2,
-            steps_per_epoch=0,
+            steps_per_epoch=-1,
             epoch_num=1,
             local_step=0,
             global_step=0,
         )
-        with pytest.raises(ValueError, match=r"'steps_per_epoch' must be an int > 0; got 0"):
+        with pytest.raises(ValueError, match=r"'steps_per_epoch' must be an int >= 0 .*; got -1"):
             trainer_position(broken)
