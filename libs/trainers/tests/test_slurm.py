@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import threading
 import time
@@ -248,6 +249,10 @@ class TestHorovodEnvironment:
             _all_started(f"127.0.0.1:{port}", 1, 2, 1.0)
 
     @pytest.mark.horovod
+    @pytest.mark.skipif(
+        importlib.util.find_spec("horovod") is None,
+        reason="horovod not installed: run nox -s horovod",
+    )
     def test_ranks_wait_for_each_other(self):
         """Through horovod's own rendezvous server: each rank returns once both said they started."""
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer

@@ -31,10 +31,6 @@ class ClusterProcessSum:
     training workers wait there for the slowest (a barrier at each round).
     """
 
-    num_workers: int
-    is_chief: bool
-    sess: Any
-
     def make_process_sum(self, name: str) -> ProcessSumFn:
         """A function summing a float64 vector across the job's workers, built now.
 
@@ -48,7 +44,8 @@ class ClusterProcessSum:
         .. versionadded:: 0.3
         """
         check_sum_name(name)
-        others = self.num_workers - 1
+        trainer: Any = self  # a cluster trainer: num_workers, is_chief, sess
+        others = int(trainer.num_workers) - 1
         scope = f"process_sum_{name}"
         with tf1.name_scope(None), tf1.name_scope(scope):
             vector = tf1.placeholder(tf.float64, [None], name="vector")
@@ -66,7 +63,6 @@ class ClusterProcessSum:
             put = [q.enqueue([vector]) for q in queues]
             take = [q.dequeue() for q in queues]
         wait = tf1.RunOptions(timeout_in_ms=int(SUM_WAIT_S * 1000))
-        trainer = self
         rounds = [0]
 
         def run(op: Any, value: np.ndarray | None, what: str) -> Any:
