@@ -159,15 +159,15 @@ class TrackerMonitor(MonitorBase):
 
     def _open_run(self, params: dict[str, Scalar], resume_id: str | None) -> str:
         """Start the tracker's run (or continue run `resume_id`) with `params`; its id."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each tracker's monitor defines it
 
     def _send_metrics(self, rows: list[tuple[str, float, int, int]]) -> None:
         """Send ``(name, value, global_step, wall_time_ms)`` rows, in the order they were put."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each tracker's monitor defines it
 
     def _send_file(self, path: str) -> None:
         """Send the file at `path` as an artifact of the run."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each tracker's monitor defines it
 
     def _end_run(self, status: EndStatus) -> None:
         """Mark the run ended with `status`."""
