@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 
+from towerkit.callbacks._background_save import wait_for_saves
 from towerkit.callbacks._base import Callback
 from towerkit.callbacks._best_k import (
     BestEntry,
@@ -294,6 +295,7 @@ class MinSaver(Callback):
 
     def _latest_checkpoint(self) -> tuple[str, str, list[str]]:
         """The directory, base name and files of the ModelSaver's latest checkpoint."""
+        wait_for_saves(str(self._dir))  # a background save of this step is published first
         try:
             latest = resolve_checkpoint(str(self._dir))
         except CheckpointNotFoundError:

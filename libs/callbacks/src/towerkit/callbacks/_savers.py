@@ -10,10 +10,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from towerkit.callbacks._background_save import (
+    SaveInFlight,
+    Snapshot,
+    build_snapshot,
+    register_saver,
+)
 from towerkit.callbacks._base import Callback
+from towerkit.callbacks._errors import CallbackError
 from towerkit.callbacks._graph import _numerics_op, numerics_report
 from towerkit.callbacks._positions import (
     POSITIONS_FILENAME,
+    SavedPosition,
     merge_positions,
     position_now,
     read_positions,
@@ -116,6 +124,23 @@ class ModelSaver(Callback):
     whatever the timer saved since). The check costs one clock reading per step, and
     nothing when ``every_n_minutes`` is None.
 
+    **In the background** (``background=True``): at the step it saves, the saver
+    copies the saved variables into snapshot variables of its own (one
+    ``session.run`` of assignments on each variable's device: a memory copy of the
+    model), and a writer thread writes and publishes the checkpoint from them while
+    training goes on. The checkpoint is exactly that step's state, under the
+    variables' own names, and is published as every other save is (whole, then the
+    state file, ``positions.json`` and the pruning). One save is in flight at most: a
+    save due while one is in flight waits for it first. A failed background save is
+    raised (a `CallbackError` naming its step and cause) at the first step after it
+    failed, or at the end of training, and never leaves a checkpoint that looks
+    complete. The end of training, a preemption signal (``save_now``) and Ctrl-C
+    wait for the save in flight; a `MinSaver`/`MaxSaver` waits for it before it
+    copies the latest checkpoint. The snapshot doubles the memory the saved
+    variables take; what the loop still spends per save is the copy (see
+    ``benchmarks/bench_saving.py``). Variables must have static shapes and not be
+    partitioned.
+
     The first save of a run is logged at INFO with the directory and what is kept; the
     later ones at DEBUG, so the console keeps one line per epoch.
 
@@ -142,10 +167,18 @@ class ModelSaver(Callback):
             (``time.monotonic`` by default; tests give a fake one).
 
             .. versionadded:: 0.2
+        background: write each checkpoint on a thread while training goes on (see
+            above); False (the default) saves inside the loop, as tensorpack does.
+
+            .. versionadded:: 0.2
 
     Raises:
         GlobPathError: at ``setup_graph``, the directory's path holds a character
             TensorFlow reads as a glob pattern (checkpoints there could not be read back).
+        ValueError: at ``setup_graph`` with ``background=True``, a saved variable is
+            partitioned or has no static shape.
+        CallbackError: a background save failed (raised at the next step, or at the end
+            of training).
     """
 
     def __init__(
@@ -157,7 +190,14 @@ class ModelSaver(Callback):
         every_n_minutes: float | None = None,
         *,
         clock: Callable[[], float] | None = None,
+        background: bool = False,
     ) -> None:
+        if not isinstance(background, bool):
+            msg = f"'background' must be True or False; got {background!r}"
+            raise TypeError(msg)
+        self._background = background
+        self._snapshot: Snapshot | None = None
+        self._flight = SaveInFlight("towerkit-save")
         if clock is not None and not callable(clock):
             msg = f"'clock' must be a function returning seconds; got {type(clock).__name__}"
             raise TypeError(msg)
@@ -181,7 +221,8 @@ class ModelSaver(Callback):
         self._saver: Any = None
         self._numerics: Any = None
         self._float_names: tuple[str, ...] = ()
-        self._last_saved: int | None = None
+        self._last_saved: int | None = None  # the last save started
+        self._published: int | None = None  # the last one on disk
         self._start_step: int | None = None
         self._announced = False
         self._state = SaverState()
@@ -199,12 +240,24 @@ class ModelSaver(Callback):
         """
         return None if self._interval is None else self._interval.seconds / 60.0
 
+    @property
+    def background(self) -> bool:
+        """Whether checkpoints are written on a thread while training goes on.
+
+        .. versionadded:: 0.2
+        """
+        return self._background
+
     def has_hook(self, method: str) -> bool:
-        if method == "_trigger_step":  # the time trigger: one clock reading per step
-            return self._interval is not None
+        if method == "_trigger_step":
+            # the time trigger: one clock reading per step; a background save's
+            # outcome: one look per step
+            return self._interval is not None or self._background
         return super().has_hook(method)
 
     def _trigger_step(self) -> None:
+        if self._flight.done():
+            self._collect(self._flight.collect)
         if self._interval is None or self._timer is None:
             return
         due, self._timer = advance_timer(self._interval, self._timer, self._clock())
@@ -245,6 +298,39 @@ class ModelSaver(Callback):
             save_relative_paths=True,
             sharded=False,
         )
+        if self._background:
+            self._snapshot = build_snapshot(var_list, self._hours)
+            register_saver(self)
+
+    def wait(self) -> str | None:
+        """Wait for the background save in flight; the checkpoint it published, or None.
+
+        Raises:
+            CallbackError: that save failed.
+
+        .. versionadded:: 0.2
+        """
+        return self._collect(self._flight.wait)
+
+    def settle(self) -> None:
+        """Wait for the background save in flight, leaving its failure to the next step.
+
+        .. versionadded:: 0.2
+        """
+        self._flight.settle()
+
+    def _collect(self, outcome: Callable[[], str | None]) -> str | None:
+        step = self._flight.step
+        try:
+            return outcome()
+        except Exception as err:
+            self._last_saved = self._published
+            msg = (
+                f"ModelSaver: the background save of global step {step} to {self._dir} "
+                f"failed: {type(err).__name__}: {err}; nothing of it was published (the "
+                f"latest checkpoint there is the one saved before it)"
+            )
+            raise CallbackError(msg) from err
 
     def _before_train(self) -> None:
         directory = str(self._dir)
@@ -342,11 +428,26 @@ class ModelSaver(Callback):
         if self._start_step is None:
             return
         self._save()
+        self.wait()
 
     def _after_train(self) -> None:
         if self._start_step is None:  # before_train never ran: the run failed before it
             return
+        try:
+            self._end_of_run()
+        finally:
+            self._flight.close()
+
+    def _end_of_run(self) -> None:
+        """Wait for the save in flight (its failure raised), then save the final state."""
         t = self.trainer
+        failure = getattr(t, "run_failure", None)
+        try:
+            self.wait()
+        except CallbackError as err:
+            if failure is None:
+                raise
+            logger.warning("%s (while the run was ending by %s)", err, type(failure).__name__)
         at_boundary = t.local_step in (-1, t.steps_per_epoch - 1)
         if at_boundary and t.global_step != self._start_step and t.global_step != self._last_saved:
             failure = getattr(t, "run_failure", None)
@@ -359,10 +460,11 @@ class ModelSaver(Callback):
                     type(failure).__name__,
                     t.global_step,
                     self._dir,
-                    "none" if self._last_saved is None else f"model-{self._last_saved}",
+                    "none" if self._published is None else f"model-{self._published}",
                 )
                 return
             self._save()
+            self.wait()
 
     def _nonfinite(self) -> list[str]:
         """The saved variables holding NaN or Inf now (each named, as `CheckNumerics` does)."""
@@ -391,37 +493,55 @@ class ModelSaver(Callback):
                 len(bad),
                 ", ".join(bad),
                 self._dir,
-                "none" if self._last_saved is None else f"model-{self._last_saved}",
+                "none" if self._published is None else f"model-{self._published}",
             )
             return
+        t = self.trainer
+        at_epoch_end = t.local_step in (-1, t.steps_per_epoch - 1)
+        position = position_now(t)
+        if self._snapshot is None:
+            self._publish(self._saver, step, position, at_epoch_end)
+        else:
+            self.wait()  # one in flight at most; a failure of it is raised here
+            t.sess.run(self._snapshot.copy_op)
+            saver, graph = self._snapshot.saver, self.graph
+
+            def write() -> str:
+                # graph mode is per thread: the writer thread enters the model's graph
+                with graph.as_default():
+                    return self._publish(saver, step, position, at_epoch_end)
+
+            self._flight.start(step, write)
+        self._last_saved = step
+
+    def _publish(
+        self, saver: Any, step: int, position: SavedPosition | None, at_epoch_end: bool
+    ) -> str:
+        """Write the checkpoint of `step` with `saver`, then the state file, positions and pruning."""
         directory = str(self._dir)
         path = atomic_save_checkpoint(
-            self._saver,
+            saver,
             self.trainer.sess,
             os.path.join(directory, "model"),
             global_step=step,
             write_meta_graph=False,
             write_state=False,
         )
-        t = self.trainer
         self._state, plan = after_save(
             self._state,
             step,
             os.path.getmtime(path + ".index"),
-            at_epoch_end=t.local_step in (-1, t.steps_per_epoch - 1),
+            at_epoch_end=at_epoch_end,
             max_to_keep=self._max_to_keep,
             preserve_every_s=self._hours * 3600,
         )
         written = self._state.written
         kept = [os.path.join(directory, f"model-{s}") for s in plan.keep]
         write_checkpoint_state(directory, path, kept, timestamps=[written[s] for s in plan.keep])
-        write_positions(
-            directory,
-            merge_positions(read_positions(directory), position_now(self.trainer), plan.keep),
-        )
+        write_positions(directory, merge_positions(read_positions(directory), position, plan.keep))
         for gone in plan.delete:
             _delete_checkpoint(directory, f"model-{gone}")
-        self._last_saved = step
+        self._published = step
         if not self._announced:
             self._announced = True
             policy = (
@@ -436,6 +556,7 @@ class ModelSaver(Callback):
             )
         else:
             logger.debug("model saved to %s", path)
+        return path
 
 
 def _delete_checkpoint(directory: str, base: str) -> None:
