@@ -11,13 +11,18 @@ moving average of the cost summarized into ``stats.json``. SCHEDULE picks the sa
 
 - ``epoch``: `ModelSaver(max_to_keep=1)` at the end of every epoch;
 - ``step``: `ModelSaver(max_to_keep=2)` after every step;
-- ``k3``: `ModelSaver(max_to_keep=3)` every 3 steps.
+- ``k3``: `ModelSaver(max_to_keep=3)` every 3 steps;
+- ``background``: `ModelSaver(max_to_keep=2, background=True)` after every step (a kill
+  lands in a write on the saver's thread as often as not).
 
 With ``--kill-after N`` the process sends itself SIGKILL N steps after its first step:
 ``run`` right after the session call of that step (before any callback sees it),
 ``save`` after the saver's turn in that step (possibly right after a save, before the
 statistics of an epoch are written), ``timer`` from a thread ``--delay-ms`` after the
-session call (anywhere: in a save, in the statistics write, between two steps).
+session call (anywhere: in a save, in the statistics write, between two steps), ``write``
+(schedule ``background``) while the saver's thread has that step's checkpoint on disk
+under a temporary name (printing ``KILLED IN WRITE``, or ``MISSED`` when the write ended
+before it was seen).
 
 With ``--keep`` it trains afresh with a plain `TrainConfig` and ``logdir_action="keep"``
 (no resuming), for ``--max-epoch`` epochs. With ``--hold`` it prints ``HOLDING <pid>``
@@ -59,7 +64,7 @@ from towerkit.trainers import (
 
 STEPS_PER_EPOCH = 5
 MAX_EPOCH = 4
-SCHEDULES = ("epoch", "step", "k3")
+SCHEDULES = ("epoch", "step", "k3", "background")
 
 
 class AveragedModel(Model):
@@ -103,6 +108,24 @@ class Kill(Callback):
     def _trigger_step(self):
         if self.saver_turn and self.phase == "save" and self._due():
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.saver_turn and self.phase == "write" and self._due():
+            self._kill_in_write()
+
+    def _kill_in_write(self):
+        """SIGKILL while the saver's thread has a checkpoint under a temporary name on disk
+        (its write is in flight), printing that name; or, when the write ended before one
+        was seen, print MISSED and SIGKILL anyway."""
+        logdir = self.trainer.logdir
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            temps = [n for n in os.listdir(logdir) if n.startswith(".model-")]
+            if temps:
+                print(f"KILLED IN WRITE {temps}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if os.path.isfile(os.path.join(logdir, f"model-{self.trainer.global_step}.index")):
+                break
+        print("MISSED", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _trigger_epoch(self):
         # an epoch-end saver saves in trigger_epoch: "save" then lands between the
@@ -126,6 +149,8 @@ def saver_for(schedule: str) -> Callback:
         return ModelSaver(max_to_keep=1)
     if schedule == "step":
         return PeriodicTrigger(ModelSaver(max_to_keep=2), every_k_steps=1)
+    if schedule == "background":
+        return PeriodicTrigger(ModelSaver(max_to_keep=2, background=True), every_k_steps=1)
     return PeriodicTrigger(ModelSaver(max_to_keep=3), every_k_steps=3)
 
 
@@ -134,7 +159,7 @@ def main(argv=None) -> int:
     parser.add_argument("logdir")
     parser.add_argument("schedule", choices=SCHEDULES)
     parser.add_argument("--kill-after", type=int)
-    parser.add_argument("--phase", choices=("run", "save", "timer"), default="run")
+    parser.add_argument("--phase", choices=("run", "save", "timer", "write"), default="run")
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--max-epoch", type=int, default=MAX_EPOCH)

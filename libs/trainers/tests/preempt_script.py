@@ -17,7 +17,8 @@ at global step N (``--twice``: two SIGTERMs; ``--delay-ms D``: from a thread D m
 that call, so it may land in a save, the statistics write or the validation); with
 ``--slow-end S`` ``after_train`` takes S seconds (``--grace``: the preemption grace).
 ``--batch`` and ``--steps-per-epoch`` change the run's batch size and epoch length
-(a rerun that contradicts what the positions recorded). With ``--early-stop`` an `EarlyStopping` of the validation cost (``mode="max"``,
+(a rerun that contradicts what the positions recorded); ``--background`` makes the
+`ModelSaver` write on its thread (``background=True``). With ``--early-stop`` an `EarlyStopping` of the validation cost (``mode="max"``,
 patience 0: the cost falls, so it stops at the end of epoch `EARLY_STOP_EPOCH`).
 """
 
@@ -129,6 +130,7 @@ def main(argv=None) -> int:
     parser.add_argument("--early-stop", action="store_true")
     parser.add_argument("--batch", type=int, default=BATCH)
     parser.add_argument("--steps-per-epoch", type=int, default=STEPS_PER_EPOCH)
+    parser.add_argument("--background", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s: %(message)s")
     rng = np.random.default_rng(0)
@@ -142,7 +144,7 @@ def main(argv=None) -> int:
         callbacks=[
             StepLog(args.logdir.rstrip("/") + ".steps"),
             TermAt(args.term_at, args.twice, args.delay_ms),
-            ModelSaver(max_to_keep=2),
+            ModelSaver(max_to_keep=2, background=args.background),
             ScheduledHyperParamSetter("learning_rate", [(0, 0.1), (2, 0.05), (3, 0.02)]),
             InferenceRunner(
                 NumpyInput([vx, vy], batch_size=BATCH, shuffle=False), [ScalarStats("cost")]

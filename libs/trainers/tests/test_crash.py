@@ -129,6 +129,36 @@ def test_killed_and_resumed(tmp_path, schedule, uninterrupted):
     assert not [n for n in os.listdir(logdir) if n.startswith(".")], "no temporary left"
 
 
+def test_killed_in_a_background_write_and_resumed(tmp_path, uninterrupted):
+    """ModelSaver(background=True) killed while its thread has a checkpoint under a temporary
+    name: nothing of it is published (the state file names complete checkpoints only), and
+    the resumed run sweeps the temporary and ends as the uninterrupted run does."""
+    expected_vars, expected_stats, _ = uninterrupted
+    logdir = tmp_path / "log"
+    outputs = []
+    for after in (4, 3):  # global steps 4, then 4 + 3 (or fewer: the resume point)
+        for _ in range(3):  # a write that ends before it is seen is retried
+            proc = run(logdir, "background", "--kill-after", str(after), "--phase", "write")
+            outputs.append(f"--- kill in write after {after}\n{proc.stdout}{proc.stderr}")
+            assert proc.returncode == -signal.SIGKILL, outputs[-1]
+            if "KILLED IN WRITE" in proc.stdout:
+                break
+        assert "KILLED IN WRITE" in proc.stdout, "\n".join(outputs)
+        temps = [n for n in os.listdir(logdir) if n.startswith(".model-")]
+        assert temps, outputs[-1]
+        for prefix, step in get_all_checkpoints(str(logdir)):
+            assert variables(prefix)["global_step"] == step, f"{prefix} is complete"
+    final = run(logdir, "background")
+    log = "\n".join([*outputs, final.stdout, final.stderr])
+    assert final.returncode == 0, log
+    assert f"finished at global step {TOTAL}" in final.stdout, log
+    assert (logdir / "stats.json").read_text() == expected_stats, log
+    got = variables(resolve_checkpoint(str(logdir)))
+    for name, value in expected_vars.items():
+        assert np.array_equal(got[name], value), f"{name} differs from the uninterrupted run"
+    assert not [n for n in os.listdir(logdir) if n.startswith(".")], "no temporary left"
+
+
 K = STEPS_PER_EPOCH
 """Steps per session call in the K-step crash test: one call per epoch."""
 

@@ -142,6 +142,30 @@ def test_sigterm_during_a_save_and_twice(tmp_path, plain_k1):
     assert_same_end(logdir, plain_k1, text, once=False)
 
 
+def test_sigterm_with_background_saves(tmp_path, plain_k1):
+    """ModelSaver(background=True): SIGTERM inside an epoch and a few ms after an epoch's end
+    (a write in flight): the preemption's save is on disk when the process exits, and the
+    resumed runs end as the uninterrupted (blocking) one does."""
+    logdir = tmp_path / "log"
+    log = []
+    for extra in (
+        ["--term-at", "7"],
+        ["--term-at", str(2 * STEPS_PER_EPOCH), "--delay-ms", "3"],
+        ["--term-at", str(2 * STEPS_PER_EPOCH + 6)],
+    ):
+        proc = run(logdir, "--background", *extra)
+        log.append(f"--- {' '.join(extra)}\n{proc.stdout}{proc.stderr}")
+        assert proc.returncode == PREEMPTED_EXIT_STATUS, log[-1]
+        last = steps_ran(logdir)[-1]
+        assert os.path.isfile(logdir / f"model-{last}.index"), log[-1]
+        assert last in {p.step for p in read_positions(str(logdir))}, log[-1]
+    final = run(logdir, "--background")
+    log.append(f"--- to the end\n{final.stdout}{final.stderr}")
+    text = "\n".join(log)
+    assert final.returncode == 0, text
+    assert_same_end(logdir, plain_k1, text)
+
+
 def test_grace_running_out_exits_and_resumes(tmp_path, plain_k1):
     """An after_train slower than the grace: the process exits at the grace's end, the
     checkpoint saved before it stays, and the next run resumes exactly."""
