@@ -7,6 +7,7 @@ import itertools
 import pytest
 from conformance_strategies import loop_scenarios, loop_specs, trigger_scenarios
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from towerkit.callbacks import (
     Callback,
@@ -24,6 +25,7 @@ from towerkit.conformance import (
     PeriodicCallbackSpec,
     PeriodicTriggerSpec,
     ProbeSpec,
+    SaverSpec,
     Scenario,
     ScheduleSpec,
     StatSpec,
@@ -36,6 +38,7 @@ from towerkit.conformance._reference import (
     kept_checkpoints,
     periodic_callback_record,
     periodic_trigger_calls,
+    saver_steps,
     scheduled_values,
     seen_by,
     stop_index,
@@ -226,3 +229,29 @@ class TestCheckpoints:
         spec = PeriodicTriggerSpec(name="t", every_k_steps=3, every_k_epochs=2)
         shell = PeriodicTrigger(Callback(), every_k_steps=3, every_k_epochs=2)
         assert shell.trigger_record == EveryK(steps=spec.every_k_steps, epochs=spec.every_k_epochs)
+
+
+class TestSaverSteps:
+    """`saver_steps`: the epoch ends, and with a time trigger every N calls since the last save."""
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        st.integers(1, 4),
+        st.integers(1, 7),
+        st.one_of(st.none(), st.integers(1, 9)),
+    )
+    def test_properties(self, max_epoch, steps_per_epoch, minutes):
+        """Increasing; every epoch end saved; one step per call, so a minute per step: no two
+        saves more than N steps apart, and a save that is no epoch end comes N after the last."""
+        loop = LoopSpec(max_epoch=max_epoch, steps_per_epoch=steps_per_epoch)
+        saved = saver_steps(full_stream(loop, 1), SaverSpec(every_n_minutes=minutes))
+        ends = [e * steps_per_epoch for e in range(1, max_epoch + 1)]
+        assert saved == sorted(set(saved))
+        assert set(ends) <= set(saved)
+        if minutes is None:
+            assert saved == ends
+            return
+        for before, after in itertools.pairwise([0, *saved]):
+            assert after - before <= minutes
+            if after not in ends:
+                assert after - before == minutes

@@ -209,6 +209,25 @@ BEST_SAVERS = Scenario(
     ],
 )
 
+TIMED_SAVER = {
+    case: Scenario(
+        name=f"model-saver-timed-{case}",
+        loop=LoopSpec(starting_epoch=1, max_epoch=3, steps_per_epoch=4, steps_per_execution=k),
+        logdir="timed",
+        callbacks=[SaverSpec(max_to_keep=0, every_n_minutes=3, background=background)],
+        precision=precision,
+    )
+    for case, k, background, precision in [
+        ("blocking", 1, False, None),
+        ("background", 1, True, None),
+        ("background-2-steps-per-call", 2, True, None),
+        ("background-mixed_bfloat16", 1, True, "mixed_bfloat16"),
+    ]
+}
+"""``ModelSaver(every_n_minutes=3)`` on the suite's clock (a minute per session call), saving
+at every epoch end too; blocking, and in the background (also with 2 steps per session call
+and in mixed bfloat16)."""
+
 BEST_K = {
     case: Scenario(
         name=f"best-k-savers-{case}",
@@ -376,7 +395,7 @@ def named_scenarios() -> tuple[Scenario, ...]:
         STAT_MONITOR,
         WITH_FUNC,
     ]
-    out += [SAVER, SAVER_KEEP, BEST_SAVERS, *BEST_K.values()]
+    out += [SAVER, SAVER_KEEP, BEST_SAVERS, *BEST_K.values(), *TIMED_SAVER.values()]
     for first, second in RESUME.values():
         out += [first, second]
     out += [*EMA.values()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,7 @@ def build_callbacks(scenario: Scenario, rec: Recording) -> list[Any]:
     """The callbacks of `scenario`: the suite's clock first, then one or two per record."""
     from towerkit.callbacks import (
         EnableCallbackIf,
+        EventKind,
         HyperParamSetterWithFunc,
         MaxSaver,
         MinSaver,
@@ -92,7 +94,8 @@ def build_callbacks(scenario: Scenario, rec: Recording) -> list[Any]:
         StatMonitorParamSetter,
     )
 
-    cbs: list[Any] = [Clock(rec, scenario.stop_at, scenario.plain_runs)]
+    clock = Clock(rec, scenario.stop_at, scenario.plain_runs)
+    cbs: list[Any] = [clock]
     if scenario.model == "layers":
         from towerkit.callbacks import RunUpdateOps
 
@@ -154,7 +157,15 @@ def build_callbacks(scenario: Scenario, rec: Recording) -> list[Any]:
         elif isinstance(spec, MarkerSpec):
             cbs.append(Reader(spec.name, rec))
         elif isinstance(spec, SaverSpec):
-            cbs.append(ModelSaver(max_to_keep=spec.max_to_keep))
+            cbs.append(
+                ModelSaver(
+                    max_to_keep=spec.max_to_keep,
+                    every_n_minutes=spec.every_n_minutes,
+                    # the suite's clock: a minute per session call of the loop
+                    clock=lambda: 60.0 * clock.count(EventKind.TRIGGER_STEP),
+                    background=spec.background,
+                )
+            )
         elif isinstance(spec, BestSaverSpec):
             kind = MaxSaver if spec.reverse else MinSaver
             cbs.append(kind(spec.stat, top_k=spec.top_k))
@@ -319,6 +330,21 @@ def _checkpoint_state(logdir: str | None) -> list[str]:
     return [os.path.basename(p) for p in state.all_model_checkpoint_paths] if state else []
 
 
+def _saved_steps(logdir: str | None) -> list[tuple[str, int]]:
+    """``(model-<step>, global step stored in it)`` of each ModelSaver checkpoint in `logdir`."""
+    import tensorflow as tf
+
+    if logdir is None or not os.path.isdir(logdir):
+        return []
+    out = []
+    for name in sorted(os.listdir(logdir)):
+        if re.fullmatch(r"model-\d+\.index", name):
+            prefix = name[: -len(".index")]
+            step = int(tf.train.load_variable(os.path.join(logdir, prefix), "global_step"))
+            out.append((prefix, step))
+    return out
+
+
 def _best_steps(scenario: Scenario, logdir: str | None) -> list[tuple[str, int]]:
     import tensorflow as tf
 
@@ -400,6 +426,7 @@ def execute(
         files=_files(logdir),
         checkpoint_state=_checkpoint_state(logdir),
         best_steps=_best_steps(scenario, logdir),
+        saved_steps=_saved_steps(logdir),
         stats=stats,
         variables=rec.variables,
         tower_calls=model.tower_calls,

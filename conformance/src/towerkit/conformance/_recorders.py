@@ -125,6 +125,10 @@ class Clock(Probe):
         self._plain: Any = None
         self._gs_values = recording.value_trace(f"{CLOCK}.global_step")
 
+    def count(self, kind: EventKind) -> int:
+        """How many events of `kind` this clock has seen so far in the run."""
+        return self._counts.get(kind, 0)
+
     def _setup_graph(self) -> None:
         self._gs = tf1.train.get_global_step(self.graph)
         self._plain = tf1.constant(1.0, name="plain_run")

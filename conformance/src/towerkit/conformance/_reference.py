@@ -417,7 +417,7 @@ def expected_run(
         elif isinstance(spec, StatMonitorSpec):
             values.append((spec.name, stat_monitor_values(later, spec, stats[spec.stat])))
         elif isinstance(spec, SaverSpec) and is_chief:
-            saved = [e.global_step for e in later if e.kind is EventKind.TRIGGER_EPOCH]
+            saved = saver_steps(later, spec)
     return ExpectedRun(traces=tuple(traces), values=tuple(values), saved_steps=tuple(saved))
 
 
@@ -434,6 +434,35 @@ class _Remainder(Trigger):
 
 def _remainder_record(spec: EnableIfSpec) -> Trigger:
     return _Remainder(spec.modulus, spec.remainder)
+
+
+def saver_steps(events: Sequence[LoopEvent], spec: SaverSpec) -> list[int]:
+    """The global steps at which ``ModelSaver`` saves, in order, on the suite's clock.
+
+    It saves in every ``trigger_epoch``; with ``every_n_minutes``, also in the
+    ``trigger_step`` at which that many minutes (``trigger_step`` events of the run,
+    one minute each) have passed since its last save or the start. A save at a step
+    already saved is skipped (and does not restart the count).
+
+    Examples:
+        >>> events = full_stream(LoopSpec(max_epoch=2, steps_per_epoch=5), 1)
+        >>> saver_steps(events, SaverSpec())
+        [5, 10]
+        >>> saver_steps(events, SaverSpec(every_n_minutes=2))
+        [2, 4, 5, 7, 9, 10]
+    """
+    saved: list[int] = []
+    minutes, last = 0, 0
+    for e in events:
+        due = e.kind is EventKind.TRIGGER_EPOCH
+        if e.kind is EventKind.TRIGGER_STEP:
+            minutes += 1
+            if spec.every_n_minutes is not None and minutes - last >= spec.every_n_minutes:
+                due, last = True, minutes
+        if due and (not saved or saved[-1] != e.global_step):
+            saved.append(e.global_step)
+            last = minutes
+    return saved
 
 
 def kept_checkpoints(saved_steps: Sequence[int], max_to_keep: int) -> tuple[int, ...]:

@@ -64,6 +64,8 @@ class RunResult:
             oldest first.
         best_steps: ``(file name, global step stored in it)`` of each
             ``MinSaver``/``MaxSaver`` copy found.
+        saved_steps: ``(model-<step>, global step stored in it)`` of each ModelSaver
+            checkpoint in the log directory.
         stats: the records of ``stats.json`` as JSON text (``"null"`` without a file).
         variables: ``(when, variable name, flat values)`` of every copy of the model's
             variables, read in ``before_train`` and ``after_train``.
@@ -84,6 +86,7 @@ class RunResult:
     files: tuple[str, ...] = attrs.field(default=(), converter=_strs)
     checkpoint_state: tuple[str, ...] = attrs.field(default=(), converter=_strs)
     best_steps: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=_pairs)
+    saved_steps: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=_pairs)
     stats: str = "null"
     variables: tuple[tuple[str, str, tuple[float, ...]], ...] = attrs.field(
         default=(), converter=_arrays

@@ -271,11 +271,19 @@ class StatMonitorSpec(CallbackSpec):
 
 @attrs.frozen(kw_only=True)
 class SaverSpec(CallbackSpec):
-    """``ModelSaver(max_to_keep)``, saving into the run's logdir every epoch."""
+    """``ModelSaver(max_to_keep)``, saving into the run's logdir every epoch.
+
+    With `every_n_minutes`, it also saves by its time trigger, on the suite's clock:
+    one minute per ``trigger_step`` the suite's first callback has seen (so the
+    minutes are the session calls of the loop). With `background`, it writes on its
+    thread (``ModelSaver(background=True)``).
+    """
 
     TYPE: ClassVar[str] = "saver"
     name: str = attrs.field(default="ModelSaver", validator=_name)
     max_to_keep: int = attrs.field(default=10, validator=[_int, ge(0)])
+    every_n_minutes: int | None = attrs.field(default=None, validator=_opt_period)
+    background: bool = attrs.field(default=False, validator=instance_of(bool))
 
 
 @attrs.frozen(kw_only=True)

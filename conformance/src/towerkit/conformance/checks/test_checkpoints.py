@@ -16,6 +16,7 @@ from towerkit.conformance._catalog import (
     RESUME_EPOCHS,
     SAVER,
     SAVER_KEEP,
+    TIMED_SAVER,
 )
 from towerkit.conformance._checks import check_run, require
 from towerkit.conformance._reference import (
@@ -117,6 +118,24 @@ def test_min_saver_and_max_saver_files(
             f"{'highest' if spec.reverse else 'lowest'} {spec.stat} among {list(stat.values)})\n"
             f"  rule: the model with the best statistic is saved separately [spec 003, MinSaver]",
         )
+
+
+@pytest.mark.parametrize("case", list(TIMED_SAVER), ids=list(TIMED_SAVER))
+def test_model_saver_time_trigger_and_background(
+    trainer_entry: TrainerEntry, conformance_runner: _Runner, case: str
+) -> None:
+    """ModelSaver(every_n_minutes=N): also saves after the step at which N minutes passed since its last save; background=True writes the same checkpoints, each holding the state at its step while training goes on; with K steps per call and in mixed precision too."""
+    scenario = TIMED_SAVER[case]
+    _check_saver(trainer_entry, conformance_runner, scenario)
+    result = _chief(conformance_runner.run(scenario))
+    wrong = [(name, step) for name, step in result.saved_steps if name != f"model-{step}"]
+    require(
+        not wrong and bool(result.saved_steps),
+        f"{trainer_entry.name}: checkpoints holding another global step than their name's "
+        f"(name, global step held): {wrong or list(result.saved_steps)}\n"
+        f"  rule: model-<step> is the state at that step, also when written in the background "
+        f"[towerkit, ModelSaver.background]",
+    )
 
 
 @pytest.mark.parametrize("case", list(BEST_K), ids=list(BEST_K))

@@ -122,7 +122,8 @@ class ModelSaver(Callback):
     step; the count starts afresh in the resumed run. Timed saves count towards
     ``max_to_keep`` like the others (the newest two epoch-end checkpoints are kept
     whatever the timer saved since). The check costs one clock reading per step, and
-    nothing when ``every_n_minutes`` is None.
+    nothing when ``every_n_minutes`` is None. With K steps per session call
+    (``steps_per_execution``) the clock is read after each call.
 
     **In the background** (``background=True``): at the step it saves, the saver
     copies the saved variables into snapshot variables of its own (one
@@ -180,6 +181,10 @@ class ModelSaver(Callback):
         CallbackError: a background save failed (raised at the next step, or at the end
             of training).
     """
+
+    # with K steps per session call, the time trigger and a background save's outcome are
+    # looked at once per call, after its last step
+    accepts_coarse_steps = True
 
     def __init__(
         self,
