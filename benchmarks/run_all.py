@@ -89,6 +89,17 @@ BENCHES: dict[str, dict[str, Any]] = {
         "quick": ["--size-mb", "4", "--num-vars", "20", "--repeats", "2"],
         "baseline": "Saver.restore on the same checkpoint",
     },
+    "saving": {
+        "title": "Saving: the loop's time per checkpoint, ModelSaver(background=True) against the blocking save",
+        "script": "bench_saving.py",
+        "json_flag": "--out",
+        "args": ["--size-mb", "300", "--repeats", "3"],
+        "quick": [
+            *("--size-mb", "8", "--num-vars", "8", "--steps", "20", "--every", "5"),
+            *("--repeats", "1", "--width", "128"),
+        ],
+        "baseline": "the same run without a saver",
+    },
     "scaling": {
         "title": "Scaling: multi-tower and horovod trainers against one tower",
         "script": "bench_scaling.py",
