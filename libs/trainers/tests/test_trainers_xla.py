@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import textwrap
 
 import numpy as np
+import prefork
 import pytest
 import tensorflow as tf
 from helpers import blobs, creator, mlp_cost
@@ -146,6 +150,60 @@ class TestSameTrajectory:
         losses = run(trainer, "auto")
         assert trainer.xla_compiled
         assert losses[-1] < 0.5 * losses[0]
+
+
+XLA_RUN = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    from towerkit.towers.compat import tf1
+    from towerkit.trainers import NumpyInput, SimpleTrainer
+
+    def cost(x, y):
+        w = tf1.get_variable("W", [8, 2])
+        logits = tf.matmul(x, w)
+        return tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        )
+
+    x = np.random.default_rng(0).random((64, 8)).astype(np.float32)
+    y = (x.sum(1) > 4).astype(np.int32)
+    sig = [tf.TensorSpec([16, 8], tf.float32, "x"), tf.TensorSpec([16], tf.int32, "y")]
+    trainer = SimpleTrainer()
+    trainer.setup_graph(
+        sig, NumpyInput([x, y], batch_size=16), cost,
+        lambda: tf1.train.GradientDescentOptimizer(0.1),
+        steps_per_execution=int(sys.argv[1]), xla=sys.argv[2] == "True",
+    )
+    trainer.train_with_defaults(
+        callbacks=[], monitors=[], extra_callbacks=[], max_epoch=1, steps_per_epoch=4,
+        steps_per_execution=int(sys.argv[1]),
+    )
+    print("steps", trainer.global_step)
+    """
+)
+
+
+@pytest.mark.procs
+@pytest.mark.parametrize("k", [1, 4])
+def test_xla_really_compiles(tmp_path, k):
+    """XLA compiles two modules (the check at setup, the step), K=4's loop body included.
+
+    In a process of its own: ``XLA_FLAGS`` is read once per process.
+    """
+    dumps = {}
+    for xla in (True, False):
+        where = tmp_path / f"dump-{xla}"
+        env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={where}", TF_CPP_MIN_LOG_LEVEL="2")
+        done = prefork.run([sys.executable, "-c", XLA_RUN, str(k), str(xla)], env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "steps 4" in done.stdout
+        dumps[xla] = (
+            {p.name.split(".")[0] for p in where.glob("module_*")} if where.exists() else set()
+        )
+    assert len(dumps[True]) == 2, sorted(dumps[True])
+    assert dumps[False] == set()
 
 
 class TestRefusals:
