@@ -122,8 +122,10 @@ class TrainConfig:
             compiles, else the plain graph and one warning saying why), or None (the
             default: the trainer's ``XLA_COMPILE``, False unless a subclass sets it;
             a value given here wins over it). See ``SingleCostTrainer.setup_graph``.
-            XLA is not always faster: on a 2-core CPU it was slower for small models
-            (see ``benchmarks/README.md``, "XLA"), so measure before turning it on.
+            XLA is not always faster: on 2 cores of an Intel Xeon (TensorFlow 2.21) it
+            ran an LSTM at 1.39x the plain graph's steps/s, but an MLP at 0.89x and a
+            small convnet at 0.20x (its CPU convolutions do not use oneDNN); see
+            ``benchmarks/README.md``, "XLA". Measure before turning it on.
 
             .. versionadded:: 0.4
 
