@@ -190,6 +190,8 @@ XLA_RUN = textwrap.dedent(
 def test_xla_really_compiles(tmp_path, k):
     """XLA compiles two modules (the check at setup, the step), K=4's loop body included.
 
+    And TensorFlow's deprecation notice for the call is not printed.
+
     In a process of its own: ``XLA_FLAGS`` is read once per process.
     """
     dumps = {}
@@ -199,6 +201,8 @@ def test_xla_really_compiles(tmp_path, k):
         done = prefork.run([sys.executable, "-c", XLA_RUN, str(k), str(xla)], env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "steps 4" in done.stdout
+        # TensorFlow's deprecation notice for tf.xla.experimental.compile is silenced
+        assert "compiler.xla.xla) is deprecated" not in done.stderr
         dumps[xla] = (
             {p.name.split(".")[0] for p in where.glob("module_*")} if where.exists() else set()
         )
@@ -223,9 +227,11 @@ class TestRefusals:
     def test_auto_falls_back_with_one_warning(self, caplog):
         """xla='auto' on that tower trains the plain graph and says why, in one line."""
         trainer = SimpleTrainer()
-        with caplog.at_level(logging.WARNING, logger="towerkit.trainers"):
+        with caplog.at_level(logging.WARNING):
             auto = run(trainer, "auto", model=WithPyFunc())
-        said = [r.getMessage() for r in caplog.records if "xla" in r.getMessage()]
+        # (TensorFlow's notice about the test's own py_func names this file, whose name has "xla")
+        messages = [r.getMessage().replace(__file__, "") for r in caplog.records]
+        said = [m for m in messages if "xla" in m.lower()]
         assert said == [
             "xla='auto': training without XLA: XLA has no kernel for PyFunc (host_scale)"
         ]

@@ -32,7 +32,7 @@ from towerkit.trainers._errors import TrainerStateError, XlaCompileError
 from towerkit.trainers._multistep import build_steps_loop, refuse_per_step_feeds
 from towerkit.trainers._precision import LossScaleOptimizer, loss_scaled, precision_callbacks
 from towerkit.trainers._seams import OptimizerFactory
-from towerkit.trainers._xla import probe_xla, xla_in_effect
+from towerkit.trainers._xla import compile_cluster, probe_xla, xla_in_effect
 
 if TYPE_CHECKING:
     from towerkit.trainers.inputs._base import InputSource
@@ -567,7 +567,7 @@ def _xla_grads(
         holder["all"] = variables
         return [g for g, _ in pairs]
 
-    outs = tf.xla.experimental.compile(compiled, list(inputs))
+    outs = compile_cluster(compiled, inputs)
     if not holder["vars"]:
         msg = f"the cost depends on none of the trainable variables {[v.op.name for v in holder['all']]}: nothing to train"
         raise ValueError(msg)

@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["XLA_VALUES", "check_xla", "probe_xla", "unsupported_ops", "xla_in_effect"]
+__all__ = [
+    "XLA_VALUES",
+    "check_xla",
+    "compile_cluster",
+    "probe_xla",
+    "unsupported_ops",
+    "xla_in_effect",
+]
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -92,6 +99,21 @@ def unsupported_ops(message: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+def compile_cluster(fn: Callable[..., list[Any]], inputs: Sequence[Any]) -> list[Any]:
+    """``tf.xla.experimental.compile(fn, inputs)``, without its deprecation message.
+
+    TensorFlow marks it deprecated in favour of ``tf.function(jit_compile=True)``, which
+    compiles functions, not a graph-mode tower; its notice would be the user's second
+    warning line under ``xla="auto"``.
+    """
+    import tensorflow as tf
+    from tensorflow.python.util import deprecation
+
+    with deprecation.silence():
+        outs: list[Any] = tf.xla.experimental.compile(fn, list(inputs))
+    return outs
+
+
 def _reason(err: BaseException) -> tuple[str, bool]:
     """One line saying why the probe failed, and whether XLA is what failed."""
     text = str(getattr(err, "message", None) or err)
@@ -144,7 +166,7 @@ def probe_xla(
 
         try:
             with TowerContext("", is_training=True):
-                outs = tf.xla.experimental.compile(compiled, list(placeholders))
+                outs = compile_cluster(compiled, placeholders)
             init = tf1.global_variables_initializer()
         except Exception as err:
             return _reason(err)
