@@ -10,7 +10,8 @@ pipeline, ``--batch`` samples per tower (and per process) and step, 256 by defau
   on the logical CPU devices ``/cpu:0`` and ``/cpu:1`` of the same process and the same
   cores. This measures the cost of the second tower and the all-reduce: goal (b) >= 0.9x (a);
 - (c) ``horovod x1``: ``HorovodTrainer`` in 1 process launched by horovod (gloo),
-  intra-op and inter-op thread pools of 1;
+  intra-op and inter-op thread pools of 1 (``TOWERKIT_BENCH_POOL_THREADS=N`` sets
+  them for every process case, 0 for TensorFlow's default);
 - (d) ``horovod x2``: the same in 2 processes; samples of both ranks count:
   goal (d) >= 1.6x (c);
 - (e) ``2 solo processes``: two ``SimpleTrainer`` processes with the same one-thread
@@ -208,8 +209,18 @@ def in_process(case: str, steps: int, epochs: int, batch: int) -> float:
     return statistics.median(rates)
 
 
-ONE_THREAD = {"intra_op_parallelism_threads": 1, "inter_op_parallelism_threads": 1}
-"""The session thread pools of the process cases."""
+POOL_THREADS_ENV = "TOWERKIT_BENCH_POOL_THREADS"
+"""The session thread pools of the process cases: 1 when unset; 0 is TensorFlow's default."""
+
+
+def pool_threads(env: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, int]:
+    """The process cases' ``ConfigProto`` pools: one thread each, unless `POOL_THREADS_ENV` says.
+
+    >>> pool_threads({}), pool_threads({POOL_THREADS_ENV: "0"})["intra_op_parallelism_threads"]
+    ({'intra_op_parallelism_threads': 1, 'inter_op_parallelism_threads': 1}, 0)
+    """
+    n = int(env.get(POOL_THREADS_ENV, "1"))
+    return {"intra_op_parallelism_threads": n, "inter_op_parallelism_threads": n}
 
 
 def hvd_worker(steps: int, epochs: int, batch: int) -> int:
@@ -218,7 +229,7 @@ def hvd_worker(steps: int, epochs: int, batch: int) -> int:
 
     from towerkit.trainers import HorovodTrainer, NewSessionCreator
 
-    config = tf.compat.v1.ConfigProto(**ONE_THREAD)
+    config = tf.compat.v1.ConfigProto(**pool_threads())
     with tf.Graph().as_default(), contextlib.redirect_stderr(io.StringIO()):
         trainer = HorovodTrainer()
         trainer.BROADCAST_EVERY_EPOCH = False
@@ -257,7 +268,7 @@ def bare_worker(steps: int, epochs: int, batch: int) -> int:
         reduced = hvd.grouped_allreduce([g for g, _ in grads_vars], op=hvd.Average)
         train_op = opt.apply_gradients(zip(reduced, [v for _, v in grads_vars]))
         bcast = hvd.broadcast_global_variables(0)
-        config = tf1.ConfigProto(**ONE_THREAD)
+        config = tf1.ConfigProto(**pool_threads())
         with tf1.Session(config=config) as sess:
             sess.run(tf1.global_variables_initializer())
             sess.run(bcast)
@@ -280,7 +291,7 @@ def solo_worker(steps: int, epochs: int, batch: int) -> int:
 
     from towerkit.trainers import NewSessionCreator, SimpleTrainer
 
-    config = tf.compat.v1.ConfigProto(**ONE_THREAD)
+    config = tf.compat.v1.ConfigProto(**pool_threads())
     with tf.Graph().as_default(), contextlib.redirect_stderr(io.StringIO()):
         rates = epoch_throughputs(
             SimpleTrainer(),

@@ -1,7 +1,8 @@
 """Run every benchmark back to back and write one Markdown report with the machine it ran on.
 
 Each benchmark script (``bench_loop.py``, ``bench_restore.py``, ``bench_scaling.py``,
-``bench_export.py``, ``bench_layers.py``, ``bench_parallel.py``, ``bench_rnn.py``, ``bench_precision.py``) times the systems it compares inside one invocation, with warm-up
+``bench_export.py``, ``bench_layers.py``, ``bench_parallel.py``, ``bench_rnn.py``, ``bench_precision.py``,
+``bench_jit.py``) times the systems it compares inside one invocation, with warm-up
 runs and repeated, interleaved measurements, and reports medians. This script runs them
 one after the other as separate processes (so one benchmark's memory and threads do not
 disturb the next), collects the JSON each writes, and writes:
@@ -80,6 +81,14 @@ BENCHES: dict[str, dict[str, Any]] = {
         "args": ["--repeats", "3"],
         "quick": ["--models", "tiny", "--ks", "1,50", "--repeats", "1", "--scale", "0.1"],
         "baseline": "a bare loop over sess.make_callable(train_op), one step per call",
+    },
+    "jit": {
+        "title": "XLA: steps/s of SimpleTrainer with xla=True against xla=False, K = 1 and 10",
+        "script": "bench_jit.py",
+        "json_flag": "--out",
+        "args": ["--repeats", "3"],
+        "quick": ["--models", "mlp", "--ks", "1,2", "--repeats", "1", "--scale", "0.05"],
+        "baseline": "the same trainer and model with xla=False, the same round",
     },
     "restore": {
         "title": "Restore: SessionInit speed against tf.compat.v1.train.Saver.restore",
@@ -355,6 +364,15 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
                     k = key.split("@")[1]
                     what = f"towerkit steps/s, {model} model, K={k} (vs the one-step floor)"
                     rows.append((what, f"{value:.1f}", _ratio(value / floor)))
+    elif area == "jit" and isinstance(data, Mapping):
+        for model, by_k in data.get("results", {}).items():
+            for k, r in by_k.items():
+                if r.get("xla"):
+                    pairs = [b / a for a, b in zip(r.get("plain", []), r["xla"]) if a]
+                    ratio = sorted(pairs)[len(pairs) // 2] if pairs else None
+                    figure = f"{sorted(r['xla'])[len(r['xla']) // 2]:.1f}"
+                    what = f"xla=True steps/s, {model} model, K={k} (vs xla=False)"
+                    rows.append((what, figure, _ratio(ratio)))
     elif area == "restore" and isinstance(data, Mapping):
         for r in data.get("results", []):
             if r.get("case") != "Saver.restore":

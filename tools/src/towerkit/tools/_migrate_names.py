@@ -86,7 +86,8 @@ _LIB_NAMES = {
     StagingInput SummaryGradient SyncMultiGPUTrainer SyncMultiGPUTrainerParameterServer
     SyncMultiGPUTrainerReplicated TFDatasetInput TaskAddress TaskLostError TensorInput
     TowerTrainer TowerVariableMismatchError TrainConfig Trainer TrainerStateError
-    TrainingPreempted UnregisteredInputError VariableAssignmentOptimizer aggregate_grads
+    TrainingPreempted UnregisteredInputError VariableAssignmentOptimizer XlaCompileError
+    aggregate_grads
     allreduce_grads apply_default_prefetch apply_grad_processors chain
     choose_allreduce_mode cluster_placement cluster_server ema_decay exit_is_retryable
     expand_hostlist expand_tasks_per_node format_lock get_default_sess_config

@@ -63,6 +63,7 @@ from towerkit.trainers._errors import (
     InputProducerError,
     InputTimeoutError,
     LossScaleError,
+    XlaCompileError,
 )
 from towerkit.trainers._gradproc import (
     Chain,
@@ -245,6 +246,7 @@ __all__ = [
     "LossScaleSchedule",
     "LossScaleMonitor",
     "LossScaleError",
+    "XlaCompileError",
     "next_loss_scale",
     "NewSessionCreator",
     "ReuseSessionCreator",

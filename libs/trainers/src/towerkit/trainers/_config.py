@@ -115,6 +115,19 @@ class TrainConfig:
             needs a `seed`. An op with no deterministic kernel then fails when it runs.
 
             .. versionadded:: 0.3
+        xla: compile each training step's cost and gradients with XLA: False (the
+            plain graph), True (XLA; a tower it cannot compile, such as one with a
+            ``py_func``, ``numpy_function``, string op or summary, is refused at setup
+            with an `XlaCompileError` naming the ops), ``"auto"`` (XLA where it
+            compiles, else the plain graph and one warning saying why), or None (the
+            default: the trainer's ``XLA_COMPILE``, False unless a subclass sets it;
+            a value given here wins over it). See ``SingleCostTrainer.setup_graph``.
+            XLA is not always faster: on 2 cores of an Intel Xeon (TensorFlow 2.21) it
+            ran an LSTM at 1.39x the plain graph's steps/s, but an MLP at 0.89x and a
+            small convnet at 0.20x (its CPU convolutions do not use oneDNN); see
+            ``benchmarks/README.md``, "XLA". Measure before turning it on.
+
+            .. versionadded:: 0.4
 
     Raises:
         TypeError: an option of the wrong kind, or an unknown keyword.
@@ -142,6 +155,7 @@ class TrainConfig:
         precision: str | Precision = FLOAT32,
         seed: int | None = None,
         deterministic: bool = False,
+        xla: bool | str | None = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -166,6 +180,7 @@ class TrainConfig:
             precision=precision,
             seed=seed,
             deterministic=deterministic,
+            xla=xla,
         )
         self._spec: TrainSpec | None = TrainSpec(**self._options)
 
@@ -221,6 +236,9 @@ class TrainConfig:
     precision: _Option[Precision] = _Option("The mixed-precision policy (a `Precision` record).")
     seed: _Option[int | None] = _Option("The run's seed, or None.")
     deterministic: _Option[bool] = _Option("Whether TensorFlow's ops run deterministically.")
+    xla: _Option[bool | str | None] = _Option(
+        "Whether the towers compile with XLA: False, True, 'auto', or None (``XLA_COMPILE``)."
+    )
 
     def plan_resume(self, steps_per_epoch: int, batch_size: int | None = None) -> ResumePlan | None:
         """How this run continues an earlier one; None for a `TrainConfig` (it never resumes).

@@ -67,3 +67,10 @@ for _error in [
 ]:
     _error.__module__ = __name__.rpartition(".")[0]
 del _error
+
+
+class XlaCompileError(ValueError):
+    """``xla=True`` was asked of a tower XLA cannot compile; the message names the ops at fault.
+
+    .. versionadded:: 0.4
+    """

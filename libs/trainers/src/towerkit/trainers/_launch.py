@@ -35,7 +35,8 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
        prefetching input source; an input source is used as it is, with prefetching
        added where it helps);
     2. ``trainer.setup_graph(model.get_input_signature(), input, model.build_graph,
-       model.get_optimizer)``;
+       model.get_optimizer)`` (with the config's ``steps_per_execution``, ``precision``
+       and ``xla`` where they are given);
     3. ``trainer.train_with_defaults(...)`` with the other options of `config`
        (``steps_per_epoch`` defaults to the input's size; for an `AutoResumeTrainConfig`,
        ``config.plan_resume(steps_per_epoch)`` reads the logdir now and the plan's
@@ -87,6 +88,8 @@ def launch_train_with_config(config: TrainConfig, trainer: SingleCostTrainer) ->
     options: dict[str, Any] = dict(_k_kwargs(config.steps_per_execution))
     if config.precision.mixed:  # as a keyword only when asked (trainers of other signatures)
         options["precision"] = config.precision
+    if config.xla is not None:
+        options["xla"] = config.xla
     trainer.setup_graph(
         model.get_input_signature(), source, model.build_graph, model.get_optimizer, **options
     )

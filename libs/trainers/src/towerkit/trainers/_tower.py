@@ -28,10 +28,11 @@ from towerkit.towers import (
 )
 from towerkit.towers.compat import tf1
 from towerkit.trainers._base import Trainer
-from towerkit.trainers._errors import TrainerStateError
+from towerkit.trainers._errors import TrainerStateError, XlaCompileError
 from towerkit.trainers._multistep import build_steps_loop, refuse_per_step_feeds
 from towerkit.trainers._precision import LossScaleOptimizer, loss_scaled, precision_callbacks
 from towerkit.trainers._seams import OptimizerFactory
+from towerkit.trainers._xla import compile_cluster, probe_xla, xla_in_effect
 
 if TYPE_CHECKING:
     from towerkit.trainers.inputs._base import InputSource
@@ -218,8 +219,9 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         AGGREGATION_METHOD: how gradient terms are summed (a
             ``tf.AggregationMethod`` value, or None for the default); see ``tf.gradients``.
         XLA_COMPILE: compile the tower function and its gradients with XLA
-            (``tf.xla.experimental.compile``). XLA needs shapes it can infer, has
-            limited op support and no summaries: many tower functions cannot be compiled.
+            (``tf.xla.experimental.compile``): the class-level spelling of
+            ``setup_graph(xla=True)``; an ``xla`` given to ``setup_graph`` (or
+            ``TrainConfig``) wins over it. See ``setup_graph`` for what XLA refuses.
         CHECK_TOWER_RULES: before building, check the tower function against the tower
             rules with `towerkit.towers.check_tower_function` and raise on violations.
     """
@@ -234,11 +236,22 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         super().__init__()
         self._input: InputSource | None = None
         self._precision = FLOAT32
+        self._xla_compiled: bool | None = None
 
     @property
     def precision(self) -> Precision:
         """The mixed-precision policy of the training towers (given to ``setup_graph``)."""
         return self._precision
+
+    @property
+    def xla_compiled(self) -> bool:
+        """Whether the training towers were built as XLA clusters (decided by ``setup_graph``).
+
+        Before ``setup_graph``: whether they would be, by ``XLA_COMPILE`` alone.
+
+        .. versionadded:: 0.4
+        """
+        return bool(self.XLA_COMPILE) if self._xla_compiled is None else self._xla_compiled
 
     @property
     def input_source(self) -> InputSource | None:
@@ -254,6 +267,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         *,
         steps_per_execution: int = 1,
         precision: str | Precision = FLOAT32,
+        xla: bool | str | None = None,
     ) -> list[Callback]:
         """Build the training graph from an input signature, an input, a cost and an optimizer.
 
@@ -280,18 +294,35 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
                 subclass's ``_setup_graph`` gets the tower function bound to the
                 policy (`TowerFunc.under_precision`): its towers follow it (the
                 cost it gets may be in the compute dtype).
+            xla: compile each training tower's cost and gradients as one XLA cluster:
+                False (the plain graph), True, ``"auto"``, or None (the default: the
+                class's ``XLA_COMPILE``, False unless a subclass sets it). With True or
+                ``"auto"`` the tower is first built and compiled once in a scratch
+                graph, fed zeros (`probe_xla`): a tower XLA cannot compile (``py_func``,
+                ``numpy_function``, string ops, summaries, ops whose output shape
+                depends on values) raises `XlaCompileError` naming its ops under True,
+                and is built plain under ``"auto"``, with one warning saying why.
+                ``xla_compiled`` says which was built. Works with K > 1 (each of the K
+                steps runs the cluster) and with every precision policy; tensors inside
+                the cluster cannot be fetched (a predictor can compute them).
 
         .. versionchanged:: 0.2
            ``steps_per_execution``, ``precision``.
+
+        .. versionchanged:: 0.4
+           ``xla``.
 
         Returns:
             The callbacks registered.
 
         Raises:
             TypeError: bad arguments, or a cost that is not a scalar float tensor.
+            ValueError: an `xla` other than False, True, ``"auto"`` or None.
+            XlaCompileError: ``xla=True`` and XLA cannot compile the tower.
             TrainerStateError: called after callbacks were set up.
         """
         self._require_phase("setup_graph", "new")
+        xla_mode = xla_in_effect(xla, self.XLA_COMPILE)
         for what, fn in (("get_cost_fn", get_cost_fn), ("get_opt_fn", get_opt_fn)):
             if not callable(fn):
                 msg = f"{what!r} must be callable; got {type(fn).__name__}"
@@ -311,6 +342,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         self._precision = precision_policy(precision)
         if self.CHECK_TOWER_RULES:
             self._check_tower_rules(func)
+        self._xla_compiled = bool(xla_mode) and self._xla_compiles(func, input, xla_mode)
         get_opt_fn = call_only_once(loss_scaled(get_opt_fn, self._precision))
         k = self._set_steps_per_execution(steps_per_execution)
         refuse_per_step_feeds(input, k)
@@ -357,6 +389,32 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
             msg = f"the tower function {func} breaks the tower rules:\n  " + "\n  ".join(errors)
             raise TowerRuleError(msg)
 
+    def _xla_compiles(self, func: TowerFunc, input: InputSource, mode: bool | str) -> bool:
+        """Whether XLA compiles the tower (`probe_xla`); refuse it under ``xla=True``."""
+        batch = getattr(input, "batch_size", None)
+        # a tower function of its own: the probe's tower is not one of the trainer's
+        probed = TowerFunc(func.tower_fn, func.input_signature).under_precision(self._precision)
+        found = probe_xla(
+            _float32_cost(probed, self._precision),
+            func.input_signature,
+            batch_size=batch if isinstance(batch, int) and batch > 0 else 2,
+        )
+        if found is None:
+            return True
+        reason, xla_failed = found
+        if mode == "auto":
+            logger.warning("xla='auto': training without XLA: %s", reason)
+            return False
+        if xla_failed:
+            msg = (
+                f"xla=True (or XLA_COMPILE) for {type(self).__name__}: {reason}; remove "
+                "those ops from the tower function, or pass xla='auto' (XLA where it "
+                "compiles) or xla=False"
+            )
+            raise XlaCompileError(msg)
+        logger.info("xla=True: the check at setup could not run the tower on zeros (%s)", reason)
+        return True
+
     def _finish_graph(self) -> list[Callback]:
         """Build what runs outside the training step, once it exists; return more callbacks.
 
@@ -382,7 +440,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         """A function that builds one tower from `input` and returns its (gradient, variable) pairs.
 
         Call it under a training tower context. Honours ``GATE_GRADIENTS``,
-        ``COLOCATE_GRADIENTS_WITH_OPS``, ``AGGREGATION_METHOD`` and ``XLA_COMPILE``.
+        ``COLOCATE_GRADIENTS_WITH_OPS``, ``AGGREGATION_METHOD`` and ``xla_compiled``.
         """
         gate = _GATES.get(self.GATE_GRADIENTS)
         if gate is None:
@@ -391,12 +449,8 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
         colocate = bool(self.COLOCATE_GRADIENTS_WITH_OPS)
         aggregation = self.AGGREGATION_METHOD
 
-        policy = self._precision
-
-        def get_cost(*inputs: Any) -> Any:
-            with precision_scope(policy):
-                cost = check_cost(get_cost_fn(*inputs))
-            return cost if cost.dtype.base_dtype == tf.float32 else tf.cast(cost, tf.float32)
+        get_cost = _float32_cost(get_cost_fn, self._precision)
+        compiled = self.xla_compiled
 
         fetched: list[Any] = []  # the ops of the previous tower's input, in this graph
         in_order = bool(getattr(input, "TOWERS_IN_ORDER", True))
@@ -411,7 +465,7 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
             if in_order:
                 fetched[:] = [t.op for t in inputs if hasattr(t, "op")]
             opt = get_opt_fn()
-            if self.XLA_COMPILE:
+            if compiled:
                 if not isinstance(opt, LossScaleOptimizer):
                     return _xla_grads(get_cost, inputs, colocate, aggregation, gate)
 
@@ -430,6 +484,17 @@ class SingleCostTrainer(TowerTrainer, metaclass=abc.ABCMeta):
             return _drop_none(grads)
 
         return get_grads
+
+
+def _float32_cost(get_cost_fn: Callable[..., Any], policy: Precision) -> Callable[..., Any]:
+    """`get_cost_fn` built under `policy`, its checked cost cast to float32."""
+
+    def get_cost(*inputs: Any) -> Any:
+        with precision_scope(policy):
+            cost = check_cost(get_cost_fn(*inputs))
+        return cost if cost.dtype.base_dtype == tf.float32 else tf.cast(cost, tf.float32)
+
+    return get_cost
 
 
 def check_cost(cost: Any) -> Any:
@@ -502,7 +567,7 @@ def _xla_grads(
         holder["all"] = variables
         return [g for g, _ in pairs]
 
-    outs = tf.xla.experimental.compile(compiled, list(inputs))
+    outs = compile_cluster(compiled, inputs)
     if not holder["vars"]:
         msg = f"the cost depends on none of the trainable variables {[v.op.name for v in holder['all']]}: nothing to train"
         raise ValueError(msg)

@@ -16,6 +16,7 @@ from towerkit.trainers._model import ModelDescBase
 from towerkit.trainers._multistep import check_k
 from towerkit.trainers._resume import LOGDIR_ACTIONS
 from towerkit.trainers._seams import DatasetFactory
+from towerkit.trainers._xla import check_xla
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -154,6 +155,7 @@ class TrainSpec:
             on to ``setup_graph`` and to the check that the graph was built in it.
         seed: the run's seed (Python's, NumPy's, the graph's, the input workers'), or None.
         deterministic: whether TensorFlow's ops run deterministically.
+        xla: False, True, ``"auto"``, or None (the trainer's ``XLA_COMPILE``).
 
     Examples:
         >>> spec = TrainSpec(max_epoch=3, steps_per_epoch=10)
@@ -193,6 +195,7 @@ class TrainSpec:
     precision: Precision = attrs.field(default=FLOAT32, converter=precision_policy)
     seed: int | None = attrs.field(default=None, validator=_seed)
     deterministic: bool = attrs.field(default=False, validator=_flag)
+    xla: bool | str | None = attrs.field(default=None, converter=check_xla)
 
     def __attrs_post_init__(self) -> None:
         if self.deterministic and self.seed is None:

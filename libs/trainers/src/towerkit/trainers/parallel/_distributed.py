@@ -199,6 +199,7 @@ class DistributedTrainerBase(ClusterProcessSum, ChiefOwnsLogdir, SingleCostTrain
         *,
         steps_per_execution: int = 1,
         precision: str | Precision = FLOAT32,
+        xla: bool | str | None = None,
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`; the global step goes to the parameter servers."""
         self._require_phase("setup_graph", "new")
@@ -220,7 +221,9 @@ class DistributedTrainerBase(ClusterProcessSum, ChiefOwnsLogdir, SingleCostTrain
             self._check_in = check_in_ops(
                 self._task, self._num_workers, self._num_ps, raise_finished
             )
-        return super().setup_graph(inputs_desc, input, get_cost_fn, get_opt_fn, precision=precision)
+        return super().setup_graph(
+            inputs_desc, input, get_cost_fn, get_opt_fn, precision=precision, xla=xla
+        )
 
     def setup_callbacks(
         self,

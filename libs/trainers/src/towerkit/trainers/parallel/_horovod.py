@@ -304,6 +304,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         *,
         steps_per_execution: int = 1,
         precision: str | Precision = FLOAT32,
+        xla: bool | str | None = None,
     ) -> list[Callback]:
         """As `SingleCostTrainer.setup_graph`, with the graph seed offset by the rank."""
         self._set_steps_per_execution(steps_per_execution)
@@ -312,7 +313,7 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
             self._graph.seed = seed + self._rank
             logger.info("rank %d: graph seed %d -> %d", self._rank, seed, self._graph.seed)
         args = (inputs_desc, input, get_cost_fn, get_opt_fn)
-        return super().setup_graph(*args, precision=precision)
+        return super().setup_graph(*args, precision=precision, xla=xla)
 
     def _device(self) -> str:
         return "/cpu:0" if self._gpu is None else "/gpu:0"
