@@ -65,6 +65,17 @@ STACKS = {
             rnn.DropoutWrapper(rnn.BasicLSTMCell(5), input_keep_prob=0.9, seed=3),
         ]
     ),
+    "variational": lambda: rnn.MultiRNNCell(
+        [
+            rnn.DropoutWrapper(
+                rnn.LSTMCell(4), 0.7, 0.8, 0.6, True, input_size=4, dtype=F32, seed=2
+            ),
+            rnn.DropoutWrapper(rnn.GRUCell(3), 1.0, 0.5, 0.75, True, dtype=F32, seed=4),
+            rnn.DropoutWrapper(
+                rnn.GRUCell(2), 0.6, variational_recurrent=True, input_size=3, dtype=F32, seed=6
+            ),
+        ]
+    ),
     "dropout tensor keep": lambda: rnn.DropoutWrapper(
         rnn.GRUCell(4), tf1.constant(0.6), state_keep_prob=tf1.constant(0.7), seed=11
     ),
@@ -276,7 +287,7 @@ def test_other_cells_run_the_cells_loop(graph, what):
 LENGTHS = {"mixed": [5, 2, 1], "with a zero": [3, 0, 5], "all short": [2, 1, 2]}
 
 
-@pytest.mark.parametrize("stack", ["multi", "gru", "mixed", "dropout"])
+@pytest.mark.parametrize("stack", ["multi", "gru", "mixed", "dropout", "variational"])
 @pytest.mark.parametrize("lengths", sorted(LENGTHS))
 def test_sequence_length_matches_the_cells_loop(monkeypatch, stack, lengths):
     """With sequence_length: outputs zero and states carried past each example's end, the
@@ -331,7 +342,38 @@ def test_dropout_without_seed_draws_per_step_masks(graph):
     np.testing.assert_allclose(first[~dropped], 2 * whole[~dropped], rtol=1e-6)
 
 
-@pytest.mark.parametrize("stack", ["multi", "mixed", "dropout"])
+def test_variational_masks_are_one_per_run(graph):
+    """Variational dropout (fused): one mask for every step and example, a new one each run."""
+    x = tf1.constant(np.ones([16, 6, 8], np.float32))
+    cell = rnn.DropoutWrapper(
+        rnn.GRUCell(64), output_keep_prob=0.5, variational_recurrent=True, dtype=F32
+    )
+    out, _ = rnn.dynamic_rnn(cell, x, dtype=F32)
+    assert fused_ops(graph) > 0
+    with tf1.Session() as sess:
+        load(sess)
+        first, second = sess.run(out), sess.run(out)
+    dropped = first == 0
+    assert (dropped == dropped[:1, :1]).all()  # the same units at every step and example
+    assert 0.3 < dropped.mean() < 0.7
+    assert ((second == 0) != dropped).any()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needs"),
+    [
+        ({"output_keep_prob": 0.5, "variational_recurrent": True}, "'dtype'"),
+        ({"input_keep_prob": 0.5, "variational_recurrent": True, "dtype": F32}, "'input_size'"),
+    ],
+)
+def test_variational_needs_dtype_and_input_size(graph, kwargs, needs):
+    """As TensorFlow 1's: variational masks are made with the wrapper, so it needs the dtype,
+    and the inputs' depth where it drops them."""
+    with pytest.raises(ValueError, match=f"variational_recurrent=True.*{needs}"):
+        rnn.DropoutWrapper(rnn.GRUCell(4), **kwargs)
+
+
+@pytest.mark.parametrize("stack", ["multi", "mixed", "dropout", "variational"])
 def test_inference_tower_runs_forward_only(monkeypatch, stack):
     """In an inference tower the fused loop runs forward only (no dropout, nothing kept
     for a gradient), with the cells' loop's values, with or without lengths."""

@@ -30,6 +30,7 @@ from towerkit.layers._rnn_fused_plan import (
     fusable_layers,
     fused_plan,
     state_leaves,
+    variational_masks,
 )
 from towerkit.layers._rnn_nest import LSTMStateTuple
 from towerkit.layers._rnn_wrappers import MultiRNNCell
@@ -91,6 +92,17 @@ def _mask(like: Any, keep: Any, seed: int | None) -> Any:
     return tf1.nn.dropout(tf1.ones_like(like), rate=1 - keep, seed=seed)
 
 
+def _factor(fixed: Any, drawn: list[Any], which: int, like: Any, keep: Any, seeds: Any) -> Any:
+    """A layer's input (0), state (1) or output (2) mask as a factor.
+
+    Its variational one (`fixed`), or one drawn now for this step (appended to `drawn`).
+    """
+    if fixed is not None:
+        return fixed[which]
+    drawn.append(_mask(like, keep, seeds[which]))
+    return drawn[-1]
+
+
 class _Stack:
     """The shapes and choices of one fused run (built once, read by both loops)."""
 
@@ -108,8 +120,10 @@ class _Stack:
         self.steps = steps
         self.seeds = [dropout_seeds(layer.seed, layer.kind) for layer in plan]
         self.loop = loop
-        # the layers with dropout, each with its slot in the arrays of masks
-        self.dropping = [k for k, layer in enumerate(plan) if layer.drops]
+        # variational layers: their masks, the same at every step
+        self.fixed: list[Any] = [variational_masks(layer) for layer in plan]
+        # the layers with per-step dropout, each with its slot in the arrays of masks
+        self.dropping = [k for k, layer in enumerate(plan) if layer.drops and self.fixed[k] is None]
 
     def array(self, width: int, kept: bool = False, size: Any = None) -> Any:
         # `kept`: the forward arrays that the gradient reads. TensorFlow runs the
@@ -125,6 +139,8 @@ class _Stack:
         )
 
     def mask_widths(self, k: int) -> list[int]:
+        if self.fixed[k] is not None:
+            return []
         layer = self.plan[k]
         keeps = (layer.input_keep, layer.state_keep, layer.output_keep)
         widths = (self.depths[k], self.units[k], self.units[k])
@@ -147,23 +163,22 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
         done = s.done(t)
         records, masks, new_states = list(records), list(masks), []
         for k, layer in enumerate(s.plan):
-            drawn = []
+            drawn: list[Any] = []
+            fixed, seeds = s.fixed[k], s.seeds[k]
+
             if layer.input_keep is not None:
                 # after the previous step's (a step's inputs do not depend on it): the
                 # masks are drawn in step order, as the cells' loop draws them with
                 # parallel_iterations=1 (with more, its iterations may draw out of order)
                 with tf1.control_dependencies(states[k]):
-                    drawn.append(_mask(below, layer.input_keep, s.seeds[k][0]))
-                below = below * drawn[-1]
+                    below = below * _factor(fixed, drawn, 0, below, layer.input_keep, seeds)
             params, step_fn = s.weights[k], KIND_STEPS[layer.kind][1]
             h, new, kept = step_fn(below, states[k], params, layer.forget_bias)
             if layer.state_keep is not None:
-                drawn.append(_mask(h, layer.state_keep, s.seeds[k][1]))
                 leaf = dropped_leaf(layer.kind)
-                new[leaf] = new[leaf] * drawn[-1]
+                new[leaf] = new[leaf] * _factor(fixed, drawn, 1, h, layer.state_keep, seeds)
             if layer.output_keep is not None:
-                drawn.append(_mask(h, layer.output_keep, s.seeds[k][2]))
-                h = h * drawn[-1]
+                h = h * _factor(fixed, drawn, 2, h, layer.output_keep, seeds)
             if done is not None:
                 new = [tf1.where(done, old, v) for old, v in zip(states[k], new, strict=True)]
             if keep:
@@ -210,13 +225,16 @@ def _backward(s: _Stack, d_out: Any, d_final: Any, records: Any, masks: Any) -> 
             if live is not None:
                 carry = [d * (1 - live) for d in d_state]
                 d_state = [d * live for d in d_state]
-            widths = s.mask_widths(k)
-            drawn = []
-            if widths:
-                drawn = tf1.split(masks[s.dropping.index(k)].read(t), widths, axis=1)
-            in_mask = drawn.pop(0) if layer.input_keep is not None else None
-            state_mask = drawn.pop(0) if layer.state_keep is not None else None
-            out_mask = drawn.pop(0) if layer.output_keep is not None else None
+            widths, fixed = s.mask_widths(k), s.fixed[k]
+            if fixed is not None:
+                in_mask, state_mask, out_mask = fixed
+            else:
+                drawn = []
+                if widths:
+                    drawn = tf1.split(masks[s.dropping.index(k)].read(t), widths, axis=1)
+                in_mask = drawn.pop(0) if layer.input_keep is not None else None
+                state_mask = drawn.pop(0) if layer.state_keep is not None else None
+                out_mask = drawn.pop(0) if layer.output_keep is not None else None
             leaf = dropped_leaf(layer.kind)
             dh = d_state[leaf] if state_mask is None else d_state[leaf] * state_mask
             dh = dh + (above if out_mask is None else above * out_mask)

@@ -36,6 +36,8 @@ class FusedLayer:
         input_keep, state_keep, output_keep: the `DropoutWrapper`'s keep probabilities
             that drop something (a float under 1 or a scalar tensor), else None.
         seed: the wrapper's seed (None: TensorFlow picks).
+        wrapper: the `DropoutWrapper` when its masks are variational (drawn once per
+            run, `variational_masks`), else None.
     """
 
     cell: Any = attrs.field(eq=False)
@@ -46,6 +48,7 @@ class FusedLayer:
     state_keep: Any = attrs.field(default=None, eq=False)
     output_keep: Any = attrs.field(default=None, eq=False)
     seed: int | None = None
+    wrapper: Any = attrs.field(default=None, eq=False)
 
     @property
     def drops(self) -> bool:
@@ -105,6 +108,24 @@ def dropping_keep(keep: Any) -> Any:
     return keep
 
 
+def variational_masks(layer: FusedLayer) -> tuple[Any, Any, Any] | None:
+    """A variational layer's input, state and output masks as factors, else None.
+
+    Each a ``[1, size]`` tensor, or None where nothing is dropped; None in place of
+    the three when the layer's masks are drawn per step.
+    """
+    if layer.wrapper is None:
+        return None
+    keeps = (layer.input_keep, layer.state_keep, layer.output_keep)
+    salts = ("input", "state", "output")
+    leaves = (0, dropped_leaf(layer.kind), 0)
+    factors = [
+        None if keep is None else layer.wrapper._variational_factors(salt, keep)[leaf]
+        for keep, salt, leaf in zip(keeps, salts, leaves, strict=True)
+    ]
+    return factors[0], factors[1], factors[2]
+
+
 def _plain_lstm(cell: Any) -> bool:
     """Whether `cell` is an LSTM the fused loop computes exactly (TensorFlow 1's math)."""
     kind = type(cell)
@@ -129,7 +150,7 @@ def _plain_gru(cell: Any) -> bool:
 def _layer(cell: Any, dropout: bool) -> FusedLayer | None:
     """The record of one layer (`cell` maybe in a `DropoutWrapper`), or None."""
     keeps: tuple[Any, Any, Any] = (None, None, None)
-    seed = None
+    seed, wrapper = None, None
     if type(cell) is DropoutWrapper:
         if dropout:
             keeps = (
@@ -138,6 +159,7 @@ def _layer(cell: Any, dropout: bool) -> FusedLayer | None:
                 dropping_keep(cell._output_keep),
             )
             seed = cell._seed
+            wrapper = cell if cell._variational and any(k is not None for k in keeps) else None
         cell = cell.cell
     if _plain_lstm(cell):
         kind, forget = "lstm", float(cell._forget_bias)
@@ -145,7 +167,7 @@ def _layer(cell: Any, dropout: bool) -> FusedLayer | None:
         kind, forget = "gru", 0.0
     else:
         return None
-    return FusedLayer(cell, kind, int(cell._num_units), forget, *keeps, seed=seed)
+    return FusedLayer(cell, kind, int(cell._num_units), forget, *keeps, seed=seed, wrapper=wrapper)
 
 
 def fused_plan(cell: Any, dropout: bool = True) -> tuple[FusedLayer, ...] | None:
