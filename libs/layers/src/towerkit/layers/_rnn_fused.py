@@ -173,7 +173,7 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
                 with tf1.control_dependencies(states[k]):
                     below = below * _factor(fixed, drawn, 0, below, layer.input_keep, seeds)
             params, step_fn = s.weights[k], KIND_STEPS[layer.kind][1]
-            h, new, kept = step_fn(below, states[k], params, layer.forget_bias)
+            h, new, kept = step_fn(below, states[k], params, layer.forget_bias, keep)
             if layer.state_keep is not None:
                 leaf = dropped_leaf(layer.kind)
                 new[leaf] = new[leaf] * _factor(fixed, drawn, 1, h, layer.state_keep, seeds)

@@ -3,8 +3,9 @@
 Each kind gives:
 
 - ``params(cell)``: the layer's weights, in the order the loop passes them;
-- ``step(x, state, params, forget)``: the step the cell computes (op for op), as
-  ``(h, new_state, records)``: ``records`` are what the backward step reads;
+- ``step(x, state, params, forget, keep)``: the step the cell computes (op for op), as
+  ``(h, new_state, records)``: ``records`` are what the backward step reads (none
+  without `keep`);
 - ``back(records, dh, d_rest, params, width)``: the gradients of one step, given
   the gradient of its ``h`` and of its other state tensors (an LSTM's ``c``), as
   ``(d_x, d_previous_state, writes)``: ``writes`` are the per-step gradients the
@@ -24,7 +25,9 @@ def lstm_params(cell: Any) -> list[Any]:
     return [cell._kernel, cell._bias]
 
 
-def lstm_step(x: Any, state: Any, params: Any, forget: float) -> tuple[Any, Any, Any]:
+def lstm_step(
+    x: Any, state: Any, params: Any, forget: float, keep: bool = True
+) -> tuple[Any, Any, Any]:
     c_prev, h_prev = state
     kernel, bias = params
     zc = tf1.concat([x, h_prev], 1)
@@ -35,6 +38,8 @@ def lstm_step(x: Any, state: Any, params: Any, forget: float) -> tuple[Any, Any,
     c = c_prev * sf + si * tj
     tc = tf1.tanh(c)
     h = tc * so
+    if not keep:  # forward only: nothing made for a gradient
+        return h, [c, h], []
     return h, [c, h], [zc, tf1.concat([si, tj, sf, so, tc, c_prev], 1)]
 
 
@@ -65,7 +70,9 @@ def gru_params(cell: Any) -> list[Any]:
     return [cell._gate_kernel, cell._gate_bias, cell._candidate_kernel, cell._candidate_bias]
 
 
-def gru_step(x: Any, state: Any, params: Any, forget: float) -> tuple[Any, Any, Any]:
+def gru_step(
+    x: Any, state: Any, params: Any, forget: float, keep: bool = True
+) -> tuple[Any, Any, Any]:
     (h_prev,) = state
     gate_kernel, gate_bias, kernel, bias = params
     xh = tf1.concat([x, h_prev], 1)
@@ -74,6 +81,8 @@ def gru_step(x: Any, state: Any, params: Any, forget: float) -> tuple[Any, Any, 
     rh = r * h_prev
     cand = tf1.tanh(tf1.nn.bias_add(tf1.matmul(tf1.concat([x, rh], 1), kernel), bias))
     h = u * h_prev + (1 - u) * cand
+    if not keep:
+        return h, [h], []
     return h, [h], [xh, tf1.concat([r, u, cand, rh], 1)]
 
 
