@@ -1,7 +1,7 @@
-"""Steps per second of a 2-layer LSTM built with towerkit.layers.rnn and with tf.nn.rnn_cell.
+"""Steps per second of recurrent stacks built with towerkit.layers.rnn and with tf.nn.rnn_cell.
 
-The same model (``MultiRNNCell`` of two ``LSTMCell(128)`` under ``dynamic_rnn``, inputs
-``[32, 20, 64]`` held in a constant, a mean-square loss, plain SGD) is built twice:
+The same model (``--model``, each a ``MultiRNNCell`` of two layers under ``dynamic_rnn``,
+inputs held in a constant, a mean-square loss, plain SGD) is built twice:
 
 - ``tf.nn.rnn_cell``: TensorFlow's ``tf.compat.v1.nn.rnn_cell`` cells and
   ``tf.compat.v1.nn.dynamic_rnn`` (they need tf-keras): the baseline;
@@ -12,11 +12,23 @@ Each case trains in its own graph and session through a bare loop over
 round); the tables give the median steps/s, and steps per process CPU-second (steadier
 on shared cores), with the slowest and fastest rounds; the ratio is the median of the
 rounds' paired ratios. Goal: ``towerkit.layers.rnn``
->= 1.0x ``tf.nn.rnn_cell``.
+>= 1.0x ``tf.nn.rnn_cell`` (``lstm``), >= 1.2x for the others.
+
+The models (`MODELS`):
+
+- ``lstm``: two ``LSTMCell(128)``, inputs ``[32, 20, 64]``;
+- ``ptb``: tensorpack's PennTreebank example, the recurrent part: two
+  ``BasicLSTMCell(650, forget_bias=0.0)`` each in ``DropoutWrapper(output_keep_prob=0.5)``,
+  inputs ``[20, 35, 650]`` (the embedding's width);
+- ``char-rnn``: tensorpack's Char-RNN example, the recurrent part: two
+  ``LSTMCell(256)`` (its ``LSTMBlockCell`` computes the same), inputs ``[128, 50, 256]``;
+- ``padded``: ``lstm`` with ``sequence_length`` (padded batches: lengths 5 to 20);
+- ``gru``: two ``GRUCell(128)``, inputs ``[32, 20, 64]``.
 
 Usage::
 
     python benchmarks/bench_rnn.py --out rnn.json
+    python benchmarks/bench_rnn.py --model ptb --steps 20
 """
 
 from __future__ import annotations
@@ -38,6 +50,15 @@ BASE, OURS = CASES
 GOAL = 1.0
 BATCH, TIME, DEPTH, UNITS = 32, 20, 64, 128
 
+# model -> (layer, units, [batch, time, depth], output keep probability, lengths?, goal)
+MODELS = {
+    "lstm": ("LSTMCell", UNITS, (BATCH, TIME, DEPTH), 1.0, False, 1.0),
+    "ptb": ("BasicLSTMCell", 650, (20, 35, 650), 0.5, False, 1.2),
+    "char-rnn": ("LSTMCell", 256, (128, 50, 256), 1.0, False, 1.2),
+    "padded": ("LSTMCell", UNITS, (BATCH, TIME, DEPTH), 1.0, True, 1.2),
+    "gru": ("GRUCell", UNITS, (BATCH, TIME, DEPTH), 1.0, False, 1.2),
+}
+
 
 def round_order(round_index: int) -> tuple[str, ...]:
     """The cases in the order round `round_index` runs them: alternated each round.
@@ -58,7 +79,7 @@ def paired_ratio(runs: dict[str, list[float]]) -> float | None:
     return round(statistics.median(pairs), 3) if pairs else None
 
 
-def _train_op(case: str):
+def _train_op(case: str, model: str = "lstm"):
     import tensorflow as tf
 
     tf1 = tf.compat.v1
@@ -69,20 +90,29 @@ def _train_op(case: str):
     else:
         cells = tf1.nn.rnn_cell
         loop = tf1.nn.dynamic_rnn
-    x = tf1.constant(np.random.default_rng(0).standard_normal([BATCH, TIME, DEPTH]), tf.float32)
-    cell = cells.MultiRNNCell([cells.LSTMCell(UNITS), cells.LSTMCell(UNITS)])
-    out, _ = loop(cell, x, dtype=tf.float32)
+    layer, units, shape, keep, padded, _ = MODELS[model]
+    rng = np.random.default_rng(0)
+    x = tf1.constant(rng.standard_normal(shape), tf.float32)
+    lengths = rng.integers(shape[1] // 4, shape[1] + 1, shape[0]) if padded else None
+    kwargs = {"forget_bias": 0.0} if model == "ptb" else {}
+
+    def make():
+        cell = getattr(cells, layer)(units, **kwargs)
+        return cells.DropoutWrapper(cell, output_keep_prob=keep) if keep < 1 else cell
+
+    cell = cells.MultiRNNCell([make(), make()])
+    out, _ = loop(cell, x, sequence_length=lengths, dtype=tf.float32)
     loss = tf1.reduce_mean(tf1.square(out))
     return tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
 
 
-def train_rate(case: str, steps: int, warmup: int) -> tuple[float, float]:
+def train_rate(case: str, steps: int, warmup: int, model: str = "lstm") -> tuple[float, float]:
     """Steps per second and per process CPU-second of a bare make_callable loop on `case`."""
     import tensorflow as tf
 
     tf1 = tf.compat.v1
     with tf.Graph().as_default():
-        train_op = _train_op(case)
+        train_op = _train_op(case, model)
         with tf1.Session() as sess:
             sess.run(tf1.global_variables_initializer())
             run = sess.make_callable(train_op)
@@ -94,7 +124,9 @@ def train_rate(case: str, steps: int, warmup: int) -> tuple[float, float]:
             return steps / (time.perf_counter() - start), steps / (time.process_time() - cpu)
 
 
-def render(runs: dict[str, list[float]], failed: dict[str, str], unit: str = "steps/s") -> str:
+def render(
+    runs: dict[str, list[float]], failed: dict[str, str], unit: str = "steps/s", goal: float = GOAL
+) -> str:
     """The table: median steps/s (slowest-fastest round) per case, then the goal.
 
     >>> print(render({"tf.nn.rnn_cell": [10.0, 12.0], "towerkit.layers.rnn": [11.0, 12.0]}, {}))
@@ -117,10 +149,10 @@ def render(runs: dict[str, list[float]], failed: dict[str, str], unit: str = "st
         if case == OURS:
             lines.append(f"| {case} | {cell} | - | - |")
         elif ratio is None:
-            lines.append(f"| {case} | {cell} | n/a | {GOAL}x: - |")
+            lines.append(f"| {case} | {cell} | n/a | {goal}x: - |")
         else:
-            verdict = "met" if ratio >= GOAL else "MISSED"
-            lines.append(f"| {case} | {cell} | {ratio:.2f}x | {GOAL}x: {verdict} |")
+            verdict = "met" if ratio >= goal else "MISSED"
+            lines.append(f"| {case} | {cell} | {ratio:.2f}x | {goal}x: {verdict} |")
     return "\n".join(lines)
 
 
@@ -129,6 +161,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--steps", type=int, default=150, help="timed steps a round (150)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps a round (10)")
+    parser.add_argument(
+        "--model", default="lstm", choices=sorted(MODELS), help="the model (default lstm)"
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--check", action="store_true", help="exit 1 when the goal is missed")
     args = parser.parse_args(argv)
@@ -148,21 +183,24 @@ def main(argv: list[str] | None = None) -> int:
             if case in failed:
                 continue
             try:
-                rate, cpu_rate = train_rate(case, args.steps, args.warmup)
+                rate, cpu_rate = train_rate(case, args.steps, args.warmup, args.model)
                 runs[case].append(rate)
                 cpu_runs[case].append(cpu_rate)
             except Exception as err:  # a case that cannot run (no tf-keras) is reported
                 failed[case] = f"n/a: {type(err).__name__}: {str(err)[:160]}"
             print(f"rnn {case} #{rep + 1}: {runs[case][-1:] or failed.get(case)}", file=sys.stderr)
-    print(render(runs, failed))
+    goal = MODELS[args.model][-1]
+    print(render(runs, failed, goal=goal))
     print()
-    print(render(cpu_runs, failed, "steps per CPU-second"))
+    print(render(cpu_runs, failed, "steps per CPU-second", goal))
     ratio = paired_ratio(runs)
     if args.out:
         medians = {c: statistics.median(r) for c, r in runs.items() if r}
         with open(args.out, "w") as f:
             json.dump(
                 {
+                    "model": args.model,
+                    "goal": goal,
                     "runs": runs,
                     "failed": failed,
                     "medians": medians,
@@ -173,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 f,
                 indent=1,
             )
-    return 1 if args.check and (ratio is None or ratio < GOAL) else 0
+    return 1 if args.check and (ratio is None or ratio < goal) else 0
 
 
 if __name__ == "__main__":

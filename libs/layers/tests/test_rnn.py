@@ -627,7 +627,7 @@ class TestXla:
         gradients under a jit scope equal the plain graph."""
         x = tf1.constant(X)
 
-        def two_layer():  # an LSTM and a GRU, or two LSTMs (fused when no lengths)
+        def two_layer():  # an LSTM and a GRU, or two LSTMs (both fused)
             second = rnn.GRUCell(3) if lengths else rnn.BasicLSTMCell(3)
             return rnn.MultiRNNCell([rnn.LSTMCell(4), second])
 
@@ -650,5 +650,5 @@ class TestXla:
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
         nodes = {n.node_name for d in meta.step_stats.dev_stats for n in d.node_stats}
         assert any(name.startswith("cluster_") for name in nodes), sorted(nodes)[:20]
-        fused = any("fused_lstm" in op.name for op in sess.graph.get_operations())
-        assert fused == (lengths is None)
+        fused = any("fused_rnn" in op.name for op in sess.graph.get_operations())
+        assert fused  # LSTM and GRU layers, with or without lengths

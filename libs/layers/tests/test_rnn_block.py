@@ -141,8 +141,8 @@ class TestLSTMBlockCell:
                 return tf1.stack(steps, 1), state
 
         got, ref = build(fused), build(stepped)
-        assert any("fused_lstm" in op.name for op in got[0].get_operations())
-        assert not any("fused_lstm" in op.name for op in ref[0].get_operations())
+        assert any("fused_rnn" in op.name for op in got[0].get_operations())
+        assert not any("fused_rnn" in op.name for op in ref[0].get_operations())
         values = random_values(got)
         x = np.random.default_rng(2).standard_normal([BATCH, TIME, DEPTH]).astype(np.float32)
         assert_same(run(got, values, x), run(ref, values, x))
@@ -152,7 +152,7 @@ class TestLSTMBlockCell:
         got = build(
             lambda x: rnn.dynamic_rnn(rnn.LSTMBlockCell(3, use_peephole=True), x, dtype=tf1.float32)
         )
-        assert not any("fused_lstm" in op.name for op in got[0].get_operations())
+        assert not any("fused_rnn" in op.name for op in got[0].get_operations())
 
     @given(st.one_of(st.none(), st.floats(-5, 5, allow_nan=False), st.integers(-5, 5)))
     def test_block_cell_clip(self, value):

@@ -1,4 +1,8 @@
-"""The fused LSTM loop: the same variables, outputs, states and gradients as the cells' loop."""
+"""The fused loop: the same variables, outputs, states and gradients as the cells' loop.
+
+LSTM and GRU stacks, with `DropoutWrapper` (seeded: the same masks as the cells' loop
+draws), with `sequence_length`, and forward-only in inference towers.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,21 @@ import contextlib
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from towerkit.layers import _rnn_loops, rnn
 from towerkit.layers._rnn_fused import fusable_layers
-from towerkit.layers._rnn_nest import flatten
+from towerkit.layers._rnn_fused_cells import record_widths, write_widths
+from towerkit.layers._rnn_fused_plan import (
+    KINDS,
+    dropout_seeds,
+    dropped_leaf,
+    dropping_keep,
+    fused_plan,
+    state_leaves,
+)
+from towerkit.layers._rnn_nest import derived_seed, flatten
 from towerkit.towers import TowerContext
 from towerkit.towers.compat import tf1
 
@@ -21,7 +34,7 @@ X = np.random.default_rng(7).standard_normal([3, 5, 4]).astype(np.float32)
 
 def fused_ops(graph) -> int:
     """How many ops of the graph the fused loop made."""
-    return sum("fused_lstm" in op.name for op in graph.get_operations())
+    return sum("fused_rnn" in op.name for op in graph.get_operations())
 
 
 def differentiated(monkeypatch):
@@ -42,10 +55,34 @@ STACKS = {
     "multi": lambda: rnn.MultiRNNCell(
         [rnn.BasicLSTMCell(4), rnn.LSTMCell(3, forget_bias=2.5), rnn.LSTMCell(6)]
     ),
+    "gru": lambda: rnn.GRUCell(5),
+    "mixed": lambda: rnn.MultiRNNCell([rnn.GRUCell(4), rnn.LSTMBlockCell(3), rnn.GRUCell(6)]),
+    "dropout kept": lambda: rnn.DropoutWrapper(rnn.BasicLSTMCell(4), 1.0, 1.0, 1.0),
+    "dropout": lambda: rnn.MultiRNNCell(
+        [
+            rnn.DropoutWrapper(rnn.LSTMCell(4), 0.7, 0.8, 0.6, seed=3),
+            rnn.DropoutWrapper(rnn.GRUCell(3), 1.0, 0.5, 0.75, seed=5),
+            rnn.DropoutWrapper(rnn.BasicLSTMCell(5), input_keep_prob=0.9, seed=3),
+        ]
+    ),
+    "variational": lambda: rnn.MultiRNNCell(
+        [
+            rnn.DropoutWrapper(
+                rnn.LSTMCell(4), 0.7, 0.8, 0.6, True, input_size=4, dtype=F32, seed=2
+            ),
+            rnn.DropoutWrapper(rnn.GRUCell(3), 1.0, 0.5, 0.75, True, dtype=F32, seed=4),
+            rnn.DropoutWrapper(
+                rnn.GRUCell(2), 0.6, variational_recurrent=True, input_size=3, dtype=F32, seed=6
+            ),
+        ]
+    ),
+    "dropout tensor keep": lambda: rnn.DropoutWrapper(
+        rnn.GRUCell(4), tf1.constant(0.6), state_keep_prob=tf1.constant(0.7), seed=11
+    ),
 }
 
 
-def build(make, x, time_major, initial):
+def build(make, x, time_major, initial, lengths=None):
     """Outputs, final state and the gradients of a loss over both, for one cell stack."""
     rng = np.random.default_rng(1)  # the same weights and states in both graphs
     cell = make()
@@ -57,7 +94,15 @@ def build(make, x, time_major, initial):
             cell.state_size,
         )
     out, final = rnn.dynamic_rnn(
-        cell, inputs, initial_state=state, dtype=F32, time_major=time_major
+        cell,
+        inputs,
+        sequence_length=lengths,
+        initial_state=state,
+        dtype=F32,
+        time_major=time_major,
+        # in step order: with parallel iterations, the cells' loop may draw the first
+        # layer's input masks (which wait for nothing) out of order
+        parallel_iterations=1,
     )
     leaves = [out, *flatten(final)]
     weights = [tf1.constant(rng.standard_normal(t.shape.as_list()), F32) for t in leaves]
@@ -215,8 +260,19 @@ CELLS_NOT_FUSED = {
     "concatenated state": lambda: rnn.BasicLSTMCell(4, state_is_tuple=False),
     "relu": lambda: rnn.BasicLSTMCell(4, activation=tf1.nn.relu),
     "forget bias tensor": lambda: rnn.BasicLSTMCell(4, forget_bias=tf1.constant(1.0)),
-    "dropout": lambda: rnn.DropoutWrapper(rnn.BasicLSTMCell(4), 0.5),
-    "a GRU layer": lambda: rnn.MultiRNNCell([rnn.BasicLSTMCell(4), rnn.GRUCell(4)]),
+    "GRU reset after": lambda: rnn.GRUCell(4, reset_after=True),
+    "GRU relu": lambda: rnn.GRUCell(4, activation=tf1.nn.relu),
+    "GRU block": lambda: rnn.GRUBlockCell(4),
+    "dropout around a stack": lambda: rnn.DropoutWrapper(
+        rnn.MultiRNNCell([rnn.BasicLSTMCell(4), rnn.GRUCell(4)]), 0.5
+    ),
+    "dropout twice": lambda: rnn.DropoutWrapper(rnn.DropoutWrapper(rnn.GRUCell(4), 0.5)),
+    "dropout around peepholes": lambda: rnn.DropoutWrapper(
+        rnn.LSTMCell(4, use_peepholes=True), 0.5
+    ),
+    "a residual layer": lambda: rnn.MultiRNNCell(
+        [rnn.BasicLSTMCell(4), rnn.ResidualWrapper(rnn.GRUCell(4))]
+    ),
     "subclass": lambda: type("MyLSTM", (rnn.LSTMCell,), {})(4),
 }
 
@@ -228,9 +284,120 @@ def test_other_cells_run_the_cells_loop(graph, what):
     assert fused_ops(graph) == 0
 
 
-def test_sequence_length_and_inference_towers_run_the_cells_loop(graph):
-    """With sequence_length, and in an inference tower (no gradient), the cells' loop runs;
-    a training tower runs fused, and all three share the variables."""
+LENGTHS = {"mixed": [5, 2, 1], "with a zero": [3, 0, 5], "all short": [2, 1, 2]}
+
+
+@pytest.mark.parametrize("stack", ["multi", "gru", "mixed", "dropout", "variational"])
+@pytest.mark.parametrize("lengths", sorted(LENGTHS))
+def test_sequence_length_matches_the_cells_loop(monkeypatch, stack, lengths):
+    """With sequence_length: outputs zero and states carried past each example's end, the
+    loop stopped after the longest; values and every gradient equal the cells' loop's."""
+
+    def run(graph, sess):
+        leaves, grads = build(STACKS[stack], tf1.constant(X), False, True, LENGTHS[lengths])
+        load(sess)
+        return sess.run([leaves, grads])
+
+    fused, cells = both_loops(monkeypatch, run)
+    assert_same(fused, cells)
+    out = fused[0][0]
+    for b, n in enumerate(LENGTHS[lengths]):
+        assert not out[b, n:].any()
+
+
+def test_sequence_length_unknown_batch_and_time(monkeypatch):
+    """Lengths fed at run time, with a batch and a length known then only."""
+
+    def run(graph, sess):
+        x = tf1.placeholder(F32, [None, None, 4])
+        n = tf1.placeholder(tf1.int32, [None])
+        out, state = rnn.dynamic_rnn(STACKS["mixed"](), x, sequence_length=n, dtype=F32)
+        grads = tf1.gradients(tf1.reduce_sum(out * out), [*tf1.trainable_variables(), x])
+        load(sess)
+        feeds = ((3, 5, [4, 5, 1]), (2, 3, [1, 2]), (2, 1, [1, 1]))
+        return [sess.run([out, state, grads], {x: X[:b, :t], n: ns}) for b, t, ns in feeds]
+
+    assert_same(*both_loops(monkeypatch, run))
+
+
+def test_dropout_without_seed_draws_per_step_masks(graph):
+    """Unseeded, the fused loop drops a fraction 1 - keep, with a new mask at each step
+    and on each run (the wrapper's masks are drawn per step)."""
+    x = tf1.constant(np.ones([64, 6, 8], np.float32))
+    cell = rnn.DropoutWrapper(rnn.GRUCell(32), output_keep_prob=0.5)
+    out, _ = rnn.dynamic_rnn(cell, x, dtype=F32)
+    grads = tf1.gradients(tf1.reduce_sum(out), tf1.trainable_variables())
+    assert fused_ops(graph) > 0
+    with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
+        plain, _ = rnn.dynamic_rnn(cell.cell, x, dtype=F32)  # the same GRU, no dropout
+    with tf1.Session() as sess:
+        load(sess)
+        first, _, whole = sess.run([out, grads, plain])
+        second = sess.run(out)
+    dropped = first == 0
+    assert 0.45 < dropped.mean() < 0.55
+    assert all((dropped[:, t] != dropped[:, 0]).any() for t in range(1, 6))
+    assert ((second == 0) != dropped).any()
+    # output dropout leaves the state alone: what is kept is the plain output, doubled
+    np.testing.assert_allclose(first[~dropped], 2 * whole[~dropped], rtol=1e-6)
+
+
+def test_variational_masks_are_one_per_run(graph):
+    """Variational dropout (fused): one mask for every step and example, a new one each run."""
+    x = tf1.constant(np.ones([16, 6, 8], np.float32))
+    cell = rnn.DropoutWrapper(
+        rnn.GRUCell(64), output_keep_prob=0.5, variational_recurrent=True, dtype=F32
+    )
+    out, _ = rnn.dynamic_rnn(cell, x, dtype=F32)
+    assert fused_ops(graph) > 0
+    with tf1.Session() as sess:
+        load(sess)
+        first, second = sess.run(out), sess.run(out)
+    dropped = first == 0
+    assert (dropped == dropped[:1, :1]).all()  # the same units at every step and example
+    assert 0.3 < dropped.mean() < 0.7
+    assert ((second == 0) != dropped).any()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needs"),
+    [
+        ({"output_keep_prob": 0.5, "variational_recurrent": True}, "'dtype'"),
+        ({"input_keep_prob": 0.5, "variational_recurrent": True, "dtype": F32}, "'input_size'"),
+    ],
+)
+def test_variational_needs_dtype_and_input_size(graph, kwargs, needs):
+    """As TensorFlow 1's: variational masks are made with the wrapper, so it needs the dtype,
+    and the inputs' depth where it drops them."""
+    with pytest.raises(ValueError, match=f"variational_recurrent=True.*{needs}"):
+        rnn.DropoutWrapper(rnn.GRUCell(4), **kwargs)
+
+
+@pytest.mark.parametrize("stack", ["multi", "mixed", "dropout", "variational"])
+def test_inference_tower_runs_forward_only(monkeypatch, stack):
+    """In an inference tower the fused loop runs forward only (no dropout, nothing kept
+    for a gradient), with the cells' loop's values, with or without lengths."""
+
+    def run(graph, sess):
+        x = tf1.constant(X)
+        with TowerContext("", is_training=False):
+            out, state = rnn.dynamic_rnn(STACKS[stack](), x, dtype=F32)
+            short, _ = rnn.dynamic_rnn(
+                STACKS[stack](), x, sequence_length=[5, 2, 0], dtype=F32, scope="short"
+            )
+        load(sess)
+        assert not any("dropout" in op.name for op in graph.get_operations())
+        writes = sum(op.type.startswith("TensorListSetItem") for op in graph.get_operations())
+        return sess.run([out, state, short]), writes
+
+    (fused, fused_writes), (cells, cells_writes) = both_loops(monkeypatch, run)
+    assert_same(fused, cells)
+    assert fused_writes <= cells_writes
+
+
+def test_towers_share_the_variables(graph):
+    """A training tower, an inference tower and a run with lengths all run fused, on the
+    same variables."""
     x = tf1.constant(X)
     with TowerContext("", is_training=True):
         rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
@@ -239,9 +406,11 @@ def test_sequence_length_and_inference_towers_run_the_cells_loop(graph):
     assert fused > 0
     with TowerContext("infer", is_training=False):
         rnn.dynamic_rnn(STACKS["multi"](), x, dtype=F32)
+    assert fused_ops(graph) > fused
+    fused = fused_ops(graph)
     with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
         rnn.dynamic_rnn(STACKS["multi"](), x, sequence_length=[5, 2, 1], dtype=F32)
-    assert fused_ops(graph) == fused
+    assert fused_ops(graph) > fused
     assert len(tf1.global_variables()) == count
 
 
@@ -289,3 +458,122 @@ def test_fusable_exactly_the_plain_lstms(configs, multi):
     else:
         got = fusable_layers(cells[0])
         assert (got is not None) == plain[0]
+
+
+KEEPS = st.one_of(st.just(1.0), st.floats(0.3, 0.95))
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["lstm", "gru"]), st.integers(1, 5), KEEPS, KEEPS, KEEPS),
+        min_size=1,
+        max_size=3,
+    ),
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.data(),
+)
+def test_random_stacks_match_the_cells_loop(layers, batch, steps, data):
+    """Random stacks of LSTMs and GRUs, seeded dropout, batch, steps and lengths: the
+    fused loop's values and gradients equal the cells' loop's."""
+    lengths = data.draw(
+        st.one_of(st.none(), st.lists(st.integers(0, steps), min_size=batch, max_size=batch))
+    )
+    x = np.random.default_rng(batch * 10 + steps).standard_normal([batch, steps, 3])
+
+    def make():
+        cells = []
+        for k, (kind, units, keep_in, keep_state, keep_out) in enumerate(layers):
+            cell = rnn.BasicLSTMCell(units) if kind == "lstm" else rnn.GRUCell(units)
+            cells.append(rnn.DropoutWrapper(cell, keep_in, keep_out, keep_state, seed=k))
+        return rnn.MultiRNNCell(cells)
+
+    results = []
+    for fused in (True, False):
+        graph = tf1.Graph()
+        with graph.as_default(), tf1.Session(graph=graph) as sess:
+            with pytest.MonkeyPatch.context() as mp:
+                if not fused:
+                    differentiated(mp)
+                leaves, grads = build(make, tf1.constant(x, F32), False, False, lengths)
+            assert (fused_ops(graph) > 0) == fused
+            load(sess)
+            results.append(sess.run([leaves, grads]))
+    assert_same(*results, rtol=1e-4, atol=1e-5)
+
+
+@given(st.one_of(st.none(), st.integers(0, 2**40)), st.sampled_from(KINDS))
+def test_dropout_seeds_are_the_wrappers(seed, kind):
+    """The fused loop's mask seeds are those the wrapper gives its ops: the input's, the
+    seed of the state's dropped tensor (h, where the state is flattened), the output's."""
+    leaves = state_leaves(kind)
+    skipped = [True] * (leaves - 1) + [False]  # an LSTM's c is never dropped
+    index = skipped.index(False)
+    assert index == dropped_leaf(kind)
+    assert dropout_seeds(seed, kind) == (
+        derived_seed(seed, "input", 0),
+        derived_seed(seed, "state", index),
+        derived_seed(seed, "output", 0),
+    )
+    if seed is not None:
+        assert len(set(dropout_seeds(seed, kind))) == 3
+
+
+@given(st.one_of(st.floats(0.01, 2.0), st.integers(1, 3)))
+def test_dropping_keep(keep):
+    """A keep probability drops something exactly when it is under 1."""
+    assert (dropping_keep(keep) is None) == (keep >= 1)
+
+
+@given(st.sampled_from(KINDS), st.integers(1, 64), st.integers(1, 64))
+def test_record_and_write_widths(kind, depth, units):
+    """A step keeps [x, h] and its gates; its gradient writes one value per gate."""
+    records, writes = record_widths(kind, depth, units), write_widths(kind, units)
+    assert records[0] == depth + units
+    gates = 4 if kind == "lstm" else 3  # i, j, f, o; r, u and the candidate
+    assert writes == [gates * units]
+    assert records[1] == (6 if kind == "lstm" else 4) * units
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "kind": st.sampled_from(["lstm", "gru", "gru after", "peephole"]),
+                "wrap": st.booleans(),
+                "keep": KEEPS,
+            }
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.booleans(),
+)
+def test_fused_plan_takes_exactly_the_plain_layers(configs, dropout):
+    """A layer is fused when its cell is a plain LSTM or TensorFlow 1's GRU, wrapped in a
+    DropoutWrapper or not; the plan holds its keep probabilities when dropout applies."""
+    makers = {
+        "lstm": lambda: rnn.LSTMCell(2),
+        "gru": lambda: rnn.GRUCell(2),
+        "gru after": lambda: rnn.GRUCell(2, reset_after=True),
+        "peephole": lambda: rnn.LSTMCell(2, use_peepholes=True),
+    }
+    cells = []
+    for c in configs:
+        cell = makers[c["kind"]]()
+        cells.append(
+            rnn.DropoutWrapper(cell, output_keep_prob=c["keep"], seed=1) if c["wrap"] else cell
+        )
+    plan = fused_plan(rnn.MultiRNNCell(cells), dropout=dropout)
+    plain = all(c["kind"] in ("lstm", "gru") for c in configs)
+    assert (plan is not None) == plain
+    if plan is None:
+        return
+    for layer, c, cell in zip(plan, configs, cells, strict=True):
+        assert layer.kind == c["kind"]
+        assert layer.cell is (cell.cell if c["wrap"] else cell)
+        dropping = dropout and c["wrap"] and c["keep"] < 1
+        assert layer.output_keep == (c["keep"] if dropping else None)
+        assert layer.drops == dropping
+        assert layer.seed == (1 if dropout and c["wrap"] else None)

@@ -24,7 +24,8 @@ class LSTMBlockFusedCell:
     the one after its last step. The variables are `LSTMBlockCell`'s (``kernel``,
     ``bias``, ``w_i_diag``, ``w_f_diag``, ``w_o_diag``) in ``lstm_fused_cell/`` (or
     `name`), and it computes what `LSTMBlockCell` under `dynamic_rnn` computes;
-    without peepholes, clipping or lengths it trains through the fused LSTM loop.
+    without peepholes or clipping it runs through the fused loop (with or
+    without lengths).
 
     .. versionadded:: 0.2
     """
@@ -110,7 +111,7 @@ class LSTMBlockFusedCell:
         lengths = _sequence_length(_NAME, cell, sequence_length, batch, x)
         layers = fused_applies(cell, x, state, lengths)
         if layers is not None:
-            outputs, final = _fused_loop(cell, layers, x, state, 32, False)
+            outputs, final = _fused_loop(cell, layers, x, state, lengths, 32, False)
         else:
             outputs, final = _dynamic_loop(cell, x, state, lengths, 32, False)
         if is_list:

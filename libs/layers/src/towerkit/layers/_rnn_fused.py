@@ -1,16 +1,19 @@
-"""LSTM layers over time with a gradient of their own: the weights' gradients in one product.
+"""Recurrent stacks over time with a gradient of their own: the weights' gradients in one product.
 
-``dynamic_rnn`` runs a plain LSTM (`BasicLSTMCell`, `LSTMCell` without peepholes,
-clipping or projection, `LSTMBlockCell` without peepholes or clipping, or a
-`MultiRNNCell` of them) through `lstm_stack` when it
-trains. The forward loop computes what the cells compute, op for op, and keeps for
-each step and layer the step's ``[x, h]`` and one tensor of its gates, ``tanh(c)`` and
-the previous ``c``. The backward loop walks time in reverse, writing each step's
-gate gradient; the kernels' gradients are then one matrix product over all steps
-(``[x, h]^T dz``), where differentiating the loop would add a kernel-sized product
-into an accumulator at every step. Same variables, same values, same gradients
-(to float rounding); 1.1-1.2x the steps per second of the differentiated loop on
-2 CPU cores (``benchmarks/bench_rnn.py``).
+``dynamic_rnn`` runs a stack of plain LSTMs and GRUs (`_rnn_fused_plan`: TensorFlow 1's
+cells, each maybe in a `DropoutWrapper`, alone or in a `MultiRNNCell`), with or
+without ``sequence_length``, through `fused_stack`. The forward loop computes what
+the cells compute, op for op: a wrapper's masks are drawn by the same dropout ops
+with the same seeds, one draw per step as the wrapper's; past an example's length its
+state is carried and its output is zeros, as the cells' loop does. It keeps for each
+step and layer the step's inputs and gates (`_rnn_fused_cells`) and the masks. The
+backward loop walks time in reverse, writing each step's gate gradients; each
+kernel's gradient is then one matrix product over all steps, where differentiating
+the loop would add a kernel-sized product into an accumulator at every step. Same
+variables, same values, same gradients (to float rounding).
+
+In an inference tower (``is_training=False``: no gradient, no dropout) the same forward
+loop runs alone, keeping nothing.
 """
 
 from __future__ import annotations
@@ -19,230 +22,353 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.layers._rnn_block import LSTMBlockCell
-from towerkit.layers._rnn_cells import BasicLSTMCell, LSTMCell
+from towerkit.layers._rnn_fused_cells import BACK_READS, KIND_STEPS, record_widths, write_widths
+from towerkit.layers._rnn_fused_plan import (
+    FusedLayer,
+    dropout_seeds,
+    dropped_leaf,
+    fusable_layers,
+    fused_plan,
+    state_leaves,
+    variational_masks,
+)
 from towerkit.layers._rnn_nest import LSTMStateTuple
 from towerkit.layers._rnn_wrappers import MultiRNNCell
 from towerkit.towers import get_current_tower_context
 from towerkit.towers.compat import tf1
 
-__all__ = ["fusable_layers", "lstm_stack"]
+__all__ = ["fusable_layers", "fused_applies", "fused_stack"]
 
 
-def _plain_lstm(cell: Any) -> bool:
-    """Whether `cell` is an LSTM the fused loop computes exactly (TensorFlow 1's math)."""
-    kind = type(cell)
-    if kind not in (BasicLSTMCell, LSTMCell, LSTMBlockCell):
-        return False
-    forget = cell._forget_bias
-    if isinstance(forget, bool) or not isinstance(forget, (int, float)):
-        return False
-    plain = cell._state_is_tuple and cell._activation is tf1.tanh
-    if kind is not BasicLSTMCell:
-        # an LSTMBlockCell is an LSTMCell with contrib's arguments and names
-        plain = plain and not cell._use_peepholes and cell._num_proj is None
-        plain = plain and cell._cell_clip is None and cell._proj_clip is None
-    return bool(plain)
+def training_tower() -> bool:
+    """Whether the graph is built for training: no tower context, or a training tower."""
+    ctx = get_current_tower_context()
+    return ctx is None or bool(ctx.is_training)
 
 
-def fusable_layers(cell: Any) -> list[Any] | None:
-    """The LSTM layers of `cell` when the fused loop can run it, else None.
+def fused_applies(cell: Any, inputs: Any, state: Any, lengths: Any) -> Any:
+    """The plan (`FusedLayer` records) to run fused, or None for the cells' loop.
 
-    `cell` qualifies when it is a plain LSTM (`BasicLSTMCell`, `LSTMCell` or
-    `LSTMBlockCell` with a numeric forget bias, ``tanh``, a tuple state, and for the
-    last two no peepholes, clipping or projection) or a `MultiRNNCell` with a tuple
-    state of such cells;
-    subclasses and wrappers do not (their step may differ).
+    Fused: a stack `fused_plan` accepts over one input tensor of known depth, every
+    state tensor of the input's dtype.
     """
-    if type(cell) is MultiRNNCell:
-        layers = list(cell._cells)
-        if not cell._state_is_tuple or not all(_plain_lstm(c) for c in layers):
-            return None
-        return layers
-    return [cell] if _plain_lstm(cell) else None
-
-
-def fused_applies(cell: Any, inputs: Any, state: Any, lengths: Any) -> list[Any] | None:
-    """The layers to run fused, or None for the differentiated loop.
-
-    Fused: a plain LSTM stack (`fusable_layers`) over one input tensor of known depth,
-    no `sequence_length`, every state tensor of the input's dtype, outside an
-    inference tower (there no gradient is taken, and the forward loop alone is cheaper).
-    """
-    if lengths is not None or not isinstance(inputs, tf.Tensor):
+    if not isinstance(inputs, tf.Tensor):
         return None
     if inputs.shape.rank != 3 or inputs.shape[-1] is None or not inputs.dtype.is_floating:
         return None
-    ctx = get_current_tower_context()
-    if ctx is not None and not ctx.is_training:
-        return None
-    layers = fusable_layers(cell)
-    if layers is None or any(c._dtype not in (None, inputs.dtype) for c in layers):
+    plan = fused_plan(cell, dropout=training_tower())
+    if plan is None or any(layer.cell._dtype not in (None, inputs.dtype) for layer in plan):
         return None
     states = state if type(cell) is MultiRNNCell else (state,)
-    leaves = [t for s in states for t in s]
+    leaves = [t for s, layer in zip(states, plan, strict=True) for t in _leaves(s, layer)]
     if any(getattr(t, "dtype", None) != inputs.dtype for t in leaves):
         return None
-    return layers
+    return plan
 
 
-def _build(cell: Any, layers: list[Any], depth: int, dtype: Any) -> list[tuple[Any, Any]]:
+def _leaves(state: Any, layer: FusedLayer) -> list[Any]:
+    return list(state) if layer.kind == "lstm" else [state]
+
+
+def _build(cell: Any, plan: Any, depth: int, dtype: Any) -> list[list[Any]]:
     """Create (or reuse) the layers' variables under the scopes the cells' own calls use."""
+    layers = [layer.cell for layer in plan]
     if type(cell) is not MultiRNNCell:
-        cell.ensure_built(depth, cell._dtype or dtype)
-        return [(cell._kernel, cell._bias)]
-    with cell.scoped(None):
-        for k, layer in enumerate(layers):
-            with tf1.variable_scope(f"cell_{k}"):
-                layer.ensure_built(depth, layer._dtype or dtype)
-            depth = int(layer.output_size)
-    cell._built = True
-    return [(layer._kernel, layer._bias) for layer in layers]
+        layers[0].ensure_built(depth, layers[0]._dtype or dtype)
+    else:
+        with cell.scoped(None):
+            for k, layer in enumerate(layers):
+                with tf1.variable_scope(f"cell_{k}"):
+                    layer.ensure_built(depth, layer._dtype or dtype)
+                depth = int(layer.output_size)
+        cell._built = True
+    return [
+        [tf1.convert_to_tensor(p) for p in KIND_STEPS[layer.kind][0](layer.cell)] for layer in plan
+    ]
 
 
-def lstm_stack(
+def _mask(like: Any, keep: Any, seed: int | None) -> Any:
+    """The wrapper's dropout of `like`, as the factor it multiplies by (0 or 1 / keep)."""
+    return tf1.nn.dropout(tf1.ones_like(like), rate=1 - keep, seed=seed)
+
+
+def _factor(fixed: Any, drawn: list[Any], which: int, like: Any, keep: Any, seeds: Any) -> Any:
+    """A layer's input (0), state (1) or output (2) mask as a factor.
+
+    Its variational one (`fixed`), or one drawn now for this step (appended to `drawn`).
+    """
+    if fixed is not None:
+        return fixed[which]
+    drawn.append(_mask(like, keep, seeds[which]))
+    return drawn[-1]
+
+
+class _Stack:
+    """The shapes and choices of one fused run (built once, read by both loops)."""
+
+    def __init__(
+        self, plan: Any, weights: Any, inputs: Any, lengths: Any, steps: Any, loop: Any
+    ) -> None:
+        self.plan = plan
+        self.n = len(plan)
+        self.weights = weights
+        self.dtype = inputs.dtype.base_dtype
+        self.batch = inputs.shape[1]
+        self.units = [layer.units for layer in plan]
+        self.depths = [int(inputs.shape[-1]), *self.units[:-1]]
+        self.lengths = lengths
+        self.steps = steps
+        self.seeds = [dropout_seeds(layer.seed, layer.kind) for layer in plan]
+        self.loop = loop
+        # variational layers: their masks, the same at every step
+        self.fixed: list[Any] = [variational_masks(layer) for layer in plan]
+        # the layers with per-step dropout, each with its slot in the arrays of masks
+        self.dropping = [k for k, layer in enumerate(plan) if layer.drops and self.fixed[k] is None]
+
+    def array(self, width: int, kept: bool = False, size: Any = None) -> Any:
+        # `kept`: the forward arrays that the gradient reads. TensorFlow runs the
+        # gradient once per gradient taken through the loop (two `tf.gradients` fetched
+        # in one run, or a gradient of a gradient), and each run reads them again; with
+        # TensorFlow 1's control flow an element read once is freed unless the array
+        # says otherwise. (TensorFlow 2's arrays are values, never freed.)
+        return tf1.TensorArray(
+            self.dtype,
+            size=self.steps if size is None else size,
+            element_shape=[self.batch, width],
+            clear_after_read=not kept,
+        )
+
+    def mask_widths(self, k: int) -> list[int]:
+        if self.fixed[k] is not None:
+            return []
+        layer = self.plan[k]
+        keeps = (layer.input_keep, layer.state_keep, layer.output_keep)
+        widths = (self.depths[k], self.units[k], self.units[k])
+        return [w for w, keep in zip(widths, keeps, strict=True) if keep is not None]
+
+    def done(self, t: Any) -> Any:
+        return None if self.lengths is None else t >= self.lengths
+
+
+def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
+    """The forward loop over `x` (``[steps, batch, depth]``) from `states` (per layer).
+
+    Returns ``(outputs, final states, records, masks)``; without `keep`, records and
+    masks are empty (nothing is kept for a gradient).
+    """
+    xs = tf1.TensorArray(s.dtype, size=s.steps, element_shape=x.shape[1:]).unstack(x)
+
+    def step(t: Any, out: Any, records: Any, masks: Any, states: Any) -> Any:
+        below = xs.read(t)
+        done = s.done(t)
+        records, masks, new_states = list(records), list(masks), []
+        for k, layer in enumerate(s.plan):
+            drawn: list[Any] = []
+            fixed, seeds = s.fixed[k], s.seeds[k]
+
+            if layer.input_keep is not None:
+                # after the previous step's (a step's inputs do not depend on it): the
+                # masks are drawn in step order, as the cells' loop draws them with
+                # parallel_iterations=1 (with more, its iterations may draw out of order)
+                with tf1.control_dependencies(states[k]):
+                    below = below * _factor(fixed, drawn, 0, below, layer.input_keep, seeds)
+            params, step_fn = s.weights[k], KIND_STEPS[layer.kind][1]
+            h, new, kept = step_fn(below, states[k], params, layer.forget_bias, keep)
+            if layer.state_keep is not None:
+                leaf = dropped_leaf(layer.kind)
+                new[leaf] = new[leaf] * _factor(fixed, drawn, 1, h, layer.state_keep, seeds)
+            if layer.output_keep is not None:
+                h = h * _factor(fixed, drawn, 2, h, layer.output_keep, seeds)
+            if done is not None:
+                new = [tf1.where(done, old, v) for old, v in zip(states[k], new, strict=True)]
+            if keep:
+                records[k] = [a.write(t, r) for a, r in zip(records[k], kept, strict=True)]
+                if drawn:
+                    slot = s.dropping.index(k)
+                    masks[slot] = masks[slot].write(t, tf1.concat(drawn, 1))
+            new_states.append(new)
+            below = h
+        if done is not None:
+            below = tf1.where(done, tf1.zeros_like(below), below)
+        return t + 1, out.write(t, below), records, masks, new_states
+
+    records = [
+        [s.array(w, kept=True) for w in record_widths(layer.kind, s.depths[k], layer.units)]
+        for k, layer in enumerate(s.plan)
+    ]
+    masks = [s.array(sum(s.mask_widths(k)), kept=True) for k in s.dropping]
+    if not keep:
+        records, masks = [[] for _ in s.plan], []
+    start = (tf1.constant(0, tf1.int32), s.array(s.units[-1]), records, masks, states)
+    _, out, records, masks, finals = tf1.while_loop(
+        lambda t, *_: t < s.steps, step, start, maximum_iterations=s.steps, **s.loop
+    )
+    return out.stack(), finals, records, masks
+
+
+def _backward(s: _Stack, d_out: Any, d_final: Any, records: Any, masks: Any) -> Any:
+    """The backward loop: the gradients of the inputs, weights and initial states."""
+    d_outs = s.array(s.units[-1]).unstack(d_out)
+
+    def back(t: Any, writes: Any, dxs: Any, d_states: Any) -> Any:
+        t = t - 1
+        writes, prev = list(writes), [None] * s.n
+        above = d_outs.read(t)
+        live = None
+        if s.lengths is not None:
+            live = tf1.cast(tf1.expand_dims(t < s.lengths, 1), s.dtype)
+            above = above * live
+        for k in reversed(range(s.n)):
+            layer = s.plan[k]
+            d_state = list(d_states[k])
+            carry = None
+            if live is not None:
+                carry = [d * (1 - live) for d in d_state]
+                d_state = [d * live for d in d_state]
+            widths, fixed = s.mask_widths(k), s.fixed[k]
+            if fixed is not None:
+                in_mask, state_mask, out_mask = fixed
+            else:
+                drawn = []
+                if widths:
+                    drawn = tf1.split(masks[s.dropping.index(k)].read(t), widths, axis=1)
+                in_mask = drawn.pop(0) if layer.input_keep is not None else None
+                state_mask = drawn.pop(0) if layer.state_keep is not None else None
+                out_mask = drawn.pop(0) if layer.output_keep is not None else None
+            leaf = dropped_leaf(layer.kind)
+            dh = d_state[leaf] if state_mask is None else d_state[leaf] * state_mask
+            dh = dh + (above if out_mask is None else above * out_mask)
+            rest = d_state[:leaf]
+            kept = [
+                a.read(t) if i in BACK_READS[layer.kind] else None for i, a in enumerate(records[k])
+            ]
+            back_fn = KIND_STEPS[layer.kind][2]
+            d_x, d_prev, step_writes = back_fn(kept, dh, rest, s.weights[k], s.depths[k])
+            writes[k] = [a.write(t, w) for a, w in zip(writes[k], step_writes, strict=True)]
+            if carry is not None:
+                d_prev = [d + c for d, c in zip(d_prev, carry, strict=True)]
+            prev[k] = d_prev
+            above = d_x if in_mask is None else d_x * in_mask
+        return t, writes, dxs.write(t, above), prev
+
+    start = (
+        tf1.convert_to_tensor(s.steps),
+        [[s.array(w) for w in write_widths(layer.kind, layer.units)] for layer in s.plan],
+        tf1.TensorArray(s.dtype, size=s.steps, element_shape=[s.batch, s.depths[0]]),
+        d_final,
+    )
+    _, writes, dxs, d_initial = tf1.while_loop(
+        lambda t, *_: t > 0, back, start, maximum_iterations=s.steps, **s.loop
+    )
+    d_weights = []
+    for k, layer in enumerate(s.plan):
+        stacked = [
+            tf1.reshape(a.stack(), [-1, w])
+            for a, w in zip(records[k], record_widths(layer.kind, s.depths[k], layer.units))
+        ]
+        done = [
+            tf1.reshape(a.stack(), [-1, w])
+            for a, w in zip(writes[k], write_widths(layer.kind, layer.units))
+        ]
+        d_weights.append(KIND_STEPS[layer.kind][3](stacked, done, s.depths[k]))
+    return dxs.stack(), d_weights, d_initial
+
+
+def fused_stack(
     cell: Any,
-    layers: list[Any],
+    plan: Any,
     inputs: Any,
     state: Any,
+    lengths: Any,
     steps: Any,
     parallel_iterations: int,
     swap_memory: bool,
 ) -> tuple[Any, Any]:
-    """Run the LSTM `layers` of `cell` over time-major `inputs`; ``(outputs, final state)``.
+    """Run the layers of `plan` over time-major `inputs`; ``(outputs, final state)``.
 
-    `state` is shaped as ``cell.state_size``; `steps` is the number of steps (an int or
-    a scalar tensor). The variables are created as the cells' own first call creates
-    them.
+    `state` is shaped as ``cell.state_size``; `lengths` is None or the ``[batch]``
+    int32 lengths; `steps` is the number of steps (an int or a scalar tensor). The
+    variables are created as the cells' own first call creates them.
     """
     dtype = inputs.dtype.base_dtype
-    weights = _build(cell, layers, int(inputs.shape[-1]), dtype)
-    kernels = [tf1.convert_to_tensor(k) for k, _ in weights]
-    biases = [tf1.convert_to_tensor(b) for _, b in weights]
-    forgets = [float(layer._forget_bias) for layer in layers]
-    units = [int(layer._num_units) for layer in layers]
-    depths = [int(k.shape[0]) for k in kernels]
+    weights = _build(cell, plan, int(inputs.shape[-1]), dtype)
     states = list(state) if type(cell) is MultiRNNCell else [state]
-    c0 = [s[0] for s in states]
-    h0 = [s[1] for s in states]
-    n = len(layers)
-    loop = {"parallel_iterations": parallel_iterations, "swap_memory": swap_memory}
-    batch = inputs.shape[1]
+    initial = [_leaves(st, layer) for st, layer in zip(states, plan, strict=True)]
+    x = inputs
+    bound = steps
+    if lengths is not None:
+        # the cells' loop stops after the longest sequence (and runs one step at least)
+        bound = tf1.minimum(steps, tf1.maximum(1, tf1.reduce_max(lengths)))
+        x = inputs[:bound]
+    sizes = [len(w) for w in weights]
+    counts = [state_leaves(layer.kind) for layer in plan]
 
-    def array(width: int, kept: bool = False) -> Any:
-        # `kept`: the forward arrays that `grad` reads. TensorFlow runs `grad` once per
-        # gradient taken through the loop (two `tf.gradients` fetched in one run, or a
-        # gradient of a gradient), and each run reads them again; with TensorFlow 1's
-        # control flow an element read once is freed unless the array says otherwise.
-        # (TensorFlow 2's arrays are values, never freed: the flag is ignored there.)
-        return tf1.TensorArray(
-            dtype, size=steps, element_shape=[batch, width], clear_after_read=not kept
-        )
+    def stack_for(x: Any, weights: Any) -> _Stack:
+        loop = {"parallel_iterations": parallel_iterations, "swap_memory": swap_memory}
+        return _Stack(plan, weights, x, lengths, bound, loop)
 
-    @tf.custom_gradient  # type: ignore[untyped-decorator]
-    def run(x: Any, *params: Any) -> Any:
-        ks, bs = params[:n], params[n : 2 * n]
-        cs0, hs0 = params[2 * n : 3 * n], params[3 * n :]
-        xs = tf1.TensorArray(dtype, size=steps, element_shape=x.shape[1:]).unstack(x)
+    def split(flat: list[Any], counts: list[int]) -> list[list[Any]]:
+        out, at = [], 0
+        for c in counts:
+            out.append(list(flat[at : at + c]))
+            at += c
+        return out
 
-        def step(t: Any, out: Any, zcs: Any, saved: Any, cs: Any, hs: Any) -> Any:
-            below = xs.read(t)
-            zcs, saved, new_c, new_h = list(zcs), list(saved), [], []
-            for k in range(n):
-                zc = tf1.concat([below, hs[k]], 1)
-                z = tf1.nn.bias_add(tf1.matmul(zc, ks[k]), bs[k])
-                i, j, f, o = tf1.split(z, 4, axis=1)
-                si, tj, so = tf1.sigmoid(i), tf1.tanh(j), tf1.sigmoid(o)
-                sf = tf1.sigmoid(f + tf1.cast(forgets[k], dtype))
-                c = cs[k] * sf + si * tj
-                tc = tf1.tanh(c)
-                below = tc * so
-                zcs[k] = zcs[k].write(t, zc)
-                saved[k] = saved[k].write(t, tf1.concat([si, tj, sf, so, tc, cs[k]], 1))
-                new_c.append(c)
-                new_h.append(below)
-            return t + 1, out.write(t, below), zcs, saved, new_c, new_h
+    if not training_tower():
+        with tf1.name_scope("fused_rnn"):
+            outputs, finals, _, _ = _forward(stack_for(x, weights), x, initial, keep=False)
+    else:
 
-        start = (
-            tf1.constant(0, tf1.int32),
-            array(units[-1]),
-            [array(d, kept=True) for d in depths],
-            [array(6 * u, kept=True) for u in units],
-            list(cs0),
-            list(hs0),
-        )
-        _, out, zcs, saved, cs, hs = tf1.while_loop(
-            lambda t, *_: t < steps, step, start, maximum_iterations=steps, **loop
-        )
-        outputs = out.stack()
-
-        forward_scope = tf1.get_default_graph().get_name_scope()
-
-        def grad(*d_all: Any) -> Any:
-            if tf1.control_flow_v2_enabled():
-                return _grad(*d_all)
-            # TensorFlow 1's control flow: the gradient of a TensorArray's read or write
-            # goes to an accumulator array named after the last "gradients..." part of
-            # the gradient's op names. Built under tf.gradients' scope ("gradients/..."),
-            # the ops below would get their own second-order accumulators
-            # ("gradients_1/gradients"), apart from those of the forward loop's arrays
-            # ("gradients_1"), and the terms through the saved gates would be lost.
-            with tf1.name_scope(None), tf1.name_scope(forward_scope + "_grad"):
-                return _grad(*d_all)
-
-        def _grad(d_out: Any, *d_final: Any) -> Any:
-            d_c = [_zeros_if_none(g, c) for g, c in zip(d_final[:n], cs, strict=True)]
-            d_h = [_zeros_if_none(g, h) for g, h in zip(d_final[n:], hs, strict=True)]
-            d_outs = array(units[-1]).unstack(_zeros_if_none(d_out, outputs))
-
-            def back(t: Any, dzs: Any, dxs: Any, dc: Any, dh: Any) -> Any:
-                t = t - 1
-                dzs, new_dc, new_dh = list(dzs), [None] * n, [None] * n
-                above = d_outs.read(t)
-                for k in reversed(range(n)):
-                    h_grad = dh[k] + above
-                    si, tj, sf, so, tc, c_prev = tf1.split(saved[k].read(t), 6, axis=1)
-                    c_grad = dc[k] + h_grad * so * (1 - tc * tc)
-                    dz = tf1.concat(
-                        [
-                            c_grad * tj * si * (1 - si),
-                            c_grad * si * (1 - tj * tj),
-                            c_grad * c_prev * sf * (1 - sf),
-                            h_grad * tc * so * (1 - so),
-                        ],
-                        1,
-                    )
-                    dzs[k] = dzs[k].write(t, dz)
-                    dzc = tf1.matmul(dz, ks[k], transpose_b=True)
-                    width = depths[k] - units[k]
-                    above, new_dh[k] = dzc[:, :width], dzc[:, width:]
-                    new_dc[k] = c_grad * sf
-                return t, dzs, dxs.write(t, above), new_dc, new_dh
-
-            dx_array = tf1.TensorArray(dtype, size=steps, element_shape=x.shape[1:])
-            _, dzs, dxs, dc0, dh0 = tf1.while_loop(
-                lambda t, *_: t > 0,
-                back,
-                (tf1.convert_to_tensor(steps), [array(4 * u) for u in units], dx_array, d_c, d_h),
-                maximum_iterations=steps,
-                **loop,
+        @tf.custom_gradient  # type: ignore[untyped-decorator]
+        def run(x: Any, *params: Any) -> Any:
+            nw = sum(sizes)
+            s = stack_for(x, split(list(params[:nw]), sizes))
+            outputs, finals, records, masks = _forward(
+                s, x, split(list(params[nw:]), counts), keep=True
             )
-            d_kernels, d_biases = [], []
-            for k in range(n):
-                dz = tf1.reshape(dzs[k].stack(), [-1, 4 * units[k]])
-                zc = tf1.reshape(zcs[k].stack(), [-1, depths[k]])
-                d_kernels.append(tf1.matmul(zc, dz, transpose_a=True))
-                d_biases.append(tf1.reduce_sum(dz, 0))
-            # a reshape: its gradient, made here, names the accumulator of `dxs` as above
-            d_x = tf1.reshape(dxs.stack(), tf1.shape(x))
-            return (d_x, *d_kernels, *d_biases, *dc0, *dh0)
+            flat_finals = [t for f in finals for t in f]
+            forward_scope = tf1.get_default_graph().get_name_scope()
 
-        return (outputs, *cs, *hs), grad
+            def grad(*d_all: Any) -> Any:
+                if tf1.control_flow_v2_enabled():
+                    return _grad(*d_all)
+                # TensorFlow 1's control flow: the gradient of a TensorArray's read or
+                # write goes to an accumulator array named after the last "gradients..."
+                # part of the gradient's op names. Built under tf.gradients' scope
+                # ("gradients/..."), the ops below would get their own second-order
+                # accumulators ("gradients_1/gradients"), apart from those of the forward
+                # loop's arrays ("gradients_1"), and the terms through the saved gates
+                # would be lost.
+                with tf1.name_scope(None), tf1.name_scope(forward_scope + "_grad"):
+                    return _grad(*d_all)
 
-    with tf1.name_scope("fused_lstm"):
-        result = run(inputs, *kernels, *biases, *c0, *h0)
-    outputs, finals = result[0], result[1:]
-    final = [LSTMStateTuple(finals[k], finals[n + k]) for k in range(n)]
+            def _grad(d_out: Any, *d_finals: Any) -> Any:
+                d_out = _zeros_if_none(d_out, outputs)
+                d_flat = [_zeros_if_none(g, f) for g, f in zip(d_finals, flat_finals, strict=True)]
+                d_x, d_weights, d_initial = _backward(
+                    s, d_out, split(d_flat, counts), records, masks
+                )
+                # a reshape: its gradient, made here, names the accumulator of `dxs` as above
+                d_x = tf1.reshape(d_x, tf1.shape(x))
+                return (
+                    d_x,
+                    *[g for gs in d_weights for g in gs],
+                    *[g for gs in d_initial for g in gs],
+                )
+
+            return (outputs, *flat_finals), grad
+
+        flat_weights = [w for ws in weights for w in ws]
+        flat_initial = [t for st in initial for t in st]
+        with tf1.name_scope("fused_rnn"):
+            result = run(x, *flat_weights, *flat_initial)
+        outputs, finals = result[0], split(list(result[1:]), counts)
+    if lengths is not None:
+        outputs = tf1.pad(outputs, [[0, steps - bound], [0, 0], [0, 0]])
+    final = [
+        LSTMStateTuple(*f) if layer.kind == "lstm" else f[0]
+        for f, layer in zip(finals, plan, strict=True)
+    ]
     return outputs, (tuple(final) if type(cell) is MultiRNNCell else final[0])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from towerkit.layers._rnn_cells import cell_label, check_state, static_shape, zeros_like_sizes
-from towerkit.layers._rnn_fused import fused_applies, lstm_stack
+from towerkit.layers._rnn_fused import fused_applies, fused_stack
 from towerkit.layers._rnn_nest import flatten, map_structure, pack_as
 from towerkit.towers.compat import tf1
 
@@ -217,7 +217,7 @@ def dynamic_rnn(
         layers = fused_applies(cell, pack_as(inputs, flat), state, lengths)
         if layers is not None:
             outputs, final = _fused_loop(
-                cell, layers, flat[0], state, parallel_iterations or 32, swap_memory
+                cell, layers, flat[0], state, lengths, parallel_iterations or 32, swap_memory
             )
         else:
             outputs, final = _dynamic_loop(
@@ -235,15 +235,18 @@ def dynamic_rnn(
 
 def _fused_loop(
     cell: Any,
-    layers: list[Any],
+    plan: Any,
     x: Any,
     state: Any,
+    lengths: Any,
     parallel_iterations: int,
     swap_memory: bool,
 ) -> tuple[Any, Any]:
     static_steps = x.shape.as_list()[0]
     steps = int(static_steps) if static_steps is not None else tf1.shape(x)[0]
-    outputs, final = lstm_stack(cell, layers, x, state, steps, parallel_iterations, swap_memory)
+    outputs, final = fused_stack(
+        cell, plan, x, state, lengths, steps, parallel_iterations, swap_memory
+    )
     outputs.set_shape([static_steps, x.shape[1], cell.output_size])
     return outputs, final
 

@@ -150,12 +150,19 @@ class DropoutWrapper(_Wrapper):
     keep (floats in ``(0, 1]`` or scalar tensors). The state's dropout skips the
     ``c`` of an ``LSTMStateTuple``, as TensorFlow 1's. In a `TowerContext` that is
     not training, the cell runs without dropout; without a tower context, dropout
-    applies. Masks are drawn anew at each step (no variational dropout).
+    applies. Masks are drawn anew at each step, unless `variational_recurrent`: then,
+    as TensorFlow 1's, each of the input, state and output masks is drawn once per run
+    of the graph, shaped ``[1, size]`` (one mask for every example and every step),
+    made when the wrapper is made: `dtype` is then required, and `input_size` (the
+    depth of the inputs) when the inputs are dropped.
 
     Raises:
-        ValueError: a keep probability is outside ``(0, 1]``.
+        ValueError: a keep probability is outside ``(0, 1]``; `variational_recurrent`
+            without `dtype`, or without `input_size` where the inputs are dropped.
 
     .. versionadded:: 0.2
+    .. versionchanged:: 0.2 ``variational_recurrent``, ``input_size`` and ``dtype``,
+       before ``seed`` as in TensorFlow 1's signature.
     """
 
     def __init__(
@@ -164,6 +171,9 @@ class DropoutWrapper(_Wrapper):
         input_keep_prob: Any = 1.0,
         output_keep_prob: Any = 1.0,
         state_keep_prob: Any = 1.0,
+        variational_recurrent: bool = False,
+        input_size: Any = None,
+        dtype: Any = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(cell)
@@ -171,14 +181,64 @@ class DropoutWrapper(_Wrapper):
         self._output_keep = _keep_prob("output_keep_prob", output_keep_prob)
         self._state_keep = _keep_prob("state_keep_prob", state_keep_prob)
         self._seed = seed
+        self._variational = bool(variational_recurrent)
+        self._noise: dict[str, Any] = {}
+        if self._variational:
+            self._noise = self._variational_noise(input_size, dtype)
+
+    def _variational_noise(self, input_size: Any, dtype: Any) -> dict[str, Any]:
+        """Uniform noise ``[1, size]`` per dropped tensor, drawn once per run."""
+        if dtype is None:
+            msg = (
+                f"DropoutWrapper around {cell_label(self._cell)}: variational_recurrent=True "
+                "needs 'dtype' (the masks are made with the wrapper); got dtype=None"
+            )
+            raise ValueError(msg)
+        if _drops(self._input_keep) and input_size is None:
+            msg = (
+                f"DropoutWrapper around {cell_label(self._cell)}: variational_recurrent=True "
+                "with input dropout needs 'input_size' (the depth of the inputs); got None"
+            )
+            raise ValueError(msg)
+
+        def noise(sizes: Any, salt: str) -> list[Any]:
+            return [
+                tf1.random_uniform([1, int(n)], dtype=dtype, seed=derived_seed(self._seed, salt, k))
+                for k, n in enumerate(flatten(sizes))
+            ]
+
+        drawn = {}
+        with tf1.name_scope("DropoutWrapperInit"):
+            if _drops(self._input_keep):
+                drawn["input"] = noise(input_size, "variational_input")
+            if _drops(self._state_keep):
+                drawn["state"] = noise(self._cell.state_size, "variational_state")
+            if _drops(self._output_keep):
+                drawn["output"] = noise(self._cell.output_size, "variational_output")
+        return drawn
+
+    def _variational_factors(self, salt: str, keep: Any) -> list[Any]:
+        """The variational masks of `salt` (``input``, ``state``, ``output``) as factors.
+
+        Each ``floor(keep + noise) / keep`` (0 or ``1 / keep``), ``[1, size]``.
+        """
+        return [tf1.floor(keep + u) / keep for u in self._noise[salt]]
 
     def _dropout(self, values: Any, salt: str, keep: Any, skip: Any = None) -> Any:
         flat = flatten(values)
         skipped = flatten(skip) if skip is not None else [False] * len(flat)
-        out = [
-            v if s else tf1.nn.dropout(v, rate=1 - keep, seed=derived_seed(self._seed, salt, k))
-            for k, (v, s) in enumerate(zip(flat, skipped, strict=True))
-        ]
+        if self._variational:
+            # TensorFlow 1's variational dropout: value / keep * floor(keep + noise)
+            noise = self._noise[salt]
+            out = [
+                v if s else v / keep * tf1.floor(keep + u)
+                for v, s, u in zip(flat, skipped, noise, strict=True)
+            ]
+        else:
+            out = [
+                v if s else tf1.nn.dropout(v, rate=1 - keep, seed=derived_seed(self._seed, salt, k))
+                for k, (v, s) in enumerate(zip(flat, skipped, strict=True))
+            ]
         return pack_as(values, out)
 
     def __call__(self, inputs: Any, state: Any, scope: Any = None) -> tuple[Any, Any]:
