@@ -169,6 +169,22 @@ BENCHES: dict[str, dict[str, Any]] = {
         "quick": ["--repeats", "2", "--steps", "10", "--warmup", "2"],
         "baseline": "the same model with tf.compat.v1.nn.rnn_cell (tf-keras)",
     },
+    **{
+        f"rnn-{model}": {
+            "title": f"Recurrent cells, {what}: towerkit.layers.rnn against tf.nn.rnn_cell",
+            "script": "bench_rnn.py",
+            "json_flag": "--out",
+            "args": ["--model", model, "--repeats", "5", "--steps", "60", "--warmup", "5"],
+            "quick": ["--model", model, "--repeats", "1", "--steps", "3", "--warmup", "1"],
+            "baseline": "the same model with tf.compat.v1.nn.rnn_cell (tf-keras)",
+        }
+        for model, what in [
+            ("ptb", "PTB's dropout-wrapped 2-layer LSTM"),
+            ("char-rnn", "char-rnn's 2-layer LSTM"),
+            ("padded", "padded batches with sequence_length"),
+            ("gru", "a 2-layer GRU"),
+        ]
+    },
 }
 """Area -> its script, arguments (full and quick), the flag that names its JSON output."""
 
@@ -427,7 +443,7 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
         if isinstance(theirs, int | float):
             what = "keras mixed_bfloat16 steps/s (vs baseline: towerkit mixed_bfloat16 over it)"
             rows.append((what, f"{theirs:.2f}", _ratio(ratios.get("keras mixed_bfloat16"))))
-    elif area == "rnn" and isinstance(data, Mapping):
+    elif area.startswith("rnn") and isinstance(data, Mapping):
         medians, ratios = data.get("medians", {}), data.get("ratios", {})
         ours = medians.get("towerkit.layers.rnn")
         if isinstance(ours, int | float):
