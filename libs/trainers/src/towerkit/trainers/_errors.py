@@ -60,6 +60,13 @@ class TaskLostError(CollectiveError):
         self.task = task
 
 
+class XlaCompileError(ValueError):
+    """``xla=True`` was asked of a tower XLA cannot compile; the message names the ops at fault.
+
+    .. versionadded:: 0.4
+    """
+
+
 # Every error here is public: tracebacks and pickles name it where users import it from
 # (``towerkit.<lib>.SomeError``), not by this private module.
 for _error in [
@@ -67,10 +74,3 @@ for _error in [
 ]:
     _error.__module__ = __name__.rpartition(".")[0]
 del _error
-
-
-class XlaCompileError(ValueError):
-    """``xla=True`` was asked of a tower XLA cannot compile; the message names the ops at fault.
-
-    .. versionadded:: 0.4
-    """
