@@ -129,6 +129,17 @@ def test_killed_and_resumed(tmp_path, schedule, uninterrupted):
     assert not [n for n in os.listdir(logdir) if n.startswith(".")], "no temporary left"
 
 
+def assert_resumed_end(logdir, final, outputs, expected_vars, expected_stats):
+    """The last run ended at the total step with the uninterrupted run's statistics and variables."""
+    log = "\n".join([*outputs, final.stdout, final.stderr])
+    assert final.returncode == 0, log
+    assert f"finished at global step {TOTAL}" in final.stdout, log
+    assert (logdir / "stats.json").read_text() == expected_stats, log
+    got = variables(resolve_checkpoint(str(logdir)))
+    for name, value in expected_vars.items():
+        assert np.array_equal(got[name], value), f"{name} differs from the uninterrupted run"
+
+
 def test_killed_in_a_background_write_and_resumed(tmp_path, uninterrupted):
     """ModelSaver(background=True) killed while its thread has a checkpoint under a temporary
     name: nothing of it is published (the state file names complete checkpoints only), and
@@ -149,13 +160,7 @@ def test_killed_in_a_background_write_and_resumed(tmp_path, uninterrupted):
         for prefix, step in get_all_checkpoints(str(logdir)):
             assert variables(prefix)["global_step"] == step, f"{prefix} is complete"
     final = run(logdir, "background")
-    log = "\n".join([*outputs, final.stdout, final.stderr])
-    assert final.returncode == 0, log
-    assert f"finished at global step {TOTAL}" in final.stdout, log
-    assert (logdir / "stats.json").read_text() == expected_stats, log
-    got = variables(resolve_checkpoint(str(logdir)))
-    for name, value in expected_vars.items():
-        assert np.array_equal(got[name], value), f"{name} differs from the uninterrupted run"
+    assert_resumed_end(logdir, final, outputs, expected_vars, expected_stats)
     assert not [n for n in os.listdir(logdir) if n.startswith(".")], "no temporary left"
 
 
@@ -188,13 +193,7 @@ def test_killed_and_resumed_with_k_steps_per_call(tmp_path, uninterrupted):
         )
         assert proc.returncode in (-signal.SIGKILL, 0), outputs[-1]
     final = run(logdir, "epoch", "--k", str(K))
-    log = "\n".join([*outputs, final.stdout, final.stderr])
-    assert final.returncode == 0, log
-    assert f"finished at global step {TOTAL}" in final.stdout, log
-    assert (logdir / "stats.json").read_text() == expected_stats, log
-    got = variables(resolve_checkpoint(str(logdir)))
-    for name, value in expected_vars.items():
-        assert np.array_equal(got[name], value), f"{name} differs from the uninterrupted K-run"
+    assert_resumed_end(logdir, final, outputs, expected_vars, expected_stats)
 
 
 # -- a logdir holding checkpoints this run did not write -------------------------------------
