@@ -174,15 +174,15 @@ BENCHES: dict[str, dict[str, Any]] = {
             "title": f"Recurrent cells, {what}: towerkit.layers.rnn against tf.nn.rnn_cell",
             "script": "bench_rnn.py",
             "json_flag": "--out",
-            "args": ["--model", model, "--repeats", "5", "--steps", "60", "--warmup", "5"],
+            "args": ["--model", model, "--repeats", "5", "--steps", steps, "--warmup", warmup],
             "quick": ["--model", model, "--repeats", "1", "--steps", "3", "--warmup", "1"],
             "baseline": "the same model with tf.compat.v1.nn.rnn_cell (tf-keras)",
         }
-        for model, what in [
-            ("ptb", "PTB's dropout-wrapped 2-layer LSTM"),
-            ("char-rnn", "char-rnn's 2-layer LSTM"),
-            ("padded", "padded batches with sequence_length"),
-            ("gru", "a 2-layer GRU"),
+        for model, what, steps, warmup in [
+            ("ptb", "PTB's dropout-wrapped 2-layer LSTM", "8", "2"),
+            ("char-rnn", "char-rnn's 2-layer LSTM", "8", "2"),
+            ("padded", "padded batches with sequence_length", "60", "5"),
+            ("gru", "a 2-layer GRU", "60", "5"),
         ]
     },
 }
