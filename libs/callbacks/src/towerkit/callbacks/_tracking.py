@@ -171,7 +171,7 @@ class TrackerMonitor(MonitorBase):
 
     def _end_run(self, status: EndStatus) -> None:
         """Mark the run ended with `status`."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each tracker's monitor defines it
 
     def _run_entry(self) -> dict[str, str]:
         """What ``tracker_runs.json`` records of the run, besides its id."""
