@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,6 +28,7 @@ from towerkit.trainers import (
     TaskLostError,
     serve_parameters,
 )
+from towerkit.trainers.parallel._cluster import _done_queue, hello_value
 from towerkit.trainers.parallel._health import (
     ClusterWatch,
     LivenessState,
@@ -334,13 +336,15 @@ class TestWatch:
             watch.stop()
 
 
-def _ps_server(worker_address: str):
+def _ps_server(*worker_addresses: str):
     ports = []
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     ports.append(sock.getsockname()[1])
     sock.close()
-    cluster = tf1.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}"], "worker": [worker_address]})
+    cluster = tf1.train.ClusterSpec(
+        {"ps": [f"127.0.0.1:{ports[0]}"], "worker": list(worker_addresses)}
+    )
     return tf1.train.Server(cluster, job_name="ps", task_index=0)
 
 
@@ -363,6 +367,41 @@ class TestServeParameters:
         )
         assert err.value.task == TaskAddress(job="worker", index=0, address=address)
         assert isinstance(err.value, CollectiveError)
+
+    def test_no_check_in_lost_while_polling(self):
+        """Every check-in counts, however often the ps looks: none is dropped between polls.
+
+        A dequeue cut short by its deadline could drop the element it had just taken (it
+        did, about one in a hundred at a 5 ms poll): 60 workers' starts and ends, put
+        from another session at random moments while the ps polls every 5 ms, must all
+        be taken.
+        """
+        count = 100
+        with tf.Graph().as_default():
+            ps = _ps_server(*(f"127.0.0.1:{1 + i}" for i in range(count)))
+        graph = tf.Graph()
+        with graph.as_default():
+            queue = _done_queue(0, count)
+            value = tf1.placeholder(tf.int32, [])
+            put = queue.enqueue(value)
+        rng = random.Random(0)
+        waits = [rng.uniform(0.0, 0.005) for _ in range(2 * count)]
+
+        def workers() -> None:
+            config = tf1.ConfigProto(device_filters=["/job:ps"])  # the workers are not up
+            with tf1.Session(ps.target, graph=graph, config=config) as sess:
+                for i, wait in enumerate(waits):
+                    time.sleep(wait)
+                    task = i // 2
+                    sess.run(put, {value: hello_value(task) if i % 2 == 0 else task})
+
+        thread = threading.Thread(target=workers, daemon=True)
+        thread.start()
+        timeouts = ClusterTimeouts(check_every=30, start_within=120)
+        with tf.Graph().as_default():
+            done = serve_parameters(ps, timeout=100, poll_seconds=0.002, timeouts=timeouts)
+        thread.join(10)
+        assert sorted(done) == list(range(count))
 
     def test_bad_timeouts(self):
         """Anything but a ClusterTimeouts is refused."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import queue as _queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -131,6 +132,7 @@ def serve_parameters(
         TimeoutError: `timeout` passed before every worker finished; the message
             names the ones still missing.
         TaskLostError: a worker died before checking in; the message names it.
+        RuntimeError: the check-in queue on this server failed (logged first).
     """
     server = placed_server(server, 0, job="ps")
     cluster, job, task = _server_facts(server)
@@ -144,42 +146,56 @@ def serve_parameters(
     num_workers = cluster.num_tasks("worker")
     graph = tf.Graph()
     with graph.as_default():
-        take = _done_queue(task, num_workers).dequeue()
+        queue = _done_queue(task, num_workers)
+        take, close = queue.dequeue(), queue.close(cancel_pending_enqueues=False)
     done: list[int] = []
     deadline = None if timeout is None else time.monotonic() + timeout
-    options = tf1.RunOptions(timeout_in_ms=max(int(poll_seconds * 1000), 1))
     logger.info("ps task %d: serving until %d workers are done", task, num_workers)
     config = tf1.ConfigProto(device_filters=[f"/job:ps/task:{task}"])
     workers = task_addresses(cluster.as_dict(), ["worker"])
     watch = ClusterWatch(workers, timeouts, name=f"ps{task}-watch").start()
+    taken: _queue.Queue[int | None] = _queue.Queue()
     try:
         with tf1.Session(_target(server), graph=graph, config=config) as sess:
-            while len(set(done) | {t.index for t, _ in watch.lost}) < num_workers:
-                try:
-                    value = int(sess.run(take, options=options))
-                except tf.errors.DeadlineExceededError:
-                    if deadline is not None and time.monotonic() > deadline:
+            # A dequeue cut by a deadline can drop the value it had just taken (TensorFlow
+            # skips the cancelled attempt after the queue handed it the element): one
+            # thread takes with no deadline, until the queue is closed, and this loop
+            # polls what it took.
+            taker = threading.Thread(
+                target=_take_all, args=(sess, take, taken), name=f"ps{task}-check-ins", daemon=True
+            )
+            taker.start()
+            try:
+                while len(set(done) | {t.index for t, _ in watch.lost}) < num_workers:
+                    try:
+                        value = taken.get(timeout=poll_seconds)
+                    except _queue.Empty:
+                        if deadline is not None and time.monotonic() > deadline:
+                            waiting = sorted(set(range(num_workers)) - set(done))
+                            msg = (
+                                f"ps task {task}: workers {waiting} did not finish within "
+                                f"{timeout:g} s (done: {done})"
+                            )
+                            raise TimeoutError(msg) from None
+                        continue
+                    if value is None:  # the queue failed (logged): nothing more will come
                         waiting = sorted(set(range(num_workers)) - set(done))
-                        msg = (
-                            f"ps task {task}: workers {waiting} did not finish within "
-                            f"{timeout:g} s (done: {done})"
-                        )
-                        raise TimeoutError(msg) from None
-                    continue
-                if value < 0:  # a worker's loop started: alive now, whatever probes saw
-                    watch.heard_from("worker", said_hello(value))
-                    continue
-                done.append(value)
-                watch.forget("worker", value)
-                logger.info("ps task %d: worker %d is done", task, value)
-            # a worker that checked in and ended at once may be found dead before its
-            # check-in was taken: it is done, not lost
-            drain = tf1.RunOptions(timeout_in_ms=200)
-            with contextlib.suppress(tf.errors.DeadlineExceededError):
-                while len(done) < num_workers:
-                    value = int(sess.run(take, options=drain))
-                    if value >= 0:
-                        done.append(value)
+                        msg = f"ps task {task}: its check-in queue failed; waiting for {waiting}"
+                        raise RuntimeError(msg)
+                    if value < 0:  # a worker's loop started: alive now, whatever probes saw
+                        watch.heard_from("worker", said_hello(value))
+                        continue
+                    done.append(value)
+                    watch.forget("worker", value)
+                    logger.info("ps task %d: worker %d is done", task, value)
+            finally:
+                # closed, the queue still gives what it holds, then ends the taker: a worker
+                # that checked in and ended at once (found dead before its check-in was
+                # taken) is done, not lost
+                with contextlib.suppress(tf.errors.OpError):
+                    sess.run(close, options=tf1.RunOptions(timeout_in_ms=5_000))
+                taker.join(timeouts.close_seconds)
+            done.extend(_rest(taken, done))
     finally:
         watch.stop()
     lost = [(t, why) for t, why in watch.lost if t.index not in done]
@@ -188,6 +204,31 @@ def serve_parameters(
         msg = f"ps task {task}: lost {names}; the workers done: {done}"
         raise TaskLostError(msg, lost[0][0])
     return done
+
+
+def _take_all(sess: Any, take: Any, into: _queue.Queue[int | None]) -> None:
+    """Put every value `take` gives into `into`, then None once the queue is closed."""
+    try:
+        while True:
+            into.put(int(sess.run(take)))
+    except tf.errors.OutOfRangeError:  # closed, and nothing left in it
+        pass
+    except tf.errors.OpError as err:
+        logger.warning("the parameter server's check-in queue failed: %s", err)
+    finally:
+        into.put(None)
+
+
+def _rest(taken: _queue.Queue[int | None], done: list[int]) -> list[int]:
+    """The workers' check-ins left in `taken` that `done` does not hold yet, in order."""
+    rest: list[int] = []
+    while True:
+        try:
+            value = taken.get_nowait()
+        except _queue.Empty:
+            return rest
+        if value is not None and value >= 0 and value not in done and value not in rest:
+            rest.append(value)
 
 
 _CHIEF = "/job:worker/task:0/device:CPU:0"
