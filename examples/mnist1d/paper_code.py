@@ -54,6 +54,10 @@ EVAL_EVERY = 250
 """``get_model_args()``'s ``eval_every``: test accuracy after steps 0, 250, ..., 6000."""
 
 
+def _floats(values: Iterable[float]) -> tuple[float, ...]:
+    return tuple(float(x) for x in values)
+
+
 @attrs.frozen(kw_only=True)
 class PaperRun:
     """One run of the paper's code: a model on a data set from one seed.
@@ -69,7 +73,7 @@ class PaperRun:
     model: str = attrs.field(validator=attrs.validators.in_(rc.MODELS))
     data: str = attrs.field(validator=attrs.validators.in_(rc.DATASETS))
     seed: int
-    curve: tuple[float, ...] = attrs.field(converter=lambda c: tuple(float(x) for x in c))
+    curve: tuple[float, ...] = attrs.field(converter=_floats)
     seconds: float = attrs.field(converter=float)
 
     @curve.validator
@@ -126,10 +130,10 @@ def paper_rows(runs: Iterable[PaperRun]) -> list[PaperRow]:
     rows = []
     for data in rc.DATASETS:
         for model in rc.MODELS:
-            group = seen.get((model, data))
-            if not group:
+            by_seed = seen.get((model, data))
+            if not by_seed:
                 continue
-            done = [group[s] for s in sorted(group)]
+            done = [by_seed[s] for s in sorted(by_seed)]
             secs = [r.seconds for r in done]
             rows.append(
                 PaperRow(
