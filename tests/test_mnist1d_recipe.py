@@ -211,6 +211,109 @@ class TestFixedPermutation:
             rc.fixed_permutation(0)
 
 
+def paper_run(model="mlp", data="plain", seed=0, curve=(50.0,), secs=1.0):
+    import paper_code
+
+    return paper_code.PaperRun(model=model, data=data, seed=seed, curve=curve, seconds=secs)
+
+
+class TestPaperCode:
+    """The driver of the paper's own code: its table's arithmetic and its checks of input.
+
+    Training needs PyTorch and a clone of the paper's repository, which no test venv
+    holds; these parts need neither.
+    """
+
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(rc.MODELS),
+                st.sampled_from(rc.DATASETS),
+                st.integers(0, 2**32 - 1),
+                st.lists(accuracies, min_size=1, max_size=5),
+            ),
+            min_size=1,
+            max_size=12,
+            unique_by=lambda t: t[:3],
+        )
+    )
+    def test_rows(self, runs):
+        """One row per (model, data) in the paper's order; each seed's final, seeds ascending."""
+        import paper_code
+
+        rows = paper_code.paper_rows(
+            paper_run(m, d, s, curve=tuple(c)) for m, d, s, c in reversed(runs)
+        )
+        keys = [(r.model, r.data) for r in rows]
+        order = [(m, d) for d in rc.DATASETS for m in rc.MODELS]
+        assert keys == [k for k in order if k in {(m, d) for m, d, _, _ in runs}]
+        for row in rows:
+            mine = sorted((s, c) for m, d, s, c in runs if (m, d) == (row.model, row.data))
+            assert row.per_seed == tuple((s, float(c[-1])) for s, c in mine)
+            assert math.isclose(row.final.mean, np.mean([c[-1] for _, c in mine]), abs_tol=1e-9)
+            assert math.isclose(row.best.mean, np.mean([max(c) for _, c in mine]), abs_tol=1e-9)
+            assert row.final.runs == len(mine)
+            assert row.best.mean >= row.final.mean - 1e-9
+            assert row.paper == rc.PAPER[(row.model, row.data)]
+        table = paper_code.format_paper_table(rows).splitlines()
+        assert len(table) == 2 + len(rows)
+
+    def test_table(self):
+        """Mean ± sample standard deviation over the seeds, each seed's final, the best."""
+        import paper_code
+
+        runs = [paper_run(seed=s, curve=(70.0, a)) for s, a in ((2, 66.0), (0, 64.0), (1, 65.0))]
+        (line,) = paper_code.format_paper_table(paper_code.paper_rows(runs)).splitlines()[2:]
+        assert line == (
+            "| mlp | plain | 68 | 65.0 ± 1.0 | 64.0 (0), 65.0 (1), 66.0 (2) | 70.0 ± 0.0 | 1.0 | 3 |"
+        )
+
+    def test_fail(self):
+        """A seed run twice, or an accuracy out of range, is refused by name."""
+        import paper_code
+
+        with pytest.raises(ValueError, match=r"two runs of \('gru', 'shuffled'\) with seed 3"):
+            paper_code.paper_rows([paper_run("gru", "shuffled", 3)] * 2)
+        with pytest.raises(ValueError, match=r"'curve' must be accuracies in \[0, 100\]"):
+            paper_run(curve=(50.0, 101.0))
+
+    def test_refuses_what_is_not_the_papers_repository(self, tmp_path, capsys):
+        """A folder without the paper's files, or bad seeds: exit status 2, naming the fault."""
+        import paper_code
+
+        (tmp_path / "notebooks").mkdir()
+        (tmp_path / "notebooks" / "models.py").write_text("")
+        with pytest.raises(SystemExit) as exc:
+            paper_code.parse_args(["--paper-repo", str(tmp_path)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "lacks notebooks/train.py, mnist1d/utils.py, mnist1d_data.pkl" in err
+        assert "notebooks/models.py" not in err
+        for name in ("notebooks/train.py", "mnist1d/utils.py", "mnist1d_data.pkl"):
+            (tmp_path / name).parent.mkdir(exist_ok=True)
+            (tmp_path / name).write_text("")
+        args = paper_code.parse_args(["--paper-repo", str(tmp_path), "--seeds", "0", "42"])
+        assert (args.seeds, args.threads) == ([0, 42], 1)
+        assert args.out.endswith("results/paper_code/results.json")
+        for bad in (["--seeds", "1", "1"], ["--seeds", "-1"], ["--threads", "0"]):
+            with pytest.raises(SystemExit):
+                paper_code.parse_args(["--paper-repo", str(tmp_path), *bad])
+            assert f"error: {bad[0]} must be" in capsys.readouterr().err
+
+    def test_refuses_other_data(self, tmp_path):
+        """A pickle of other signals than the paper's is refused before any training."""
+        import pickle
+
+        import paper_code
+
+        x, y = bumps(rc.TRAIN_SIZE, 0)
+        x_test, y_test = bumps(1000, 1)
+        data = {"x": x, "y": y, "x_test": x_test, "y_test": y_test}
+        (tmp_path / "mnist1d_data.pkl").write_bytes(pickle.dumps(data))
+        with pytest.raises(ValueError, match=r"mnist1d_data.pkl holds other data than the paper"):
+            paper_code.load_data(tmp_path)
+
+
 PARAMETERS = {"logistic": 410, "mlp": 15210, "cnn": 5210, "gru": 5110}
 """Trainable parameters; the paper's (PyTorch) counts but for the GRU, whose 5134 count
 an input and a hidden bias for each of the two gates, where `GRUCell(reset_after=True)`
@@ -251,9 +354,14 @@ def test_towerkit_model_trains(model):
 
 
 def test_doctests():
-    """The examples in the recipe module's docstrings hold."""
+    """The examples in the recipe module's and the paper-code driver's docstrings hold."""
     import doctest
+
+    import paper_code
 
     failed, tried = doctest.testmod(rc)
     assert tried >= 4
+    assert failed == 0
+    failed, tried = doctest.testmod(paper_code)
+    assert tried >= 2
     assert failed == 0

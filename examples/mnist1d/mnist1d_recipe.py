@@ -44,7 +44,8 @@ NOTEBOOK = {
     ("gru", "shuffled"): 53.3,
 }
 """Test accuracy (%) after 6,000 steps in the paper's own notebook as its repository keeps it
-(``notebooks/mnist1d-classification.ipynb``: PyTorch, one run, seed 42, the same data)."""
+(``notebooks/mnist1d-classification.ipynb``: PyTorch, one run, the same data; its
+``set_seed(42)`` seeds ``random`` and NumPy only, not PyTorch's initial weights)."""
 
 INITS = ("paper", "own")
 """How the weights start: as in the paper's PyTorch code, or as each framework's defaults."""
