@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import traceback
 
 import pytest
@@ -246,3 +247,58 @@ def test_restore_mismatch_traceback(tmp_path, monkeypatch):
     assert [f.name for f in frames] == ["test_restore_mismatch_traceback"]
     assert info.value.__notes__ == [NOTE]
     assert "'w'" in str(info.value)
+
+
+HELD_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    from towerkit.trainers._tf_lines import release_standard_error, tensorflow_lines_hidden
+
+    release = sys.argv[1]
+    with tensorflow_lines_hidden():
+        os.write(2, (sys.argv[2] + "\\n").encode())  # as TensorFlow's C++ code writes
+        print("a task is dead", file=sys.stderr, flush=True)
+        print("IN-BLOCK", flush=True)
+        while not os.path.exists(release):
+            time.sleep(0.05)
+        print("the process exits now", file=sys.stderr, flush=True)
+        release_standard_error()  # what every os._exit path of the trainers does first
+        os._exit(3)
+    """
+)
+"""A program that writes inside the block, waits, and leaves by ``os._exit`` from inside it."""
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(120)
+def test_lines_pass_while_the_block_runs_and_at_a_hurried_exit(tmp_path):
+    """Kept lines reach standard error while the block still runs; none is lost at ``os._exit``.
+
+    A worker blocked in a session start that finds a task dead logs it and exits with
+    ``os._exit``: its lines were held until the block ended, so they never came out.
+    """
+    script, release, err = tmp_path / "held.py", tmp_path / "release", tmp_path / "err.txt"
+    script.write_text(HELD_SCRIPT)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TOWERKIT_", "TF_CPP"))}
+    with open(err, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(release), CPP],
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            env=environ,
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"IN-BLOCK\n"
+            for _ in range(200):  # the block is still running: the line must be out already
+                if b"a task is dead" in err.read_bytes():
+                    break
+                time.sleep(0.05)
+            assert err.read_text().endswith("a task is dead\n")  # TensorFlow's line hidden
+            release.touch()
+            assert proc.wait(60) == 3
+        finally:
+            proc.kill()
+    text = err.read_text()
+    assert text.endswith("a task is dead\nthe process exits now\n"), text
+    assert "MLIR" not in text

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from towerkit.trainers._stop import StopEvent, StopState, join_stop_states, next_stop_state
+from towerkit.trainers._tf_lines import release_standard_error
 
 logger = logging.getLogger("towerkit.trainers")
 
@@ -240,6 +241,7 @@ class _Watcher:
         _run_abort_actions()
         if self._left.wait(ABORT_GRACE_S) or self._state.raised:
             return
+        release_standard_error()
         logger.error(
             "training is still blocked %.0f s after the second Ctrl-C, in a call Python "
             "cannot interrupt: the process exits now (status 130)",
@@ -325,6 +327,7 @@ class Preempt:
 
 def _exit_now(status: int) -> None:
     """Leave at once: every file is written atomically, so nothing is half-written."""
+    release_standard_error()
     for handler in logging.getLogger().handlers + logger.handlers:
         with contextlib.suppress(Exception):
             handler.flush()

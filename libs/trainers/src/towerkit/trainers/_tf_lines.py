@@ -6,10 +6,17 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 
-__all__ = ["VERBOSE_ENV", "tensorflow_lines_hidden", "verbose", "without_tensorflow_noise"]
+__all__ = [
+    "VERBOSE_ENV",
+    "NoiseFilter",
+    "release_standard_error",
+    "tensorflow_lines_hidden",
+    "verbose",
+    "without_tensorflow_noise",
+]
 
 VERBOSE_ENV = "TOWERKIT_VERBOSE"
 """The environment variable that shows TensorFlow's lines: ``TOWERKIT_VERBOSE=1``."""
@@ -66,20 +73,8 @@ def without_tensorflow_noise(lines: Iterable[str]) -> list[str]:
         ... ])
         ['epoch 1/2  0.1 s', 'E0000 00:00:1795.9 17192 saver.cc:10] Not found: model-3.index']
     """
-    kept: list[str] = []
-    hiding = False
-    for line in lines:
-        noise = _is_noise(line)
-        if noise is None:
-            if hiding and _CONTINUATION.match(line):
-                continue
-            hiding = False
-            kept.append(line)
-        else:
-            hiding = noise
-            if not noise:
-                kept.append(line)
-    return kept
+    keep = NoiseFilter()
+    return [line for line in lines if keep(line)]
 
 
 def verbose(environ: Mapping[str, str]) -> bool:
@@ -92,35 +87,128 @@ def verbose(environ: Mapping[str, str]) -> bool:
     return environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
+class NoiseFilter:
+    """`without_tensorflow_noise` a line at a time: whether each line, in order, is kept.
+
+    Examples:
+        >>> keep = NoiseFilter()
+        >>> [keep(line) for line in [
+        ...     "I0000 00:00:1795.4 17192 cpu_feature_guard.cc:227] This TensorFlow binary is optimized",
+        ...     "To enable the following instructions: AVX2 FMA",
+        ...     "epoch 1/2  0.1 s",
+        ... ]]
+        [False, False, True]
+    """
+
+    def __init__(self) -> None:
+        self._hiding = False
+
+    def __call__(self, line: str) -> bool:
+        noise = _is_noise(line)
+        if noise is None:
+            if self._hiding and _CONTINUATION.match(line):
+                return False
+            self._hiding = False
+            return True
+        self._hiding = noise
+        return not noise
+
+
+class _Relay:
+    """Descriptor 2 sent through a pipe; a thread writes what comes, less the noise, to the real one.
+
+    Line by line as it comes, so a line logged while a session start blocks (a task
+    found dead, a stack dump) shows at once, and nothing is left behind when the
+    process ends in a hurry (`release_standard_error`).
+    """
+
+    def __init__(self) -> None:
+        sys.stderr.flush()
+        self._real = os.dup(2)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        self._read_end = read_end
+        self._lock = threading.Lock()
+        self._ended = False
+        self._thread = threading.Thread(target=self._pump, name="stderr-relay", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        keep = NoiseFilter()
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self._read_end, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:  # every write end is closed: descriptor 2 is the real one again
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            self._write(b"".join(x + b"\n" for x in lines if keep(x.decode("utf-8", "replace"))))
+        if pending and keep(pending.decode("utf-8", "replace")):
+            self._write(pending)
+        # the end: descriptor 2 is the real one again, and no process keeps a copy of the pipe
+        os.close(self._read_end)
+        os.close(self._real)
+
+    def _write(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            while data:
+                data = data[os.write(self._real, data) :]
+
+    def end(self, wait_s: float = 1.0) -> None:
+        """Put the real descriptor 2 back and write what is still in the pipe (`wait_s` at most).
+
+        A process started in the block holds a copy of the pipe as its standard error: the
+        thread then relays its lines until it closes it, past `wait_s`.
+        """
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(self._real, 2)  # closes the pipe's last write end: the thread reads to its end
+        self._thread.join(wait_s)
+
+
+_RELAYS: list[_Relay] = []
+"""The relays in force, innermost last."""
+
+
+def release_standard_error() -> None:
+    """End every `tensorflow_lines_hidden` block's relay now: before the process exits at once.
+
+    A process leaving with ``os._exit`` (a task lost, a second Ctrl-C, a preemption's
+    grace run out) while a session starts would otherwise lose the lines still in the
+    relay's pipe; the real descriptor 2 is back afterwards.
+    """
+    for relay in reversed(list(_RELAYS)):
+        relay.end(wait_s=2.0)
+
+
 @contextlib.contextmanager
 def tensorflow_lines_hidden() -> Iterator[None]:
-    """Hold back what the process writes to standard error in the block; then write it without TensorFlow's chatter.
+    """While the block runs, write what the process writes to standard error without TensorFlow's chatter.
 
     TensorFlow's C++ libraries write to file descriptor 2 directly, so descriptor 2 is
-    sent to a temporary file while the block runs; when it ends (also by an error),
-    `without_tensorflow_noise` of what was written goes to the real standard error.
-    With ``TOWERKIT_VERBOSE=1`` (or no descriptor 2) nothing is held back.
+    a pipe while the block runs, and a thread writes each line that is not
+    `without_tensorflow_noise` to the real standard error as it comes. When the block
+    ends (also by an error) the real descriptor is put back. With
+    ``TOWERKIT_VERBOSE=1`` (or no descriptor 2) nothing is filtered.
     """
     if verbose(os.environ):
         yield
         return
     try:
-        sys.stderr.flush()
-        saved = os.dup(2)
+        relay = _Relay()
     except (OSError, ValueError):
         yield
         return
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            text = sink.read().decode("utf-8", "replace")
-            kept = "".join(without_tensorflow_noise(text.splitlines(keepends=True)))
-            if kept:
-                os.write(2, kept.encode("utf-8"))
+    _RELAYS.append(relay)
+    try:
+        yield
+    finally:
+        relay.end()
+        _RELAYS.remove(relay)

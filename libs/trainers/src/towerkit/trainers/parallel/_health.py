@@ -15,6 +15,7 @@ import attrs
 from attrs.validators import ge, gt, instance_of
 
 from towerkit.trainers._errors import TaskLostError
+from towerkit.trainers._tf_lines import release_standard_error
 from towerkit.trainers.parallel._health_core import (
     Reach,
     TaskHealth,
@@ -468,6 +469,7 @@ def end_unless_set(
     def watch() -> None:
         if done.wait(after_s):
             return
+        release_standard_error()  # a session start may hold descriptor 2: its lines first
         err = error()
         logger.error("%s; %s after %.0f s: exiting", err, what, after_s)
         print(
