@@ -147,6 +147,17 @@ class Recipe:
         return tuple(range(self.eval_every, self.steps + 1, self.eval_every))
 
 
+def check_accuracies(
+    instance: object, attribute: attrs.Attribute[tuple[float, ...]], value: tuple[float, ...]
+) -> None:
+    """An attrs validator: `value` is one accuracy (%) or more, each in [0, 100]."""
+    del instance
+    bad = [x for x in value if not 0.0 <= x <= 100.0]
+    if not value or bad:
+        msg = f"'{attribute.name}' must be accuracies in [0, 100], at least one; got {bad or value}"
+        raise ValueError(msg)
+
+
 @attrs.frozen(kw_only=True)
 class RunResult:
     """One training run: who trained which model on which data, how well and how fast.
@@ -164,17 +175,10 @@ class RunResult:
     model: str = attrs.field(validator=attrs.validators.in_(MODELS))
     data: str = attrs.field(validator=attrs.validators.in_(DATASETS))
     seed: int
-    curve: tuple[float, ...] = attrs.field(converter=lambda c: tuple(float(x) for x in c))
+    curve: tuple[float, ...] = attrs.field(
+        converter=lambda c: tuple(float(x) for x in c), validator=check_accuracies
+    )
     seconds: float = attrs.field(converter=float)
-
-    @curve.validator
-    def _check_curve(
-        self, attribute: attrs.Attribute[tuple[float, ...]], value: tuple[float, ...]
-    ) -> None:
-        bad = [x for x in value if not 0.0 <= x <= 100.0]
-        if not value or bad:
-            msg = f"'{attribute.name}' must be accuracies in [0, 100], at least one; got {bad or value}"
-            raise ValueError(msg)
 
     @property
     def accuracy(self) -> float:

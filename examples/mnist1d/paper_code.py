@@ -73,17 +73,8 @@ class PaperRun:
     model: str = attrs.field(validator=attrs.validators.in_(rc.MODELS))
     data: str = attrs.field(validator=attrs.validators.in_(rc.DATASETS))
     seed: int
-    curve: tuple[float, ...] = attrs.field(converter=_floats)
+    curve: tuple[float, ...] = attrs.field(converter=_floats, validator=rc.check_accuracies)
     seconds: float = attrs.field(converter=float)
-
-    @curve.validator
-    def _check_curve(
-        self, attribute: attrs.Attribute[tuple[float, ...]], value: tuple[float, ...]
-    ) -> None:
-        bad = [x for x in value if not 0.0 <= x <= 100.0]
-        if not value or bad:
-            msg = f"'{attribute.name}' must be accuracies in [0, 100], at least one; got {bad or value}"
-            raise ValueError(msg)
 
     @property
     def final(self) -> float:
