@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from towerkit.trainers import RankFailure
+from towerkit.trainers import RankFailure, launch_horovod_job
 from towerkit.trainers.parallel._hvd_watch import (
     RankWatchState,
     advance_rank_watch,
@@ -155,6 +155,17 @@ class TestBlameFailure:
             "[horovod job failed: rank 1 on host localhost ended first "
             "(exit status 137, killed by SIGKILL)]"
         )
+
+
+class TestFrozenAfter:
+    """launch_horovod_job's `frozen_after`: checked before anything starts."""
+
+    @pytest.mark.parametrize("bad", [0.0, 5.0, 9.99, float("nan"), -1.0])
+    def test_fail(self, bad, tmp_path):
+        """Under 10 s (horovod's own stop of a rank lasts up to 5 s): refused, naming it."""
+        with pytest.raises(ValueError, match=r"'frozen_after' must be >= 10 seconds .* got "):
+            launch_horovod_job(["true"], 2, timeout=5, cwd=tmp_path, frozen_after=bad)
+        assert list(tmp_path.iterdir()) == []
 
 
 class TestParseProcStat:

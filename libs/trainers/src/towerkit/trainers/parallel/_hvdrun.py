@@ -403,15 +403,16 @@ def launch_horovod_job(
         max_processes: the most ranks of an elastic job.
         host_discovery_script: the executable listing an elastic job's hosts.
         frozen_after: seconds a rank of this machine may stay stopped before the
-            launcher kills it; None for the gloo timeout in effect (the wait after which
-            the other ranks fail anyway).
+            launcher kills it (at least `FROZEN_AFTER_MIN`); None for the gloo timeout
+            in effect (the wait after which the other ranks fail anyway), or
+            `FROZEN_AFTER_MIN` if that is shorter.
 
     Returns:
         A `HorovodJob`.
 
     Raises:
-        ValueError: bad `processes`, `timeout`, `command` or `hosts`; elastic bounds
-            given in part, or not holding `processes`.
+        ValueError: bad `processes`, `timeout`, `command`, `hosts` or `frozen_after`;
+            elastic bounds given in part, or not holding `processes`.
         FileNotFoundError: `cwd` does not exist, or the discovery script.
     """
     elastic = _elastic_launch(min_processes, max_processes, host_discovery_script)
@@ -445,8 +446,13 @@ def launch_horovod_job(
             frozen_after = float(full_env["HOROVOD_GLOO_TIMEOUT_SECONDS"])
         except ValueError:
             frozen_after = gloo_timeout
-    if not frozen_after > 0:
-        msg = f"'frozen_after' must be > 0 seconds; got {frozen_after!r}"
+        frozen_after = max(frozen_after, FROZEN_AFTER_MIN)
+    elif not frozen_after >= FROZEN_AFTER_MIN:
+        msg = (
+            f"'frozen_after' must be >= {FROZEN_AFTER_MIN:g} seconds (horovod's launcher "
+            f"itself holds a rank stopped for up to 5 s while it ends a failed job); "
+            f"got {frozen_after!r}"
+        )
         raise ValueError(msg)
     started = time.monotonic()
     with subprocess.Popen(
@@ -476,6 +482,11 @@ def launch_horovod_job(
         out += "\n" + failure.line()
     return HorovodJob(proc.returncode, out, time.monotonic() - started, False, failure)
 
+
+FROZEN_AFTER_MIN = 10.0
+"""The least `frozen_after`: horovod's launcher, ending a job after a failure, itself
+stops (SIGSTOP) each remaining rank's shell for up to its 5 s grace before killing it,
+and where the shell has exec'd the rank that is the rank's own process."""
 
 WATCH_SECONDS = 0.5
 """How often the launcher samples the state of the ranks' processes: a rank stopped for a
