@@ -333,7 +333,7 @@ def blame_failure(
         return first
     rank = min(stopped)
     statuses = {int(m.group(1)): int(m.group(2)) for m in reversed(list(EXIT_RE.finditer(output)))}
-    host = hosts[rank] if rank < len(hosts) else "?"
+    host = hosts[rank] if 0 <= rank < len(hosts) else "?"
     return RankFailure(rank, host, statuses.get(rank, -1), stopped=True)
 
 
@@ -378,6 +378,9 @@ def launch_horovod_job(
     a stopped process cannot hold off), is the one `failure` names ("stopped
     answering"), not the rank whose collective timed out waiting on it. Ranks on other
     hosts are not watched: their failures are named as the launcher reports them.
+
+    .. versionadded:: 0.2
+        The watch of stopped ranks, and `frozen_after`.
 
     Args:
         command: the program and arguments each rank runs, e.g. ``[sys.executable,
