@@ -6,7 +6,10 @@ launcher in its own process group and stops the whole group past a timeout, so a
 script, a test or a CI job that starts horovod training always ends. Across hosts
 (``hosts=``), the host list is checked before anything starts (`parse_hosts`,
 `rank_hosts`), and a failed job says which rank failed first and on which host
-(`first_failure`, read from the launcher's output).
+(`first_failure`, read from the launcher's output). A rank of this machine whose
+process is stopped (SIGSTOP) is named as the one that stopped answering, not the rank
+whose collective then timed out waiting for it (`_hvd_watch`), and the launcher kills it
+once it has stayed stopped for the gloo timeout.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from towerkit.callbacks.plumbing import stop_process_group
+from towerkit.trainers.parallel._hvd_watch import (
+    RankWatchState,
+    advance_rank_watch,
+    local_rank_states,
+    mark_killed,
+    overdue_ranks,
+    stopped_ranks,
+)
 
 SSH_FAILURE = 255
 """The status ``ssh`` exits with when the remote process was killed by a signal or the
@@ -31,19 +42,26 @@ connection failed (it does not pass the signal on)."""
 
 @attrs.frozen
 class RankFailure:
-    """The rank whose process ended first with an error, as horovod's launcher reported it.
+    """The rank at fault: the one that stopped answering, or else the first to end with an error.
 
     Attributes:
         rank: the rank.
         host: its host (``localhost`` for a job on this machine).
         status: its exit status as the launcher saw it (128 + N or -N: killed by signal
             N; 255 for a rank on another host: ssh saw it killed by a signal, or lost
-            the connection).
+            the connection); -1 for a stopped rank the launcher reported no status of.
+        stopped: whether the rank's process was stopped (SIGSTOP: alive, answering
+            nothing) while the others waited on it; the others' errors followed from
+            it. Seen only for ranks on the launcher's machine.
+
+    .. versionchanged:: 0.2
+        ``stopped``.
     """
 
     rank: int
     host: str
     status: int
+    stopped: bool = False
 
     def line(self) -> str:
         """One line saying which rank failed first, where, and how.
@@ -52,7 +70,15 @@ class RankFailure:
         '[horovod job failed: rank 1 on host 10.0.0.2 ended first (exit status 255: over ssh, a process killed by a signal or a lost connection)]'
         >>> RankFailure(0, "localhost", -9).line()
         '[horovod job failed: rank 0 on host localhost ended first (exit status -9, killed by SIGKILL)]'
+        >>> RankFailure(1, "localhost", 137, stopped=True).line()
+        '[horovod job failed: rank 1 on host localhost stopped answering (its process was stopped, as by SIGSTOP, while the other ranks waited on it; their errors follow from it)]'
         """
+        if self.stopped:
+            return (
+                f"[horovod job failed: rank {self.rank} on host {self.host} stopped answering "
+                "(its process was stopped, as by SIGSTOP, while the other ranks waited on it; "
+                "their errors follow from it)]"
+            )
         how = f"exit status {self.status}"
         if self.status == SSH_FAILURE:
             how += ": over ssh, a process killed by a signal or a lost connection"
@@ -270,7 +296,7 @@ def first_failure(output: str, hosts: Sequence[str]) -> RankFailure | None:
     >>> out = ["Process 1 exit with status code 137.",
     ...        "Terminating remaining workers after failure of Process 1."]
     >>> first_failure(" ".join(out), ["a", "b"])
-    RankFailure(rank=1, host='b', status=137)
+    RankFailure(rank=1, host='b', status=137, stopped=False)
     >>> first_failure("all fine", ["a"]) is None
     True
     """
@@ -287,6 +313,28 @@ def first_failure(output: str, hosts: Sequence[str]) -> RankFailure | None:
         return None
     host = hosts[first] if first < len(hosts) else "?"
     return RankFailure(first, host, statuses[first])
+
+
+def blame_failure(
+    first: RankFailure | None, stopped: Sequence[int], output: str, hosts: Sequence[str]
+) -> RankFailure | None:
+    """The rank to name: the lowest of the `stopped` ranks, else the launcher's `first`.
+
+    A stopped rank ends nothing itself: the others fail waiting on it, and the launcher
+    reports one of them first. With no rank stopped the launcher's report stands.
+
+    >>> out = "Process 0 exit with status code 1. Process 1 exit with status code 137."
+    >>> blame_failure(first_failure(out, ["a", "b"]), [1], out, ["a", "b"])
+    RankFailure(rank=1, host='b', status=137, stopped=True)
+    >>> blame_failure(None, [], out, ["a", "b"]) is None
+    True
+    """
+    if not stopped:
+        return first
+    rank = min(stopped)
+    statuses = {int(m.group(1)): int(m.group(2)) for m in reversed(list(EXIT_RE.finditer(output)))}
+    host = hosts[rank] if 0 <= rank < len(hosts) else "?"
+    return RankFailure(rank, host, statuses.get(rank, -1), stopped=True)
 
 
 def launch_horovod_job(
@@ -306,6 +354,7 @@ def launch_horovod_job(
     min_processes: int | None = None,
     max_processes: int | None = None,
     host_discovery_script: str | os.PathLike[str] | None = None,
+    frozen_after: float | None = None,
 ) -> HorovodJob:
     """Run `command` as `processes` horovod ranks over gloo, within `timeout`.
 
@@ -322,6 +371,16 @@ def launch_horovod_job(
     `grace` seconds later; the job then counts as failed (``returncode == -1``). When a
     rank fails, the job's `failure` names the first rank lost and its host, and the
     output ends with that line.
+
+    While the job runs, the launcher watches the state of each rank's process on this
+    machine (every `WATCH_SECONDS`, in ``/proc``). A rank stopped (SIGSTOP) when the first
+    rank ended, or stopped for `frozen_after` seconds (it is then killed, SIGKILL, which
+    a stopped process cannot hold off), is the one `failure` names ("stopped
+    answering"), not the rank whose collective timed out waiting on it. Ranks on other
+    hosts are not watched: their failures are named as the launcher reports them.
+
+    .. versionadded:: 0.2
+        The watch of stopped ranks, and `frozen_after`.
 
     Args:
         command: the program and arguments each rank runs, e.g. ``[sys.executable,
@@ -346,13 +405,17 @@ def launch_horovod_job(
             `max_processes` on the hosts the script lists (see `ElasticLaunch`).
         max_processes: the most ranks of an elastic job.
         host_discovery_script: the executable listing an elastic job's hosts.
+        frozen_after: seconds a rank of this machine may stay stopped before the
+            launcher kills it (at least `FROZEN_AFTER_MIN`); None for the gloo timeout
+            in effect (the wait after which the other ranks fail anyway), or
+            `FROZEN_AFTER_MIN` if that is shorter.
 
     Returns:
         A `HorovodJob`.
 
     Raises:
-        ValueError: bad `processes`, `timeout`, `command` or `hosts`; elastic bounds
-            given in part, or not holding `processes`.
+        ValueError: bad `processes`, `timeout`, `command`, `hosts` or `frozen_after`;
+            elastic bounds given in part, or not holding `processes`.
         FileNotFoundError: `cwd` does not exist, or the discovery script.
     """
     elastic = _elastic_launch(min_processes, max_processes, host_discovery_script)
@@ -381,6 +444,19 @@ def launch_horovod_job(
         **os.environ,
         **(env or {}),
     }
+    if frozen_after is None:
+        try:
+            frozen_after = float(full_env["HOROVOD_GLOO_TIMEOUT_SECONDS"])
+        except ValueError:
+            frozen_after = gloo_timeout
+        frozen_after = max(frozen_after, FROZEN_AFTER_MIN)
+    elif not frozen_after >= FROZEN_AFTER_MIN:
+        msg = (
+            f"'frozen_after' must be >= {FROZEN_AFTER_MIN:g} seconds (horovod's launcher "
+            f"itself holds a rank stopped for up to 5 s while it ends a failed job); "
+            f"got {frozen_after!r}"
+        )
+        raise ValueError(msg)
     started = time.monotonic()
     with subprocess.Popen(
         argv,
@@ -391,20 +467,62 @@ def launch_horovod_job(
         cwd=cwd,
         start_new_session=True,
     ) as proc:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        out, watch = _watch_job(proc, started + timeout, frozen_after)
+        if out is None:
             stop_process_group(proc, grace)
             out, _ = proc.communicate()
             out += f"\n[horovod job stopped after {timeout:g} s: a rank never finished]"
             failure = first_failure(out, placement)
+            failure = blame_failure(failure, stopped_ranks(watch), out, placement)
             if failure is not None:
                 out += "\n" + failure.line()
             return HorovodJob(-1, out, time.monotonic() - started, True, failure)
-    failure = first_failure(out, placement) if proc.returncode != 0 else None
+    failure = None
+    if proc.returncode != 0:
+        failure = first_failure(out, placement)
+        failure = blame_failure(failure, stopped_ranks(watch), out, placement)
     if failure is not None:
         out += "\n" + failure.line()
     return HorovodJob(proc.returncode, out, time.monotonic() - started, False, failure)
+
+
+FROZEN_AFTER_MIN = 10.0
+"""The least `frozen_after`: horovod's launcher, ending a job after a failure, itself
+stops (SIGSTOP) each remaining rank's shell for up to its 5 s grace before killing it,
+and where the shell has exec'd the rank that is the rank's own process."""
+
+WATCH_SECONDS = 0.5
+"""How often the launcher samples the state of the ranks' processes: a rank stopped for a
+gloo timeout (tens of seconds) is seen many times over; one sample reads ``/proc/*/stat``
+(a few milliseconds)."""
+
+
+def _watch_job(
+    proc: subprocess.Popen[str], deadline: float, frozen_after: float
+) -> tuple[str | None, RankWatchState]:
+    """Wait for the launcher until `deadline`, watching the ranks of this machine.
+
+    Returns the launcher's output (None at the deadline) and what the watch saw.
+    """
+    watch = RankWatchState()
+    while True:
+        # communicate() keeps what it has read across timeouts
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            out, _ = proc.communicate(
+                timeout=max(0.0, min(WATCH_SECONDS, deadline - time.monotonic()))
+            )
+            return out, watch
+        now = time.monotonic()
+        if now >= deadline:
+            return None, watch
+        ranks = local_rank_states(proc.pid)
+        watch = advance_rank_watch(watch, {r: st for r, (_, st) in ranks.items()}, now)
+        overdue = overdue_ranks(watch, now, frozen_after)
+        for rank in overdue:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(ranks[rank][0], signal.SIGKILL)
+        if overdue:
+            watch = mark_killed(watch, overdue)
 
 
 def _elastic_launch(
