@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -26,6 +26,18 @@ user's own doing."""
 
 GONE = frozenset("ZX")
 """The states of a process that has exited (a zombie not yet reaped, or dead)."""
+
+
+def _int_set(values: Iterable[int]) -> frozenset[int]:
+    return frozenset(values)
+
+
+def _ints(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
+def _pairs(values: Iterable[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    return tuple(values)
 
 
 @attrs.frozen(kw_only=True)
@@ -42,11 +54,11 @@ class RankWatchState:
         killed: the ranks the launcher killed for staying stopped.
     """
 
-    seen: frozenset[int] = attrs.field(default=frozenset(), converter=frozenset)
-    stopped_since: tuple[tuple[int, float], ...] = attrs.field(default=(), converter=tuple)
+    seen: frozenset[int] = attrs.field(default=frozenset(), converter=_int_set)
+    stopped_since: tuple[tuple[int, float], ...] = attrs.field(default=(), converter=_pairs)
     exited: bool = False
-    stopped_at_exit: tuple[int, ...] = attrs.field(default=(), converter=tuple)
-    killed: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    stopped_at_exit: tuple[int, ...] = attrs.field(default=(), converter=_ints)
+    killed: tuple[int, ...] = attrs.field(default=(), converter=_ints)
 
 
 def advance_rank_watch(
@@ -73,7 +85,7 @@ def advance_rank_watch(
     first_exit = not state.exited and bool(state.seen - alive.keys())
     return attrs.evolve(
         state,
-        seen=state.seen | alive.keys(),
+        seen=state.seen | set(alive),
         stopped_since=stopped_now,
         exited=state.exited or first_exit,
         stopped_at_exit=tuple(sorted(since)) if first_exit else state.stopped_at_exit,
@@ -176,7 +188,7 @@ def local_rank_states(root: int) -> dict[int, tuple[int, str]]:
                 states[pid] = st
                 children.setdefault(ppid, []).append(pid)
     found: dict[int, tuple[int, str]] = {}
-    queue = [(pid, None) for pid in children.get(root, [])]
+    queue: list[tuple[int, int | None]] = [(pid, None) for pid in children.get(root, [])]
     while queue:  # breadth first: a rank's own process comes before its children
         pid, parent_rank = queue.pop(0)
         rank = _rank_of(pid)
