@@ -235,6 +235,20 @@ class TestVouched:
                 break
             assert health.vouched_at is None
 
+    def test_an_accept_before_the_word_does_not_shorten_the_bound(self):
+        """Accepted at 0, word at 1, nothing at 2 with dead_after 1: quiet 1 s, not lost.
+
+        The watch once measured the quiet from the accept before the word (2 s) and
+        counted the task lost a second early.
+        """
+        health = fold_vouched(start_health(0.0), Reach.ACCEPTS, 0.0, 1.0, 2.0)
+        health = fold_vouched(health, VOUCHED, 1.0, 1.0, 2.0)
+        health = fold_vouched(health, Reach.NOTHING, 2.0, 1.0, 2.0)
+        assert health.status is Health.SILENT
+        health = fold_vouched(health, Reach.NOTHING, 2.5, 1.0, 2.0)
+        assert health.status is Health.LOST
+        assert health.reason.startswith("unreachable for 2 s after the job went past its start")
+
     @given(starting, gaps, starting, bounds, bounds)
     def test_lost_within_dead_after_of_the_word(
         self, before, vouch_gap, after, dead_after, start_within

@@ -141,12 +141,19 @@ def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within:
         if now - alive > dead_after:
             last = _LAST_FOUND.get(health.status, "")
             return f"unreachable for {now - alive:.0f} s{last}"
-    elif health.vouched_at is not None and now - _quiet_since(health) > dead_after:
+    elif health.vouched_at is not None:
+        # the word bounds it by dead_after from then on: an accept before the word does
+        # not count against it (it is quiet since the later of the two)
         gone = now - _quiet_since(health)
-        return (
-            f"unreachable for {gone:.0f} s after the job went past its start "
-            "(it was up; this task never reached it)"
-        )
+        if gone > dead_after:
+            return (
+                f"unreachable for {gone:.0f} s after the job went past its start "
+                "(it was up; this task never reached it)"
+            )
+        if now - health.since > start_within:
+            if health.accepted_at is not None:
+                return f"accepts connections but never answered within {start_within:g} s"
+            return f"never came up within {start_within:g} s"
     elif health.accepted_at is not None:
         if now - health.accepted_at > dead_after:
             gone = now - health.accepted_at
