@@ -75,7 +75,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_cluster_faults import Cluster, naming, one_line
@@ -210,19 +212,25 @@ DEFAULT_RUN = {
 }
 """One case per phase in every run (8-21 s each here, loaded); the rest are ``flake_gate``."""
 
-CASES = [
-    pytest.param(
-        phase,
-        role,
-        how,
-        id=f"{phase}-{role}-{how}",
-        marks=[] if (phase, role, how) in DEFAULT_RUN else [pytest.mark.flake_gate],
-    )
-    for phase in PHASES
-    for role in ROLES
-    for how in ("kill", "freeze")
-    if (phase, role, how) not in LEFT_OUT
-]
+
+def matrix(roles: Iterable[str], default_run: set[tuple[str, str, str]]) -> list[Any]:
+    """Each phase x role x fault as a test case; ``flake_gate`` but for `default_run`."""
+    return [
+        pytest.param(
+            phase,
+            role,
+            how,
+            id=f"{phase}-{role}-{how}",
+            marks=[] if (phase, role, how) in default_run else [pytest.mark.flake_gate],
+        )
+        for phase in PHASES
+        for role in roles
+        for how in ("kill", "freeze")
+        if (phase, role, how) not in LEFT_OUT
+    ]
+
+
+CASES = matrix(ROLES, DEFAULT_RUN)
 
 
 @pytest.mark.parametrize(("phase", "role", "how"), CASES)
@@ -296,18 +304,7 @@ def run_horovod(tmp_path: Path, phase: str, rank: int, how: str) -> tuple:
 HVD_DEFAULT_RUN = {("training", "rank1", "freeze")}
 """The horovod case of every ``nox -s horovod`` run (a freeze: the watch's whole path)."""
 
-HVD_CASES = [
-    pytest.param(
-        phase,
-        role,
-        how,
-        id=f"{phase}-{role}-{how}",
-        marks=[] if (phase, role, how) in HVD_DEFAULT_RUN else [pytest.mark.flake_gate],
-    )
-    for phase in PHASES
-    for role in HVD_RANKS
-    for how in ("kill", "freeze")
-]
+HVD_CASES = matrix(HVD_RANKS, HVD_DEFAULT_RUN)
 
 
 @pytest.mark.horovod
