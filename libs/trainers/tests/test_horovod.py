@@ -141,6 +141,14 @@ class TestHorovodJob:
         assert not writers & set(jobs["first"][1]["callbacks"])
         assert [r["global_step"] for r in stats_records(jobs["logdir"])] == [4, 8, 12, 16]
 
+    def test_one_collective_per_step(self, jobs):
+        """A step runs one grouped all-reduce, which carries the preemption vote with the gradients."""
+        for rep in jobs["first"].values():
+            ((kind, *inputs),) = rep["step_collectives"]
+            assert kind == "HorovodGroupedAllreduce", rep["step_collectives"]
+            assert "preemption_vote/signalled_here" in inputs, inputs
+            assert len(inputs) > 1, inputs  # the gradients with it
+
     def test_per_rank_inputs(self, jobs):
         """The same data with a graph seed: each rank shuffles it differently."""
         first = jobs["first"]

@@ -221,6 +221,21 @@ class LeaveBeforeLoop(HorovodTrainer):
             raise
 
 
+def step_collectives(train_op) -> list[list[str]]:
+    """The horovod collectives a training step runs: each one's type and input names."""
+    seen, todo, found = set(), [train_op], []
+    while todo:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type.startswith("Horovod"):
+            found.append([op.type, *sorted(t.op.name for t in op.inputs)])
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return sorted(found)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("logdir")
@@ -287,6 +302,7 @@ def main(argv: list[str]) -> int:
         "costs": watch.costs,
         "error": error_rate({k: np.asarray(v) for k, v in last.items()}, x, y),
     }
+    report["step_collectives"] = step_collectives(trainer.train_op)
     if args.sum_check:
         report["sum_check"] = sum_check(rank)
     print("RANK-REPORT " + json.dumps(report), flush=True)

@@ -324,16 +324,29 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
         hvd = self._hvd
         with tf1.device(self._device()), TowerContext("", is_training=True):
             grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)()
+        # the preemption vote rides in the gradients' all-reduce, one collective per step
+        # (`PreemptionVote`); not inside a K-step loop, whose body's values cannot be fetched
+        carry = self._elastic_state is None and self.steps_per_execution == 1
+        tensors = [g for g, _ in grads]
+        if carry:
+            with tf1.device("/cpu:0"), tf1.name_scope("preemption_vote"):
+                feed = tf1.placeholder_with_default(
+                    tf.constant(0.0, tf.float32), [], name="signalled"
+                )
+            with tf1.device(self._device()):
+                tensors.append(tf.identity(feed, name="preemption_vote/signalled_here"))
         with tf1.name_scope("horovod_allreduce"):
             reduced = hvd.grouped_allreduce(
-                [g for g, _ in grads],
+                tensors,
                 op=hvd.Average if self._average else hvd.Sum,
                 compression=self._compression,
             )
+        voted = reduced.pop() if carry else None
         opt = get_opt_fn()
-        self.train_op = opt.apply_gradients(
-            list(zip(reduced, [v for _, v in grads])), name="train_op"
-        )
+        with tf1.control_dependencies([] if voted is None else [voted]):
+            self.train_op = opt.apply_gradients(
+                list(zip(reduced, [v for _, v in grads])), name="train_op"
+            )
         self._build_broadcasts()
         if self._elastic_state is not None:
             # every commit's sync does it, and an epoch's end must not run a collective
@@ -342,7 +355,10 @@ class HorovodTrainer(ChiefOwnsLogdir, SingleCostTrainer):
                 self._elastic_state.build_sync(tf1.global_variables())
             return []
         vote = PreemptionVote(
-            lambda t: hvd.allreduce(t, op=hvd.Sum), self._rank, lambda: self._interrupt
+            lambda t: hvd.allreduce(t, op=hvd.Sum),
+            self._rank,
+            lambda: self._interrupt,
+            carried=(None if voted is None else (feed, voted, self._size if self._average else 1)),
         )
         if self.BROADCAST_EVERY_EPOCH:
             return [
