@@ -25,10 +25,22 @@ The models (`MODELS`):
 - ``padded``: ``lstm`` with ``sequence_length`` (padded batches: lengths 5 to 20);
 - ``gru``: two ``GRUCell(128)``, inputs ``[32, 20, 64]``.
 
+``--floor`` adds a reference case to each round, ``matrix products``: the model's
+matrix products alone, in a loop over time and layers as the cells' training step
+runs them (each step and layer: the forward product of ``[input, h]`` with each
+kernel, and backward the two products of its gradient, with the kernel for the
+inputs' gradient and with ``[input, h]`` for the kernel's), with one ``tanh`` a step
+to keep the values bounded and no other element-wise work. An implementation that
+computes the same model exactly does these products (the fused loop does the kernels'
+ones as one product over all steps, which runs no faster per operation on oneDNN), so
+``tf.nn.rnn_cell``'s share of that floor bounds what any such implementation can gain
+over it: at a share of 0.9 the most is 1/0.9 = 1.11x.
+
 Usage::
 
     python benchmarks/bench_rnn.py --out rnn.json
     python benchmarks/bench_rnn.py --model ptb --steps 20
+    python benchmarks/bench_rnn.py --model char-rnn --steps 8 --floor
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.nn.rnn_cell lives in tf-
 
 CASES = ("tf.nn.rnn_cell", "towerkit.layers.rnn")
 BASE, OURS = CASES
+FLOOR = "matrix products"
 GOAL = 1.0
 BATCH, TIME, DEPTH, UNITS = 32, 20, 64, 128
 
@@ -106,13 +119,56 @@ def _train_op(case: str, model: str = "lstm"):
     return tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
 
 
+def product_shapes(model: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The forward products of one step, per layer and kernel: ``([batch, in + units], kernel)``.
+
+    An LSTM layer has one kernel of 4 x units columns, a GRU layer two (its gates', 2 x
+    units, and its candidate's, units); the second layer's input is the first's output.
+
+    >>> product_shapes("gru")[:2]
+    [((32, 192), (192, 256)), ((32, 192), (192, 128))]
+    >>> len(product_shapes("lstm")), product_shapes("lstm")[1]
+    (2, ((32, 256), (256, 512)))
+    """
+    layer, units, (batch, _, depth), *_ = MODELS[model]
+    widths = [2 * units, units] if layer == "GRUCell" else [4 * units]
+    return [
+        ((batch, below + units), (below + units, w)) for below in (depth, units) for w in widths
+    ]
+
+
+def _floor_op(model: str):
+    """One training step's matrix products (forward, inputs' and kernels' gradients) over time."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    _, units, (batch, steps, _), *_ = MODELS[model]
+    rng = np.random.default_rng(0)
+    shapes = product_shapes(model)
+    kernels = [tf1.constant(rng.standard_normal(k) / np.sqrt(k[0]), tf.float32) for _, k in shapes]
+    ins = [tf1.constant(rng.standard_normal(a), tf.float32) for a, _ in shapes]
+
+    def step(t, h, total):
+        for x, kernel in zip(ins, kernels, strict=True):
+            zc = tf1.concat([x[:, : x.shape[1] - units], h], 1)
+            z = tf1.matmul(zc, kernel)  # forward
+            d_zc = tf1.matmul(z, kernel, transpose_b=True)  # the inputs' gradient
+            d_kernel = tf1.matmul(zc, z, transpose_a=True)  # the kernel's gradient
+            h = tf1.tanh(z[:, :units] + d_zc[:, :units])
+            total = total + d_kernel[0, 0]
+        return t + 1, h, total
+
+    start = (tf1.constant(0), tf1.zeros([batch, units]), tf1.constant(0.0))
+    return tf1.while_loop(lambda t, *_: t < steps, step, start)[2]
+
+
 def train_rate(case: str, steps: int, warmup: int, model: str = "lstm") -> tuple[float, float]:
     """Steps per second and per process CPU-second of a bare make_callable loop on `case`."""
     import tensorflow as tf
 
     tf1 = tf.compat.v1
     with tf.Graph().as_default():
-        train_op = _train_op(case, model)
+        train_op = _floor_op(model) if case == FLOOR else _train_op(case, model)
         with tf1.Session() as sess:
             sess.run(tf1.global_variables_initializer())
             run = sess.make_callable(train_op)
@@ -122,6 +178,16 @@ def train_rate(case: str, steps: int, warmup: int, model: str = "lstm") -> tuple
             for _ in range(steps):
                 run()
             return steps / (time.perf_counter() - start), steps / (time.process_time() - cpu)
+
+
+def floor_share(runs: dict[str, list[float]]) -> float | None:
+    """The median over rounds of the baseline's rate over the floor's in the same round.
+
+    >>> floor_share({"tf.nn.rnn_cell": [9.0, 8.0], "matrix products": [10.0, 10.0]})
+    0.85
+    """
+    pairs = [a / b for a, b in zip(runs.get(BASE) or [], runs.get(FLOOR) or []) if b]
+    return round(statistics.median(pairs), 3) if pairs else None
 
 
 def render(
@@ -140,6 +206,12 @@ def render(
         f"| case | {unit} (slowest-fastest) | towerkit.layers.rnn / case | goal |",
         "|---|---|---|---|",
     ]
+    floor = runs.get(FLOOR) or []
+    if floor:
+        share = floor_share(runs)
+        cell = f"{statistics.median(floor):.1f} ({min(floor):.1f}-{max(floor):.1f})"
+        bound = "n/a" if not share else f"{share:.2f} of it: at most {1 / share:.2f}x"
+        lines.append(f"| {FLOOR} (floor) | {cell} | {BASE} reaches {bound} | - |")
     for case in CASES:
         rounds = runs.get(case) or []
         if not rounds:
@@ -166,6 +238,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--check", action="store_true", help="exit 1 when the goal is missed")
+    parser.add_argument(
+        "--floor", action="store_true", help="time the model's matrix products alone too"
+    )
     args = parser.parse_args(argv)
     if min(args.repeats, args.steps) < 1 or args.warmup < 0:
         parser.error("--repeats and --steps must be >= 1, --warmup >= 0")
@@ -175,11 +250,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the rounds, print the table, optionally write JSON; 1 on a missed goal with --check."""
     args = parse_args(argv)
-    runs: dict[str, list[float]] = {c: [] for c in CASES}
-    cpu_runs: dict[str, list[float]] = {c: [] for c in CASES}
+    cases = (*CASES, FLOOR) if args.floor else CASES
+    runs: dict[str, list[float]] = {c: [] for c in cases}
+    cpu_runs: dict[str, list[float]] = {c: [] for c in cases}
     failed: dict[str, str] = {}
     for rep in range(args.repeats):
-        for case in round_order(rep):
+        for case in (*round_order(rep), *cases[len(CASES) :]):
             if case in failed:
                 continue
             try:
@@ -207,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ratios": {BASE: ratio},
                     "cpu_runs": cpu_runs,
                     "cpu_ratios": {BASE: paired_ratio(cpu_runs)},
+                    "floor_shares": {"steps/s": floor_share(runs), "cpu": floor_share(cpu_runs)},
                 },
                 f,
                 indent=1,

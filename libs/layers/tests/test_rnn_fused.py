@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from towerkit.layers import _rnn_loops, rnn
 from towerkit.layers._rnn_fused import fusable_layers
-from towerkit.layers._rnn_fused_cells import record_widths, write_widths
+from towerkit.layers._rnn_fused_cells import BACK_READS, record_widths, write_widths
 from towerkit.layers._rnn_fused_plan import (
     KINDS,
     dropout_seeds,
@@ -528,12 +528,14 @@ def test_dropping_keep(keep):
 
 @given(st.sampled_from(KINDS), st.integers(1, 64), st.integers(1, 64))
 def test_record_and_write_widths(kind, depth, units):
-    """A step keeps [x, h] and its gates; its gradient writes one value per gate."""
+    """A step keeps [x, h] and each of its gates apart; its gradient writes one value per gate."""
     records, writes = record_widths(kind, depth, units), write_widths(kind, units)
     assert records[0] == depth + units
     gates = 4 if kind == "lstm" else 3  # i, j, f, o; r, u and the candidate
     assert writes == [gates * units]
-    assert records[1] == (6 if kind == "lstm" else 4) * units
+    # an LSTM's 4 gates, tanh(c) and the previous c; a GRU's r, u, candidate, r * h, h
+    assert records[1:] == [units] * (6 if kind == "lstm" else 5)
+    assert max(BACK_READS[kind]) < len(records)
 
 
 @given(

@@ -40,13 +40,14 @@ def lstm_step(
     h = tc * so
     if not keep:  # forward only: nothing made for a gradient
         return h, [c, h], []
-    return h, [c, h], [zc, tf1.concat([si, tj, sf, so, tc, c_prev], 1)]
+    # each kept as it is (an array of its own holds it without a copy)
+    return h, [c, h], [zc, si, tj, sf, so, tc, c_prev]
 
 
 def lstm_back(records: Any, dh: Any, d_rest: Any, params: Any, width: int) -> Any:
-    _, gates = records  # the step's [x, h] is read by the weights' gradients only
+    # the step's [x, h] (records[0]) is read by the weights' gradients only
+    si, tj, sf, so, tc, c_prev = records[1:]
     (dc,) = d_rest
-    si, tj, sf, so, tc, c_prev = tf1.split(gates, 6, axis=1)
     c_grad = dc + dh * so * (1 - tc * tc)
     dz = tf1.concat(
         [
@@ -83,13 +84,11 @@ def gru_step(
     h = u * h_prev + (1 - u) * cand
     if not keep:
         return h, [h], []
-    return h, [h], [xh, tf1.concat([r, u, cand, rh], 1)]
+    return h, [h], [xh, r, u, cand, rh, h_prev]
 
 
 def gru_back(records: Any, dh: Any, d_rest: Any, params: Any, width: int) -> Any:
-    xh, saved = records
-    r, u, cand, _ = tf1.split(saved, 4, axis=1)
-    h_prev = xh[:, width:]
+    _, r, u, cand, _, h_prev = records  # [x, h] and r * h: the weights' gradients only
     d_cand = dh * (1 - u) * (1 - cand * cand)
     d_xrh = tf1.matmul(d_cand, params[2], transpose_b=True)
     d_rh = d_xrh[:, width:]
@@ -101,11 +100,10 @@ def gru_back(records: Any, dh: Any, d_rest: Any, params: Any, width: int) -> Any
 
 
 def gru_weight_grads(records: Any, writes: Any, width: int) -> list[Any]:
-    xh, saved = records
+    xh, rh = records[0], records[4]
     (d_all,) = writes
-    units = int(saved.shape[-1]) // 4
+    units = int(rh.shape[-1])
     d_gates, d_cand = d_all[:, : 2 * units], d_all[:, 2 * units :]
-    rh = saved[:, 3 * units :]
     d_kernel = tf1.concat(
         [
             tf1.matmul(xh[:, :width], d_cand, transpose_a=True),
@@ -122,7 +120,7 @@ def gru_weight_grads(records: Any, writes: Any, width: int) -> list[Any]:
 
 
 # which of a step's records `back` reads (the others: `weight_grads` only)
-BACK_READS = {"lstm": (1,), "gru": (0, 1)}
+BACK_READS = {"lstm": (1, 2, 3, 4, 5, 6), "gru": (1, 2, 3, 5)}
 
 # kind -> (params, step, back, weight_grads)
 KIND_STEPS: dict[str, Any] = {
@@ -136,9 +134,9 @@ def record_widths(kind: str, depth: int, units: int) -> list[int]:
 
     Examples:
         >>> record_widths("lstm", 3, 2), record_widths("gru", 3, 2)
-        ([5, 12], [5, 8])
+        ([5, 2, 2, 2, 2, 2, 2], [5, 2, 2, 2, 2, 2])
     """
-    return [depth + units, 6 * units if kind == "lstm" else 4 * units]
+    return [depth + units, *[units] * (6 if kind == "lstm" else 5)]
 
 
 def write_widths(kind: str, units: int) -> list[int]:
