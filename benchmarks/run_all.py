@@ -174,7 +174,10 @@ BENCHES: dict[str, dict[str, Any]] = {
             "title": f"Recurrent cells, {what}: towerkit.layers.rnn against tf.nn.rnn_cell",
             "script": "bench_rnn.py",
             "json_flag": "--out",
-            "args": ["--model", model, "--repeats", "5", "--steps", steps, "--warmup", warmup],
+            "args": [
+                *("--model", model, "--repeats", "5", "--steps", steps, "--warmup", warmup),
+                "--floor",
+            ],
             "quick": ["--model", model, "--repeats", "1", "--steps", "3", "--warmup", "1"],
             "baseline": "the same model with tf.compat.v1.nn.rnn_cell (tf-keras)",
         }
@@ -452,6 +455,10 @@ def headlines(area: str, data: Any) -> list[tuple[str, str, str]]:
         cpu = (data.get("cpu_ratios") or {}).get("tf.nn.rnn_cell")
         if isinstance(cpu, int | float):
             rows.append(("the same, per CPU-second", "", _ratio(cpu)))
+        share = (data.get("floor_shares") or {}).get("cpu")
+        if isinstance(share, int | float) and share > 0:
+            what = "tf.nn.rnn_cell's share of its matrix products' floor, per CPU-second"
+            rows.append((what, f"{share:.2f}", f"at most {1 / share:.2f}x"))
     elif area == "scaling" and isinstance(data, Mapping):
         for r in data.get("results", []):
             if isinstance(r, Mapping) and "case" in r:

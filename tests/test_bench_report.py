@@ -110,3 +110,28 @@ def test_quick_restore_report(tmp_path):
     assert doc["results"]["restore"]["status"] == "ok"
     cases = [r["case"] for r in doc["results"]["restore"]["data"]["results"]]
     assert cases[0] == "Saver.restore"
+
+
+@pytest.mark.slow
+def test_rnn_floor(tmp_path):
+    """bench_rnn --floor times the matrix products alone; the report gives the baseline's share."""
+    raw = tmp_path / "rnn.json"
+    script = ROOT / "benchmarks" / "bench_rnn.py"
+    args = ["--model", "gru", "--repeats", "1", "--steps", "2", "--warmup", "1", "--floor"]
+    done = subprocess.run(
+        [sys.executable, str(script), *args, "--out", str(raw)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| matrix products (floor) | " in done.stdout
+    assert "tf.nn.rnn_cell reaches " in done.stdout
+    data = json.loads(raw.read_text())
+    assert len(data["runs"]["matrix products"]) == 1
+    shares = data["floor_shares"]
+    assert shares["steps/s"] > 0 and shares["cpu"] > 0
+    rows = load_run_all().headlines("rnn-gru", data)
+    (row,) = [r for r in rows if "floor" in r[0]]
+    assert row[1] == f"{shares['cpu']:.2f}" and row[2] == f"at most {1 / shares['cpu']:.2f}x"
