@@ -149,6 +149,27 @@ def test_matches_the_cells_loop(monkeypatch, stack, time_major, initial):
     assert_same(fused, cells)
 
 
+@pytest.mark.parametrize(
+    ("stack", "widths"),
+    [("lstm", [20]), ("gru", [10, 5]), ("dropout", []), ("variational", [])],
+)
+def test_bottom_layer_inputs_multiplied_outside_the_loops(graph, stack, widths):
+    """The bottom layer's products with the inputs, forward and backward, are made for all
+    steps at once outside the loops; not where its inputs are dropped (masks drawn in the loop).
+    """
+    leaves, grads = build(STACKS[stack], tf1.constant(X), False, False)
+    steps_by_batch = X.shape[0] * X.shape[1]
+    outside = [
+        op.outputs[0].shape.as_list()
+        for op in graph.get_operations()
+        if op.type == "MatMul" and "fused_rnn" in op.name and not op._control_flow_context
+    ]
+    forward = [w for rows, w in outside if rows == steps_by_batch and w in widths]
+    backward = [w for rows, w in outside if rows == steps_by_batch and w == X.shape[2]]
+    assert sorted(forward) == sorted(widths), outside
+    assert len(backward) == len(widths), outside
+
+
 def test_unknown_batch_and_time(monkeypatch):
     """A batch and a length known at run time only: the same as the cells' loop."""
 

@@ -124,6 +124,20 @@ class _Stack:
         self.fixed: list[Any] = [variational_masks(layer) for layer in plan]
         # the layers with per-step dropout, each with its slot in the arrays of masks
         self.dropping = [k for k, layer in enumerate(plan) if layer.drops and self.fixed[k] is None]
+        # the bottom layer's products with the inputs are made before the loop, for all
+        # steps at once (and their gradient after it), unless its inputs are dropped
+        self.projected = plan[0].input_keep is None
+        self.x_kernels: list[Any] = []
+        self.step_weights = list(weights)
+        if self.projected:
+            split = KIND_STEPS[plan[0].kind][4]
+            self.x_kernels, self.step_weights[0] = split(weights[0], self.depths[0])
+
+    def widths(self, k: int) -> list[int]:
+        """The widths of layer `k`'s records."""
+        layer = self.plan[k]
+        projected = k == 0 and self.projected
+        return record_widths(layer.kind, self.depths[k], layer.units, projected)
 
     def array(self, width: int, kept: bool = False, size: Any = None) -> Any:
         # `kept`: the forward arrays that the gradient reads. TensorFlow runs the
@@ -156,10 +170,21 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
     Returns ``(outputs, final states, records, masks)``; without `keep`, records and
     masks are empty (nothing is kept for a gradient).
     """
-    xs = tf1.TensorArray(s.dtype, size=s.steps, element_shape=x.shape[1:]).unstack(x)
+    xs = projections = None
+    if s.projected:
+        flat = tf1.reshape(x, [-1, s.depths[0]])
+        shape = tf1.shape(x)
+        projections = [
+            tf1.TensorArray(
+                s.dtype, size=s.steps, element_shape=[s.batch, int(k.shape[-1])]
+            ).unstack(tf1.reshape(tf1.matmul(flat, k), tf1.concat([shape[:2], [-1]], 0)))
+            for k in s.x_kernels
+        ]
+    else:
+        xs = tf1.TensorArray(s.dtype, size=s.steps, element_shape=x.shape[1:]).unstack(x)
 
     def step(t: Any, out: Any, records: Any, masks: Any, states: Any) -> Any:
-        below = xs.read(t)
+        below = None if xs is None else xs.read(t)
         done = s.done(t)
         records, masks, new_states = list(records), list(masks), []
         for k, layer in enumerate(s.plan):
@@ -172,8 +197,11 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
                 # parallel_iterations=1 (with more, its iterations may draw out of order)
                 with tf1.control_dependencies(states[k]):
                     below = below * _factor(fixed, drawn, 0, below, layer.input_keep, seeds)
-            params, step_fn = s.weights[k], KIND_STEPS[layer.kind][1]
-            h, new, kept = step_fn(below, states[k], params, layer.forget_bias, keep)
+            params, step_fn = s.step_weights[k], KIND_STEPS[layer.kind][1]
+            projected = None
+            if k == 0 and projections is not None:
+                projected = [a.read(t) for a in projections]
+            h, new, kept = step_fn(below, states[k], params, layer.forget_bias, keep, projected)
             if layer.state_keep is not None:
                 leaf = dropped_leaf(layer.kind)
                 new[leaf] = new[leaf] * _factor(fixed, drawn, 1, h, layer.state_keep, seeds)
@@ -192,10 +220,7 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
             below = tf1.where(done, tf1.zeros_like(below), below)
         return t + 1, out.write(t, below), records, masks, new_states
 
-    records = [
-        [s.array(w, kept=True) for w in record_widths(layer.kind, s.depths[k], layer.units)]
-        for k, layer in enumerate(s.plan)
-    ]
+    records = [[s.array(w, kept=True) for w in s.widths(k)] for k in range(s.n)]
     masks = [s.array(sum(s.mask_widths(k)), kept=True) for k in s.dropping]
     if not keep:
         records, masks = [[] for _ in s.plan], []
@@ -206,7 +231,7 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
     return out.stack(), finals, records, masks
 
 
-def _backward(s: _Stack, d_out: Any, d_final: Any, records: Any, masks: Any) -> Any:
+def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: Any) -> Any:
     """The backward loop: the gradients of the inputs, weights and initial states."""
     d_outs = s.array(s.units[-1]).unstack(d_out)
 
@@ -243,12 +268,18 @@ def _backward(s: _Stack, d_out: Any, d_final: Any, records: Any, masks: Any) -> 
                 a.read(t) if i in BACK_READS[layer.kind] else None for i, a in enumerate(records[k])
             ]
             back_fn = KIND_STEPS[layer.kind][2]
-            d_x, d_prev, step_writes = back_fn(kept, dh, rest, s.weights[k], s.depths[k])
+            projected = k == 0 and s.projected
+            d_x, d_prev, step_writes = back_fn(
+                kept, dh, rest, s.step_weights[k], s.depths[k], projected
+            )
             writes[k] = [a.write(t, w) for a, w in zip(writes[k], step_writes, strict=True)]
             if carry is not None:
                 d_prev = [d + c for d, c in zip(d_prev, carry, strict=True)]
             prev[k] = d_prev
-            above = d_x if in_mask is None else d_x * in_mask
+            if d_x is not None:
+                above = d_x if in_mask is None else d_x * in_mask
+        if s.projected:  # the inputs' gradient: after the loop, for all steps at once
+            return t, writes, dxs, prev
         return t, writes, dxs.write(t, above), prev
 
     start = (
@@ -260,18 +291,19 @@ def _backward(s: _Stack, d_out: Any, d_final: Any, records: Any, masks: Any) -> 
     _, writes, dxs, d_initial = tf1.while_loop(
         lambda t, *_: t > 0, back, start, maximum_iterations=s.steps, **s.loop
     )
-    d_weights = []
+    d_weights, d_x = [], None
     for k, layer in enumerate(s.plan):
-        stacked = [
-            tf1.reshape(a.stack(), [-1, w])
-            for a, w in zip(records[k], record_widths(layer.kind, s.depths[k], layer.units))
-        ]
+        stacked = [tf1.reshape(a.stack(), [-1, w]) for a, w in zip(records[k], s.widths(k))]
         done = [
             tf1.reshape(a.stack(), [-1, w])
             for a, w in zip(writes[k], write_widths(layer.kind, layer.units))
         ]
-        d_weights.append(KIND_STEPS[layer.kind][3](stacked, done, s.depths[k]))
-    return dxs.stack(), d_weights, d_initial
+        inputs = None
+        if k == 0 and s.projected:
+            inputs = tf1.reshape(x, [-1, s.depths[0]])
+            d_x = KIND_STEPS[layer.kind][5](done, s.x_kernels)
+        d_weights.append(KIND_STEPS[layer.kind][3](stacked, done, s.depths[k], inputs))
+    return dxs.stack() if d_x is None else d_x, d_weights, d_initial
 
 
 def fused_stack(
@@ -346,7 +378,7 @@ def fused_stack(
                 d_out = _zeros_if_none(d_out, outputs)
                 d_flat = [_zeros_if_none(g, f) for g, f in zip(d_finals, flat_finals, strict=True)]
                 d_x, d_weights, d_initial = _backward(
-                    s, d_out, split(d_flat, counts), records, masks
+                    s, x, d_out, split(d_flat, counts), records, masks
                 )
                 # a reshape: its gradient, made here, names the accumulator of `dxs` as above
                 d_x = tf1.reshape(d_x, tf1.shape(x))
