@@ -157,7 +157,7 @@ def test_bottom_layer_inputs_multiplied_outside_the_loops(graph, stack, widths):
     """The bottom layer's products with the inputs, forward and backward, are made for all
     steps at once outside the loops; not where its inputs are dropped (masks drawn in the loop).
     """
-    leaves, grads = build(STACKS[stack], tf1.constant(X), False, False)
+    build(STACKS[stack], tf1.constant(X), False, False)
     steps_by_batch = X.shape[0] * X.shape[1]
     outside = [
         op.outputs[0].shape.as_list()
