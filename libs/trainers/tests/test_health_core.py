@@ -46,8 +46,8 @@ def within_bounds(health: TaskHealth, now: float, dead_after: float, start_withi
     """The bound of each state, written out (independently of `lost_reason`)."""
     if health.alive_at is not None:
         alive = health.alive_at
-        if not health.answered:  # known alive by word only: accepting counts
-            alive = max(alive, health.accepted_at or alive)
+        if not health.answered and now - health.since <= start_within:
+            alive = max(alive, health.accepted_at or alive)  # alive by word: accepting counts
         return now - alive <= dead_after
     if health.accepted_at is not None:
         return now - health.accepted_at <= dead_after and now - health.since <= start_within
@@ -192,13 +192,56 @@ class TestAdvanceHealth:
     def test_known_alive_by_word_and_accepting(self, history, dead_after):
         """A task known alive by word whose probes were never answered in time (a live
         server on a loaded machine) lives while it accepts: lost only dead_after past the
-        last connection it accepted."""
+        last connection it accepted, while start_within has not passed."""
         accepted = 0.0
         for now, kind, health in run(history, dead_after, 1e9, alive=True):
             accepted = now if kind is Reach.ACCEPTS else accepted
             assert (health.status is Health.LOST) == (now - accepted > dead_after)
             if health.status is Health.LOST:
                 break
+
+    @given(
+        st.sampled_from([True, False]),
+        st.lists(st.tuples(gaps, st.sampled_from([Reach.ACCEPTS, None, HEARD])), max_size=40),
+        bounds,
+        bounds,
+    )
+    def test_accepting_forever_without_an_answer(self, alive, history, dead_after, start_within):
+        """A task stopped before any probe of it was answered (its kernel accepts every
+        connection, nothing answers) is lost within max(start_within, its last word +
+        dead_after) of the watch's start, plus one tick: accepting alone never keeps it
+        alive past start_within. A word (a check-in) keeps it alive dead_after more."""
+        heard = 0.0 if alive else None
+        history = [(g, k) for g, k in history if not (k == HEARD and not alive)]
+        now, health = 0.0, start_health(0.0, alive=alive)
+        for now, kind, health in run(history, dead_after, start_within, alive=alive):
+            heard = now if kind == HEARD else heard
+            if health.status is Health.LOST:
+                assert now > start_within or now - (heard or 0.0) > dead_after
+                break
+            if heard is not None:
+                assert now <= max(start_within, heard + dead_after)
+            else:
+                assert now <= start_within
+        # ticks with accepts only go on: the task is lost once both bounds are past
+        end = max(start_within, (heard or 0.0) + dead_after) + 1.0
+        health = fold(health, Reach.ACCEPTS, max(end, now), dead_after, start_within)
+        assert health.status is Health.LOST, health
+        if heard is not None:
+            assert health.reason.startswith("unreachable for"), health.reason
+
+    def test_accepting_after_start_within(self):
+        """The reason says it accepts but never answered; a word still keeps it alive."""
+        health = start_health(0.0, alive=True)
+        health = fold(health, Reach.ACCEPTS, 10.0, 5.0, 20.0)
+        health = fold(health, HEARD, 18.0, 5.0, 20.0)
+        health = fold(health, Reach.ACCEPTS, 22.0, 5.0, 20.0)
+        assert health.status is Health.ACCEPTING  # heard 4 s ago
+        health = fold(health, Reach.ACCEPTS, 24.0, 5.0, 20.0)
+        assert health.status is Health.LOST
+        assert health.reason == (
+            "unreachable for 6 s (it accepts connections but never answered a probe within 20 s)"
+        )
 
 
 VOUCHED = "vouched"

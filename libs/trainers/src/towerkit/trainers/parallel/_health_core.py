@@ -117,8 +117,11 @@ def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within:
 
     Known alive once: lost more than `dead_after` seconds after it was last known alive
     (once a probe was answered, accepting a connection is not being alive: a stopped
-    process's kernel accepts; a task whose probes were never answered in time, known
-    alive by word, is alive while it accepts).
+    process's kernel accepts). A task known alive by word whose probes were never
+    answered in time (a live server on a loaded machine answers late) is alive while it
+    accepts, until `start_within` seconds have passed since the watch began: a task
+    stopped before any probe of it was answered accepts forever, so from then on
+    accepting no longer counts.
     Never known alive but seen accepting (a live server that answers late on a loaded
     machine): lost once it has accepted nothing for more than `dead_after` seconds, or
     once `start_within` seconds have passed since the watch began (a stopped process
@@ -134,11 +137,18 @@ def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within:
         return health.reason
     if health.alive_at is not None:
         # a task whose probes were never answered in time (a loaded machine) but that is
-        # known alive otherwise lives on while it accepts connections
-        alive = health.alive_at
-        if not health.answered and health.accepted_at is not None:
-            alive = max(alive, health.accepted_at)
+        # known alive otherwise lives on while it accepts connections, for start_within
+        alive, accepted = health.alive_at, health.accepted_at
+        lenient = not health.answered and accepted is not None
+        past_start = now - health.since > start_within
+        if accepted is not None and lenient and not past_start:
+            alive = max(alive, accepted)
         if now - alive > dead_after:
+            if lenient and past_start and health.status is Health.ACCEPTING:
+                return (
+                    f"unreachable for {now - alive:.0f} s (it accepts connections but "
+                    f"never answered a probe within {start_within:g} s)"
+                )
             last = _LAST_FOUND.get(health.status, "")
             return f"unreachable for {now - alive:.0f} s{last}"
     elif health.vouched_at is not None:
