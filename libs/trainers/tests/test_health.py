@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import select
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ from towerkit.trainers.parallel._cluster import _done_queue, hello_value
 from towerkit.trainers.parallel._health import (
     ClusterWatch,
     LivenessState,
+    Prober,
     dead_tasks,
     is_up,
     known_alive,
@@ -225,6 +227,10 @@ def tf_server():
         proc.wait()
 
 
+def _readable(sock: socket.socket) -> bool:
+    return bool(select.select([sock], [], [], 0)[0])
+
+
 def all_stopped(pid: int) -> bool:
     """Whether every thread of process `pid` is stopped (state ``T`` in ``/proc``)."""
     states = []
@@ -303,6 +309,77 @@ class TestWatch:
             assert watch.check_now() == watch.lost[0]
         finally:
             watch.stop()
+
+    def test_prober_reads_a_late_answer(self, tf_server):
+        """A connection the server accepted but did not answer in time is kept: once the
+        server runs again, its answer on that connection is read (a loaded server that
+        answers late is not taken for a stopped one)."""
+        proc, address = tf_server
+        task = TaskAddress(job="ps", index=0, address=address)
+        prober = Prober()
+        try:
+            assert prober.reach(task, 1.0) is Reach.ANSWERS
+            assert prober.waiting() == ()
+            with frozen(proc):
+                assert prober.reach(task, 0.3) is Reach.ACCEPTS
+                assert prober.waiting() == (task,)
+                assert prober.reach(task, 0.3) is Reach.ACCEPTS  # the first one still waits
+                assert prober.waiting() == (task,)
+            kept = prober._open[task][0]
+            assert wait_for(lambda: _readable(kept), 10.0)  # the kept connection's answer
+            assert prober.reach(task, 0.3) is Reach.ANSWERS
+            assert prober.waiting() == ()
+            assert kept.fileno() == -1  # read, then closed
+        finally:
+            prober.close()
+
+    def test_prober_keeps_one_connection(self):
+        """A port that accepts and never answers: one connection is kept, the others closed."""
+        server = listening()
+        task = TaskAddress(job="ps", index=0, address=f"127.0.0.1:{server.getsockname()[1]}")
+        prober = Prober()
+        try:
+            for _ in range(3):
+                assert prober.reach(task, 0.1) is Reach.ACCEPTS
+            accepted = [server.accept()[0] for _ in range(3)]
+            for conn in accepted:
+                conn.settimeout(2.0)
+                assert conn.recv(24) == b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+            closed = []
+            for conn in accepted:
+                conn.recv(9)  # the preface's SETTINGS frame
+                conn.settimeout(0.5)
+                try:
+                    closed.append(conn.recv(1) == b"")
+                except TimeoutError:
+                    closed.append(False)
+            assert closed == [False, True, True]
+            prober.keep_only([])
+            assert prober.waiting() == ()
+            assert accepted[0].recv(1) == b""
+        finally:
+            prober.close()
+            server.close()
+
+    def test_stopped_before_any_answer(self, tf_server):
+        """A task known alive by word, stopped before any probe of it was answered (its
+        kernel accepts every connection, nothing answers), is lost once its first waiting
+        connection is dead_after old, not once start_within has passed."""
+        proc, address = tf_server
+        task = TaskAddress(job="worker", index=1, address=address)
+        timeouts = ClusterTimeouts(check_every=0.2, dead_after=1.0, start_within=600)
+        with frozen(proc):
+            began = time.monotonic()
+            watch = ClusterWatch([task], timeouts, alive=True).start()
+            try:
+                assert wait_for(lambda: watch.lost, 20.0)
+                assert time.monotonic() - began < 10.0
+            finally:
+                watch.stop()
+        [(lost, why)] = watch.lost
+        assert lost == task
+        assert why.startswith("accepted a connection "), why
+        assert "never answered it" in why, why
 
     def test_check_now(self, tf_server):
         """check_now names a watched task that does not answer, and nothing while all do."""

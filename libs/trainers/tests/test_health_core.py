@@ -44,6 +44,10 @@ def run(history, dead_after, start_within, *, alive=False):
 
 def within_bounds(health: TaskHealth, now: float, dead_after: float, start_within: float) -> bool:
     """The bound of each state, written out (independently of `lost_reason`)."""
+    if health.waiting_since is not None:  # a connection waits unanswered: a word counts
+        words = (health.alive_at or 0.0, health.vouched_at or 0.0)
+        if now - max(health.waiting_since, *words) > dead_after:
+            return False
     if health.alive_at is not None:
         alive = health.alive_at
         if not health.answered and now - health.since <= start_within:
@@ -61,7 +65,7 @@ class TestTaskHealth:
         """The repr shows the state and its times."""
         assert repr(start_health(1.0, alive=True)) == (
             "TaskHealth(status=<Health.ANSWERING: 'answering'>, since=1.0, alive_at=1.0, "
-            "answered=False, accepted_at=1.0, reason='', vouched_at=None)"
+            "answered=False, accepted_at=1.0, reason='', vouched_at=None, waiting_since=None)"
         )
 
     def test_fail(self):
@@ -98,7 +102,12 @@ class TestAdvanceHealth:
                     assert not within_bounds(unlost, now, dead_after, start_within)
                     assert lost_reason(unlost, now, dead_after, start_within)
                     assert health.reason.startswith(
-                        ("unreachable for", "accepts no connection", "accepts connections but")
+                        (
+                            "unreachable for",
+                            "accepts no connection",
+                            "accepts connections but",
+                            "accepted a connection",
+                        )
                         if unlost.accepted_at is not None
                         else ("never came up within",)
                     )
@@ -190,15 +199,47 @@ class TestAdvanceHealth:
 
     @given(st.lists(st.tuples(gaps, st.sampled_from([Reach.ACCEPTS, None]))), bounds)
     def test_known_alive_by_word_and_accepting(self, history, dead_after):
-        """A task known alive by word whose probes were never answered in time (a live
-        server on a loaded machine) lives while it accepts: lost only dead_after past the
-        last connection it accepted, while start_within has not passed."""
-        accepted = 0.0
+        """A task known alive by word whose probes are accepted but not answered (a
+        stopped process's kernel accepts) is lost once dead_after has passed since the
+        first connection that waits unanswered, or since its word."""
+        first = None
         for now, kind, health in run(history, dead_after, 1e9, alive=True):
-            accepted = now if kind is Reach.ACCEPTS else accepted
-            assert (health.status is Health.LOST) == (now - accepted > dead_after)
+            first = now if kind is Reach.ACCEPTS and first is None else first
+            assert health.waiting_since == first
+            assert (health.status is Health.LOST) == (now - (first or 0.0) > dead_after)
             if health.status is Health.LOST:
                 break
+
+    @given(events, bounds, bounds, st.booleans())
+    def test_a_connection_waits_until_an_answer(self, history, dead_after, start_within, alive):
+        """The waiting connection is the first accepted since the last answer; a word
+        does not end its wait (only an answer does) but keeps the task alive dead_after
+        more."""
+        waiting = None
+        for now, kind, health in run(history, dead_after, start_within, alive=alive):
+            if health.status is Health.LOST:
+                break
+            if kind is Reach.ANSWERS:
+                waiting = None
+            elif kind is Reach.ACCEPTS and waiting is None:
+                waiting = now
+            assert health.waiting_since == waiting
+            if waiting is not None:
+                assert now - max(waiting, health.alive_at or waiting) <= dead_after
+
+    @given(gaps, st.floats(0.1, 5.0), bounds)
+    def test_a_late_answer_keeps_it_alive(self, first, period, dead_after):
+        """A live server on a loaded machine answers each probe's connection late (after
+        the probe gave up, at the next one): it is never lost, however long it runs."""
+        health = fold(start_health(0.0, alive=True), HEARD, first, dead_after, 1e9)
+        now = first
+        for _ in range(50):
+            now += min(period, dead_after / 2)
+            health = fold(health, Reach.ACCEPTS, now, dead_after, 1e9)  # not answered in time
+            now += min(period, dead_after / 2)
+            health = fold(health, Reach.ANSWERS, now, dead_after, 1e9)  # the kept one answers
+            assert health.status is Health.ANSWERING
+            assert health.waiting_since is None
 
     @given(
         st.sampled_from([True, False]),
@@ -228,7 +269,7 @@ class TestAdvanceHealth:
         health = fold(health, Reach.ACCEPTS, max(end, now), dead_after, start_within)
         assert health.status is Health.LOST, health
         if heard is not None:
-            assert health.reason.startswith("unreachable for"), health.reason
+            assert health.reason.startswith(("unreachable for", "accepted a connection"))
 
     def test_accepting_after_start_within(self):
         """The reason says it accepts but never answered; a word still keeps it alive."""
@@ -267,12 +308,13 @@ class TestVouched:
     @given(starting, bounds, bounds)
     def test_never_lost_early_while_starting(self, history, dead_after, start_within):
         """With no word that the job went past its start, a task that never answered is
-        not lost before start_within, unless it accepted and then went quiet."""
+        not lost before start_within, unless it accepted a connection more than
+        dead_after ago (that connection still waits for its answer)."""
         health, now, accepted = start_health(0.0), 0.0, None
         for gap, kind in history:
             now += gap
             health = fold(health, kind, now, dead_after, start_within)
-            accepted = now if kind is Reach.ACCEPTS else accepted
+            accepted = now if kind is Reach.ACCEPTS and accepted is None else accepted
             if health.status is Health.LOST:
                 assert now > start_within or (accepted is not None and now - accepted > dead_after)
                 break
@@ -298,7 +340,8 @@ class TestVouched:
     ):
         """Once vouched for, a task never known alive is lost exactly when it has
         accepted nothing for more than dead_after since the first word (or start_within
-        passed), never before; later words do not move the bound."""
+        passed, or a connection it accepted waited unanswered for dead_after since the
+        word), never before; later words do not move the bound."""
         health, now = start_health(0.0), 0.0
         for gap, kind in before:
             now += gap
@@ -315,9 +358,11 @@ class TestVouched:
             now += gap
             health = fold_vouched(health, kind, now, dead_after, start_within)
             quiet = now if kind is Reach.ACCEPTS else quiet
+            waited = health.waiting_since  # the first accepted connection, never answered
             past = now - quiet > dead_after or (
-                health.accepted_at is not None and now - health.since > start_within
+                waited is not None and now - max(waited, vouched_at) > dead_after
             )
+            past = past or (health.accepted_at is not None and now - health.since > start_within)
             past = past or (now - health.since > start_within and health.accepted_at is None)
             assert (health.status is Health.LOST) == past
             if health.status is not Health.LOST:
@@ -327,6 +372,8 @@ class TestVouched:
             assert "after the job went past its start" in health.reason or "within" in (
                 health.reason
             )
+        if health.status is Health.LOST and health.reason.startswith("accepted a connection"):
+            assert now - max(health.waiting_since, vouched_at) > dead_after
 
     @given(gaps, gaps, bounds)
     def test_answering_task_is_bound_as_before(self, answered_at, later, dead_after):

@@ -20,13 +20,13 @@ from towerkit.trainers.parallel._health import (
     ClusterTimeouts,
     ClusterWatch,
     LivenessState,
+    Prober,
     TaskAddress,
     TaskLostError,
     answer_within,
     close_within,
     dead_tasks,
     observe,
-    reach,
     task_addresses,
 )
 from towerkit.trainers.parallel._placed import placed_server
@@ -358,11 +358,11 @@ class _DistributedSessionCreator:
         self._chief = chief
         self._timeouts = ClusterTimeouts() if timeouts is None else timeouts
 
-    def _check_chief(self, state: LivenessState) -> LivenessState:
+    def _check_chief(self, state: LivenessState, prober: Prober) -> LivenessState:
         """One health check of the chief while waiting; raise when it is dead."""
         if self._chief is None:
             return state
-        found = reach(self._chief.address, answer_within(self._timeouts))
+        found = prober.reach(self._chief, answer_within(self._timeouts))
         state = observe(state, self._chief, found, time.monotonic(), self._timeouts)
         for task, why in dead_tasks(state, [self._chief], time.monotonic(), self._timeouts):
             msg = f"the chief, {task}, died before initializing the variables: {why}"
@@ -396,14 +396,23 @@ class _DistributedSessionCreator:
         return sess
 
     def _wait_for_chief(self, sess: Any) -> None:
+        state = LivenessState(since=time.monotonic())
+        prober = Prober()
+        try:
+            self._wait_until_initialized(sess, state, prober)
+        finally:
+            prober.close()
+        if self._local_init:
+            sess.run(self._local_init)
+
+    def _wait_until_initialized(self, sess: Any, state: LivenessState, prober: Prober) -> None:
         deadline = time.monotonic() + self._timeout
         waited = False
-        state = LivenessState(since=time.monotonic())
         while True:
             pending = sess.run(self._ready_op)
             if len(pending) == 0 and self._chief_finished(sess):
                 break
-            state = self._check_chief(state)
+            state = self._check_chief(state, prober)
             if time.monotonic() > deadline:
                 names = [p.decode() if isinstance(p, bytes) else str(p) for p in pending[:10]]
                 msg = f"the chief did not initialize the variables within {self._timeout:g} s; " + (
@@ -416,8 +425,6 @@ class _DistributedSessionCreator:
                 logger.info("waiting for the chief to initialize %d variables", len(pending))
                 waited = True
             time.sleep(0.5)
-        if self._local_init:
-            sess.run(self._local_init)
 
 
 def lost_error(

@@ -27,6 +27,7 @@ from towerkit.trainers.parallel._health_core import (
 __all__ = [
     "ClusterTimeouts",
     "LivenessState",
+    "Prober",
     "TaskAddress",
     "TaskLostError",
     "dead_tasks",
@@ -267,34 +268,115 @@ def is_up(address: str, timeout: float) -> bool:
     return probe(address, timeout)[0]
 
 
-def reach(address: str, timeout: float) -> Reach:
-    """What a probe of the server at ``host:port`` finds within `timeout` seconds (`probe`)."""
-    answers, accepts = probe(address, timeout)
-    return Reach.ANSWERS if answers else Reach.ACCEPTS if accepts else Reach.NOTHING
-
-
 def probe(address: str, timeout: float) -> tuple[bool, bool]:
     """``(answers, accepts)``: `is_up`, and whether the connection was accepted at all."""
+    sock = _connect(address, timeout)
+    if sock is None:
+        return False, False
+    with sock:
+        return _answer(sock, b"", time.monotonic() + timeout)[0] is True, True
+
+
+def _connect(address: str, timeout: float) -> socket.socket | None:
+    """A connection to ``host:port`` that has sent the HTTP/2 preface; None: none in `timeout`."""
     host, _, port = address.rpartition(":")
-    end = time.monotonic() + timeout
-    accepted = False
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
-            accepted = True
-            sock.sendall(_HTTP2_PREFACE)
-            head = b""
-            while len(head) < 9:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False, True
-                sock.settimeout(left)
-                chunk = sock.recv(9 - len(head))
-                if not chunk:
-                    return False, True
-                head += chunk
-            return head[3] == _SETTINGS, True
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except (OSError, ValueError):
-        return False, accepted
+        return None
+    try:
+        sock.sendall(_HTTP2_PREFACE)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _answer(sock: socket.socket, head: bytes, end: float) -> tuple[bool | None, bytes]:
+    """Whether the server on `sock` answered by `end` (monotonic s): the first frame's header.
+
+    Returns ``(answered, head)``: True, it sent a SETTINGS frame; False, it will not answer
+    (closed, reset, or a first frame of another kind); None, nothing yet (the connection
+    still waits). `head` is the header's bytes read so far (a read resumes after them);
+    an `end` already past looks only at what has arrived.
+    """
+    try:
+        while len(head) < 9:
+            sock.settimeout(max(end - time.monotonic(), 0.0))
+            try:
+                chunk = sock.recv(9 - len(head))
+            except (TimeoutError, BlockingIOError):
+                return None, head
+            if not chunk:
+                return False, head
+            head += chunk
+    except OSError:
+        return False, head
+    return head[3] == _SETTINGS, head
+
+
+class Prober:
+    """Probes of tasks that keep each task's one connection accepted and not answered yet.
+
+    A live server on a loaded machine may answer after a probe gave up; the next check
+    reads that answer from the connection kept here, so the task is not taken for a
+    stopped one (whose connection is never answered). Used from the watch's thread only.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[TaskAddress, tuple[socket.socket, bytes]] = {}
+
+    def reach(self, task: TaskAddress, timeout: float) -> Reach:
+        """Probe `task`: its waiting connection's answer, else a new connection's (`Reach`)."""
+        kept = self._open.pop(task, None)
+        if kept is not None:
+            answered, head = _answer(kept[0], kept[1], 0.0)
+            if answered is True:
+                kept[0].close()
+                return Reach.ANSWERS
+            if answered is False:  # closed without an answer: a new probe decides
+                kept[0].close()
+                kept = None
+            else:
+                kept = (kept[0], head)
+        sock = _connect(task.address, timeout)
+        if sock is None:
+            if kept is not None:
+                self._open[task] = kept
+            return Reach.NOTHING
+        answered, head = _answer(sock, b"", time.monotonic() + timeout)
+        if answered is True:
+            sock.close()
+            if kept is not None:
+                kept[0].close()
+            return Reach.ANSWERS
+        if answered is None and kept is None:
+            self._open[task] = (sock, head)
+        else:
+            sock.close()
+            if kept is not None:
+                self._open[task] = kept
+        return Reach.ACCEPTS
+
+    def waiting(self) -> tuple[TaskAddress, ...]:
+        """The tasks one of whose connections waits for its answer."""
+        return tuple(self._open)
+
+    def keep_only(self, tasks: Iterable[TaskAddress]) -> None:
+        """Close the waiting connections of tasks not in `tasks` (no longer watched)."""
+        for task in set(self._open) - set(tasks):
+            self.drop(task)
+
+    def drop(self, task: TaskAddress) -> None:
+        """Close `task`'s waiting connection, if any."""
+        kept = self._open.pop(task, None)
+        if kept is not None:
+            kept[0].close()
+
+    def close(self) -> None:
+        """Close every waiting connection."""
+        for task in list(self._open):
+            self.drop(task)
 
 
 class ClusterWatch:
@@ -412,18 +494,27 @@ class ClusterWatch:
         return (self if tasks is None else ClusterWatch(tasks, self._timeouts)).check_now()
 
     def _run(self) -> None:
+        waiting = Prober()
+        try:
+            self._check_until_stopped(waiting)
+        finally:
+            waiting.close()
+
+    def _check_until_stopped(self, waiting: Prober) -> None:
         timeouts = self._timeouts
         while not self._stop.is_set():
             began = time.monotonic()
             tasks = list(self._tasks)
             for task in tasks:
-                self._fold(task, reach(task.address, answer_within(timeouts)))
+                self._fold(task, waiting.reach(task, answer_within(timeouts)))
+            waiting.keep_only(self._tasks)  # a task forgotten meanwhile
             with self._lock:
                 dead = dead_tasks(self._state, tasks, time.monotonic(), timeouts)
             for task, why in dead:
                 if self._stop.is_set():
                     return
                 self.forget(task.job, task.index)
+                waiting.drop(task)
                 if self._still_needed is not None and not self._still_needed(task):
                     continue
                 self.lost.append((task, why))

@@ -8,7 +8,9 @@ parameter server serves). `advance_health` folds one such event into a
 task's `TaskHealth`; the states and their edges are drawn in the trainers' README
 ("A task's health, as the watch sees it"): answers (or word) lead to ANSWERING,
 accepts only to ACCEPTING, nothing to SILENT once seen (NEVER_SEEN before), and any
-state past its bound (`lost_reason`) to LOST.
+state past its bound (`lost_reason`) to LOST. A connection accepted and not answered
+waits (the watch keeps it open) until the task answers: one that waits for longer than
+the task may go unheard is a stopped or hung process.
 
 LOST is final: a port that answers again after its task was lost (the task restarted,
 or another server took the port) does not bring the task back.
@@ -68,10 +70,14 @@ class TaskHealth:
         reason: why it is lost (empty unless LOST).
         vouched_at: the first time the watch had word that the task was up (the job
             went past its start) though it had not reached it; None: never.
+        waiting_since: since when a connection it accepted has waited for its answer:
+            the first probe accepted but not answered since the last answer; None: no
+            probe waits. The watch keeps that connection open, so a server that answers
+            late is still heard; a stopped one never answers it.
 
     Examples:
         >>> start_health(0.0)
-        TaskHealth(status=<Health.NEVER_SEEN: 'never seen'>, since=0.0, alive_at=None, answered=False, accepted_at=None, reason='', vouched_at=None)
+        TaskHealth(status=<Health.NEVER_SEEN: 'never seen'>, since=0.0, alive_at=None, answered=False, accepted_at=None, reason='', vouched_at=None, waiting_since=None)
     """
 
     status: Health = attrs.field(validator=attrs.validators.instance_of(Health))
@@ -81,6 +87,7 @@ class TaskHealth:
     accepted_at: float | None = attrs.field(default=None, converter=_optional_time)
     reason: str = ""
     vouched_at: float | None = attrs.field(default=None, converter=_optional_time)
+    waiting_since: float | None = attrs.field(default=None, converter=_optional_time)
 
 
 def start_health(now: float, *, alive: bool = False) -> TaskHealth:
@@ -128,6 +135,10 @@ def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within:
     accepts forever). Never seen: lost once `start_within` seconds have passed since
     the watch began, or, once there was word that it was up (`vouched_at`), once it
     has accepted nothing for more than `dead_after` seconds since that word.
+    In every state, a connection it accepted that has waited unanswered
+    (`TaskHealth.waiting_since`) for more than `dead_after` seconds, with no word of
+    the task since it was opened, makes it lost: a stopped process's kernel accepts,
+    but nothing answers.
 
     >>> h = start_health(0.0, alive=True)
     >>> lost_reason(h, 4.0, 5.0, 600.0), lost_reason(h, 6.0, 5.0, 600.0)
@@ -135,6 +146,25 @@ def lost_reason(health: TaskHealth, now: float, dead_after: float, start_within:
     """
     if health.status is Health.LOST:
         return health.reason
+    why = _past_state_bound(health, now, dead_after, start_within)
+    if why or health.waiting_since is None:
+        return why
+    # a connection accepted and never answered, and no word since it was opened: a
+    # stopped or hung process (a live one answers, late on a loaded machine)
+    words = (health.alive_at, health.vouched_at)
+    quiet = max([health.waiting_since, *(w for w in words if w is not None)])
+    if now - quiet > dead_after:
+        return (
+            f"accepted a connection {now - health.waiting_since:.0f} s ago and never "
+            "answered it (stopped or hung)"
+        )
+    return ""
+
+
+def _past_state_bound(
+    health: TaskHealth, now: float, dead_after: float, start_within: float
+) -> str:
+    """`lost_reason`'s bound of each state, the waiting connection aside."""
     if health.alive_at is not None:
         # a task whose probes were never answered in time (a loaded machine) but that is
         # known alive otherwise lives on while it accepts connections, for start_within
@@ -189,7 +219,9 @@ def advance_health(
 
     Args:
         health: the health before.
-        reach: what a probe found at `now`; None: no probe (only time passed).
+        reach: what a probe found at `now`; None: no probe (only time passed). ACCEPTS
+            starts `TaskHealth.waiting_since` unless a connection already waits; only
+            ANSWERS (the waiting connection's answer, or a new one's) ends it.
         now: seconds on the watch's clock (not before the events already folded in).
         dead_after: seconds a task known alive may go unheard before it is lost.
         start_within: seconds a task never seen may take to come up.
@@ -215,6 +247,9 @@ def advance_health(
         return health
     alive_at, accepted_at, status = health.alive_at, health.accepted_at, health.status
     answered = health.answered or reach is Reach.ANSWERS
+    waiting_since = None if reach is Reach.ANSWERS else health.waiting_since
+    if reach is Reach.ACCEPTS and waiting_since is None:
+        waiting_since = now
     if heard or reach is Reach.ANSWERS:
         alive_at, accepted_at, status = now, now, Health.ANSWERING
     elif reach is Reach.ACCEPTS:
@@ -229,6 +264,7 @@ def advance_health(
         answered=answered,
         accepted_at=accepted_at,
         vouched_at=vouched_at,
+        waiting_since=waiting_since,
     )
     why = lost_reason(health, now, dead_after, start_within)
     return attrs.evolve(health, status=Health.LOST, reason=why) if why else health
