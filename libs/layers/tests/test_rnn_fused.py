@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from towerkit.layers import _rnn_loops, rnn
-from towerkit.layers._rnn_fused import fusable_layers
+from towerkit.layers._rnn_fused import _loop, fusable_layers
 from towerkit.layers._rnn_fused_cells import BACK_READS, record_widths, write_widths
 from towerkit.layers._rnn_fused_plan import (
     KINDS,
@@ -408,12 +408,19 @@ def test_inference_tower_runs_forward_only(monkeypatch, stack):
             )
         load(sess)
         assert not any("dropout" in op.name for op in graph.get_operations())
-        writes = sum(op.type.startswith("TensorListSetItem") for op in graph.get_operations())
-        return sess.run([out, state, short]), writes
+        # the arrays made for values written in the loops (the outputs'; no records)
+        defs = graph.as_graph_def()
+        nodes = [*defs.node, *[n for f in defs.library.function for n in f.node_def]]
+        arrays = sum(n.op in ("TensorListReserve", "TensorArrayV3") for n in nodes)
+        return sess.run([out, state, short]), arrays
 
-    (fused, fused_writes), (cells, cells_writes) = both_loops(monkeypatch, run)
+    (fused, fused_arrays), (cells, cells_arrays) = both_loops(monkeypatch, run)
     assert_same(fused, cells)
-    assert fused_writes <= cells_writes
+    # each of the two loops: its outputs' array, and the inputs' (the cells), or the
+    # inputs' products made before the loop, one per kernel (the fused loop's: a GRU
+    # multiplies its inputs by two kernels); records would add one array or more a layer
+    assert cells_arrays == 2 * 2
+    assert fused_arrays == 2 * (1 + (2 if stack == "mixed" else 1))
 
 
 def test_towers_share_the_variables(graph):
@@ -549,14 +556,16 @@ def test_dropping_keep(keep):
 
 @given(st.sampled_from(KINDS), st.integers(1, 64), st.integers(1, 64))
 def test_record_and_write_widths(kind, depth, units):
-    """A step keeps [x, h] and each of its gates apart; its gradient writes one value per gate."""
+    """A step keeps [x, h] (h alone, projected) and its gates; its gradient writes one value per gate."""
     records, writes = record_widths(kind, depth, units), write_widths(kind, units)
     assert records[0] == depth + units
     gates = 4 if kind == "lstm" else 3  # i, j, f, o; r, u and the candidate
     assert writes == [gates * units]
-    # an LSTM's 4 gates, tanh(c) and the previous c; a GRU's r, u, candidate, r * h, h
-    assert records[1:] == [units] * (6 if kind == "lstm" else 5)
+    # an LSTM's 4 gates, tanh(c) and the previous c; a GRU's [r, u] and its candidate
+    assert records[1:] == ([units] * 6 if kind == "lstm" else [2 * units, units])
     assert max(BACK_READS[kind]) < len(records)
+    projected = record_widths(kind, depth, units, projected=True)
+    assert projected == [units, *records[1:]]
 
 
 @given(
@@ -600,3 +609,28 @@ def test_fused_plan_takes_exactly_the_plain_layers(configs, dropout):
         assert layer.output_keep == (c["keep"] if dropping else None)
         assert layer.drops == dropping
         assert layer.seed == (1 if dropout and c["wrap"] else None)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 9), st.integers(1, 4), st.booleans(), st.booleans())
+def test_unrolled_loop_makes_every_step_once_in_order(steps, unroll, down, known):
+    """`_loop` makes each step once, in order, whatever the unrolling: a number of steps
+    known when built (an int, its first ``steps % unroll`` made before the loop), or a
+    tensor that is a multiple of `unroll`."""
+    if not known:
+        steps -= steps % unroll  # a tensor: `whole`, a multiple of the unrolling
+    with tf1.Graph().as_default(), tf1.Session() as sess:
+        count = steps if known else tf1.constant(steps)
+        if down:  # from `steps` down to 0, as the backward loop walks
+            start = (tf1.convert_to_tensor(count), tf1.constant(0))
+            out = _loop(lambda t, _: t > 0, lambda t, acc: (t - 1, acc * 10 + t), start,
+                        count, {}, unroll, whole=not known)  # fmt: skip
+            want = int("0" + "".join(str(t) for t in range(steps, 0, -1)))
+        else:
+            start = (tf1.constant(0), tf1.constant(0))
+            out = _loop(lambda t, _: t < count, lambda t, acc: (t + 1, acc * 10 + t + 1), start,
+                        count, {}, unroll, whole=not known)  # fmt: skip
+            want = int("0" + "".join(str(t) for t in range(1, steps + 1)))
+        t, acc = sess.run(out)
+    assert t == (0 if down else steps)
+    assert acc == want

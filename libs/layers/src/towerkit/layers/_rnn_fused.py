@@ -10,7 +10,8 @@ step and layer the step's inputs and gates (`_rnn_fused_cells`) and the masks. T
 backward loop walks time in reverse, writing each step's gate gradients; each
 kernel's gradient is then one matrix product over all steps, where differentiating
 the loop would add a kernel-sized product into an accumulator at every step. Same
-variables, same values, same gradients (to float rounding).
+variables, same values, same gradients (to float rounding). Both loops make `UNROLL`
+steps an iteration where they can (the loop's own ops paid once for them).
 
 In an inference tower (``is_training=False``: no gradient, no dropout) the same forward
 loop runs alone, keeping nothing.
@@ -22,7 +23,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.layers._rnn_fused_cells import BACK_READS, KIND_STEPS, record_widths, write_widths
+from towerkit.layers._rnn_fused_cells import BACK_READS, KINDS, record_widths, write_widths
 from towerkit.layers._rnn_fused_plan import (
     FusedLayer,
     dropout_seeds,
@@ -38,6 +39,37 @@ from towerkit.towers import get_current_tower_context
 from towerkit.towers.compat import tf1
 
 __all__ = ["fusable_layers", "fused_applies", "fused_stack"]
+
+
+UNROLL = 2
+"""Steps each iteration of the fused loops makes, where the number of steps is known when
+the graph is built (a Python int): each iteration pays the loop's own ops (a few per loop
+variable) once for that many steps. A number of steps not divisible by it runs its first
+steps before the loop. Not the forward loop of a stack that draws dropout masks at each
+step: one random op draws them all, in step order, as the cells' loop does."""
+
+
+def _loop(
+    cond: Any, body: Any, start: Any, steps: Any, loop: Any, unroll: int, whole: bool = False
+) -> Any:
+    """``tf.while_loop(cond, body, start)`` over `steps` steps, `unroll` steps an iteration.
+
+    Unrolled where `steps` is an int (its first ``steps % unroll`` steps made before the
+    loop) or, `whole`, a tensor that is a multiple of `unroll`; `cond` must hold before
+    each step as it does before each iteration.
+    """
+    if unroll > 1 and isinstance(steps, int):
+        for _ in range(steps % unroll):
+            start = body(*start)
+    elif not (unroll > 1 and whole):
+        return tf1.while_loop(cond, body, start, maximum_iterations=steps, **loop)
+
+    def unrolled(*carry: Any) -> Any:
+        for _ in range(unroll):
+            carry = body(*carry)
+        return carry
+
+    return tf1.while_loop(cond, unrolled, start, maximum_iterations=steps // unroll, **loop)
 
 
 def training_tower() -> bool:
@@ -83,7 +115,7 @@ def _build(cell: Any, plan: Any, depth: int, dtype: Any) -> list[list[Any]]:
                 depth = int(layer.output_size)
         cell._built = True
     return [
-        [tf1.convert_to_tensor(p) for p in KIND_STEPS[layer.kind][0](layer.cell)] for layer in plan
+        [tf1.convert_to_tensor(p) for p in KINDS[layer.kind].params(layer.cell)] for layer in plan
     ]
 
 
@@ -107,7 +139,14 @@ class _Stack:
     """The shapes and choices of one fused run (built once, read by both loops)."""
 
     def __init__(
-        self, plan: Any, weights: Any, inputs: Any, lengths: Any, steps: Any, loop: Any
+        self,
+        plan: Any,
+        weights: Any,
+        inputs: Any,
+        lengths: Any,
+        steps: Any,
+        loop: Any,
+        whole: bool = False,
     ) -> None:
         self.plan = plan
         self.n = len(plan)
@@ -118,6 +157,7 @@ class _Stack:
         self.depths = [int(inputs.shape[-1]), *self.units[:-1]]
         self.lengths = lengths
         self.steps = steps
+        self.whole = whole  # `steps`, a tensor, is a multiple of UNROLL
         self.seeds = [dropout_seeds(layer.seed, layer.kind) for layer in plan]
         self.loop = loop
         # variational layers: their masks, the same at every step
@@ -128,10 +168,21 @@ class _Stack:
         # steps at once (and their gradient after it), unless its inputs are dropped
         self.projected = plan[0].input_keep is None
         self.x_kernels: list[Any] = []
-        self.step_weights = list(weights)
+        self.x_biases: list[Any] = []
+        self.step_weights = [
+            KINDS[layer.kind].fold(w, layer.forget_bias)
+            for layer, w in zip(plan, weights, strict=True)
+        ]
         if self.projected:
-            split = KIND_STEPS[plan[0].kind][4]
-            self.x_kernels, self.step_weights[0] = split(weights[0], self.depths[0])
+            kind = KINDS[plan[0].kind]
+            self.x_biases = kind.biases(self.step_weights[0])
+            self.x_kernels, self.step_weights[0] = kind.split(self.step_weights[0], self.depths[0])
+        self.back_weights = [
+            KINDS[layer.kind].back_weights(w, depth, k == 0 and self.projected)
+            for k, (layer, w, depth) in enumerate(
+                zip(plan, self.step_weights, self.depths, strict=True)
+            )
+        ]
 
     def widths(self, k: int) -> list[int]:
         """The widths of layer `k`'s records."""
@@ -177,8 +228,12 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
         projections = [
             tf1.TensorArray(
                 s.dtype, size=s.steps, element_shape=[s.batch, int(k.shape[-1])]
-            ).unstack(tf1.reshape(tf1.matmul(flat, k), tf1.concat([shape[:2], [-1]], 0)))
-            for k in s.x_kernels
+            ).unstack(
+                tf1.reshape(
+                    tf1.nn.bias_add(tf1.matmul(flat, k), b), tf1.concat([shape[:2], [-1]], 0)
+                )
+            )
+            for k, b in zip(s.x_kernels, s.x_biases, strict=True)
         ]
     else:
         xs = tf1.TensorArray(s.dtype, size=s.steps, element_shape=x.shape[1:]).unstack(x)
@@ -197,11 +252,11 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
                 # parallel_iterations=1 (with more, its iterations may draw out of order)
                 with tf1.control_dependencies(states[k]):
                     below = below * _factor(fixed, drawn, 0, below, layer.input_keep, seeds)
-            params, step_fn = s.step_weights[k], KIND_STEPS[layer.kind][1]
+            params, step_fn = s.step_weights[k], KINDS[layer.kind].step
             projected = None
             if k == 0 and projections is not None:
                 projected = [a.read(t) for a in projections]
-            h, new, kept = step_fn(below, states[k], params, layer.forget_bias, keep, projected)
+            h, new, kept = step_fn(below, states[k], params, keep, projected)
             if layer.state_keep is not None:
                 leaf = dropped_leaf(layer.kind)
                 new[leaf] = new[leaf] * _factor(fixed, drawn, 1, h, layer.state_keep, seeds)
@@ -220,13 +275,15 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
             below = tf1.where(done, tf1.zeros_like(below), below)
         return t + 1, out.write(t, below), records, masks, new_states
 
-    records = [[s.array(w, kept=True) for w in s.widths(k)] for k in range(s.n)]
-    masks = [s.array(sum(s.mask_widths(k)), kept=True) for k in s.dropping]
-    if not keep:
-        records, masks = [[] for _ in s.plan], []
+    records: list[list[Any]] = [[] for _ in s.plan]
+    masks: list[Any] = []
+    if keep:
+        records = [[s.array(w, kept=True) for w in s.widths(k)] for k in range(s.n)]
+        masks = [s.array(sum(s.mask_widths(k)), kept=True) for k in s.dropping]
     start = (tf1.constant(0, tf1.int32), s.array(s.units[-1]), records, masks, states)
-    _, out, records, masks, finals = tf1.while_loop(
-        lambda t, *_: t < s.steps, step, start, maximum_iterations=s.steps, **s.loop
+    unroll = 1 if s.dropping else UNROLL
+    _, out, records, masks, finals = _loop(
+        lambda t, *_: t < s.steps, step, start, s.steps, s.loop, unroll, s.whole
     )
     return out.stack(), finals, records, masks
 
@@ -267,10 +324,10 @@ def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: 
             kept = [
                 a.read(t) if i in BACK_READS[layer.kind] else None for i, a in enumerate(records[k])
             ]
-            back_fn = KIND_STEPS[layer.kind][2]
+            back_fn = KINDS[layer.kind].back
             projected = k == 0 and s.projected
             d_x, d_prev, step_writes = back_fn(
-                kept, dh, rest, s.step_weights[k], s.depths[k], projected
+                kept, dh, rest, s.back_weights[k], s.depths[k], projected
             )
             writes[k] = [a.write(t, w) for a, w in zip(writes[k], step_writes, strict=True)]
             if carry is not None:
@@ -288,8 +345,8 @@ def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: 
         tf1.TensorArray(s.dtype, size=s.steps, element_shape=[s.batch, s.depths[0]]),
         d_final,
     )
-    _, writes, dxs, d_initial = tf1.while_loop(
-        lambda t, *_: t > 0, back, start, maximum_iterations=s.steps, **s.loop
+    _, writes, dxs, d_initial = _loop(
+        lambda t, *_: t > 0, back, start, s.steps, s.loop, UNROLL, s.whole
     )
     d_weights, d_x = [], None
     for k, layer in enumerate(s.plan):
@@ -301,8 +358,8 @@ def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: 
         inputs = None
         if k == 0 and s.projected:
             inputs = tf1.reshape(x, [-1, s.depths[0]])
-            d_x = KIND_STEPS[layer.kind][5](done, s.x_kernels)
-        d_weights.append(KIND_STEPS[layer.kind][3](stacked, done, s.depths[k], inputs))
+            d_x = KINDS[layer.kind].input_grads(done, s.x_kernels)
+        d_weights.append(KINDS[layer.kind].weight_grads(stacked, done, s.depths[k], inputs))
     return dxs.stack() if d_x is None else d_x, d_weights, d_initial
 
 
@@ -327,17 +384,22 @@ def fused_stack(
     states = list(state) if type(cell) is MultiRNNCell else [state]
     initial = [_leaves(st, layer) for st, layer in zip(states, plan, strict=True)]
     x = inputs
-    bound = steps
+    bound = loop_steps = steps
     if lengths is not None:
         # the cells' loop stops after the longest sequence (and runs one step at least)
         bound = tf1.minimum(steps, tf1.maximum(1, tf1.reduce_max(lengths)))
         x = inputs[:bound]
+        # the loops' steps rounded up to a multiple of UNROLL: a step past the longest
+        # sequence changes nothing (every sequence is done: states carried, outputs
+        # zeros, no gradient), and its outputs are cut off after the loops
+        loop_steps = (bound + UNROLL - 1) // UNROLL * UNROLL
+        x = tf1.pad(x, [[0, loop_steps - bound], [0, 0], [0, 0]])
     sizes = [len(w) for w in weights]
     counts = [state_leaves(layer.kind) for layer in plan]
 
     def stack_for(x: Any, weights: Any) -> _Stack:
         loop = {"parallel_iterations": parallel_iterations, "swap_memory": swap_memory}
-        return _Stack(plan, weights, x, lengths, bound, loop)
+        return _Stack(plan, weights, x, lengths, loop_steps, loop, lengths is not None)
 
     def split(flat: list[Any], counts: list[int]) -> list[list[Any]]:
         out, at = [], 0
@@ -396,7 +458,7 @@ def fused_stack(
             result = run(x, *flat_weights, *flat_initial)
         outputs, finals = result[0], split(list(result[1:]), counts)
     if lengths is not None:
-        outputs = tf1.pad(outputs, [[0, steps - bound], [0, 0], [0, 0]])
+        outputs = tf1.pad(outputs[:bound], [[0, steps - bound], [0, 0], [0, 0]])
     final = [
         LSTMStateTuple(*f) if layer.kind == "lstm" else f[0]
         for f, layer in zip(finals, plan, strict=True)

@@ -3,10 +3,14 @@
 Each kind gives:
 
 - ``params(cell)``: the layer's weights, in the order the loop passes them;
-- ``step(x, state, params, forget, keep)``: the step the cell computes (op for op), as
+- ``fold(params, forget)``: the parameters a step reads, constants folded in (an
+  LSTM's forget bias added to its bias once, not at each step);
+- ``step(x, state, params, keep)``: the step the cell computes (op for op), as
   ``(h, new_state, records)``: ``records`` are what the backward step reads (none
   without `keep`);
-- ``back(records, dh, d_rest, params, width)``: the gradients of one step, given
+- ``back_weights(params, width, projected)``: what `back` multiplies by, made once
+  before the loops (the kernels' rows for ``h``, and for ``x``);
+- ``back(records, dh, d_rest, weights, width, projected)``: the gradients of one step, given
   the gradient of its ``h`` and of its other state tensors (an LSTM's ``c``), as
   ``(d_x, d_previous_state, writes)``: ``writes`` are the per-step gradients the
   weights' gradients are made of;
@@ -17,12 +21,17 @@ Each kind gives:
   loop, for every step at once (the bottom layer, ``projected``); then a step's first
   record is its ``h`` alone, `back` gives no input gradient (None), `weight_grads`
   takes the stacked inputs, and ``input_grads(writes, x_kernels)`` gives the inputs'
-  gradients for all steps at once.
+  gradients for all steps at once;
+- ``biases(params)``: the biases added to those products (one per kernel of
+  ``x_kernels``): made before the loop with them, a projected step adds none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import attrs
 
 from towerkit.towers.compat import tf1
 
@@ -36,8 +45,21 @@ def lstm_split(params: Any, width: int) -> tuple[list[Any], list[Any]]:
     return [kernel[:width]], [kernel[width:], bias]
 
 
+def lstm_biases(params: Any) -> list[Any]:
+    return [params[1]]
+
+
+def lstm_fold(params: Any, forget: float) -> list[Any]:
+    kernel, bias = params
+    if not forget:
+        return [kernel, bias]
+    units = int(bias.shape[-1]) // 4
+    offset = [0.0] * (2 * units) + [float(forget)] * units + [0.0] * units
+    return [kernel, bias + tf1.constant(offset, bias.dtype.base_dtype)]
+
+
 def lstm_step(
-    x: Any, state: Any, params: Any, forget: float, keep: bool = True, projected: Any = None
+    x: Any, state: Any, params: Any, keep: bool = True, projected: Any = None
 ) -> tuple[Any, Any, Any]:
     c_prev, h_prev = state
     kernel, bias = params
@@ -46,10 +68,10 @@ def lstm_step(
         z = tf1.nn.bias_add(tf1.matmul(zc, kernel), bias)
     else:  # the inputs' product made before the loop; `kernel`: the rows for h
         zc = h_prev
-        z = tf1.nn.bias_add(tf1.matmul(h_prev, kernel) + projected[0], bias)
+        z = tf1.matmul(h_prev, kernel) + projected[0]  # the bias: in the products
     i, j, f, o = tf1.split(z, 4, axis=1)
     si, tj, so = tf1.sigmoid(i), tf1.tanh(j), tf1.sigmoid(o)
-    sf = tf1.sigmoid(f + tf1.cast(forget, z.dtype))
+    sf = tf1.sigmoid(f)  # the forget bias: in the bias (`lstm_fold`)
     c = c_prev * sf + si * tj
     tc = tf1.tanh(c)
     h = tc * so
@@ -59,8 +81,14 @@ def lstm_step(
     return h, [c, h], [zc, si, tj, sf, so, tc, c_prev]
 
 
+def lstm_back_weights(params: Any, width: int, projected: bool) -> list[Any]:
+    if projected:  # params[0]: the kernel's rows for h
+        return [params[0]]
+    return [params[0][:width], params[0][width:]]
+
+
 def lstm_back(
-    records: Any, dh: Any, d_rest: Any, params: Any, width: int, projected: bool = False
+    records: Any, dh: Any, d_rest: Any, weights: Any, width: int, projected: bool = False
 ) -> Any:
     # the step's [x, h] (records[0]) is read by the weights' gradients only
     si, tj, sf, so, tc, c_prev = records[1:]
@@ -75,10 +103,9 @@ def lstm_back(
         ],
         1,
     )
-    if projected:  # params[0]: the kernel's rows for h
-        return None, [c_grad * sf, tf1.matmul(dz, params[0], transpose_b=True)], [dz]
-    dzc = tf1.matmul(dz, params[0], transpose_b=True)
-    return dzc[:, :width], [c_grad * sf, dzc[:, width:]], [dz]
+    dh_prev = tf1.matmul(dz, weights[-1], transpose_b=True)
+    d_x = None if projected else tf1.matmul(dz, weights[0], transpose_b=True)
+    return d_x, [c_grad * sf, dh_prev], [dz]
 
 
 def lstm_weight_grads(records: Any, writes: Any, width: int, inputs: Any = None) -> list[Any]:
@@ -107,8 +134,17 @@ def gru_split(params: Any, width: int) -> tuple[list[Any], list[Any]]:
     ]
 
 
+def gru_biases(params: Any) -> list[Any]:
+    return [params[1], params[3]]
+
+
+def gru_fold(params: Any, forget: float) -> list[Any]:
+    del forget  # a GRU has none
+    return list(params)
+
+
 def gru_step(
-    x: Any, state: Any, params: Any, forget: float, keep: bool = True, projected: Any = None
+    x: Any, state: Any, params: Any, keep: bool = True, projected: Any = None
 ) -> tuple[Any, Any, Any]:
     (h_prev,) = state
     gate_kernel, gate_bias, kernel, bias = params
@@ -117,45 +153,56 @@ def gru_step(
         gates = tf1.sigmoid(tf1.nn.bias_add(tf1.matmul(xh, gate_kernel), gate_bias))
     else:  # the inputs' products made before the loop; the kernels: their rows for h
         xh = h_prev
-        z = tf1.matmul(h_prev, gate_kernel) + projected[0]
-        gates = tf1.sigmoid(tf1.nn.bias_add(z, gate_bias))
+        gates = tf1.sigmoid(tf1.matmul(h_prev, gate_kernel) + projected[0])
     r, u = tf1.split(gates, 2, axis=1)
     rh = r * h_prev
     if projected is None:
         cand = tf1.tanh(tf1.nn.bias_add(tf1.matmul(tf1.concat([x, rh], 1), kernel), bias))
     else:
-        cand = tf1.tanh(tf1.nn.bias_add(tf1.matmul(rh, kernel) + projected[1], bias))
+        cand = tf1.tanh(tf1.matmul(rh, kernel) + projected[1])
     h = u * h_prev + (1 - u) * cand
     if not keep:
         return h, [h], []
-    return h, [h], [xh, r, u, cand, rh, h_prev]
+    # [x, h] holds h (or is h, `projected`), and r * h is made again from r and h after
+    # the loop: each array kept costs the loop a few ops per step
+    return h, [h], [xh, gates, cand]
+
+
+def gru_back_weights(params: Any, width: int, projected: bool) -> list[Any]:
+    gate_kernel, _, kernel, _ = params
+    if projected:  # the kernels: their rows for h
+        return [gate_kernel, kernel]
+    # the rows for h apart, and those for x side by side: one product gives x's gradient
+    x_rows = tf1.concat([gate_kernel[:width], kernel[:width]], 1)
+    return [gate_kernel[width:], kernel[width:], x_rows]
 
 
 def gru_back(
-    records: Any, dh: Any, d_rest: Any, params: Any, width: int, projected: bool = False
+    records: Any, dh: Any, d_rest: Any, weights: Any, width: int, projected: bool = False
 ) -> Any:
-    _, r, u, cand, _, h_prev = records  # [x, h] and r * h: the weights' gradients only
+    xh, gates, cand = records
+    h_prev = xh if projected else xh[:, width:]
+    r, u = tf1.split(gates, 2, axis=1)
     d_cand = dh * (1 - u) * (1 - cand * cand)
-    d_xrh = tf1.matmul(d_cand, params[2], transpose_b=True)
-    d_rh = d_xrh if projected else d_xrh[:, width:]
-    d_gates = tf1.concat([d_rh * h_prev * r * (1 - r), dh * (h_prev - cand) * u * (1 - u)], 1)
-    d_xh = tf1.matmul(d_gates, params[0], transpose_b=True)
-    writes = [tf1.concat([d_gates, d_cand], 1)]
-    if projected:  # the kernels: their rows for h; no input gradient here
-        return None, [dh * u + d_rh * r + d_xh], writes
-    d_x = d_xrh[:, :width] + d_xh[:, :width]
-    dh_prev = dh * u + d_rh * r + d_xh[:, width:]
-    return d_x, [dh_prev], writes
+    d_rh = tf1.matmul(d_cand, weights[1], transpose_b=True)
+    # both gates' sigmoids at once: d(r, u) * (r, u) * (1 - (r, u))
+    d_gates = tf1.concat([d_rh * h_prev, dh * (h_prev - cand)], 1) * (gates * (1 - gates))
+    write = tf1.concat([d_gates, d_cand], 1)
+    dh_prev = dh * u + d_rh * r + tf1.matmul(d_gates, weights[0], transpose_b=True)
+    d_x = None if projected else tf1.matmul(write, weights[2], transpose_b=True)
+    return d_x, [dh_prev], [write]
 
 
 def gru_weight_grads(records: Any, writes: Any, width: int, inputs: Any = None) -> list[Any]:
-    xh, rh = records[0], records[4]
+    xh, gates, cand = records
     (d_all,) = writes
-    units = int(rh.shape[-1])
+    units = int(cand.shape[-1])
     d_gates, d_cand = d_all[:, : 2 * units], d_all[:, 2 * units :]
     x = xh[:, :width] if inputs is None else inputs
+    h_prev = xh if inputs is not None else xh[:, width:]  # records[0]: h alone, or [x, h]
+    rh = gates[:, :units] * h_prev
     d_gate_kernel = tf1.matmul(xh, d_gates, transpose_a=True)
-    if inputs is not None:  # records[0] holds h alone
+    if inputs is not None:
         d_gate_kernel = tf1.concat([tf1.matmul(x, d_gates, transpose_a=True), d_gate_kernel], 0)
     d_kernel = tf1.concat(
         [tf1.matmul(x, d_cand, transpose_a=True), tf1.matmul(rh, d_cand, transpose_a=True)], 0
@@ -173,12 +220,47 @@ def gru_input_grads(writes: Any, x_kernels: Any) -> Any:
 
 
 # which of a step's records `back` reads (the others: `weight_grads` only)
-BACK_READS = {"lstm": (1, 2, 3, 4, 5, 6), "gru": (1, 2, 3, 5)}
+BACK_READS = {"lstm": (1, 2, 3, 4, 5, 6), "gru": (0, 1, 2)}
 
-# kind -> (params, step, back, weight_grads, split, input_grads)
-KIND_STEPS: dict[str, Any] = {
-    "lstm": (lstm_params, lstm_step, lstm_back, lstm_weight_grads, lstm_split, lstm_input_grads),
-    "gru": (gru_params, gru_step, gru_back, gru_weight_grads, gru_split, gru_input_grads),
+
+@attrs.frozen
+class FusedKind:
+    """A kind's functions (the module's docstring says what each gives)."""
+
+    params: Callable[[Any], list[Any]]
+    step: Callable[..., tuple[Any, Any, Any]]
+    back: Callable[..., Any]
+    weight_grads: Callable[..., list[Any]]
+    split: Callable[[Any, int], tuple[list[Any], list[Any]]]
+    input_grads: Callable[[Any, Any], Any]
+    biases: Callable[[Any], list[Any]]
+    back_weights: Callable[[Any, int, bool], list[Any]]
+    fold: Callable[[Any, float], list[Any]]
+
+
+KINDS = {
+    "lstm": FusedKind(
+        lstm_params,
+        lstm_step,
+        lstm_back,
+        lstm_weight_grads,
+        lstm_split,
+        lstm_input_grads,
+        lstm_biases,
+        lstm_back_weights,
+        lstm_fold,
+    ),
+    "gru": FusedKind(
+        gru_params,
+        gru_step,
+        gru_back,
+        gru_weight_grads,
+        gru_split,
+        gru_input_grads,
+        gru_biases,
+        gru_back_weights,
+        gru_fold,
+    ),
 }
 
 
@@ -186,15 +268,19 @@ def record_widths(kind: str, depth: int, units: int, projected: bool = False) ->
     """The widths of a step's records (what `step` returns for `back` to read).
 
     The first is the step's ``[x, h]``, or its ``h`` alone where the inputs' products
-    are made before the loop (`projected`).
+    are made before the loop (`projected`). An LSTM keeps each gate, ``tanh(c)`` and the
+    previous ``c`` apart; a GRU its two gates together (``[r, u]``) and its candidate.
 
     Examples:
         >>> record_widths("lstm", 3, 2), record_widths("gru", 3, 2)
-        ([5, 2, 2, 2, 2, 2, 2], [5, 2, 2, 2, 2, 2])
-        >>> record_widths("lstm", 3, 2, projected=True)
-        [2, 2, 2, 2, 2, 2, 2]
+        ([5, 2, 2, 2, 2, 2, 2], [5, 4, 2])
+        >>> record_widths("lstm", 3, 2, projected=True), record_widths("gru", 3, 2, True)
+        ([2, 2, 2, 2, 2, 2, 2], [2, 4, 2])
     """
-    return [units if projected else depth + units, *[units] * (6 if kind == "lstm" else 5)]
+    first = units if projected else depth + units
+    if kind == "lstm":
+        return [first, *[units] * 6]
+    return [first, 2 * units, units]
 
 
 def write_widths(kind: str, units: int) -> list[int]:
