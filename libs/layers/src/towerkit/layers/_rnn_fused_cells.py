@@ -5,7 +5,8 @@ Each kind gives:
 - ``params(cell)``: the layer's weights, in the order the loop passes them;
 - ``fold(params, forget)``: the parameters a step reads, constants folded in (an
   LSTM's forget bias added to its bias once, not at each step);
-- ``step(x, state, params, keep)``: the step the cell computes (op for op), as
+- ``step(x, state, params, keep)``: the step the cell computes (its math, with the
+  constants `fold` and `biases` moved out of the loop added there instead), as
   ``(h, new_state, records)``: ``records`` are what the backward step reads (none
   without `keep`);
 - ``back_weights(params, width, projected)``: what `back` multiplies by, made once
