@@ -123,3 +123,32 @@ class TestClusterJob:
             runner.run(LOOP)
         with pytest.raises(LaunchError, match="scenarios without results"):
             runner.run(LOOP)
+
+
+class TestLogdirReadBy:
+    """Which rank reads the shared log directory after a run."""
+
+    def test_only_rank_0(self, tmp_path):
+        """Rank 0 reports the chief's files; another rank reports none, though they are there.
+
+        Every rank of a job shares the log directory; a rank that ends before the chief
+        would read it while the chief's savers still write and delete checkpoints.
+        """
+        from towerkit.conformance._catalog import BEST_K
+        from towerkit.conformance._execute import execute
+
+        entry = TrainerEntry(
+            name="simple", factory="towerkit.conformance._factories:simple_trainer"
+        )
+        scenario = BEST_K["plain"]
+        chief = execute(entry, scenario, tmp_path / "a", rank=0)
+        other = execute(entry, scenario, tmp_path / "b", rank=1)
+        assert chief.error is None
+        assert other.error is None
+        assert chief.best_steps
+        assert chief.saved_steps
+        assert chief.checkpoint_state
+        assert any(f.endswith(".index") for f in chief.files)
+        assert sorted(os.listdir(tmp_path / "b" / "bestk")) == sorted(chief.files)
+        assert (other.files, other.best_steps, other.saved_steps) == ((), (), ())
+        assert (other.checkpoint_state, other.stats) == ((), "null")

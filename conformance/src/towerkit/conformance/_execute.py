@@ -384,7 +384,8 @@ def execute(
         entry: the trainer's row.
         scenario: the run.
         workdir: where the scenario's log directory goes (``workdir/<logdir>``).
-        rank: the process's rank; its model reads data shard `rank`.
+        rank: the process's rank; its model reads data shard `rank`. Only rank 0 reads
+            the log directory after the run (files, checkpoints, ``stats.json``).
         container: build the graph's stateful ops (variables, queues) in this
             resource container, so servers of a cluster hold fresh ones for each run.
     """
@@ -413,9 +414,12 @@ def execute(
         except Exception as err:  # recorded: the checks explain it with the traces
             logger.exception("scenario %s with %s failed", scenario.name, entry.name)
             error = f"{type(err).__name__}: {err}"
+    # The log directory is the chief's, shared by every rank of a job: another rank that
+    # ends first would read it while the chief's savers still write and delete files.
+    seen = logdir if rank == 0 else None
     stats = "null"
-    if logdir is not None and os.path.isfile(os.path.join(logdir, "stats.json")):
-        stats = Path(logdir, "stats.json").read_text(encoding="utf-8")
+    if seen is not None and os.path.isfile(os.path.join(seen, "stats.json")):
+        stats = Path(seen, "stats.json").read_text(encoding="utf-8")
         json.loads(stats)
     return RunResult(
         scenario=scenario.name,
@@ -423,10 +427,10 @@ def execute(
         traces=rec.traces,
         values=rec.values,
         error=error,
-        files=_files(logdir),
-        checkpoint_state=_checkpoint_state(logdir),
-        best_steps=_best_steps(scenario, logdir),
-        saved_steps=_saved_steps(logdir),
+        files=_files(seen),
+        checkpoint_state=_checkpoint_state(seen),
+        best_steps=_best_steps(scenario, seen),
+        saved_steps=_saved_steps(seen),
         stats=stats,
         variables=rec.variables,
         tower_calls=model.tower_calls,

@@ -60,6 +60,9 @@ class RunResult:
         values: ``(reader, ((event, value), ...))`` pairs, as `ExpectedRun.values`.
         error: ``"Type: message"`` of an exception that escaped training, or None.
         files: the files in the log directory after the run (relative paths, sorted).
+            This and the next four are read by rank 0 only (empty on other ranks): the
+            log directory is the chief's, and another rank that ends first would read
+            it while the chief's savers still write and delete files.
         checkpoint_state: the checkpoint names the ``checkpoint`` state file lists,
             oldest first.
         best_steps: ``(file name, global step stored in it)`` of each
