@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from towerkit.layers import _rnn_loops, rnn
+from towerkit.layers import _rnn_fused_cells, _rnn_loops, rnn
 from towerkit.layers._rnn_fused import _loop, fusable_layers
 from towerkit.layers._rnn_fused_cells import BACK_READS, record_widths, write_widths
 from towerkit.layers._rnn_fused_plan import (
@@ -146,6 +146,26 @@ def test_matches_the_cells_loop(monkeypatch, stack, time_major, initial):
 
     (names, fused), (cell_names, cells) = both_loops(monkeypatch, run)
     assert names == cell_names
+    assert_same(fused, cells)
+
+
+@pytest.mark.parametrize("transpose_from", [0, 1 << 62])
+@pytest.mark.parametrize("stack", ["multi", "gru", "mixed"])
+def test_kernels_transposed_before_the_loop_or_not(monkeypatch, stack, transpose_from):
+    """The backward step's products with the kernels, each transposed before the loops (as
+    large kernels are) or multiplied transposed (small ones): the cells' loop's gradients."""
+    monkeypatch.setattr(_rnn_fused_cells, "TRANSPOSE_FROM", transpose_from)
+
+    def run(graph, sess):
+        leaves, grads = build(STACKS[stack], tf1.constant(X), False, True)
+        transposes = sum(
+            op.type == "Transpose" and "fused_rnn" in op.name for op in graph.get_operations()
+        )
+        load(sess)
+        return transposes, sess.run([leaves, grads])
+
+    (transposes, fused), (_, cells) = both_loops(monkeypatch, run)
+    assert (transposes > 0) == (transpose_from == 0)
     assert_same(fused, cells)
 
 
@@ -634,3 +654,31 @@ def test_unrolled_loop_makes_every_step_once_in_order(steps, unroll, down, known
         t, acc = sess.run(out)
     assert t == (0 if down else steps)
     assert acc == want
+
+
+@pytest.mark.parametrize("stack", ["multi", "gru"])
+@pytest.mark.parametrize(
+    ("dtype", "rtol", "atol"), [(tf1.float16, 3e-2, 1e-2), (tf1.float64, 1e-12, 1e-13)]
+)
+def test_half_and_double_precision(monkeypatch, stack, dtype, rtol, atol):
+    """LSTM and GRU stacks in 16 and 64 bits: outputs, final states and gradients equal the cells'
+    loop's (the loops, the folded constants and the transposed kernels in that type)."""
+    numpy_type = dtype.as_numpy_dtype
+
+    def run(graph, sess):
+        x = tf1.constant(X.astype(numpy_type))
+        out, state = rnn.dynamic_rnn(STACKS[stack](), x, dtype=dtype)
+        leaves = [out, *flatten(state)]
+        loss = tf1.add_n([tf1.reduce_sum(tf1.sin(tf1.cast(t, F32))) for t in leaves])
+        grads = tf1.gradients(loss, [*tf1.trainable_variables(), x])
+        rng = np.random.default_rng(0)
+        for v in tf1.global_variables():
+            v.load((rng.standard_normal(v.shape.as_list()) * 0.5).astype(numpy_type), sess)
+        return sess.run([leaves, grads])
+
+    fused, cells = both_loops(monkeypatch, run)
+    for got, want in zip(flatten(fused), flatten(cells), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(
+            np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol
+        )

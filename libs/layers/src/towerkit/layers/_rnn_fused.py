@@ -167,7 +167,8 @@ class _Stack:
         # the bottom layer's products with the inputs are made before the loop, for all
         # steps at once (and their gradient after it), unless its inputs are dropped
         self.projected = plan[0].input_keep is None
-        self.x_kernels: list[Any] = []
+        self.x_kernels: list[Any] = []  # folded, for the forward products
+        self.input_kernels: list[Any] = []  # the layer's own, for the inputs' gradient
         self.x_biases: list[Any] = []
         self.step_weights = [
             KINDS[layer.kind].fold(w, layer.forget_bias)
@@ -177,11 +178,10 @@ class _Stack:
             kind = KINDS[plan[0].kind]
             self.x_biases = kind.biases(self.step_weights[0])
             self.x_kernels, self.step_weights[0] = kind.split(self.step_weights[0], self.depths[0])
+            self.input_kernels = kind.split(weights[0], self.depths[0])[0]
         self.back_weights = [
             KINDS[layer.kind].back_weights(w, depth, k == 0 and self.projected)
-            for k, (layer, w, depth) in enumerate(
-                zip(plan, self.step_weights, self.depths, strict=True)
-            )
+            for k, (layer, w, depth) in enumerate(zip(plan, weights, self.depths, strict=True))
         ]
 
     def widths(self, k: int) -> list[int]:
@@ -358,7 +358,7 @@ def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: 
         inputs = None
         if k == 0 and s.projected:
             inputs = tf1.reshape(x, [-1, s.depths[0]])
-            d_x = KINDS[layer.kind].input_grads(done, s.x_kernels)
+            d_x = KINDS[layer.kind].input_grads(done, s.input_kernels)
         d_weights.append(KINDS[layer.kind].weight_grads(stacked, done, s.depths[k], inputs))
     return dxs.stack() if d_x is None else d_x, d_weights, d_initial
 

@@ -10,7 +10,8 @@ Each kind gives:
   ``(h, new_state, records)``: ``records`` are what the backward step reads (none
   without `keep`);
 - ``back_weights(params, width, projected)``: what `back` multiplies by, made once
-  before the loops (the kernels' rows for ``h``, and for ``x``);
+  before the loops from the layer's own parameters (not folded): the kernels' rows
+  for ``h``, and for ``x``, each a `BackKernel` (large ones transposed);
 - ``back(records, dh, d_rest, weights, width, projected)``: the gradients of one step, given
   the gradient of its ``h`` and of its other state tensors (an LSTM's ``c``), as
   ``(d_x, d_previous_state, writes)``: ``writes`` are the per-step gradients the
@@ -82,10 +83,57 @@ def lstm_step(
     return h, [c, h], [zc, si, tj, sf, so, tc, c_prev]
 
 
+def column_sums(t: Any) -> Any:
+    """The sums of `t`'s columns (``[n, k]`` to ``[k]``), as one product with a row of ones.
+
+    A product: oneDNN's matrix product adds the ``[time * batch]`` rows about 4x as fast
+    as ``reduce_sum(t, 0)``'s reduction on this kind of CPU (2 cores).
+    """
+    ones = tf1.ones(tf1.stack([1, tf1.shape(t)[0]]), t.dtype)
+    return tf1.reshape(tf1.matmul(ones, t), [-1])
+
+
+TRANSPOSE_FROM = 1 << 18
+"""The number of elements from which a kernel that gradients are multiplied by is
+transposed once before the loops (`back_kernel`), so that each step's product takes it
+untransposed. oneDNN's ``g @ kernel^T`` (``transpose_b=True``) took 8-30% longer than
+the same product with the kernel transposed beforehand on 2 cores of an Intel Xeon
+(``[128, 1024]`` by ``[1024, 256]``: 220 against 202 us; ``[1024, 512]``: 600 against
+455; ``[20, 2600]`` by ``[2600, 650]``: 379 against 339), and no longer below this
+size (``[32, 384]`` by ``[384, 128]``: 20 against 22 us), where the transposition
+would cost more than the steps gain."""
+
+
+@attrs.frozen
+class BackKernel:
+    """A kernel that the backward step multiplies gradients by, transposed (`times`).
+
+    Attributes:
+        kernel: the kernel, or its transpose made before the loops (`pre`).
+        pre: whether `kernel` is already transposed.
+    """
+
+    kernel: Any
+    pre: bool
+
+    def times(self, grad: Any) -> Any:
+        """``grad @ kernel^T``."""
+        if self.pre:
+            return tf1.matmul(grad, self.kernel)
+        return tf1.matmul(grad, self.kernel, transpose_b=True)
+
+
+def back_kernel(kernel: Any) -> BackKernel:
+    """`kernel` for `BackKernel.times`: transposed now where it has `TRANSPOSE_FROM` elements."""
+    pre = (kernel.shape.num_elements() or 0) >= TRANSPOSE_FROM
+    return BackKernel(tf1.transpose(kernel) if pre else kernel, pre)
+
+
 def lstm_back_weights(params: Any, width: int, projected: bool) -> list[Any]:
-    if projected:  # params[0]: the kernel's rows for h
-        return [params[0]]
-    return [params[0][:width], params[0][width:]]
+    kernel = params[0]
+    if projected:  # the kernel's rows for h
+        return [back_kernel(kernel[width:])]
+    return [back_kernel(kernel[:width]), back_kernel(kernel[width:])]
 
 
 def lstm_back(
@@ -104,8 +152,8 @@ def lstm_back(
         ],
         1,
     )
-    dh_prev = tf1.matmul(dz, weights[-1], transpose_b=True)
-    d_x = None if projected else tf1.matmul(dz, weights[0], transpose_b=True)
+    dh_prev = weights[-1].times(dz)
+    d_x = None if projected else weights[0].times(dz)
     return d_x, [c_grad * sf, dh_prev], [dz]
 
 
@@ -114,11 +162,11 @@ def lstm_weight_grads(records: Any, writes: Any, width: int, inputs: Any = None)
     d_kernel = tf1.matmul(records[0], dz, transpose_a=True)
     if inputs is not None:  # records[0] holds h alone
         d_kernel = tf1.concat([tf1.matmul(inputs, dz, transpose_a=True), d_kernel], 0)
-    return [d_kernel, tf1.reduce_sum(dz, 0)]
+    return [d_kernel, column_sums(dz)]
 
 
 def lstm_input_grads(writes: Any, x_kernels: Any) -> Any:
-    return tf1.matmul(writes[0], x_kernels[0], transpose_b=True)
+    return back_kernel(x_kernels[0]).times(writes[0])
 
 
 def gru_params(cell: Any) -> list[Any]:
@@ -171,11 +219,11 @@ def gru_step(
 
 def gru_back_weights(params: Any, width: int, projected: bool) -> list[Any]:
     gate_kernel, _, kernel, _ = params
-    if projected:  # the kernels: their rows for h
-        return [gate_kernel, kernel]
+    if projected:  # the kernels' rows for h
+        return [back_kernel(gate_kernel[width:]), back_kernel(kernel[width:])]
     # the rows for h apart, and those for x side by side: one product gives x's gradient
     x_rows = tf1.concat([gate_kernel[:width], kernel[:width]], 1)
-    return [gate_kernel[width:], kernel[width:], x_rows]
+    return [back_kernel(gate_kernel[width:]), back_kernel(kernel[width:]), back_kernel(x_rows)]
 
 
 def gru_back(
@@ -185,12 +233,12 @@ def gru_back(
     h_prev = xh if projected else xh[:, width:]
     r, u = tf1.split(gates, 2, axis=1)
     d_cand = dh * (1 - u) * (1 - cand * cand)
-    d_rh = tf1.matmul(d_cand, weights[1], transpose_b=True)
+    d_rh = weights[1].times(d_cand)
     # both gates' sigmoids at once: d(r, u) * (r, u) * (1 - (r, u))
     d_gates = tf1.concat([d_rh * h_prev, dh * (h_prev - cand)], 1) * (gates * (1 - gates))
     write = tf1.concat([d_gates, d_cand], 1)
-    dh_prev = dh * u + d_rh * r + tf1.matmul(d_gates, weights[0], transpose_b=True)
-    d_x = None if projected else tf1.matmul(write, weights[2], transpose_b=True)
+    dh_prev = dh * u + d_rh * r + weights[0].times(d_gates)
+    d_x = None if projected else weights[2].times(write)
     return d_x, [dh_prev], [write]
 
 
@@ -208,16 +256,15 @@ def gru_weight_grads(records: Any, writes: Any, width: int, inputs: Any = None) 
     d_kernel = tf1.concat(
         [tf1.matmul(x, d_cand, transpose_a=True), tf1.matmul(rh, d_cand, transpose_a=True)], 0
     )
-    return [d_gate_kernel, tf1.reduce_sum(d_gates, 0), d_kernel, tf1.reduce_sum(d_cand, 0)]
+    d_biases = column_sums(d_all)
+    return [d_gate_kernel, d_biases[: 2 * units], d_kernel, d_biases[2 * units :]]
 
 
 def gru_input_grads(writes: Any, x_kernels: Any) -> Any:
     (d_all,) = writes
     units = int(x_kernels[1].shape[-1])
     d_gates, d_cand = d_all[:, : 2 * units], d_all[:, 2 * units :]
-    return tf1.matmul(d_gates, x_kernels[0], transpose_b=True) + tf1.matmul(
-        d_cand, x_kernels[1], transpose_b=True
-    )
+    return back_kernel(x_kernels[0]).times(d_gates) + back_kernel(x_kernels[1]).times(d_cand)
 
 
 # which of a step's records `back` reads (the others: `weight_grads` only)
