@@ -31,10 +31,11 @@ runs them (each step and layer: the forward product of ``[input, h]`` with each
 kernel, and backward the two products of its gradient, with the kernel for the
 inputs' gradient and with ``[input, h]`` for the kernel's), with one ``tanh`` a step
 to keep the values bounded and no other element-wise work. An implementation that
-computes the same model exactly does these products (the fused loop does the kernels'
-ones as one product over all steps, which runs no faster per operation on oneDNN), so
-``tf.nn.rnn_cell``'s share of that floor bounds what any such implementation can gain
-over it: at a share of 0.9 the most is 1/0.9 = 1.11x.
+computes the same model exactly does these products, so ``tf.nn.rnn_cell``'s share of
+that floor bounds what any such implementation can gain over it (at a share of 0.9 the
+most is 1/0.9 = 1.11x), except where it makes them as larger products: the fused loop
+makes the kernels' gradients and the bottom layer's products with its inputs as one
+product over all steps, which oneDNN runs faster per operation than a step's.
 
 Usage::
 
