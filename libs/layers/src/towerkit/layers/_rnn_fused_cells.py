@@ -142,19 +142,21 @@ def lstm_back(
     # the step's [x, h] (records[0]) is read by the weights' gradients only
     si, tj, sf, so, tc, c_prev = records[1:]
     (dc,) = d_rest
-    c_grad = dc + dh * so * (1 - tc * tc)
+    dh_so = dh * so
+    c_grad = dc + dh_so * (1 - tc * tc)
+    c_si, dc_prev = c_grad * si, c_grad * sf  # each a factor of two gradients below
     dz = tf1.concat(
         [
-            c_grad * tj * si * (1 - si),
-            c_grad * si * (1 - tj * tj),
-            c_grad * c_prev * sf * (1 - sf),
-            dh * tc * so * (1 - so),
+            c_si * tj * (1 - si),  # c_grad tj si (1 - si)
+            c_si * (1 - tj * tj),
+            dc_prev * c_prev * (1 - sf),  # c_grad c_prev sf (1 - sf)
+            dh_so * tc * (1 - so),  # dh tc so (1 - so)
         ],
         1,
     )
     dh_prev = weights[-1].times(dz)
     d_x = None if projected else weights[0].times(dz)
-    return d_x, [c_grad * sf, dh_prev], [dz]
+    return d_x, [dc_prev, dh_prev], [dz]
 
 
 def lstm_weight_grads(records: Any, writes: Any, width: int, inputs: Any = None) -> list[Any]:
