@@ -211,7 +211,7 @@ def gru_step(
         cand = tf1.tanh(tf1.nn.bias_add(tf1.matmul(tf1.concat([x, rh], 1), kernel), bias))
     else:
         cand = tf1.tanh(tf1.matmul(rh, kernel) + projected[1])
-    h = u * h_prev + (1 - u) * cand
+    h = cand + u * (h_prev - cand)  # u h + (1 - u) cand, in 3 ops
     if not keep:
         return h, [h], []
     # [x, h] holds h (or is h, `projected`), and r * h is made again from r and h after
