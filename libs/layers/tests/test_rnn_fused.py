@@ -176,6 +176,8 @@ def test_kernels_transposed_before_the_loop_or_not(monkeypatch, stack, transpose
 def test_bottom_layer_inputs_multiplied_outside_the_loops(graph, stack, widths):
     """The bottom layer's products with the inputs, forward and backward, are made for all
     steps at once outside the loops; not where its inputs are dropped (masks drawn in the loop).
+    Forward, one product a kernel (a GRU's two); backward, one product (a GRU's kernels'
+    rows for the inputs side by side).
     """
     build(STACKS[stack], tf1.constant(X), False, False)
     steps_by_batch = X.shape[0] * X.shape[1]
@@ -187,7 +189,48 @@ def test_bottom_layer_inputs_multiplied_outside_the_loops(graph, stack, widths):
     forward = [w for rows, w in outside if rows == steps_by_batch and w in widths]
     backward = [w for rows, w in outside if rows == steps_by_batch and w == X.shape[2]]
     assert sorted(forward) == sorted(widths), outside
-    assert len(backward) == len(widths), outside
+    assert len(backward) == min(len(widths), 1), outside
+
+
+@pytest.mark.parametrize("stack", ["multi", "mixed", "dropout"])
+def test_no_inputs_concatenated_with_h(stack):
+    """A step multiplies its inputs and its previous h by their kernels' rows apart: the
+    loops concatenate no ``[x, h]`` (nor a GRU's ``[x, r * h]``), and each layer above the
+    bottom one (and a bottom one whose inputs are dropped) makes its inputs' products in
+    the step, as one product (a GRU's two kernels side by side)."""
+    with control_flow(v2=False), tf1.Graph().as_default() as graph:
+        build(STACKS[stack], tf1.constant(X), False, False)
+        plan = fused_plan(STACKS[stack]())
+        depths = [X.shape[2], *[layer.units for layer in plan[:-1]]]
+        in_loop = [
+            op
+            for op in graph.get_operations()
+            if "fused_rnn" in op.name and op._control_flow_context is not None
+        ]
+    joined = {  # [x, h]'s widths, for the layers whose inputs reach the loop
+        (d, layer.units)
+        for k, (d, layer) in enumerate(zip(depths, plan, strict=True))
+        if k > 0 or layer.input_keep is not None
+    }
+    concats = {
+        tuple(t.shape.as_list()[-1] for t in op.inputs[:-1])
+        for op in in_loop
+        if op.type == "ConcatV2"
+    }
+    assert concats
+    assert not joined & concats, (joined, concats)
+    forward = {
+        tuple(op.inputs[1].shape.as_list())
+        for op in in_loop
+        if op.type == "MatMul" and "_grad" not in op.name
+    }
+    expected = set()
+    for k, (depth, layer) in enumerate(zip(depths, plan, strict=True)):
+        u = layer.units
+        expected |= {(u, 4 * u)} if layer.kind == "lstm" else {(u, 2 * u), (u, u)}
+        if k > 0 or layer.input_keep is not None:
+            expected.add((depth, (4 if layer.kind == "lstm" else 3) * u))
+    assert forward == expected
 
 
 def test_unknown_batch_and_time(monkeypatch):
@@ -436,11 +479,11 @@ def test_inference_tower_runs_forward_only(monkeypatch, stack):
 
     (fused, fused_arrays), (cells, cells_arrays) = both_loops(monkeypatch, run)
     assert_same(fused, cells)
-    # each of the two loops: its outputs' array, and the inputs' (the cells), or the
-    # inputs' products made before the loop, one per kernel (the fused loop's: a GRU
-    # multiplies its inputs by two kernels); records would add one array or more a layer
+    # each of the two loops: its outputs' array, and the inputs' (the cells); the fused
+    # loop reads its inputs, or their products made before the loop, by slicing them, and
+    # records would add one array or more a layer
     assert cells_arrays == 2 * 2
-    assert fused_arrays == 2 * (1 + (2 if stack == "mixed" else 1))
+    assert fused_arrays == 2
 
 
 def test_towers_share_the_variables(graph):
@@ -576,16 +619,19 @@ def test_dropping_keep(keep):
 
 @given(st.sampled_from(KINDS), st.integers(1, 64), st.integers(1, 64))
 def test_record_and_write_widths(kind, depth, units):
-    """A step keeps [x, h] (h alone, projected) and its gates; its gradient writes one value per gate."""
+    """A step keeps its previous h first and its inputs last (not where their products are
+    made before the loop); its gradient writes one value per gate."""
     records, writes = record_widths(kind, depth, units), write_widths(kind, units)
-    assert records[0] == depth + units
+    assert records[0] == units
+    assert records[-1] == depth
     gates = 4 if kind == "lstm" else 3  # i, j, f, o; r, u and the candidate
     assert writes == [gates * units]
-    # an LSTM's 4 gates, tanh(c) and the previous c; a GRU's [r, u] and its candidate
-    assert records[1:] == ([units] * 6 if kind == "lstm" else [2 * units, units])
-    assert max(BACK_READS[kind]) < len(records)
-    projected = record_widths(kind, depth, units, projected=True)
-    assert projected == [units, *records[1:]]
+    # an LSTM's c factor, gates' factor and forget gate; a GRU's [r, u], the candidate's
+    # factor and the gates' factor
+    own = [units, 4 * units, units] if kind == "lstm" else [2 * units, units, 2 * units]
+    assert records[1:-1] == own
+    assert set(BACK_READS[kind]) == {1, 2, 3}  # neither h nor the inputs: the weights' only
+    assert record_widths(kind, depth, units, projected=True) == records[:-1]
 
 
 @given(

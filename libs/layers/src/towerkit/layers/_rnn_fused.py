@@ -165,30 +165,51 @@ class _Stack:
         # the layers with per-step dropout, each with its slot in the arrays of masks
         self.dropping = [k for k, layer in enumerate(plan) if layer.drops and self.fixed[k] is None]
         # the bottom layer's products with the inputs are made before the loop, for all
-        # steps at once (and their gradient after it), unless its inputs are dropped
+        # steps at once (and their gradient after it), unless its inputs are dropped;
+        # the other layers' in each step, from the layer below's output
         self.projected = plan[0].input_keep is None
-        self.x_kernels: list[Any] = []  # folded, for the forward products
-        self.input_kernels: list[Any] = []  # the layer's own, for the inputs' gradient
-        self.x_biases: list[Any] = []
-        self.step_weights = [
-            KINDS[layer.kind].fold(w, layer.forget_bias)
-            for layer, w in zip(plan, weights, strict=True)
+        self.x_kernels: list[list[Any]] = []  # folded, for the forward products
+        self.x_biases: list[list[Any]] = []
+        self.step_weights: list[list[Any]] = []  # the rows for h, and the biases
+        self.input_weights: list[list[Any]] = []  # the layer's own, for the inputs' gradient
+        self.back_weights: list[list[Any]] = []
+        for layer, w, depth in zip(plan, weights, self.depths, strict=True):
+            kind = KINDS[layer.kind]
+            folded = kind.fold(w, layer.forget_bias)
+            x_kernels, h_params = kind.split(folded, depth)
+            self.x_kernels.append(x_kernels)
+            self.x_biases.append(kind.biases(folded))
+            self.step_weights.append(h_params)
+            self.input_weights.append(kind.input_weights(kind.split(w, depth)[0]))
+            self.back_weights.append(kind.back_weights(w, depth))
+
+        # a step's products with several kernels (a GRU's): one product, then split
+        self.joined = [
+            (tf1.concat(k, 1), tf1.concat(b, 0), [int(w.shape[-1]) for w in k])
+            if len(k) > 1 and not self.before(i)
+            else None
+            for i, (k, b) in enumerate(zip(self.x_kernels, self.x_biases, strict=True))
         ]
-        if self.projected:
-            kind = KINDS[plan[0].kind]
-            self.x_biases = kind.biases(self.step_weights[0])
-            self.x_kernels, self.step_weights[0] = kind.split(self.step_weights[0], self.depths[0])
-            self.input_kernels = kind.split(weights[0], self.depths[0])[0]
-        self.back_weights = [
-            KINDS[layer.kind].back_weights(w, depth, k == 0 and self.projected)
-            for k, (layer, w, depth) in enumerate(zip(plan, weights, self.depths, strict=True))
+
+    def products(self, k: int, x: Any) -> list[Any]:
+        """Layer `k`'s inputs `x` (``[rows, depth]``) times its kernels' rows for x, biases added."""
+        joined = self.joined[k]
+        if joined is not None:
+            kernel, bias, widths = joined
+            return list(tf1.split(tf1.nn.bias_add(tf1.matmul(x, kernel), bias), widths, axis=1))
+        return [
+            tf1.nn.bias_add(tf1.matmul(x, kernel), bias)
+            for kernel, bias in zip(self.x_kernels[k], self.x_biases[k], strict=True)
         ]
+
+    def before(self, k: int) -> bool:
+        """Whether layer `k`'s inputs' products are made before the loop."""
+        return k == 0 and self.projected
 
     def widths(self, k: int) -> list[int]:
         """The widths of layer `k`'s records."""
         layer = self.plan[k]
-        projected = k == 0 and self.projected
-        return record_widths(layer.kind, self.depths[k], layer.units, projected)
+        return record_widths(layer.kind, self.depths[k], layer.units, self.before(k))
 
     def array(self, width: int, kept: bool = False, size: Any = None) -> Any:
         # `kept`: the forward arrays that the gradient reads. TensorFlow runs the
@@ -221,25 +242,18 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
     Returns ``(outputs, final states, records, masks)``; without `keep`, records and
     masks are empty (nothing is kept for a gradient).
     """
-    xs = projections = None
+    xs = None
+    projections: list[Any] = []
     if s.projected:
-        flat = tf1.reshape(x, [-1, s.depths[0]])
-        shape = tf1.shape(x)
+        shape = tf1.concat([tf1.shape(x)[:2], [-1]], 0)
         projections = [
-            tf1.TensorArray(
-                s.dtype, size=s.steps, element_shape=[s.batch, int(k.shape[-1])]
-            ).unstack(
-                tf1.reshape(
-                    tf1.nn.bias_add(tf1.matmul(flat, k), b), tf1.concat([shape[:2], [-1]], 0)
-                )
-            )
-            for k, b in zip(s.x_kernels, s.x_biases, strict=True)
+            tf1.reshape(p, shape) for p in s.products(0, tf1.reshape(x, [-1, s.depths[0]]))
         ]
     else:
-        xs = tf1.TensorArray(s.dtype, size=s.steps, element_shape=x.shape[1:]).unstack(x)
+        xs = x
 
     def step(t: Any, out: Any, records: Any, masks: Any, states: Any) -> Any:
-        below = None if xs is None else xs.read(t)
+        below = None if xs is None else xs[t]
         done = s.done(t)
         records, masks, new_states = list(records), list(masks), []
         for k, layer in enumerate(s.plan):
@@ -252,11 +266,13 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
                 # parallel_iterations=1 (with more, its iterations may draw out of order)
                 with tf1.control_dependencies(states[k]):
                     below = below * _factor(fixed, drawn, 0, below, layer.input_keep, seeds)
-            params, step_fn = s.step_weights[k], KINDS[layer.kind].step
-            projected = None
-            if k == 0 and projections is not None:
-                projected = [a.read(t) for a in projections]
-            h, new, kept = step_fn(below, states[k], params, keep, projected)
+            if s.before(k):
+                products = [a[t] for a in projections]
+            else:
+                products = s.products(k, below)
+            h, new, kept = KINDS[layer.kind].step(states[k], s.step_weights[k], products, keep)
+            if keep and not s.before(k):
+                kept = [*kept, below]  # for the kernels' gradient
             if layer.state_keep is not None:
                 leaf = dropped_leaf(layer.kind)
                 new[leaf] = new[leaf] * _factor(fixed, drawn, 1, h, layer.state_keep, seeds)
@@ -290,12 +306,11 @@ def _forward(s: _Stack, x: Any, states: list[list[Any]], keep: bool) -> Any:
 
 def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: Any) -> Any:
     """The backward loop: the gradients of the inputs, weights and initial states."""
-    d_outs = s.array(s.units[-1]).unstack(d_out)
 
     def back(t: Any, writes: Any, dxs: Any, d_states: Any) -> Any:
         t = t - 1
         writes, prev = list(writes), [None] * s.n
-        above = d_outs.read(t)
+        above = d_out[t]
         live = None
         if s.lengths is not None:
             live = tf1.cast(tf1.expand_dims(t < s.lengths, 1), s.dtype)
@@ -324,11 +339,9 @@ def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: 
             kept = [
                 a.read(t) if i in BACK_READS[layer.kind] else None for i, a in enumerate(records[k])
             ]
-            back_fn = KINDS[layer.kind].back
-            projected = k == 0 and s.projected
-            d_x, d_prev, step_writes = back_fn(
-                kept, dh, rest, s.back_weights[k], s.depths[k], projected
-            )
+            kind = KINDS[layer.kind]
+            d_prev, step_writes = kind.back(kept, dh, rest, s.back_weights[k])
+            d_x = None if s.before(k) else kind.input_grads(step_writes, s.input_weights[k])
             writes[k] = [a.write(t, w) for a, w in zip(writes[k], step_writes, strict=True)]
             if carry is not None:
                 d_prev = [d + c for d, c in zip(d_prev, carry, strict=True)]
@@ -355,11 +368,12 @@ def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: 
             tf1.reshape(a.stack(), [-1, w])
             for a, w in zip(writes[k], write_widths(layer.kind, layer.units))
         ]
-        inputs = None
-        if k == 0 and s.projected:
+        if s.before(k):  # the inputs' gradient: after the loop, for all steps at once
             inputs = tf1.reshape(x, [-1, s.depths[0]])
-            d_x = KINDS[layer.kind].input_grads(done, s.input_kernels)
-        d_weights.append(KINDS[layer.kind].weight_grads(stacked, done, s.depths[k], inputs))
+            d_x = KINDS[layer.kind].input_grads(done, s.input_weights[0])
+        else:
+            inputs = stacked.pop()
+        d_weights.append(KINDS[layer.kind].weight_grads(stacked, done, inputs))
     return dxs.stack() if d_x is None else d_x, d_weights, d_initial
 
 

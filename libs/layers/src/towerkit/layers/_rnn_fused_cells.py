@@ -1,31 +1,33 @@
 """One step of a fused layer, forward and backward: TensorFlow 1's LSTM and GRU, by hand.
 
-Each kind gives:
+A layer's kernels are split into their rows for the inputs and for ``h``. A step is
+given its inputs' products with the rows for the inputs, biases added: made before the
+loop for every step at once (the bottom layer, unless its inputs are dropped), or in
+the step, as products of their own (never a concatenation of ``[x, h]``: the product
+with ``x`` can start before the layer's previous step ends). Each kind gives:
 
 - ``params(cell)``: the layer's weights, in the order the loop passes them;
-- ``fold(params, forget)``: the parameters a step reads, constants folded in (an
-  LSTM's forget bias added to its bias once, not at each step);
-- ``step(x, state, params, keep)``: the step the cell computes (its math, with the
-  constants `fold` and `biases` moved out of the loop added there instead), as
-  ``(h, new_state, records)``: ``records`` are what the backward step reads (none
-  without `keep`);
-- ``back_weights(params, width, projected)``: what `back` multiplies by, made once
-  before the loops from the layer's own parameters (not folded): the kernels' rows
-  for ``h``, and for ``x``, each a `BackKernel` (large ones transposed);
-- ``back(records, dh, d_rest, weights, width, projected)``: the gradients of one step, given
-  the gradient of its ``h`` and of its other state tensors (an LSTM's ``c``), as
-  ``(d_x, d_previous_state, writes)``: ``writes`` are the per-step gradients the
-  weights' gradients are made of;
-- ``weight_grads(records, writes, width, inputs)``: those gradients over all steps at
-  once (each record and write stacked over time, ``[time * batch, size]``);
+- ``fold(params, forget)``: the same with constants folded in (an LSTM's forget bias
+  added to its bias once, not at each step);
 - ``split(params, width)``: ``(x_kernels, h_params)``, the kernels' rows that multiply
-  the inputs, and the parameters a step needs when those products are made before the
-  loop, for every step at once (the bottom layer, ``projected``); then a step's first
-  record is its ``h`` alone, `back` gives no input gradient (None), `weight_grads`
-  takes the stacked inputs, and ``input_grads(writes, x_kernels)`` gives the inputs'
-  gradients for all steps at once;
-- ``biases(params)``: the biases added to those products (one per kernel of
-  ``x_kernels``): made before the loop with them, a projected step adds none.
+  the inputs, and the parameters a step reads;
+- ``biases(params)``: the biases added to the inputs' products (one per kernel of
+  ``x_kernels``);
+- ``step(state, h_params, products, keep)``: the step the cell computes, given the
+  inputs' products, as ``(h, new_state, records)``: ``records`` are what the backward
+  step and the weights' gradients read (none without `keep`), the previous ``h`` first;
+- ``back_weights(params, width)``: what `back` multiplies by, made once before the
+  loops from the layer's own parameters (not folded): the kernels' rows for ``h``, each
+  a `BackKernel` (large ones transposed);
+- ``back(records, dh, d_rest, weights)``: the gradients of one step, given the gradient
+  of its ``h`` and of its other state tensors (an LSTM's ``c``), as
+  ``(d_previous_state, writes)``: ``writes`` are the gradients of the inputs' products
+  (one array, the gates side by side), what the inputs' and the weights' gradients are
+  made of;
+- ``input_weights(x_kernels)`` and ``input_grads(writes, weights)``: the inputs'
+  gradient from the writes, of one step or of all steps at once;
+- ``weight_grads(records, writes, inputs)``: the weights' gradients over all steps at
+  once (each record, write and input stacked over time, ``[time * batch, size]``).
 """
 
 from __future__ import annotations
@@ -60,17 +62,9 @@ def lstm_fold(params: Any, forget: float) -> list[Any]:
     return [kernel, bias + tf1.constant(offset, bias.dtype.base_dtype)]
 
 
-def lstm_step(
-    x: Any, state: Any, params: Any, keep: bool = True, projected: Any = None
-) -> tuple[Any, Any, Any]:
+def lstm_step(state: Any, params: Any, products: Any, keep: bool = True) -> tuple[Any, Any, Any]:
     c_prev, h_prev = state
-    kernel, bias = params
-    if projected is None:
-        zc = tf1.concat([x, h_prev], 1)
-        z = tf1.nn.bias_add(tf1.matmul(zc, kernel), bias)
-    else:  # the inputs' product made before the loop; `kernel`: the rows for h
-        zc = h_prev
-        z = tf1.matmul(h_prev, kernel) + projected[0]  # the bias: in the products
+    z = tf1.matmul(h_prev, params[0]) + products[0]  # the bias: in the products
     i, j, f, o = tf1.split(z, 4, axis=1)
     si, tj, so = tf1.sigmoid(i), tf1.tanh(j), tf1.sigmoid(o)
     sf = tf1.sigmoid(f)  # the forget bias: in the bias (`lstm_fold`)
@@ -79,8 +73,14 @@ def lstm_step(
     h = tc * so
     if not keep:  # forward only: nothing made for a gradient
         return h, [c, h], []
-    # each kept as it is (an array of its own holds it without a copy)
-    return h, [c, h], [zc, si, tj, sf, so, tc, c_prev]
+    # the factors the backward step multiplies by, made here off its critical path: c's
+    # gradient is dc + dh * o tanh'(c); the gates' [c_grad, c_grad, c_grad, dh] * factor
+    c_factor = so * (1 - tc * tc)
+    factor = tf1.concat(
+        [tj * (si * (1 - si)), si * (1 - tj * tj), c_prev * (sf * (1 - sf)), tc * (so * (1 - so))],
+        1,
+    )
+    return h, [c, h], [h_prev, c_factor, factor, sf]
 
 
 def column_sums(t: Any) -> Any:
@@ -129,46 +129,33 @@ def back_kernel(kernel: Any) -> BackKernel:
     return BackKernel(tf1.transpose(kernel) if pre else kernel, pre)
 
 
-def lstm_back_weights(params: Any, width: int, projected: bool) -> list[Any]:
-    kernel = params[0]
-    if projected:  # the kernel's rows for h
-        return [back_kernel(kernel[width:])]
-    return [back_kernel(kernel[:width]), back_kernel(kernel[width:])]
+def lstm_back_weights(params: Any, width: int) -> list[Any]:
+    return [back_kernel(params[0][width:])]  # the kernel's rows for h
 
 
-def lstm_back(
-    records: Any, dh: Any, d_rest: Any, weights: Any, width: int, projected: bool = False
-) -> Any:
-    # the step's [x, h] (records[0]) is read by the weights' gradients only
-    si, tj, sf, so, tc, c_prev = records[1:]
+def lstm_back(records: Any, dh: Any, d_rest: Any, weights: Any) -> Any:
+    # the previous h (records[0]) is read by the weights' gradients only
+    c_factor, factor, sf = records[1:4]
     (dc,) = d_rest
-    dh_so = dh * so
-    c_grad = dc + dh_so * (1 - tc * tc)
-    c_si, dc_prev = c_grad * si, c_grad * sf  # each a factor of two gradients below
-    dz = tf1.concat(
-        [
-            c_si * tj * (1 - si),  # c_grad tj si (1 - si)
-            c_si * (1 - tj * tj),
-            dc_prev * c_prev * (1 - sf),  # c_grad c_prev sf (1 - sf)
-            dh_so * tc * (1 - so),  # dh tc so (1 - so)
-        ],
-        1,
-    )
-    dh_prev = weights[-1].times(dz)
-    d_x = None if projected else weights[0].times(dz)
-    return d_x, [dc_prev, dh_prev], [dz]
+    c_grad = dc + dh * c_factor
+    dz = tf1.concat([c_grad, c_grad, c_grad, dh], 1) * factor
+    return [c_grad * sf, weights[0].times(dz)], [dz]
 
 
-def lstm_weight_grads(records: Any, writes: Any, width: int, inputs: Any = None) -> list[Any]:
+def lstm_input_weights(x_kernels: Any) -> list[Any]:
+    return [back_kernel(x_kernels[0])]
+
+
+def lstm_input_grads(writes: Any, weights: Any) -> Any:
+    return weights[0].times(writes[0])
+
+
+def lstm_weight_grads(records: Any, writes: Any, inputs: Any) -> list[Any]:
     (dz,) = writes
-    d_kernel = tf1.matmul(records[0], dz, transpose_a=True)
-    if inputs is not None:  # records[0] holds h alone
-        d_kernel = tf1.concat([tf1.matmul(inputs, dz, transpose_a=True), d_kernel], 0)
+    d_kernel = tf1.concat(
+        [tf1.matmul(inputs, dz, transpose_a=True), tf1.matmul(records[0], dz, transpose_a=True)], 0
+    )
     return [d_kernel, column_sums(dz)]
-
-
-def lstm_input_grads(writes: Any, x_kernels: Any) -> Any:
-    return back_kernel(x_kernels[0]).times(writes[0])
 
 
 def gru_params(cell: Any) -> list[Any]:
@@ -194,83 +181,71 @@ def gru_fold(params: Any, forget: float) -> list[Any]:
     return list(params)
 
 
-def gru_step(
-    x: Any, state: Any, params: Any, keep: bool = True, projected: Any = None
-) -> tuple[Any, Any, Any]:
+def gru_step(state: Any, params: Any, products: Any, keep: bool = True) -> tuple[Any, Any, Any]:
     (h_prev,) = state
-    gate_kernel, gate_bias, kernel, bias = params
-    if projected is None:
-        xh = tf1.concat([x, h_prev], 1)
-        gates = tf1.sigmoid(tf1.nn.bias_add(tf1.matmul(xh, gate_kernel), gate_bias))
-    else:  # the inputs' products made before the loop; the kernels: their rows for h
-        xh = h_prev
-        gates = tf1.sigmoid(tf1.matmul(h_prev, gate_kernel) + projected[0])
+    gate_kernel, _, kernel, _ = params  # the kernels' rows for h; the biases: in the products
+    gates = tf1.sigmoid(tf1.matmul(h_prev, gate_kernel) + products[0])
     r, u = tf1.split(gates, 2, axis=1)
-    rh = r * h_prev
-    if projected is None:
-        cand = tf1.tanh(tf1.nn.bias_add(tf1.matmul(tf1.concat([x, rh], 1), kernel), bias))
-    else:
-        cand = tf1.tanh(tf1.matmul(rh, kernel) + projected[1])
-    h = cand + u * (h_prev - cand)  # u h + (1 - u) cand, in 3 ops
+    cand = tf1.tanh(tf1.matmul(r * h_prev, kernel) + products[1])
+    keep_back = h_prev - cand
+    h = cand + keep_back * u  # u h + (1 - u) cand, in 3 ops
     if not keep:
         return h, [h], []
-    # [x, h] holds h (or is h, `projected`), and r * h is made again from r and h after
-    # the loop: each array kept costs the loop a few ops per step
-    return h, [h], [xh, gates, cand]
+    # the factors the backward step multiplies by, made here off its critical path:
+    # d cand = dh * (1 - u) (1 - cand^2); d [r, u] = [d (r h), dh] * [h, h - cand] * g';
+    # r * h is made again after the loop, from r and h, for the kernel's gradient
+    cand_factor = (1 - u) * (1 - cand * cand)
+    gate_factor = tf1.concat([h_prev, keep_back], 1) * (gates * (1 - gates))
+    return h, [h], [h_prev, gates, cand_factor, gate_factor]
 
 
-def gru_back_weights(params: Any, width: int, projected: bool) -> list[Any]:
+def gru_back_weights(params: Any, width: int) -> list[Any]:
     gate_kernel, _, kernel, _ = params
-    if projected:  # the kernels' rows for h
-        return [back_kernel(gate_kernel[width:]), back_kernel(kernel[width:])]
-    # the rows for h apart, and those for x side by side: one product gives x's gradient
-    x_rows = tf1.concat([gate_kernel[:width], kernel[:width]], 1)
-    return [back_kernel(gate_kernel[width:]), back_kernel(kernel[width:]), back_kernel(x_rows)]
+    return [back_kernel(gate_kernel[width:]), back_kernel(kernel[width:])]  # the rows for h
 
 
-def gru_back(
-    records: Any, dh: Any, d_rest: Any, weights: Any, width: int, projected: bool = False
-) -> Any:
-    xh, gates, cand = records
-    h_prev = xh if projected else xh[:, width:]
+def gru_back(records: Any, dh: Any, d_rest: Any, weights: Any) -> Any:
+    del d_rest  # a GRU's state is h alone
+    _, gates, cand_factor, gate_factor = records[:4]
     r, u = tf1.split(gates, 2, axis=1)
-    d_cand = dh * (1 - u) * (1 - cand * cand)
+    d_cand = dh * cand_factor
     d_rh = weights[1].times(d_cand)
-    # both gates' sigmoids at once: d(r, u) * (r, u) * (1 - (r, u))
-    d_gates = tf1.concat([d_rh * h_prev, dh * (h_prev - cand)], 1) * (gates * (1 - gates))
-    write = tf1.concat([d_gates, d_cand], 1)
-    dh_prev = dh * u + d_rh * r + weights[0].times(d_gates)
-    d_x = None if projected else weights[2].times(write)
-    return d_x, [dh_prev], [write]
+    d_gates = tf1.concat([d_rh, dh], 1) * gate_factor
+    dh_prev = tf1.add_n([dh * u, d_rh * r, weights[0].times(d_gates)])
+    return [dh_prev], [tf1.concat([d_gates, d_cand], 1)]
 
 
-def gru_weight_grads(records: Any, writes: Any, width: int, inputs: Any = None) -> list[Any]:
-    xh, gates, cand = records
+def gru_input_weights(x_kernels: Any) -> list[Any]:
+    # the rows for x side by side: one product with the gates' gradients gives x's
+    return [back_kernel(tf1.concat(x_kernels, 1))]
+
+
+def gru_input_grads(writes: Any, weights: Any) -> Any:
+    return weights[0].times(writes[0])
+
+
+def gru_weight_grads(records: Any, writes: Any, inputs: Any) -> list[Any]:
+    h_prev, gates = records[:2]
     (d_all,) = writes
-    units = int(cand.shape[-1])
+    units = int(h_prev.shape[-1])
     d_gates, d_cand = d_all[:, : 2 * units], d_all[:, 2 * units :]
-    x = xh[:, :width] if inputs is None else inputs
-    h_prev = xh if inputs is not None else xh[:, width:]  # records[0]: h alone, or [x, h]
+    d_gate_kernel = tf1.concat(
+        [
+            tf1.matmul(inputs, d_gates, transpose_a=True),
+            tf1.matmul(h_prev, d_gates, transpose_a=True),
+        ],
+        0,
+    )
     rh = gates[:, :units] * h_prev
-    d_gate_kernel = tf1.matmul(xh, d_gates, transpose_a=True)
-    if inputs is not None:
-        d_gate_kernel = tf1.concat([tf1.matmul(x, d_gates, transpose_a=True), d_gate_kernel], 0)
     d_kernel = tf1.concat(
-        [tf1.matmul(x, d_cand, transpose_a=True), tf1.matmul(rh, d_cand, transpose_a=True)], 0
+        [tf1.matmul(inputs, d_cand, transpose_a=True), tf1.matmul(rh, d_cand, transpose_a=True)], 0
     )
     d_biases = column_sums(d_all)
     return [d_gate_kernel, d_biases[: 2 * units], d_kernel, d_biases[2 * units :]]
 
 
-def gru_input_grads(writes: Any, x_kernels: Any) -> Any:
-    (d_all,) = writes
-    units = int(x_kernels[1].shape[-1])
-    d_gates, d_cand = d_all[:, : 2 * units], d_all[:, 2 * units :]
-    return back_kernel(x_kernels[0]).times(d_gates) + back_kernel(x_kernels[1]).times(d_cand)
-
-
 # which of a step's records `back` reads (the others: `weight_grads` only)
-BACK_READS = {"lstm": (1, 2, 3, 4, 5, 6), "gru": (0, 1, 2)}
+BACK_READS = {"lstm": (1, 2, 3), "gru": (1, 2, 3)}
 
 
 @attrs.frozen
@@ -282,9 +257,10 @@ class FusedKind:
     back: Callable[..., Any]
     weight_grads: Callable[..., list[Any]]
     split: Callable[[Any, int], tuple[list[Any], list[Any]]]
+    input_weights: Callable[[Any], list[Any]]
     input_grads: Callable[[Any, Any], Any]
     biases: Callable[[Any], list[Any]]
-    back_weights: Callable[[Any, int, bool], list[Any]]
+    back_weights: Callable[[Any, int], list[Any]]
     fold: Callable[[Any, float], list[Any]]
 
 
@@ -295,6 +271,7 @@ KINDS = {
         lstm_back,
         lstm_weight_grads,
         lstm_split,
+        lstm_input_weights,
         lstm_input_grads,
         lstm_biases,
         lstm_back_weights,
@@ -306,6 +283,7 @@ KINDS = {
         gru_back,
         gru_weight_grads,
         gru_split,
+        gru_input_weights,
         gru_input_grads,
         gru_biases,
         gru_back_weights,
@@ -315,22 +293,24 @@ KINDS = {
 
 
 def record_widths(kind: str, depth: int, units: int, projected: bool = False) -> list[int]:
-    """The widths of a step's records (what `step` returns for `back` to read).
+    """The widths of a step's records, and of its inputs where the loop keeps them.
 
-    The first is the step's ``[x, h]``, or its ``h`` alone where the inputs' products
-    are made before the loop (`projected`). An LSTM keeps each gate, ``tanh(c)`` and the
-    previous ``c`` apart; a GRU its two gates together (``[r, u]``) and its candidate.
+    A step keeps its previous ``h`` first. An LSTM keeps its ``c`` gradient's factor,
+    its gates' factor (4 gates side by side) and its forget gate; a GRU its two gates
+    together (``[r, u]``), its candidate's factor and its gates' factor. The loop keeps
+    a step's inputs last, unless their products are made before the loop (`projected`),
+    where the inputs are at hand.
 
     Examples:
         >>> record_widths("lstm", 3, 2), record_widths("gru", 3, 2)
-        ([5, 2, 2, 2, 2, 2, 2], [5, 4, 2])
+        ([2, 2, 8, 2, 3], [2, 4, 2, 4, 3])
         >>> record_widths("lstm", 3, 2, projected=True), record_widths("gru", 3, 2, True)
-        ([2, 2, 2, 2, 2, 2, 2], [2, 4, 2])
+        ([2, 2, 8, 2], [2, 4, 2, 4])
     """
-    first = units if projected else depth + units
-    if kind == "lstm":
-        return [first, *[units] * 6]
-    return [first, 2 * units, units]
+    own = (
+        [units, units, 4 * units, units] if kind == "lstm" else [units, 2 * units, units, 2 * units]
+    )
+    return own if projected else [*own, depth]
 
 
 def write_widths(kind: str, units: int) -> list[int]:
