@@ -626,11 +626,12 @@ def test_record_and_write_widths(kind, depth, units):
     assert records[-1] == depth
     gates = 4 if kind == "lstm" else 3  # i, j, f, o; r, u and the candidate
     assert writes == [gates * units]
-    # an LSTM's c factor, gates' factor and forget gate; a GRU's [r, u], the candidate's
-    # factor and the gates' factor
-    own = [units, 4 * units, units] if kind == "lstm" else [2 * units, units, 2 * units]
+    # an LSTM's c factor, forget gate and each gate's factor; a GRU's [r, u], the
+    # candidate's factor and the gates' factor
+    own = [units] * 6 if kind == "lstm" else [2 * units, units, 2 * units]
     assert records[1:-1] == own
-    assert set(BACK_READS[kind]) == {1, 2, 3}  # neither h nor the inputs: the weights' only
+    # neither h nor the inputs: the weights' gradients only
+    assert set(BACK_READS[kind]) == set(range(1, len(own) + 1))
     assert record_widths(kind, depth, units, projected=True) == records[:-1]
 
 

@@ -74,13 +74,21 @@ def lstm_step(state: Any, params: Any, products: Any, keep: bool = True) -> tupl
     if not keep:  # forward only: nothing made for a gradient
         return h, [c, h], []
     # the factors the backward step multiplies by, made here off its critical path: c's
-    # gradient is dc + dh * o tanh'(c); the gates' [c_grad, c_grad, c_grad, dh] * factor
-    c_factor = so * (1 - tc * tc)
-    factor = tf1.concat(
-        [tj * (si * (1 - si)), si * (1 - tj * tj), c_prev * (sf * (1 - sf)), tc * (so * (1 - so))],
-        1,
+    # gradient is dc + dh * o tanh'(c); the gates' are c_grad, c_grad, c_grad and dh times
+    # theirs (each kept apart: side by side, they would be copied into one more array)
+    return (
+        h,
+        [c, h],
+        [
+            h_prev,
+            so * (1 - tc * tc),
+            sf,
+            tj * (si * (1 - si)),
+            si * (1 - tj * tj),
+            c_prev * (sf * (1 - sf)),
+            tc * (so * (1 - so)),
+        ],
     )
-    return h, [c, h], [h_prev, c_factor, factor, sf]
 
 
 def column_sums(t: Any) -> Any:
@@ -135,10 +143,10 @@ def lstm_back_weights(params: Any, width: int) -> list[Any]:
 
 def lstm_back(records: Any, dh: Any, d_rest: Any, weights: Any) -> Any:
     # the previous h (records[0]) is read by the weights' gradients only
-    c_factor, factor, sf = records[1:4]
+    c_factor, sf, *gates = records[1:7]
     (dc,) = d_rest
     c_grad = dc + dh * c_factor
-    dz = tf1.concat([c_grad, c_grad, c_grad, dh], 1) * factor
+    dz = tf1.concat([c_grad * gates[0], c_grad * gates[1], c_grad * gates[2], dh * gates[3]], 1)
     return [c_grad * sf, weights[0].times(dz)], [dz]
 
 
@@ -245,7 +253,7 @@ def gru_weight_grads(records: Any, writes: Any, inputs: Any) -> list[Any]:
 
 
 # which of a step's records `back` reads (the others: `weight_grads` only)
-BACK_READS = {"lstm": (1, 2, 3), "gru": (1, 2, 3)}
+BACK_READS = {"lstm": (1, 2, 3, 4, 5, 6), "gru": (1, 2, 3)}
 
 
 @attrs.frozen
@@ -296,20 +304,18 @@ def record_widths(kind: str, depth: int, units: int, projected: bool = False) ->
     """The widths of a step's records, and of its inputs where the loop keeps them.
 
     A step keeps its previous ``h`` first. An LSTM keeps its ``c`` gradient's factor,
-    its gates' factor (4 gates side by side) and its forget gate; a GRU its two gates
+    its forget gate and each gate's factor (4, apart); a GRU its two gates
     together (``[r, u]``), its candidate's factor and its gates' factor. The loop keeps
     a step's inputs last, unless their products are made before the loop (`projected`),
     where the inputs are at hand.
 
     Examples:
         >>> record_widths("lstm", 3, 2), record_widths("gru", 3, 2)
-        ([2, 2, 8, 2, 3], [2, 4, 2, 4, 3])
+        ([2, 2, 2, 2, 2, 2, 2, 3], [2, 4, 2, 4, 3])
         >>> record_widths("lstm", 3, 2, projected=True), record_widths("gru", 3, 2, True)
-        ([2, 2, 8, 2], [2, 4, 2, 4])
+        ([2, 2, 2, 2, 2, 2, 2], [2, 4, 2, 4])
     """
-    own = (
-        [units, units, 4 * units, units] if kind == "lstm" else [units, 2 * units, units, 2 * units]
-    )
+    own = [units] * 7 if kind == "lstm" else [units, 2 * units, units, 2 * units]
     return own if projected else [*own, depth]
 
 
