@@ -3,10 +3,12 @@
 ``dynamic_rnn`` runs a stack of plain LSTMs and GRUs (`_rnn_fused_plan`: TensorFlow 1's
 cells, each maybe in a `DropoutWrapper`, alone or in a `MultiRNNCell`), with or
 without ``sequence_length``, through `fused_stack`. The forward loop computes what
-the cells compute, op for op: a wrapper's masks are drawn by the same dropout ops
+the cells compute (each product with a kernel made as two: its rows for the inputs,
+its rows for ``h``): a wrapper's masks are drawn by the same dropout ops
 with the same seeds, one draw per step as the wrapper's; past an example's length its
 state is carried and its output is zeros, as the cells' loop does. It keeps for each
-step and layer the step's inputs and gates (`_rnn_fused_cells`) and the masks. The
+step and layer what the backward step and the weights' gradients read (the previous
+``h``, the gates' factors, the inputs: `_rnn_fused_cells`) and the masks. The
 backward loop walks time in reverse, writing each step's gate gradients; each
 kernel's gradient is then one matrix product over all steps, where differentiating
 the loop would add a kernel-sized product into an accumulator at every step. Same
