@@ -25,7 +25,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from towerkit.layers._rnn_fused_cells import BACK_READS, KINDS, record_widths, write_widths
+from towerkit.layers._rnn_fused_cells import (
+    BACK_READS,
+    KINDS,
+    input_grads,
+    record_widths,
+    write_widths,
+)
 from towerkit.layers._rnn_fused_plan import (
     FusedLayer,
     dropout_seeds,
@@ -152,7 +158,6 @@ class _Stack:
     ) -> None:
         self.plan = plan
         self.n = len(plan)
-        self.weights = weights
         self.dtype = inputs.dtype.base_dtype
         self.batch = inputs.shape[1]
         self.units = [layer.units for layer in plan]
@@ -343,7 +348,7 @@ def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: 
             ]
             kind = KINDS[layer.kind]
             d_prev, step_writes = kind.back(kept, dh, rest, s.back_weights[k])
-            d_x = None if s.before(k) else kind.input_grads(step_writes, s.input_weights[k])
+            d_x = None if s.before(k) else input_grads(step_writes, s.input_weights[k])
             writes[k] = [a.write(t, w) for a, w in zip(writes[k], step_writes, strict=True)]
             if carry is not None:
                 d_prev = [d + c for d, c in zip(d_prev, carry, strict=True)]
@@ -372,7 +377,7 @@ def _backward(s: _Stack, x: Any, d_out: Any, d_final: Any, records: Any, masks: 
         ]
         if s.before(k):  # the inputs' gradient: after the loop, for all steps at once
             inputs = tf1.reshape(x, [-1, s.depths[0]])
-            d_x = KINDS[layer.kind].input_grads(done, s.input_weights[0])
+            d_x = input_grads(done, s.input_weights[0])
         else:
             inputs = stacked.pop()
         d_weights.append(KINDS[layer.kind].weight_grads(stacked, done, inputs))

@@ -24,8 +24,8 @@ with ``x`` can start before the layer's previous step ends). Each kind gives:
   ``(d_previous_state, writes)``: ``writes`` are the gradients of the inputs' products
   (one array, the gates side by side), what the inputs' and the weights' gradients are
   made of;
-- ``input_weights(x_kernels)`` and ``input_grads(writes, weights)``: the inputs'
-  gradient from the writes, of one step or of all steps at once;
+- ``input_weights(x_kernels)``: what `input_grads` (the same for both kinds) multiplies
+  the writes by for the inputs' gradient, of one step or of all steps at once;
 - ``weight_grads(records, writes, inputs)``: the weights' gradients over all steps at
   once (each record, write and input stacked over time, ``[time * batch, size]``).
 """
@@ -154,7 +154,12 @@ def lstm_input_weights(x_kernels: Any) -> list[Any]:
     return [back_kernel(x_kernels[0])]
 
 
-def lstm_input_grads(writes: Any, weights: Any) -> Any:
+def input_grads(writes: Any, weights: Any) -> Any:
+    """The inputs' gradient from either kind's writes (one step's, or all steps' stacked).
+
+    The gates' gradients side by side times the kernels' rows for the inputs
+    (``input_weights``).
+    """
     return weights[0].times(writes[0])
 
 
@@ -228,10 +233,6 @@ def gru_input_weights(x_kernels: Any) -> list[Any]:
     return [back_kernel(tf1.concat(x_kernels, 1))]
 
 
-def gru_input_grads(writes: Any, weights: Any) -> Any:
-    return weights[0].times(writes[0])
-
-
 def gru_weight_grads(records: Any, writes: Any, inputs: Any) -> list[Any]:
     h_prev, gates = records[:2]
     (d_all,) = writes
@@ -266,7 +267,6 @@ class FusedKind:
     weight_grads: Callable[..., list[Any]]
     split: Callable[[Any, int], tuple[list[Any], list[Any]]]
     input_weights: Callable[[Any], list[Any]]
-    input_grads: Callable[[Any, Any], Any]
     biases: Callable[[Any], list[Any]]
     back_weights: Callable[[Any, int], list[Any]]
     fold: Callable[[Any, float], list[Any]]
@@ -280,7 +280,6 @@ KINDS = {
         lstm_weight_grads,
         lstm_split,
         lstm_input_weights,
-        lstm_input_grads,
         lstm_biases,
         lstm_back_weights,
         lstm_fold,
@@ -292,7 +291,6 @@ KINDS = {
         gru_weight_grads,
         gru_split,
         gru_input_weights,
-        gru_input_grads,
         gru_biases,
         gru_back_weights,
         gru_fold,
