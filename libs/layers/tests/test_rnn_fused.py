@@ -626,9 +626,9 @@ def test_record_and_write_widths(kind, depth, units):
     assert records[-1] == depth
     gates = 4 if kind == "lstm" else 3  # i, j, f, o; r, u and the candidate
     assert writes == [gates * units]
-    # an LSTM's c factor, forget gate and each gate's factor; a GRU's [r, u], the
-    # candidate's factor and the gates' factor
-    own = [units] * 6 if kind == "lstm" else [2 * units, units, 2 * units]
+    # an LSTM's c factor, forget gate and each gate's factor; a GRU's r and u, the
+    # candidate's factor and the gates' factor ([r, u]'s)
+    own = [units] * 6 if kind == "lstm" else [units, units, units, 2 * units]
     assert records[1:-1] == own
     # neither h nor the inputs: the weights' gradients only
     assert set(BACK_READS[kind]) == set(range(1, len(own) + 1))

@@ -81,14 +81,24 @@ def lstm_step(state: Any, params: Any, products: Any, keep: bool = True) -> tupl
         [c, h],
         [
             h_prev,
-            so * (1 - tc * tc),
+            tanh_times(tc, so),
             sf,
-            tj * (si * (1 - si)),
-            si * (1 - tj * tj),
-            c_prev * (sf * (1 - sf)),
-            tc * (so * (1 - so)),
+            sigmoid_times(si, tj),
+            tanh_times(tj, si),
+            sigmoid_times(sf, c_prev),
+            sigmoid_times(so, tc),
         ],
     )
+
+
+def tanh_times(y: Any, x: Any) -> Any:
+    """``x * (1 - y^2)``: `x` times tanh's derivative where tanh gave `y`, as one op."""
+    return tf1.raw_ops.TanhGrad(y=y, dy=x)
+
+
+def sigmoid_times(y: Any, x: Any) -> Any:
+    """``x * y (1 - y)``: `x` times the sigmoid's derivative where it gave `y`, as one op."""
+    return tf1.raw_ops.SigmoidGrad(y=y, dy=x)
 
 
 def column_sums(t: Any) -> Any:
@@ -207,9 +217,9 @@ def gru_step(state: Any, params: Any, products: Any, keep: bool = True) -> tuple
     # the factors the backward step multiplies by, made here off its critical path:
     # d cand = dh * (1 - u) (1 - cand^2); d [r, u] = [d (r h), dh] * [h, h - cand] * g';
     # r * h is made again after the loop, from r and h, for the kernel's gradient
-    cand_factor = (1 - u) * (1 - cand * cand)
-    gate_factor = tf1.concat([h_prev, keep_back], 1) * (gates * (1 - gates))
-    return h, [h], [h_prev, gates, cand_factor, gate_factor]
+    cand_factor = tanh_times(cand, 1 - u)
+    gate_factor = sigmoid_times(gates, tf1.concat([h_prev, keep_back], 1))
+    return h, [h], [h_prev, r, u, cand_factor, gate_factor]
 
 
 def gru_back_weights(params: Any, width: int) -> list[Any]:
@@ -219,8 +229,7 @@ def gru_back_weights(params: Any, width: int) -> list[Any]:
 
 def gru_back(records: Any, dh: Any, d_rest: Any, weights: Any) -> Any:
     del d_rest  # a GRU's state is h alone
-    _, gates, cand_factor, gate_factor = records[:4]
-    r, u = tf1.split(gates, 2, axis=1)
+    _, r, u, cand_factor, gate_factor = records[:5]
     d_cand = dh * cand_factor
     d_rh = weights[1].times(d_cand)
     d_gates = tf1.concat([d_rh, dh], 1) * gate_factor
@@ -234,7 +243,7 @@ def gru_input_weights(x_kernels: Any) -> list[Any]:
 
 
 def gru_weight_grads(records: Any, writes: Any, inputs: Any) -> list[Any]:
-    h_prev, gates = records[:2]
+    h_prev, r = records[:2]
     (d_all,) = writes
     units = int(h_prev.shape[-1])
     d_gates, d_cand = d_all[:, : 2 * units], d_all[:, 2 * units :]
@@ -245,7 +254,7 @@ def gru_weight_grads(records: Any, writes: Any, inputs: Any) -> list[Any]:
         ],
         0,
     )
-    rh = gates[:, :units] * h_prev
+    rh = r * h_prev
     d_kernel = tf1.concat(
         [tf1.matmul(inputs, d_cand, transpose_a=True), tf1.matmul(rh, d_cand, transpose_a=True)], 0
     )
@@ -254,7 +263,7 @@ def gru_weight_grads(records: Any, writes: Any, inputs: Any) -> list[Any]:
 
 
 # which of a step's records `back` reads (the others: `weight_grads` only)
-BACK_READS = {"lstm": (1, 2, 3, 4, 5, 6), "gru": (1, 2, 3)}
+BACK_READS = {"lstm": (1, 2, 3, 4, 5, 6), "gru": (1, 2, 3, 4)}
 
 
 @attrs.frozen
@@ -302,18 +311,19 @@ def record_widths(kind: str, depth: int, units: int, projected: bool = False) ->
     """The widths of a step's records, and of its inputs where the loop keeps them.
 
     A step keeps its previous ``h`` first. An LSTM keeps its ``c`` gradient's factor,
-    its forget gate and each gate's factor (4, apart); a GRU its two gates
-    together (``[r, u]``), its candidate's factor and its gates' factor. The loop keeps
+    its forget gate and each gate's factor (4, apart); a GRU its two gates (apart:
+    together, the backward step would split them again), its candidate's factor and
+    its gates' factor (``[r, u]``'s, together). The loop keeps
     a step's inputs last, unless their products are made before the loop (`projected`),
     where the inputs are at hand.
 
     Examples:
         >>> record_widths("lstm", 3, 2), record_widths("gru", 3, 2)
-        ([2, 2, 2, 2, 2, 2, 2, 3], [2, 4, 2, 4, 3])
+        ([2, 2, 2, 2, 2, 2, 2, 3], [2, 2, 2, 2, 4, 3])
         >>> record_widths("lstm", 3, 2, projected=True), record_widths("gru", 3, 2, True)
-        ([2, 2, 2, 2, 2, 2, 2], [2, 4, 2, 4])
+        ([2, 2, 2, 2, 2, 2, 2], [2, 2, 2, 2, 4])
     """
-    own = [units] * 7 if kind == "lstm" else [units, 2 * units, units, 2 * units]
+    own = [units] * 7 if kind == "lstm" else [units, units, units, units, 2 * units]
     return own if projected else [*own, depth]
 
 
