@@ -6,6 +6,7 @@ draws), with `sequence_length`, and forward-only in inference towers.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from towerkit.layers import _rnn_fused_cells, _rnn_loops, rnn
+from towerkit.layers import _rnn_fused, _rnn_fused_cells, _rnn_loops, rnn
 from towerkit.layers._rnn_fused import _loop, fusable_layers
 from towerkit.layers._rnn_fused_cells import BACK_READS, record_widths, write_widths
 from towerkit.layers._rnn_fused_plan import (
@@ -231,6 +232,31 @@ def test_no_inputs_concatenated_with_h(stack):
         if k > 0 or layer.input_keep is not None:
             expected.add((depth, (4 if layer.kind == "lstm" else 3) * u))
     assert forward == expected
+
+
+@pytest.mark.parametrize("stack", ["lstm", "gru", "mixed"])
+def test_step_factors_one_op_each(stack):
+    """The forward step makes each factor of a gate's derivative as one op (an LSTM's 2
+    tanh and 3 sigmoid factors, a GRU's one of each), and a GRU's backward step splits
+    nothing: its gates are kept apart."""
+    with control_flow(v2=False), tf1.Graph().as_default() as graph:
+        build(STACKS[stack], tf1.constant(X), False, False)
+        plan = fused_plan(STACKS[stack]())
+        in_loop = [
+            op
+            for op in graph.get_operations()
+            if "fused_rnn" in op.name and op._control_flow_context is not None
+        ]
+    forward = collections.Counter(op.type for op in in_loop if "_grad" not in op.name)
+    backward = collections.Counter(op.type for op in in_loop if "_grad" in op.name)
+    lstms = sum(layer.kind == "lstm" for layer in plan)
+    grus = len(plan) - lstms
+    # the loop's ops: UNROLL steps an iteration (X's first step is made before it)
+    steps = _rnn_fused.UNROLL
+    assert forward["TanhGrad"] == steps * (2 * lstms + grus)
+    assert forward["SigmoidGrad"] == steps * (3 * lstms + grus)
+    # an LSTM's backward step splits nothing either; the loops' own Split ops: none
+    assert backward["Split"] + backward["SplitV"] == 0, backward
 
 
 def test_unknown_batch_and_time(monkeypatch):
