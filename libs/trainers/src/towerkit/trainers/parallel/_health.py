@@ -494,27 +494,27 @@ class ClusterWatch:
         return (self if tasks is None else ClusterWatch(tasks, self._timeouts)).check_now()
 
     def _run(self) -> None:
-        waiting = Prober()
+        prober = Prober()
         try:
-            self._check_until_stopped(waiting)
+            self._check_until_stopped(prober)
         finally:
-            waiting.close()
+            prober.close()
 
-    def _check_until_stopped(self, waiting: Prober) -> None:
+    def _check_until_stopped(self, prober: Prober) -> None:
         timeouts = self._timeouts
         while not self._stop.is_set():
             began = time.monotonic()
             tasks = list(self._tasks)
             for task in tasks:
-                self._fold(task, waiting.reach(task, answer_within(timeouts)))
-            waiting.keep_only(self._tasks)  # a task forgotten meanwhile
+                self._fold(task, prober.reach(task, answer_within(timeouts)))
+            prober.keep_only(self._tasks)  # a task forgotten meanwhile
             with self._lock:
                 dead = dead_tasks(self._state, tasks, time.monotonic(), timeouts)
             for task, why in dead:
                 if self._stop.is_set():
                     return
                 self.forget(task.job, task.index)
-                waiting.drop(task)
+                prober.drop(task)
                 if self._still_needed is not None and not self._still_needed(task):
                     continue
                 self.lost.append((task, why))
